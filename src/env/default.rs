@@ -1,0 +1,244 @@
+//! The real file system: `pread`, `pwrite`, `pwritev`, `fdatasync`, `fallocate`, `link`,
+//! directory `fsync`, through `std` and `rustix`.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, IoSlice};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustix::fs::FallocateFlags;
+
+use super::{EnvError, EnvFile, EnvResult, OpenMode, StorageEnv};
+
+/// The default storage environment: real files, real `fdatasync`.
+#[derive(Debug, Default, Clone)]
+pub struct DefaultEnv {
+    _private: (),
+}
+
+impl DefaultEnv {
+    /// A new default environment (stateless).
+    pub fn new() -> DefaultEnv {
+        DefaultEnv { _private: () }
+    }
+}
+
+/// A real file opened read-write.
+#[derive(Debug)]
+pub struct DefaultFile {
+    file: File,
+    path: PathBuf,
+}
+
+impl DefaultFile {
+    fn err(&self, op: &'static str, e: io::Error) -> EnvError {
+        EnvError::new(op, &self.path, e)
+    }
+}
+
+/// `IOV_MAX` on Linux.
+pub(crate) const IOV_MAX: usize = 1024;
+
+fn errno(e: rustix::io::Errno) -> io::Error {
+    io::Error::from_raw_os_error(e.raw_os_error())
+}
+
+impl EnvFile for DefaultFile {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> EnvResult<()> {
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(|e| self.err("pread", e))
+    }
+
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> EnvResult<()> {
+        self.file
+            .write_all_at(buf, offset)
+            .map_err(|e| self.err("pwrite", e))
+    }
+
+    fn write_vectored_all_at(&self, bufs: &[IoSlice<'_>], mut offset: u64) -> EnvResult<()> {
+        assert!(bufs.len() <= IOV_MAX, "more than IOV_MAX slices");
+        // Skip whole slices already written, and the written prefix of the first partial one.
+        let mut idx = 0;
+        let mut skip = 0usize;
+        while idx < bufs.len() {
+            let mut rest: Vec<IoSlice<'_>> = Vec::with_capacity(bufs.len() - idx);
+            rest.push(IoSlice::new(&bufs[idx][skip..]));
+            rest.extend(bufs[idx + 1..].iter().map(|b| IoSlice::new(b)));
+            let n = match rustix::io::pwritev(&self.file, &rest, offset) {
+                Ok(0) => {
+                    return Err(self.err(
+                        "pwritev",
+                        io::Error::new(io::ErrorKind::WriteZero, "pwritev wrote 0 bytes"),
+                    ))
+                }
+                Ok(n) => n,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(self.err("pwritev", errno(e))),
+            };
+            offset += n as u64;
+            let mut n = n;
+            while idx < bufs.len() && n >= bufs[idx].len() - skip {
+                n -= bufs[idx].len() - skip;
+                idx += 1;
+                skip = 0;
+            }
+            skip += n;
+        }
+        Ok(())
+    }
+
+    fn sync_data(&self) -> EnvResult<()> {
+        self.file.sync_data().map_err(|e| self.err("fdatasync", e))
+    }
+
+    fn allocate(&self, offset: u64, len: u64) -> EnvResult<()> {
+        rustix::fs::fallocate(&self.file, FallocateFlags::empty(), offset, len)
+            .map_err(|e| self.err("fallocate", errno(e)))
+    }
+
+    fn punch_hole(&self, offset: u64, len: u64) -> EnvResult<()> {
+        rustix::fs::fallocate(
+            &self.file,
+            FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+            offset,
+            len,
+        )
+        .map_err(|e| self.err("fallocate(PUNCH_HOLE)", errno(e)))
+    }
+
+    fn set_len(&self, len: u64) -> EnvResult<()> {
+        self.file.set_len(len).map_err(|e| self.err("ftruncate", e))
+    }
+
+    fn len(&self) -> EnvResult<u64> {
+        self.file
+            .metadata()
+            .map(|m| m.len())
+            .map_err(|e| self.err("fstat", e))
+    }
+
+    fn allocated_bytes(&self) -> EnvResult<u64> {
+        use std::os::unix::fs::MetadataExt;
+        self.file
+            .metadata()
+            .map(|m| m.blocks() * 512)
+            .map_err(|e| self.err("fstat", e))
+    }
+
+    fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
+impl StorageEnv for DefaultEnv {
+    fn open(&self, path: &Path, mode: OpenMode) -> EnvResult<Arc<dyn EnvFile>> {
+        let mut o = OpenOptions::new();
+        o.read(true).write(true);
+        match mode {
+            OpenMode::Existing => {}
+            OpenMode::Create => {
+                o.create(true);
+            }
+            OpenMode::CreateNew => {
+                o.create_new(true);
+            }
+        }
+        let file = o.open(path).map_err(|e| EnvError::new("open", path, e))?;
+        Ok(Arc::new(DefaultFile {
+            file,
+            path: path.to_path_buf(),
+        }))
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+
+    fn create_dir(&self, path: &Path) -> EnvResult<()> {
+        match std::fs::create_dir(path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
+            Err(e) => Err(EnvError::new("mkdir", path, e)),
+        }
+    }
+
+    fn sync_dir(&self, path: &Path) -> EnvResult<()> {
+        let dir = File::open(path).map_err(|e| EnvError::new("open dir", path, e))?;
+        dir.sync_all().map_err(|e| EnvError::new("fsync dir", path, e))
+    }
+
+    fn list_dir(&self, path: &Path) -> EnvResult<Vec<String>> {
+        let rd = std::fs::read_dir(path).map_err(|e| EnvError::new("readdir", path, e))?;
+        let mut out = Vec::new();
+        for entry in rd {
+            let entry = entry.map_err(|e| EnvError::new("readdir", path, e))?;
+            out.push(entry.file_name().to_string_lossy().into_owned());
+        }
+        Ok(out)
+    }
+
+    fn link(&self, from: &Path, to: &Path) -> EnvResult<()> {
+        std::fs::hard_link(from, to).map_err(|e| EnvError::new("link", to, e))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> EnvResult<()> {
+        std::fs::rename(from, to).map_err(|e| EnvError::new("rename", to, e))
+    }
+
+    fn remove_file(&self, path: &Path) -> EnvResult<()> {
+        std::fs::remove_file(path).map_err(|e| EnvError::new("unlink", path, e))
+    }
+
+    fn remove_dir_all(&self, path: &Path) -> EnvResult<()> {
+        std::fs::remove_dir_all(path).map_err(|e| EnvError::new("rmdir", path, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vectored_write_lands_back_to_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = DefaultEnv::new();
+        let f = env.open(&dir.path().join("f"), OpenMode::Create).unwrap();
+        let a = vec![1u8; 5000];
+        let b = vec![2u8; 3000];
+        f.write_vectored_all_at(&[IoSlice::new(&a), IoSlice::new(&b)], 100)
+            .unwrap();
+        let mut got = vec![0u8; 8000];
+        f.read_exact_at(&mut got, 100).unwrap();
+        assert_eq!(&got[..5000], &a[..]);
+        assert_eq!(&got[5000..], &b[..]);
+        assert_eq!(f.len().unwrap(), 8100);
+    }
+
+    #[test]
+    fn punch_hole_frees_blocks_and_keeps_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = DefaultEnv::new();
+        let f = env.open(&dir.path().join("f"), OpenMode::Create).unwrap();
+        f.write_all_at(&vec![7u8; 4 << 20], 0).unwrap();
+        f.sync_data().unwrap();
+        let before = f.allocated_bytes().unwrap();
+        match f.punch_hole(1 << 20, 2 << 20) {
+            Ok(()) => {
+                let after = f.allocated_bytes().unwrap();
+                assert!(after + (2 << 20) <= before + 4096, "{before} -> {after}");
+                assert_eq!(f.len().unwrap(), 4 << 20);
+                let mut b = [1u8; 16];
+                f.read_exact_at(&mut b, 1 << 20).unwrap();
+                assert_eq!(b, [0u8; 16]);
+            }
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP)),
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! Storage environments: every file operation of the engine goes through [`StorageEnv`]
+//! (as RocksDB's `Env`/`FileSystem`), the `LOCK` file's `flock` aside.
+//!
+//! Implementations:
+//! - [`DefaultEnv`]: the real file system through `pread` / `pwrite` / `pwritev` / `fdatasync` /
+//!   `fallocate` / `link` / directory `fsync`.
+//! - [`testing`]: wrappers for tests: power loss ([`testing::PowerLossEnv`]), fault injection
+//!   ([`testing::HookedEnv`]) and the ordered list of durable operations
+//!   ([`testing::RecordingEnv`]).
+//!
+//! Files are opened read-write and shared as `Arc<dyn EnvFile>`; every method takes `&self` and
+//! positions explicitly (no seek pointer), so one handle serves several threads.
+
+use std::io::{self, IoSlice};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+mod default;
+pub mod testing;
+
+pub use default::DefaultEnv;
+
+/// A failed file operation: the operation, the path and the operating system's error.
+#[derive(Debug, thiserror::Error)]
+#[error("{op} {path}: {source}")]
+#[non_exhaustive]
+pub struct EnvError {
+    /// The operation, named after the system call (`"pwritev"`, `"fdatasync"`, `"link"`, ...).
+    pub op: &'static str,
+    /// The file or directory.
+    pub path: PathBuf,
+    /// The operating system's error.
+    #[source]
+    pub source: io::Error,
+}
+
+impl EnvError {
+    /// Builds an error for `op` on `path`.
+    pub fn new(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> EnvError {
+        EnvError {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// The OS error code (`libc::EIO`, `libc::ENOSPC`, ...), when there is one.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        self.source.raw_os_error()
+    }
+}
+
+/// Result of an environment operation.
+pub type EnvResult<T> = std::result::Result<T, EnvError>;
+
+/// How [`StorageEnv::open`] treats a missing or existing file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// The file must exist.
+    Existing,
+    /// Open it, creating an empty file when it is missing.
+    Create,
+    /// Create it; fail with `EEXIST` when it exists.
+    CreateNew,
+}
+
+/// One open file. Offsets and lengths are in bytes.
+pub trait EnvFile: Send + Sync + std::fmt::Debug {
+    /// The path the file was opened with (for error messages).
+    fn path(&self) -> &Path;
+    /// Reads `buf.len()` bytes at `offset`; bytes past the end of the file read as an
+    /// `UnexpectedEof` error.
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> EnvResult<()>;
+    /// Writes all of `buf` at `offset` (`pwrite`, retried on short writes).
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> EnvResult<()>;
+    /// Writes all of `bufs` back to back starting at `offset` (`pwritev`, retried on short
+    /// writes). At most `IOV_MAX` (1,024) slices.
+    fn write_vectored_all_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> EnvResult<()>;
+    /// `fdatasync`: makes the file's data, and its length, durable.
+    fn sync_data(&self) -> EnvResult<()>;
+    /// Ensures `offset..offset+len` is allocated (`fallocate` mode 0, file length grows to cover
+    /// it). `ENOSPC` when the file system is full.
+    fn allocate(&self, offset: u64, len: u64) -> EnvResult<()>;
+    /// Hands `offset..offset+len` back to the file system (`fallocate(PUNCH_HOLE | KEEP_SIZE)`);
+    /// the range then reads as zeros and the length is unchanged. `EOPNOTSUPP` when the file
+    /// system cannot.
+    fn punch_hole(&self, offset: u64, len: u64) -> EnvResult<()>;
+    /// Sets the length in bytes (`ftruncate`).
+    fn set_len(&self, len: u64) -> EnvResult<()>;
+    /// The length in bytes.
+    fn len(&self) -> EnvResult<u64>;
+    /// Bytes allocated on disk (`st_blocks * 512`).
+    fn allocated_bytes(&self) -> EnvResult<u64>;
+    /// The raw file descriptor, used to map the file read-only (`mmap`). Reads through the map
+    /// must show what [`EnvFile::write_all_at`] wrote, so wrappers return the real file's fd.
+    fn raw_fd(&self) -> std::os::fd::RawFd;
+}
+
+/// Every file-system operation the engine performs.
+pub trait StorageEnv: Send + Sync + std::fmt::Debug + 'static {
+    /// Opens a file read-write.
+    fn open(&self, path: &Path, mode: OpenMode) -> EnvResult<Arc<dyn EnvFile>>;
+    /// True when `path` exists (file or directory).
+    fn exists(&self, path: &Path) -> bool;
+    /// Creates a directory; `Ok` when it already exists.
+    fn create_dir(&self, path: &Path) -> EnvResult<()>;
+    /// `fsync` of a directory: makes its entries (creates, links, unlinks, renames) durable.
+    fn sync_dir(&self, path: &Path) -> EnvResult<()>;
+    /// The names in a directory (not `.` or `..`), in no particular order.
+    fn list_dir(&self, path: &Path) -> EnvResult<Vec<String>>;
+    /// A hard link `to` naming the file `from` names (`link(2)`); `EXDEV` across file systems.
+    fn link(&self, from: &Path, to: &Path) -> EnvResult<()>;
+    /// Renames `from` to `to`, replacing `to` atomically.
+    fn rename(&self, from: &Path, to: &Path) -> EnvResult<()>;
+    /// Removes a directory entry (`unlink`).
+    fn remove_file(&self, path: &Path) -> EnvResult<()>;
+    /// Removes a directory and everything in it.
+    fn remove_dir_all(&self, path: &Path) -> EnvResult<()>;
+}
+
+/// Slices per `pwritev` call (`IOV_MAX` on Linux).
+pub const IOV_MAX_SLICES: usize = 1024;
+
+/// The environment used when none is given: [`DefaultEnv`].
+pub fn default_env() -> Arc<dyn StorageEnv> {
+    Arc::new(DefaultEnv::new())
+}

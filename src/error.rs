@@ -1,0 +1,221 @@
+//! Errors: one public [`Error`] that every layer's error converts into.
+//!
+//! Layers keep their own `#[non_exhaustive]` enums where they have more than one way to fail
+//! ([`crate::env::EnvError`] for file operations, [`Corruption`] for decoding); the engine returns
+//! only [`Error`]. I/O errors always carry the operation (`"fdatasync"`, `"pwritev"`, ...) and the
+//! path they concern.
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::env::EnvError;
+
+/// Result of every fallible public call: `std::result::Result<T, omnibus::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Where and what: a checksum, structure or ordering violation found in a file.
+///
+/// `page` is set for data-file pages (page number; byte offset is `page * 8192`), `offset` for
+/// journal records (byte offset of the record in the journal file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Corruption {
+    /// The file that holds the damaged bytes.
+    pub file: PathBuf,
+    /// Page number in the data file, when the damage is in a page.
+    pub page: Option<u64>,
+    /// Byte offset in the file, when the damage is not page-aligned (journal records).
+    pub offset: Option<u64>,
+    /// What is wrong, in words ("checksum mismatch", "keys out of order", ...).
+    pub what: String,
+}
+
+impl std::fmt::Display for Corruption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(p) = self.page {
+            write!(f, " page {p}")?;
+        }
+        if let Some(o) = self.offset {
+            write!(f, " offset {o}")?;
+        }
+        write!(f, ": {}", self.what)
+    }
+}
+
+/// Every error omnibus returns. New variants may be added in minor releases.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A key of 0 bytes was given; keys are 1..=[`crate::MAX_KEY_LEN`] bytes.
+    #[error("key is empty: keys are 1..={max} bytes", max = crate::MAX_KEY_LEN)]
+    EmptyKey,
+    /// A key longer than [`crate::MAX_KEY_LEN`] (1,024) bytes. Nothing was written.
+    #[error("key is {len} bytes: the limit is {max} bytes")]
+    KeyTooLarge {
+        /// Length of the rejected key in bytes.
+        len: usize,
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// A value longer than [`crate::MAX_VALUE_LEN`] bytes. Nothing was written.
+    #[error("value is {len} bytes: the limit is {max} bytes")]
+    ValueTooLarge {
+        /// Length of the rejected value in bytes.
+        len: usize,
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// The directory exists but is not an omnibus storage (no data file and not empty, or a data
+    /// file whose header pages do not carry the omnibus magic).
+    #[error("{path}: not an omnibus storage: {reason}")]
+    NotAStorage {
+        /// The directory or file that was opened.
+        path: PathBuf,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// The storage was written by an incompatible format version.
+    #[error("{path}: format version {found} is not supported (this build reads version {expected})")]
+    FormatVersion {
+        /// The data file.
+        path: PathBuf,
+        /// Version found in the header page.
+        found: u32,
+        /// Version this build reads and writes.
+        expected: u32,
+    },
+    /// A checksum, structure or ordering violation.
+    #[error("corruption: {0}")]
+    Corruption(Corruption),
+    /// The storage (or database) is already open, in this process or another one (its `LOCK`
+    /// file is held with `flock`).
+    #[error("{path}: already open (the LOCK file is held by another handle or process)")]
+    AlreadyOpen {
+        /// The storage directory.
+        path: PathBuf,
+    },
+    /// An earlier write or sync of the journal or data file failed; the storage refuses writes
+    /// until it is closed and reopened (fail-stop: a failed fsync is never retried into success).
+    #[error("poisoned by an earlier I/O failure ({cause}): close and reopen to recover")]
+    Poisoned {
+        /// The first failure, in words.
+        cause: String,
+    },
+    /// A write was attempted on a storage opened with [`crate::Options::read_only`].
+    #[error("storage is open read-only")]
+    ReadOnly,
+    /// The storage was closed.
+    #[error("storage is closed")]
+    Closed,
+    /// [`crate::Storage::try_begin_write`] found another write transaction open.
+    #[error("another write transaction is open on this storage")]
+    WriteInProgress,
+    /// An option is out of its documented range.
+    #[error("invalid options: {0}")]
+    InvalidOptions(String),
+    /// A storage name is not 1..=255 bytes of UTF-8 without `/`, `\`, NUL, or is `.` / `..`.
+    #[error("invalid storage name {name:?}: {reason}")]
+    InvalidStorageName {
+        /// The rejected name.
+        name: String,
+        /// The rule it breaks.
+        reason: &'static str,
+    },
+    /// A file operation failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// The operation (`"open"`, `"pwritev"`, `"fdatasync"`, `"fallocate"`, ...).
+        op: &'static str,
+        /// The file or directory it concerned.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Error {
+    /// True when this is an I/O error with `ENOSPC` (the file system is full).
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC))
+    }
+
+    /// True for errors that mean the files are damaged ([`Error::Corruption`]).
+    pub fn is_corruption(&self) -> bool {
+        matches!(self, Error::Corruption(_))
+    }
+
+    pub(crate) fn corruption(
+        file: impl Into<PathBuf>,
+        page: Option<u64>,
+        offset: Option<u64>,
+        what: impl Into<String>,
+    ) -> Error {
+        Error::Corruption(Corruption {
+            file: file.into(),
+            page,
+            offset,
+            what: what.into(),
+        })
+    }
+}
+
+impl From<EnvError> for Error {
+    fn from(e: EnvError) -> Error {
+        Error::Io {
+            op: e.op,
+            path: e.path,
+            source: e.source,
+        }
+    }
+}
+
+impl Clone for Error {
+    /// Errors are cloned to answer every waiter of a failed group commit; the `io::Error` is
+    /// rebuilt from its OS code (or kind and message).
+    fn clone(&self) -> Error {
+        match self {
+            Error::EmptyKey => Error::EmptyKey,
+            Error::KeyTooLarge { len, max } => Error::KeyTooLarge { len: *len, max: *max },
+            Error::ValueTooLarge { len, max } => Error::ValueTooLarge { len: *len, max: *max },
+            Error::NotAStorage { path, reason } => Error::NotAStorage {
+                path: path.clone(),
+                reason: reason.clone(),
+            },
+            Error::FormatVersion {
+                path,
+                found,
+                expected,
+            } => Error::FormatVersion {
+                path: path.clone(),
+                found: *found,
+                expected: *expected,
+            },
+            Error::Corruption(c) => Error::Corruption(c.clone()),
+            Error::AlreadyOpen { path } => Error::AlreadyOpen { path: path.clone() },
+            Error::Poisoned { cause } => Error::Poisoned {
+                cause: cause.clone(),
+            },
+            Error::ReadOnly => Error::ReadOnly,
+            Error::Closed => Error::Closed,
+            Error::WriteInProgress => Error::WriteInProgress,
+            Error::InvalidOptions(s) => Error::InvalidOptions(s.clone()),
+            Error::InvalidStorageName { name, reason } => Error::InvalidStorageName {
+                name: name.clone(),
+                reason,
+            },
+            Error::Io { op, path, source } => Error::Io {
+                op,
+                path: path.clone(),
+                source: clone_io(source),
+            },
+        }
+    }
+}
+
+pub(crate) fn clone_io(e: &io::Error) -> io::Error {
+    match e.raw_os_error() {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => io::Error::new(e.kind(), e.to_string()),
+    }
+}

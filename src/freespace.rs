@@ -1,0 +1,222 @@
+//! Free space: the persistent free-space map and the writer's in-memory allocator.
+//!
+//! The map is copy-on-write pages like the B+tree, committed with every transaction: a directory
+//! page (kind 5) lists bitmap pages (kind 6); each bitmap page holds one bit per page for 65,280
+//! pages (8,160 bytes × 8), 1 = free. Pages at or above the state's `next_page` are not in use
+//! yet and have no meaningful bit. Because the map travels in the same journal records as the
+//! tree, recovery needs no extra step and a crash never leaks or double-allocates a page.
+//!
+//! The writer keeps, in memory, the extents it may hand out now ([`Allocator::reusable`]) and
+//! the pages freed by recent transactions that an older snapshot may still read
+//! ([`Allocator::pending`]): a page freed by txn `t` is reused only once no snapshot older than
+//! `t` lives (as LMDB's free list).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::page::{BODY_LEN, HEADER_LEN};
+
+/// Pages one bitmap page covers.
+pub const BITS_PER_BITMAP: u64 = (BODY_LEN * 8) as u64;
+/// Bitmap pages one directory page lists (so the map covers 1,020 × 65,280 pages ≈ 508 GiB).
+pub const DIR_CAPACITY: usize = BODY_LEN / 8;
+/// u64 words in a bitmap page.
+pub const WORDS: usize = BODY_LEN / 8;
+/// Pages in one aligned 1 MiB run (the hole-punching unit).
+pub const RUN_PAGES: u64 = 128;
+
+const _: () = assert!(BITS_PER_BITMAP % RUN_PAGES == 0);
+const _: () = assert!(WORDS * 8 + HEADER_LEN == crate::page::PAGE_SIZE);
+
+/// Extents of pages: start -> length, non-overlapping, coalesced.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Extents {
+    map: BTreeMap<u64, u64>,
+    pages: u64,
+}
+
+impl Extents {
+    pub fn pages(&self) -> u64 {
+        self.pages
+    }
+
+    /// Adds `start..start+len` (must not overlap anything held).
+    pub fn insert(&mut self, mut start: u64, mut len: u64) {
+        if len == 0 {
+            return;
+        }
+        debug_assert!(!self.overlaps(start, len), "double free of pages {start}+{len}");
+        self.pages += len;
+        if let Some((&ps, &pl)) = self.map.range(..start).next_back() {
+            if ps + pl == start {
+                self.map.remove(&ps);
+                start = ps;
+                len += pl;
+            }
+        }
+        if let Some(&nl) = self.map.get(&(start + len)) {
+            self.map.remove(&(start + len));
+            len += nl;
+        }
+        self.map.insert(start, len);
+    }
+
+    fn overlaps(&self, start: u64, len: u64) -> bool {
+        if let Some((&ps, &pl)) = self.map.range(..start + len).next_back() {
+            return ps + pl > start;
+        }
+        false
+    }
+
+    /// Takes the first run of `n` contiguous pages (first fit, lowest address).
+    pub fn take(&mut self, n: u64) -> Option<u64> {
+        let (&s, &l) = self.map.iter().find(|(_, &l)| l >= n)?;
+        self.map.remove(&s);
+        if l > n {
+            self.map.insert(s + n, l - n);
+        }
+        self.pages -= n;
+        Some(s)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.map.iter().map(|(&s, &l)| (s, l))
+    }
+}
+
+/// The writer's allocator state, carried from transaction to transaction.
+#[derive(Debug, Default)]
+pub(crate) struct Allocator {
+    /// Free pages no snapshot can read: handed out first, lowest address first.
+    pub reusable: Extents,
+    /// Pages freed by transaction `t`, waiting for every snapshot older than `t` to end.
+    pub pending: VecDeque<(u64, Vec<(u64, u64)>)>,
+    pub pending_pages: u64,
+}
+
+impl Allocator {
+    /// Builds the allocator from the free bits of a committed map (no snapshot is older).
+    pub fn from_bitmaps<'a>(bitmaps: impl Iterator<Item = (usize, &'a [u64])>, next_page: u64) -> Allocator {
+        let mut a = Allocator::default();
+        for (idx, words) in bitmaps {
+            let base = idx as u64 * BITS_PER_BITMAP;
+            let mut run: Option<(u64, u64)> = None;
+            for (w, &bits) in words.iter().enumerate() {
+                for b in 0..64u64 {
+                    let p = base + w as u64 * 64 + b;
+                    let free = p < next_page && bits & (1 << b) != 0;
+                    match (&mut run, free) {
+                        (Some((_, l)), true) => *l += 1,
+                        (None, true) => run = Some((p, 1)),
+                        (Some((s, l)), false) => {
+                            a.reusable.insert(*s, *l);
+                            run = None;
+                        }
+                        (None, false) => {}
+                    }
+                }
+            }
+            if let Some((s, l)) = run {
+                a.reusable.insert(s, l);
+            }
+        }
+        a
+    }
+
+    /// Moves to `reusable` the pages of every transaction `<= oldest_live` (the oldest txn id a
+    /// snapshot reads: pages freed by `t <= oldest_live` are unreachable from it).
+    pub fn release(&mut self, oldest_live: u64) {
+        while let Some((t, _)) = self.pending.front() {
+            if *t > oldest_live {
+                break;
+            }
+            if let Some((_, runs)) = self.pending.pop_front() {
+                for (s, l) in runs {
+                    self.pending_pages -= l;
+                    self.reusable.insert(s, l);
+                }
+            }
+        }
+    }
+
+    pub fn free_pages(&self) -> u64 {
+        self.reusable.pages() + self.pending_pages
+    }
+}
+
+/// Reads bit `p` (relative to its bitmap) of `words`.
+pub(crate) fn bit(words: &[u64], p: u64) -> bool {
+    let i = (p % BITS_PER_BITMAP) as usize;
+    words.get(i / 64).map(|w| w & (1 << (i % 64)) != 0).unwrap_or(false)
+}
+
+/// Sets bit `p` of `words` to `free`.
+pub(crate) fn set_bit(words: &mut [u64], p: u64, free: bool) {
+    let i = (p % BITS_PER_BITMAP) as usize;
+    if free {
+        words[i / 64] |= 1 << (i % 64);
+    } else {
+        words[i / 64] &= !(1 << (i % 64));
+    }
+}
+
+/// Indexes (within the file) of aligned 1 MiB runs wholly free in `words` of bitmap `idx`,
+/// below `next_page`.
+pub(crate) fn free_runs(idx: usize, words: &[u64], next_page: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    let per = (RUN_PAGES / 64) as usize;
+    for (r, chunk) in words.chunks(per).enumerate() {
+        let first = idx as u64 * BITS_PER_BITMAP + r as u64 * RUN_PAGES;
+        if first + RUN_PAGES <= next_page && chunk.len() == per && chunk.iter().all(|&w| w == u64::MAX) {
+            out.push(first / RUN_PAGES);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extents_coalesce_and_first_fit() {
+        let mut e = Extents::default();
+        e.insert(10, 2);
+        e.insert(14, 2);
+        e.insert(12, 2);
+        assert_eq!(e.iter().collect::<Vec<_>>(), vec![(10, 6)]);
+        e.insert(30, 10);
+        assert_eq!(e.take(8), Some(30));
+        assert_eq!(e.take(1), Some(10));
+        assert_eq!(e.pages(), 5 + 2);
+        assert_eq!(e.take(100), None);
+    }
+
+    #[test]
+    fn release_waits_for_old_snapshots() {
+        let mut a = Allocator::default();
+        a.pending.push_back((5, vec![(100, 1)]));
+        a.pending.push_back((7, vec![(200, 2)]));
+        a.pending_pages = 3;
+        a.release(4);
+        assert_eq!(a.reusable.pages(), 0);
+        a.release(6);
+        assert_eq!(a.reusable.pages(), 1);
+        a.release(100);
+        assert_eq!(a.reusable.pages(), 3);
+        assert_eq!(a.free_pages(), 3);
+    }
+
+    #[test]
+    fn bitmap_scan_and_runs() {
+        let mut words = vec![0u64; WORDS];
+        for p in 128..256 {
+            set_bit(&mut words, p, true);
+        }
+        set_bit(&mut words, 300, true);
+        assert!(bit(&words, 300));
+        let a = Allocator::from_bitmaps(std::iter::once((0usize, &words[..])), 1000);
+        assert_eq!(a.reusable.iter().collect::<Vec<_>>(), vec![(128, 128), (300, 1)]);
+        assert_eq!(free_runs(0, &words, 1000), vec![1]);
+        assert_eq!(free_runs(0, &words, 200), Vec::<u64>::new());
+    }
+}

@@ -1,0 +1,274 @@
+//! Journal records: a 48-byte checksummed header and a checksummed body.
+//!
+//! ```text
+//! 0       4      5         6        8             16            24        32          40         44          48
+//! | magic | kind | version | unused | journal no  | storage id  | txn id  | body len  | body crc | header crc |
+//! ```
+//! `magic` is `"OMJR"`, `header crc` is the crc32 of bytes `0..44`, `body len >= 1`. A run of
+//! zero bytes has the wrong magic and a wrong header checksum, so a pre-zeroed tail always reads
+//! as the end of the journal (DESIGN invariant 8). `journal no` is the number of the file the
+//! record was written to, so records left in a recycled file are never taken for new ones.
+//!
+//! Commit body (kind 1):
+//! ```text
+//! root u64 | freedir u64 | next_page u64 | entries u64 | images u32 |
+//! images × ( page number u64 | run pages u32 | run pages × 8192 bytes of sealed page image )
+//! ```
+//! Padding body (kind 2): zeros, written so that a batch ends on a 4 KiB boundary.
+//! Link body (kind 3): storage id u64 | UTF-8 path of the storage directory relative to the root.
+
+use crate::page::{rd_u32, rd_u64, wr_u32, wr_u64, PAGE_SIZE};
+
+/// Bytes of a record header.
+pub const RECORD_HEADER_LEN: usize = 48;
+/// `"OMJR"` little-endian.
+pub const MAGIC: u32 = u32::from_le_bytes(*b"OMJR");
+/// Record format version.
+pub const VERSION: u8 = 1;
+/// Alignment of every batch (bytes).
+pub const BATCH_ALIGN: u64 = 4096;
+
+/// What a record says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum RecordKind {
+    /// A committed transaction of one storage: its page images and tree roots.
+    Commit = 1,
+    /// Filler up to a 4 KiB boundary.
+    Padding = 2,
+    /// "Storage S has a hard link to this journal file" (shared journal).
+    Link = 3,
+}
+
+/// A decoded record header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordHeader {
+    /// What the body holds.
+    pub kind: RecordKind,
+    /// Number of the journal file the record was written to.
+    pub journal_no: u64,
+    /// The storage the record belongs to.
+    pub storage_id: u64,
+    /// The storage's transaction id (0 for padding and links).
+    pub txn_id: u64,
+    /// Body bytes.
+    pub body_len: u64,
+    /// crc32 of the body.
+    pub body_crc: u32,
+}
+
+impl RecordHeader {
+    /// Encodes the header, computing its checksum.
+    pub fn encode(&self) -> [u8; RECORD_HEADER_LEN] {
+        let mut b = [0u8; RECORD_HEADER_LEN];
+        wr_u32(&mut b, 0, MAGIC);
+        b[4] = self.kind as u8;
+        b[5] = VERSION;
+        wr_u64(&mut b, 8, self.journal_no);
+        wr_u64(&mut b, 16, self.storage_id);
+        wr_u64(&mut b, 24, self.txn_id);
+        wr_u64(&mut b, 32, self.body_len);
+        wr_u32(&mut b, 40, self.body_crc);
+        let c = crc32fast::hash(&b[..44]);
+        wr_u32(&mut b, 44, c);
+        b
+    }
+
+    /// Decodes and checks a header; `None` means "end of journal" (zeros, torn or foreign).
+    pub fn decode(b: &[u8]) -> Option<RecordHeader> {
+        if b.len() < RECORD_HEADER_LEN || rd_u32(b, 0)? != MAGIC || b[5] != VERSION {
+            return None;
+        }
+        if rd_u32(b, 44)? != crc32fast::hash(&b[..44]) {
+            return None;
+        }
+        let kind = match b[4] {
+            1 => RecordKind::Commit,
+            2 => RecordKind::Padding,
+            3 => RecordKind::Link,
+            _ => return None,
+        };
+        let body_len = rd_u64(b, 32)?;
+        if body_len == 0 {
+            return None;
+        }
+        Some(RecordHeader {
+            kind,
+            journal_no: rd_u64(b, 8)?,
+            storage_id: rd_u64(b, 16)?,
+            txn_id: rd_u64(b, 24)?,
+            body_len,
+            body_crc: rd_u32(b, 40)?,
+        })
+    }
+}
+
+/// The fixed part of a commit body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitMeta {
+    /// B+tree root after the transaction.
+    pub root: u64,
+    /// Free-space map directory page after the transaction.
+    pub freedir: u64,
+    /// High-water page count after the transaction.
+    pub next_page: u64,
+    /// Keys in the tree after the transaction.
+    pub entries: u64,
+}
+
+const COMMIT_FIXED: usize = 8 * 4 + 4;
+
+/// A record ready to be written: header fields except the journal number, and body parts.
+/// The body is kept as parts so page images are written by `pwritev` without copying.
+#[derive(Debug, Clone)]
+pub struct OutRecord {
+    /// Record kind.
+    pub kind: RecordKind,
+    /// Storage id.
+    pub storage_id: u64,
+    /// Transaction id.
+    pub txn_id: u64,
+    /// Body parts written back to back.
+    pub parts: Vec<std::sync::Arc<[u8]>>,
+    /// crc32 of the concatenated parts.
+    pub body_crc: u32,
+    /// Total body length.
+    pub body_len: u64,
+}
+
+impl OutRecord {
+    /// A record whose body is `parts`.
+    pub fn new(kind: RecordKind, storage_id: u64, txn_id: u64, parts: Vec<std::sync::Arc<[u8]>>) -> OutRecord {
+        let mut h = crc32fast::Hasher::new();
+        let mut len = 0u64;
+        for p in &parts {
+            h.update(p);
+            len += p.len() as u64;
+        }
+        OutRecord {
+            kind,
+            storage_id,
+            txn_id,
+            parts,
+            body_crc: h.finalize(),
+            body_len: len,
+        }
+    }
+
+    /// Bytes on disk (header + body).
+    pub fn total_len(&self) -> u64 {
+        RECORD_HEADER_LEN as u64 + self.body_len
+    }
+
+    /// The header for journal file `journal_no`.
+    pub fn header(&self, journal_no: u64) -> [u8; RECORD_HEADER_LEN] {
+        RecordHeader {
+            kind: self.kind,
+            journal_no,
+            storage_id: self.storage_id,
+            txn_id: self.txn_id,
+            body_len: self.body_len,
+            body_crc: self.body_crc,
+        }
+        .encode()
+    }
+}
+
+/// Builds a commit record from its meta and sealed page images `(page number, image)`.
+pub fn commit_record(storage_id: u64, txn_id: u64, meta: CommitMeta, images: &[(u64, std::sync::Arc<[u8]>)]) -> OutRecord {
+    let mut fixed = Vec::with_capacity(COMMIT_FIXED + images.len() * 12);
+    fixed.extend_from_slice(&meta.root.to_le_bytes());
+    fixed.extend_from_slice(&meta.freedir.to_le_bytes());
+    fixed.extend_from_slice(&meta.next_page.to_le_bytes());
+    fixed.extend_from_slice(&meta.entries.to_le_bytes());
+    fixed.extend_from_slice(&(images.len() as u32).to_le_bytes());
+    let mut parts: Vec<std::sync::Arc<[u8]>> = Vec::with_capacity(images.len() * 2 + 1);
+    parts.push(fixed.into());
+    for (p, img) in images {
+        debug_assert!(crate::page::verify_checksum(img), "unsealed image for page {p}");
+        let mut pre = [0u8; 12];
+        wr_u64(&mut pre, 0, *p);
+        wr_u32(&mut pre, 8, (img.len() / PAGE_SIZE) as u32);
+        parts.push(std::sync::Arc::from(&pre[..]));
+        parts.push(img.clone());
+    }
+    OutRecord::new(RecordKind::Commit, storage_id, txn_id, parts)
+}
+
+/// A decoded commit body: meta and `(page number, image)` pairs borrowed from the body.
+pub fn decode_commit(body: &[u8]) -> Option<(CommitMeta, Vec<(u64, &[u8])>)> {
+    let meta = CommitMeta {
+        root: rd_u64(body, 0)?,
+        freedir: rd_u64(body, 8)?,
+        next_page: rd_u64(body, 16)?,
+        entries: rd_u64(body, 24)?,
+    };
+    let n = rd_u32(body, 32)? as usize;
+    let mut at = COMMIT_FIXED;
+    let mut images = Vec::with_capacity(n.min(1 << 16));
+    for _ in 0..n {
+        let p = rd_u64(body, at)?;
+        let run = rd_u32(body, at + 8)? as usize;
+        at += 12;
+        let len = run.checked_mul(PAGE_SIZE)?;
+        let img = body.get(at..at.checked_add(len)?)?;
+        at += len;
+        images.push((p, img));
+    }
+    if at != body.len() {
+        return None;
+    }
+    Some((meta, images))
+}
+
+/// A padding record that, written at `pos`, ends exactly on the next 4 KiB boundary (or the
+/// one after when the gap is too small for a header and one byte).
+pub fn padding_for(pos: u64) -> Option<OutRecord> {
+    let rem = pos % BATCH_ALIGN;
+    if rem == 0 {
+        return None;
+    }
+    let mut gap = BATCH_ALIGN - rem;
+    if gap < RECORD_HEADER_LEN as u64 + 1 {
+        gap += BATCH_ALIGN;
+    }
+    let body = vec![0u8; (gap - RECORD_HEADER_LEN as u64) as usize];
+    Some(OutRecord::new(RecordKind::Padding, 0, 0, vec![body.into()]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zeros_never_decode() {
+        for len in [0usize, 1, 47, 48, 4096] {
+            assert!(RecordHeader::decode(&vec![0u8; len]).is_none());
+        }
+    }
+
+    #[test]
+    fn header_roundtrip_and_flip() {
+        let h = RecordHeader {
+            kind: RecordKind::Commit,
+            journal_no: 7,
+            storage_id: 42,
+            txn_id: 9,
+            body_len: 100,
+            body_crc: 5,
+        };
+        let mut b = h.encode();
+        assert_eq!(RecordHeader::decode(&b), Some(h));
+        b[20] ^= 0x10;
+        assert_eq!(RecordHeader::decode(&b), None);
+    }
+
+    #[test]
+    fn padding_reaches_boundary() {
+        for pos in [1u64, 100, 4000, 4048, 4095, 8191] {
+            let p = padding_for(pos).unwrap();
+            assert_eq!((pos + p.total_len()) % BATCH_ALIGN, 0, "pos {pos}");
+        }
+        assert!(padding_for(8192).is_none());
+    }
+}

@@ -1,0 +1,53 @@
+//! # omnibus
+//!
+//! An embedded, transactional key-value storage engine for Linux. A *storage* is a directory
+//! with its own single-writer ACID transactions over a copy-on-write B+tree of 8 KiB pages,
+//! read through a read-only `mmap` with lock-free snapshots, and made durable by a
+//! write-ahead journal of full page images with group commit.
+//!
+//! ```no_run
+//! use omnibus::{Options, Storage};
+//! # fn main() -> omnibus::Result<()> {
+//! let s = Storage::open("/tmp/example.omnibus", Options::default())?;
+//! let mut w = s.begin_write()?;
+//! w.put(b"hello", b"world")?;
+//! w.commit()?; // durable: the journal record is covered by fdatasync
+//! let r = s.begin_read()?;
+//! assert_eq!(r.get(b"hello")?, Some(&b"world"[..]));
+//! # Ok(()) }
+//! ```
+//!
+//! See `docs/ARCHITECTURE.md` for the code map and invariants, `docs/design.md` for the
+//! on-disk format and protocols.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod btree;
+pub mod env;
+pub mod error;
+pub mod flush;
+pub(crate) mod freespace;
+pub mod journal;
+pub mod options;
+pub mod page;
+pub(crate) mod state;
+pub mod storage;
+pub mod txn;
+
+#[path = "../actors/mod.rs"]
+pub mod actors;
+
+pub use btree::{CheckReport, Range};
+pub use error::{Corruption, Error, Result};
+pub use journal::Prezero;
+pub use options::{FlushMode, Options};
+pub use storage::{Storage, StorageStats};
+pub use txn::{ReadTransaction, WriteTransaction};
+
+/// Largest key in bytes (keys are 1..=1,024 bytes).
+pub const MAX_KEY_LEN: usize = 1024;
+/// Largest value in bytes: 128 MiB (values over about 2 KiB go to overflow pages).
+pub const MAX_VALUE_LEN: usize = 128 << 20;
+/// Page size in bytes.
+pub const PAGE_SIZE: usize = page::PAGE_SIZE;

@@ -1,0 +1,86 @@
+//! [`Options`]: how a storage is opened, journaled and flushed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::env::{default_env, StorageEnv};
+use crate::error::{Error, Result};
+use crate::journal::Prezero;
+
+/// When flushes run for a storage opened with [`crate::Storage::open`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FlushMode {
+    /// A background thread per storage flushes when the scratch table passes
+    /// [`Options::flush_scratch_bytes`] or its oldest commit passes [`Options::flush_max_age`].
+    #[default]
+    Background,
+    /// The committing thread flushes right after a commit that crosses a threshold (tests,
+    /// deterministic runs).
+    Inline,
+    /// Only explicit [`crate::Storage::flush`] calls (the actor runtime drives flushes itself).
+    Manual,
+}
+
+/// Options for opening a storage. `Options::default()` suits most uses.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The storage environment every file operation goes through. Default: [`crate::env::DefaultEnv`].
+    pub env: Arc<dyn StorageEnv>,
+    /// Create the storage when the directory is missing or empty. Default `true`; when `false`,
+    /// opening a missing storage fails with [`Error::NotAStorage`].
+    pub create: bool,
+    /// Open for reading only: recovery replays the journal in memory, nothing is written, and
+    /// [`crate::Storage::begin_write`] fails with [`Error::ReadOnly`]. Default `false`.
+    pub read_only: bool,
+    /// Journal file size in bytes before a new file is started. Default 256 MiB. A batch larger
+    /// than this gets a file of its own, as large as it needs.
+    pub journal_file_size: u64,
+    /// How the journal tail is zeroed ahead of commits. Default: 4 MiB ahead (Dolt).
+    pub journal_prezero: Prezero,
+    /// Flush when unflushed page images in the scratch table exceed this many bytes.
+    /// Default 64 MiB.
+    pub flush_scratch_bytes: u64,
+    /// Flush when the oldest unflushed commit is older than this. Default 5 s.
+    pub flush_max_age: Duration,
+    /// Who runs flushes. Default [`FlushMode::Background`].
+    pub flush_mode: FlushMode,
+    /// Punch holes (`fallocate(PUNCH_HOLE | KEEP_SIZE)`) in wholly free, aligned 1 MiB runs of
+    /// the data file during flushes. Default `true`.
+    pub punch_holes: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            env: default_env(),
+            create: true,
+            read_only: false,
+            journal_file_size: 256 << 20,
+            journal_prezero: Prezero::default(),
+            flush_scratch_bytes: 64 << 20,
+            flush_max_age: Duration::from_secs(5),
+            flush_mode: FlushMode::Background,
+            punch_holes: true,
+        }
+    }
+}
+
+impl Options {
+    /// Checks ranges: journal files of at least 64 KiB, a pre-zero step of 4 KiB to 1 GiB.
+    pub fn validate(&self) -> Result<()> {
+        if self.journal_file_size < 64 << 10 {
+            return Err(Error::InvalidOptions(format!(
+                "journal_file_size is {} bytes: at least 65,536 bytes",
+                self.journal_file_size
+            )));
+        }
+        if let Prezero::Ahead(n) = self.journal_prezero {
+            if !(4096..=1 << 30).contains(&n) {
+                return Err(Error::InvalidOptions(format!(
+                    "journal_prezero ahead is {n} bytes: 4 KiB to 1 GiB"
+                )));
+            }
+        }
+        Ok(())
+    }
+}

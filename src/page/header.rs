@@ -1,0 +1,188 @@
+//! Header pages 0 and 1: written alternately by the flush; the newest valid one wins (as
+//! LMDB's meta pages).
+//!
+//! ```text
+//! 0   page header (kind 1, page number 0 or 1)          32
+//! 32  magic "OMNIBUS\0"                                  8
+//! 40  format version u32 | page size u32                8
+//! 48  sequence u64 (higher = newer)                      8
+//! 56  storage id u64                                     8
+//! 64  flushed txn id u64                                 8
+//! 72  root page u64 (0 = empty tree)                     8
+//! 80  free-space map directory page u64 (0 = none)       8
+//! 88  next page u64 (high-water mark)                    8
+//! 96  entries u64 (keys in the tree)                     8
+//! 104 zeros to 8192 (covered by the checksum)
+//! ```
+
+use std::path::Path;
+
+use super::{rd_u32, rd_u64, seal, verify_checksum, wr_u32, wr_u64, zeroed, PageHeader, PageKind, PAGE_SIZE};
+use crate::error::{Error, Result};
+
+/// `OMNIBUS\0`.
+pub const MAGIC: [u8; 8] = *b"OMNIBUS\0";
+/// The on-disk format this build reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The decoded content of a header page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// Higher is newer.
+    pub sequence: u64,
+    /// Random id of the storage, carried by each of its journal records.
+    pub storage_id: u64,
+    /// Every transaction up to this one is in the data file.
+    pub flushed_txn: u64,
+    /// B+tree root of the flushed state.
+    pub root: u64,
+    /// Free-space map directory of the flushed state.
+    pub freedir: u64,
+    /// High-water page count of the flushed state.
+    pub next_page: u64,
+    /// Keys in the flushed state.
+    pub entries: u64,
+}
+
+impl Header {
+    /// Encodes into a sealed page image for slot `slot` (0 or 1).
+    pub fn encode(&self, slot: u64) -> Box<[u8]> {
+        let mut p = zeroed(1);
+        PageHeader {
+            kind: PageKind::Header,
+            count: 0,
+            page_number: slot,
+            txn_id: self.flushed_txn,
+            run_pages: 1,
+            aux: 0,
+        }
+        .write(&mut p);
+        p[32..40].copy_from_slice(&MAGIC);
+        wr_u32(&mut p, 40, FORMAT_VERSION);
+        wr_u32(&mut p, 44, PAGE_SIZE as u32);
+        wr_u64(&mut p, 48, self.sequence);
+        wr_u64(&mut p, 56, self.storage_id);
+        wr_u64(&mut p, 64, self.flushed_txn);
+        wr_u64(&mut p, 72, self.root);
+        wr_u64(&mut p, 80, self.freedir);
+        wr_u64(&mut p, 88, self.next_page);
+        wr_u64(&mut p, 96, self.entries);
+        seal(&mut p);
+        p
+    }
+}
+
+/// What one header slot holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Slot {
+    /// A valid header.
+    Valid(Header),
+    /// Magic and checksum fine, but another format version.
+    OtherVersion(u32),
+    /// Omnibus magic but a bad checksum or page size (torn or damaged).
+    Damaged,
+    /// No omnibus magic.
+    Foreign,
+}
+
+/// Decodes one slot.
+pub fn decode(page: &[u8], slot: u64) -> Slot {
+    if page.get(32..40) != Some(&MAGIC[..]) {
+        return Slot::Foreign;
+    }
+    if !verify_checksum(page) {
+        return Slot::Damaged;
+    }
+    let Some(version) = rd_u32(page, 40) else {
+        return Slot::Damaged;
+    };
+    if version != FORMAT_VERSION {
+        return Slot::OtherVersion(version);
+    }
+    let h = PageHeader::read(page);
+    if h.map(|h| (h.kind, h.page_number)) != Some((PageKind::Header, slot))
+        || rd_u32(page, 44) != Some(PAGE_SIZE as u32)
+    {
+        return Slot::Damaged;
+    }
+    let f = |at| rd_u64(page, at).unwrap_or(0);
+    Slot::Valid(Header {
+        sequence: f(48),
+        storage_id: f(56),
+        flushed_txn: f(64),
+        root: f(72),
+        freedir: f(80),
+        next_page: f(88),
+        entries: f(96),
+    })
+}
+
+/// Picks the newest valid header of the two slots, or the error that explains why none is.
+/// Returns the header and the slot it came from.
+pub fn choose(p0: &[u8], p1: &[u8], path: &Path) -> Result<(Header, u64)> {
+    let s = [decode(p0, 0), decode(p1, 1)];
+    let best = s
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| match s {
+            Slot::Valid(h) => Some((*h, i as u64)),
+            _ => None,
+        })
+        .max_by_key(|(h, _)| h.sequence);
+    if let Some(b) = best {
+        return Ok(b);
+    }
+    if let Some(v) = s.iter().find_map(|s| match s {
+        Slot::OtherVersion(v) => Some(*v),
+        _ => None,
+    }) {
+        return Err(Error::FormatVersion {
+            path: path.to_path_buf(),
+            found: v,
+            expected: FORMAT_VERSION,
+        });
+    }
+    if s.iter().any(|s| *s == Slot::Damaged) {
+        return Err(Error::corruption(path, Some(0), None, "both header pages fail their checksum"));
+    }
+    Err(Error::NotAStorage {
+        path: path.to_path_buf(),
+        reason: "the data file has no omnibus header".into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(seq: u64) -> Header {
+        Header {
+            sequence: seq,
+            storage_id: 1,
+            flushed_txn: seq,
+            root: 0,
+            freedir: 0,
+            next_page: 2,
+            entries: 0,
+        }
+    }
+
+    #[test]
+    fn newest_valid_wins_and_torn_falls_back() {
+        let p = Path::new("d");
+        let a = h(3).encode(0);
+        let mut b = h(4).encode(1);
+        assert_eq!(choose(&a, &b, p).unwrap().0.sequence, 4);
+        b[4000] ^= 1;
+        assert_eq!(choose(&a, &b, p).unwrap().0.sequence, 3);
+        let mut a2 = a.clone();
+        a2[100] ^= 1;
+        assert!(choose(&a2, &b, p).unwrap_err().is_corruption());
+        let z = zeroed(1);
+        assert!(matches!(choose(&z, &z, p), Err(Error::NotAStorage { .. })));
+        let mut v = h(1).encode(0);
+        wr_u32(&mut v, 40, 99);
+        seal(&mut v);
+        assert!(matches!(choose(&v, &z, p), Err(Error::FormatVersion { found: 99, .. })));
+    }
+}

@@ -1,0 +1,204 @@
+//! Pages: the 8 KiB unit of the data file and of journal page images.
+//!
+//! Every page starts with a 32-byte [`PageHeader`]; the first 4 bytes are a crc32 (crc32fast,
+//! IEEE polynomial) of everything after them: bytes `4..8192` for a page, `4..run_pages*8192`
+//! for an overflow run (one header for the whole run, so a large value is contiguous on disk and
+//! can be returned without copying). Layouts of each kind are in `docs/design.md`.
+//!
+//! All decoding is bounds-checked and returns [`Error::Corruption`]: no file content panics.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+pub mod header;
+pub mod node;
+
+/// Bytes in a page.
+pub const PAGE_SIZE: usize = 8192;
+/// Bytes of the common page header.
+pub const HEADER_LEN: usize = 32;
+/// Bytes available after the header.
+pub const BODY_LEN: usize = PAGE_SIZE - HEADER_LEN;
+
+const _: () = assert!(PAGE_SIZE.is_power_of_two());
+const _: () = assert!(BODY_LEN == 8160);
+
+/// What a page holds (byte 4 of the header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum PageKind {
+    /// Header page (page 0 or 1).
+    Header = 1,
+    /// B+tree branch (interior) page.
+    Branch = 2,
+    /// B+tree leaf page.
+    Leaf = 3,
+    /// First page of an overflow run holding one large value.
+    Overflow = 4,
+    /// Free-space map directory: the page numbers of the bitmap pages.
+    FreeDir = 5,
+    /// Free-space map bitmap: one bit per page, 1 = free.
+    FreeBitmap = 6,
+}
+
+impl PageKind {
+    /// Decodes byte 4 of a page header.
+    pub fn from_u8(b: u8) -> Option<PageKind> {
+        Some(match b {
+            1 => PageKind::Header,
+            2 => PageKind::Branch,
+            3 => PageKind::Leaf,
+            4 => PageKind::Overflow,
+            5 => PageKind::FreeDir,
+            6 => PageKind::FreeBitmap,
+            _ => return None,
+        })
+    }
+}
+
+/// The common 32-byte page header.
+///
+/// ```text
+/// 0      4     5       6       8              16        24          28     32
+/// | crc32 | kind | flags | count | page number  | txn id  | run pages | aux  |
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageHeader {
+    /// What the page holds.
+    pub kind: PageKind,
+    /// Entries in the page (leaf cells, branch keys, directory entries).
+    pub count: u16,
+    /// The page's own number (detects misdirected writes).
+    pub page_number: u64,
+    /// The transaction that wrote this image.
+    pub txn_id: u64,
+    /// Pages covered by this header and checksum (1, or the length of an overflow run).
+    pub run_pages: u32,
+    /// Kind-specific (unused = 0).
+    pub aux: u32,
+}
+
+/// Little-endian field readers that never panic: `None` when out of bounds.
+pub(crate) fn rd_u16(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+pub(crate) fn rd_u32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+pub(crate) fn rd_u64(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+pub(crate) fn wr_u16(b: &mut [u8], at: usize, v: u16) {
+    b[at..at + 2].copy_from_slice(&v.to_le_bytes());
+}
+pub(crate) fn wr_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+pub(crate) fn wr_u64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+impl PageHeader {
+    /// Writes the header fields (not the checksum) into `page[4..32]`.
+    pub fn write(&self, page: &mut [u8]) {
+        page[4] = self.kind as u8;
+        page[5] = 0;
+        wr_u16(page, 6, self.count);
+        wr_u64(page, 8, self.page_number);
+        wr_u64(page, 16, self.txn_id);
+        wr_u32(page, 24, self.run_pages);
+        wr_u32(page, 28, self.aux);
+    }
+
+    /// Reads the header fields of `page` without checking the checksum.
+    pub fn read(page: &[u8]) -> Option<PageHeader> {
+        Some(PageHeader {
+            kind: PageKind::from_u8(*page.get(4)?)?,
+            count: rd_u16(page, 6)?,
+            page_number: rd_u64(page, 8)?,
+            txn_id: rd_u64(page, 16)?,
+            run_pages: rd_u32(page, 24)?,
+            aux: rd_u32(page, 28)?,
+        })
+    }
+}
+
+/// crc32 of `image[4..]`.
+pub fn compute_checksum(image: &[u8]) -> u32 {
+    crc32fast::hash(&image[4..])
+}
+
+/// Stores the checksum of `image` (a page or an overflow run) in its first 4 bytes.
+pub fn seal(image: &mut [u8]) {
+    let c = compute_checksum(image);
+    wr_u32(image, 0, c);
+    debug_assert!(verify_checksum(image));
+}
+
+/// True when the stored checksum matches the content.
+pub fn verify_checksum(image: &[u8]) -> bool {
+    image.len() >= HEADER_LEN && rd_u32(image, 0) == Some(compute_checksum(image))
+}
+
+/// Checks an image read from `file` that should be page `page_number`: checksum, kind known,
+/// own number, and length (`run_pages * 8192`). Returns its header.
+pub fn check_image(image: &[u8], page_number: u64, file: &Path) -> Result<PageHeader> {
+    let bad = |what: &str| Err(Error::corruption(file, Some(page_number), None, what));
+    if image.len() < PAGE_SIZE || image.len() % PAGE_SIZE != 0 {
+        return bad("page image has a bad length");
+    }
+    if !verify_checksum(image) {
+        return bad("page checksum mismatch");
+    }
+    let Some(h) = PageHeader::read(image) else {
+        return bad("unknown page kind");
+    };
+    if h.page_number != page_number {
+        return bad(&format!("page claims to be page {}", h.page_number));
+    }
+    if h.run_pages as usize * PAGE_SIZE != image.len() {
+        return bad("page run length does not match its header");
+    }
+    Ok(h)
+}
+
+/// A zeroed, page-aligned-length buffer of `pages` pages.
+pub fn zeroed(pages: usize) -> Box<[u8]> {
+    vec![0u8; pages * PAGE_SIZE].into_boxed_slice()
+}
+
+/// Pages needed for an overflow run holding `value_len` bytes after the header.
+pub fn overflow_run_pages(value_len: usize) -> usize {
+    (HEADER_LEN + value_len).div_ceil(PAGE_SIZE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seal_then_verify_and_detect_flip() {
+        let mut p = zeroed(1);
+        PageHeader {
+            kind: PageKind::Leaf,
+            count: 3,
+            page_number: 9,
+            txn_id: 4,
+            run_pages: 1,
+            aux: 0,
+        }
+        .write(&mut p);
+        seal(&mut p);
+        assert!(check_image(&p, 9, Path::new("x")).is_ok());
+        assert!(check_image(&p, 8, Path::new("x")).is_err());
+        p[5000] ^= 1;
+        assert!(check_image(&p, 9, Path::new("x")).unwrap_err().is_corruption());
+    }
+
+    #[test]
+    fn zero_page_is_never_valid() {
+        let p = zeroed(1);
+        assert!(!verify_checksum(&p));
+    }
+}

@@ -1,0 +1,187 @@
+//! The state record: the immutable view a reader needs, published with one atomic pointer swap.
+//!
+//! A [`State`] holds the root page, the transaction id, the free-space map's directory page, the
+//! high-water page count, the scratch table (pages committed to the journal but not yet flushed)
+//! and the read-only map of the data file. Readers `load_full()` it from an `ArcSwap` (no lock)
+//! and keep it alive for as long as their snapshot lives; an old map and old scratch pages are
+//! freed when the last `Arc<State>` that holds them is dropped (DESIGN invariant 3).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+
+use memmap2::{Mmap, MmapOptions};
+
+use crate::env::EnvFile;
+use crate::error::{Error, Result};
+use crate::page::{check_image, PageHeader, PAGE_SIZE};
+
+/// A page image in the scratch table: written by `txn`, `image.len()` is a multiple of 8 KiB.
+#[derive(Debug)]
+pub(crate) struct ScratchPage {
+    pub txn: u64,
+    pub image: Arc<[u8]>,
+}
+
+/// Scratch table: page number -> latest committed, unflushed image (sorted, for the flush).
+pub(crate) type Scratch = imbl::OrdMap<u64, Arc<ScratchPage>>;
+
+/// A read-only map of the data file, with a bit per page saying its checksum was verified.
+pub(crate) struct Mapping {
+    map: Option<Mmap>,
+    len: u64,
+    verified: Box<[AtomicU64]>,
+    path: Arc<PathBuf>,
+}
+
+impl std::fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Mapping({} bytes)", self.len)
+    }
+}
+
+impl Mapping {
+    /// Maps the first `len` bytes of `file` read-only.
+    pub fn new(file: &Arc<dyn EnvFile>, len: u64, path: Arc<PathBuf>) -> Result<Mapping> {
+        let map = if len == 0 {
+            None
+        } else {
+            // SAFETY: the map is read-only and covers bytes below the file's length; the data
+            // file is never truncated while open, and the only writer (the flush) never writes a
+            // page that a live snapshot can read from the map (DESIGN invariants 3, 4 and 12),
+            // so no reader observes bytes changing under a `&[u8]` it holds.
+            let m = unsafe { MmapOptions::new().len(len as usize).map(file.raw_fd()) }.map_err(
+                |e| Error::Io {
+                    op: "mmap",
+                    path: path.to_path_buf(),
+                    source: e,
+                },
+            )?;
+            Some(m)
+        };
+        let pages = (len as usize).div_ceil(PAGE_SIZE);
+        let verified = (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
+        Ok(Mapping {
+            map,
+            len,
+            verified,
+            path,
+        })
+    }
+
+    /// Bytes mapped.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Page `p` and the run it starts, checked (checksum verified the first time it is read).
+    pub fn page(&self, p: u64, force_verify: bool) -> Result<(&[u8], PageHeader)> {
+        let bad = |what: &str| Err(Error::corruption(&*self.path, Some(p), None, what));
+        let Some(map) = &self.map else {
+            return bad("page beyond the end of the data file");
+        };
+        let start = p as usize * PAGE_SIZE;
+        let Some(first) = map.get(start..start + PAGE_SIZE) else {
+            return bad("page beyond the end of the data file");
+        };
+        let Some(h) = PageHeader::read(first) else {
+            return bad("unknown page kind (unwritten or overwritten page)");
+        };
+        let run = (h.run_pages.max(1) as usize).saturating_mul(PAGE_SIZE);
+        let Some(image) = map.get(start..start.saturating_add(run)) else {
+            return bad("page run beyond the end of the data file");
+        };
+        let word = (p / 64) as usize;
+        let bit = 1u64 << (p % 64);
+        let done = self
+            .verified
+            .get(word)
+            .map(|w| w.load(Ordering::Relaxed) & bit != 0)
+            .unwrap_or(false);
+        if !done || force_verify {
+            let h = check_image(image, p, &self.path)?;
+            if let Some(w) = self.verified.get(word) {
+                w.fetch_or(bit, Ordering::Relaxed);
+            }
+            return Ok((image, h));
+        }
+        Ok((image, h))
+    }
+}
+
+/// Everything a snapshot reads. Immutable once published.
+#[derive(Debug, Clone)]
+pub(crate) struct State {
+    /// Last committed transaction in this state.
+    pub txn_id: u64,
+    /// B+tree root page (0 = empty tree).
+    pub root: u64,
+    /// Free-space map directory page (0 = no map yet).
+    pub freedir: u64,
+    /// Pages below this number are in use by the file (allocated, free or punched).
+    pub next_page: u64,
+    /// Keys in the tree.
+    pub entries: u64,
+    /// Last transaction whose pages are in the data file and recorded by a durable header.
+    pub flushed_txn: u64,
+    /// Unflushed page images.
+    pub scratch: Scratch,
+    /// Bytes of images in `scratch`.
+    pub scratch_bytes: u64,
+    /// When the oldest unflushed commit in `scratch` was published.
+    pub dirty_since: Option<Instant>,
+    /// Read-only map of the data file.
+    pub mapping: Arc<Mapping>,
+}
+
+impl State {
+    /// Resolves page `p`: the scratch table first, then the map.
+    pub fn page(&self, p: u64) -> Result<(&[u8], PageHeader)> {
+        if let Some(sp) = self.scratch.get(&p) {
+            let h = PageHeader::read(&sp.image).ok_or_else(|| {
+                Error::corruption(self.path(), Some(p), None, "bad scratch page")
+            })?;
+            return Ok((&sp.image, h));
+        }
+        self.mapping.page(p, false)
+    }
+
+    /// Like [`State::page`] but always verifies the checksum (used by `check`).
+    pub fn page_verified(&self, p: u64) -> Result<(&[u8], PageHeader)> {
+        if let Some(sp) = self.scratch.get(&p) {
+            let h = check_image(&sp.image, p, self.path())?;
+            return Ok((&sp.image, h));
+        }
+        self.mapping.page(p, true)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.mapping.path
+    }
+}
+
+/// Published states that may still have readers: their ids tell the writer which freed pages
+/// can be reused and the flush how far it may go.
+#[derive(Default)]
+pub(crate) struct SnapshotRegistry {
+    states: std::sync::Mutex<Vec<Weak<State>>>,
+}
+
+impl SnapshotRegistry {
+    /// Records a newly published state.
+    pub fn register(&self, s: &Arc<State>) {
+        let mut v = self.states.lock().unwrap_or_else(|e| e.into_inner());
+        v.retain(|w| w.strong_count() > 0);
+        v.push(Arc::downgrade(s));
+    }
+
+    /// The oldest state some reader (or the current-state pointer) still holds.
+    pub fn oldest_live(&self) -> Option<Arc<State>> {
+        let mut v = self.states.lock().unwrap_or_else(|e| e.into_inner());
+        v.retain(|w| w.strong_count() > 0);
+        v.iter()
+            .filter_map(|w| w.upgrade())
+            .min_by_key(|s| s.txn_id)
+    }
+}

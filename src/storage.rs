@@ -1,0 +1,717 @@
+//! [`Storage`]: one self-contained storage directory.
+//!
+//! ```text
+//! <dir>/LOCK          flock()ed while open
+//! <dir>/data.pages    header pages 0 and 1, then B+tree, overflow and free-space pages
+//! <dir>/Journals/     numbered journal files
+//! ```
+//! Open: take the lock, read the newest valid header, replay the journal records after its
+//! flushed txn id into the scratch table (DESIGN invariant 7), start a fresh journal file,
+//! flush what was replayed, and delete journal files that hold nothing unflushed.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+
+use crate::btree::CheckReport;
+use crate::env::{EnvFile, OpenMode, StorageEnv};
+use crate::error::{Error, Result};
+use crate::freespace::{Allocator, BITS_PER_BITMAP, WORDS};
+use crate::journal::record::{decode_commit, CommitMeta, RecordKind};
+use crate::journal::{recovery, Journal, JournalStats};
+use crate::options::{FlushMode, Options};
+use crate::page::header::{self, Header};
+use crate::page::{self, PageKind, HEADER_LEN, PAGE_SIZE};
+use crate::state::{Mapping, ScratchPage, SnapshotRegistry, State};
+use crate::txn::{ReadTransaction, WriteTransaction};
+
+/// Name of the data file in a storage directory.
+pub const DATA_FILE: &str = "data.pages";
+/// Name of the lock file in a storage directory.
+pub const LOCK_FILE: &str = "LOCK";
+/// Name of the journal directory in a storage directory.
+pub const JOURNALS_DIR: &str = "Journals";
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The writer's state between transactions (taken by the open write transaction).
+#[derive(Debug)]
+pub(crate) struct WriterState {
+    pub alloc: Allocator,
+}
+
+/// State owned by the flush (one flush at a time).
+#[derive(Debug)]
+pub(crate) struct FlushState {
+    /// Sequence of the newest header written.
+    pub header_seq: u64,
+    /// Slot (0 or 1) the newest header is in.
+    pub header_slot: u64,
+    /// Aligned 1 MiB runs currently punched.
+    pub punched: BTreeSet<u64>,
+    /// False after the file system answered EOPNOTSUPP.
+    pub punching: bool,
+}
+
+/// Counters and sizes of one storage. Page counts are 8 KiB pages, sizes are bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StorageStats {
+    /// Last committed (durable, visible) transaction id.
+    pub last_committed_txn: u64,
+    /// Last transaction whose pages are in the data file under a durable header.
+    pub last_flushed_txn: u64,
+    /// Keys stored.
+    pub entries: u64,
+    /// Pages in use (tree, overflow, free-space map and the two header pages).
+    pub pages_used: u64,
+    /// Pages free in the free-space map (reusable, waiting for old snapshots, or punched).
+    pub pages_free: u64,
+    /// Length of the data file in bytes.
+    pub data_file_bytes: u64,
+    /// Bytes the data file occupies on disk (`st_blocks * 512`).
+    pub allocated_bytes: u64,
+    /// Journal files in this storage's `Journals/`.
+    pub journal_files: u64,
+    /// Bytes of unflushed page images held in the scratch table.
+    pub scratch_bytes: u64,
+    /// Pages in the scratch table.
+    pub scratch_pages: u64,
+    /// Aligned 1 MiB runs punched since open (cumulative `fallocate(PUNCH_HOLE)` calls).
+    pub holes_punched: u64,
+    /// Flushes completed since open.
+    pub flushes: u64,
+    /// The journal writer's counters (commits, batches, fdatasyncs, ...).
+    pub journal: JournalStats,
+}
+
+pub(crate) struct Inner {
+    pub path: PathBuf,
+    pub data_path: Arc<PathBuf>,
+    pub journals_dir: PathBuf,
+    pub env: Arc<dyn StorageEnv>,
+    pub opts: Options,
+    pub storage_id: u64,
+    _lock: File,
+    pub data: Arc<dyn EnvFile>,
+    pub current: ArcSwap<State>,
+    pub registry: SnapshotRegistry,
+    publish: Mutex<()>,
+    writer: Mutex<Option<WriterState>>,
+    writer_cv: Condvar,
+    pub flush_state: Mutex<FlushState>,
+    pub journal: Arc<Journal>,
+    poisoned: Mutex<Option<String>>,
+    pub file_len: AtomicU64,
+    closed: AtomicBool,
+    pub holes_punched: AtomicU64,
+    pub flushes: AtomicU64,
+    flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
+    flusher_signal: (Mutex<bool>, Condvar),
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Storage({})", self.path.display())
+    }
+}
+
+/// A handle to one open storage: a directory with its own single-writer ACID transactions
+/// over a copy-on-write B+tree of 8 KiB pages. Cheap to clone (`Arc`), `Send + Sync`.
+///
+/// Writes: one [`WriteTransaction`] at a time; a second [`Storage::begin_write`] waits until
+/// the first commits or aborts ([`Storage::try_begin_write`] fails instead). Reads:
+/// [`Storage::begin_read`] never blocks and takes no lock.
+#[derive(Clone, Debug)]
+pub struct Storage {
+    pub(crate) inner: Arc<Inner>,
+}
+
+fn random_id() -> u64 {
+    use rand::RngCore;
+    let mut id = 0;
+    while id == 0 {
+        id = rand::rng().next_u64();
+    }
+    id
+}
+
+fn env_err(op: &'static str, path: &Path, e: std::io::Error) -> Error {
+    Error::Io { op, path: path.to_path_buf(), source: e }
+}
+
+impl Storage {
+    /// Opens the storage in directory `path`, creating it when it is missing or empty (unless
+    /// [`Options::create`] is false), and recovers every commit the journal holds.
+    ///
+    /// Errors: [`Error::AlreadyOpen`] when another handle or process holds it;
+    /// [`Error::NotAStorage`] for a non-empty directory without a data file, or a data file
+    /// without the omnibus header; [`Error::FormatVersion`]; [`Error::Corruption`] when both
+    /// header pages are damaged or the journal's txn ids are not contiguous;
+    /// [`Error::InvalidOptions`]; I/O errors with the operation and path.
+    pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Storage> {
+        let inner = Inner::open(path.as_ref(), opts)?;
+        Ok(Storage { inner })
+    }
+
+    /// The storage directory.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The random 64-bit id that tags this storage's journal records.
+    pub fn storage_id(&self) -> u64 {
+        self.inner.storage_id
+    }
+
+    /// Starts the write transaction, waiting while another one is open.
+    ///
+    /// Errors: [`Error::ReadOnly`], [`Error::Poisoned`], [`Error::Closed`].
+    pub fn begin_write(&self) -> Result<WriteTransaction> {
+        self.inner.begin_write(true)
+    }
+
+    /// Starts the write transaction, or fails with [`Error::WriteInProgress`] when one is open.
+    pub fn try_begin_write(&self) -> Result<WriteTransaction> {
+        self.inner.begin_write(false)
+    }
+
+    /// A snapshot of the last committed state. Never blocks, takes no lock.
+    ///
+    /// Errors: [`Error::Closed`] after [`Storage::close`].
+    pub fn begin_read(&self) -> Result<ReadTransaction> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        Ok(ReadTransaction::new(self.inner.current.load_full()))
+    }
+
+    /// Writes every committed page to the data file, advances the header, punches free 1 MiB
+    /// runs and deletes journal files that hold nothing unflushed (DESIGN section 6). Pages that
+    /// an older live snapshot still reads are held back until it ends (DESIGN invariant 4).
+    ///
+    /// Errors: an I/O error writing or syncing the data file (the storage is then poisoned);
+    /// [`Error::Poisoned`].
+    pub fn flush(&self) -> Result<()> {
+        crate::flush::flush(&self.inner).map(|_| ())
+    }
+
+    /// Sizes and counters (see [`StorageStats`]).
+    pub fn stats(&self) -> StorageStats {
+        self.inner.stats()
+    }
+
+    /// Checks the last committed state: every page checksum, key order and bounds, equal leaf
+    /// depth, overflow runs, and the free-space map (every page in use or free, never both).
+    /// Problems are listed in the report; `Err` only when the storage is closed.
+    pub fn check(&self) -> Result<CheckReport> {
+        let r = self.begin_read()?;
+        let s = self.inner.current.load_full();
+        drop(r);
+        Ok(crate::btree::check(&s))
+    }
+
+    /// Flushes, stops the background flusher and marks this storage closed: later calls on any
+    /// clone fail with [`Error::Closed`]. The lock is released when the last clone is dropped.
+    ///
+    /// Errors: the flush's error (committed data stays safe in the journal).
+    pub fn close(self) -> Result<()> {
+        let r = if self.inner.opts.read_only || self.inner.poisoned().is_some() {
+            Ok(())
+        } else {
+            self.flush()
+        };
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.stop_flusher();
+        r
+    }
+
+    /// True after an I/O failure poisoned the storage.
+    pub fn is_poisoned(&self) -> bool {
+        self.inner.poisoned().is_some()
+    }
+}
+
+impl Inner {
+    fn open(path: &Path, opts: Options) -> Result<Arc<Inner>> {
+        opts.validate()?;
+        let env = opts.env.clone();
+        let path = path.to_path_buf();
+        let data_path = Arc::new(path.join(DATA_FILE));
+        let journals_dir = path.join(JOURNALS_DIR);
+        let mut created_dir = false;
+        if !env.exists(&path) {
+            if !opts.create || opts.read_only {
+                return Err(Error::NotAStorage { path, reason: "the directory does not exist".into() });
+            }
+            env.create_dir(&path)?;
+            created_dir = true;
+        }
+        // The lock first: nothing is read or written before it is held.
+        let lock_path = path.join(LOCK_FILE);
+        let lock_file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(!opts.read_only)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(|e| env_err("open", &lock_path, e))?;
+        match rustix::fs::flock(&lock_file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => return Err(Error::AlreadyOpen { path }),
+            Err(e) => return Err(env_err("flock", &lock_path, std::io::Error::from_raw_os_error(e.raw_os_error()))),
+        }
+        let names = env.list_dir(&path)?;
+        let has_data = names.iter().any(|n| n == DATA_FILE);
+        if !has_data {
+            let foreign: Vec<&String> = names.iter().filter(|n| *n != LOCK_FILE && *n != JOURNALS_DIR).collect();
+            if !foreign.is_empty() {
+                return Err(Error::NotAStorage {
+                    path,
+                    reason: format!("no {DATA_FILE}, and the directory holds other files ({})", foreign[0]),
+                });
+            }
+            if !opts.create || opts.read_only {
+                return Err(Error::NotAStorage { path, reason: format!("no {DATA_FILE}") });
+            }
+        }
+        let data = env.open(&data_path, if opts.read_only { OpenMode::Existing } else { OpenMode::Create })?;
+        let mut len = data.len()?;
+        if len == 0 {
+            if opts.read_only {
+                return Err(Error::NotAStorage { path, reason: "empty data file".into() });
+            }
+            // A new storage (or a creation that crashed before its header was durable).
+            let h = Header { sequence: 1, storage_id: random_id(), flushed_txn: 0, root: 0, freedir: 0, next_page: 2, entries: 0 };
+            let p0 = h.encode(0);
+            let p1 = Header { sequence: 0, ..h }.encode(1);
+            data.write_all_at(&p0, 0)?;
+            data.write_all_at(&p1, PAGE_SIZE as u64)?;
+            data.sync_data()?;
+            env.create_dir(&journals_dir)?;
+            env.sync_dir(&journals_dir)?;
+            env.sync_dir(&path)?;
+            if created_dir {
+                if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    env.sync_dir(parent)?;
+                }
+            }
+            len = 2 * PAGE_SIZE as u64;
+        }
+        if len < 2 * PAGE_SIZE as u64 {
+            return Err(Error::NotAStorage { path, reason: format!("{DATA_FILE} is {len} bytes, shorter than its two header pages") });
+        }
+        let mut p0 = page::zeroed(1);
+        let mut p1 = page::zeroed(1);
+        data.read_exact_at(&mut p0, 0)?;
+        data.read_exact_at(&mut p1, PAGE_SIZE as u64)?;
+        let (hdr, slot) = header::choose(&p0, &p1, &data_path)?;
+        if !env.exists(&journals_dir) {
+            if opts.read_only {
+                return Err(Error::NotAStorage { path, reason: "no Journals directory".into() });
+            }
+            env.create_dir(&journals_dir)?;
+            env.sync_dir(&path)?;
+        }
+        let mapping = Arc::new(Mapping::new(&data, len, data_path.clone())?);
+        let mut state = State {
+            txn_id: hdr.flushed_txn,
+            root: hdr.root,
+            freedir: hdr.freedir,
+            next_page: hdr.next_page,
+            entries: hdr.entries,
+            flushed_txn: hdr.flushed_txn,
+            scratch: Default::default(),
+            scratch_bytes: 0,
+            dirty_since: None,
+            mapping,
+        };
+        let files = recover(&*env, &journals_dir, hdr.storage_id, &mut state)?;
+        let max_no = files.keys().next_back().copied().unwrap_or(0);
+        let replayed = state.txn_id > hdr.flushed_txn;
+        if replayed {
+            state.dirty_since = Some(Instant::now());
+            tracing::info!(path = %path.display(), from = hdr.flushed_txn, to = state.txn_id, "replayed journal");
+        }
+        let alloc = build_allocator(&state)?;
+        let journal = if opts.read_only {
+            Journal::open_read_only(env.clone(), &journals_dir)
+        } else {
+            Journal::open(env.clone(), &journals_dir, max_no + 1, opts.journal_file_size, opts.journal_prezero, files)?
+        };
+        let state = Arc::new(state);
+        let inner = Arc::new(Inner {
+            path,
+            data_path,
+            journals_dir,
+            env,
+            storage_id: hdr.storage_id,
+            _lock: lock_file,
+            data,
+            current: ArcSwap::new(state.clone()),
+            registry: SnapshotRegistry::default(),
+            publish: Mutex::new(()),
+            writer: Mutex::new(Some(WriterState { alloc })),
+            writer_cv: Condvar::new(),
+            flush_state: Mutex::new(FlushState { header_seq: hdr.sequence, header_slot: slot, punched: BTreeSet::new(), punching: opts.punch_holes }),
+            journal: Arc::new(journal),
+            poisoned: Mutex::new(None),
+            file_len: AtomicU64::new(len),
+            closed: AtomicBool::new(false),
+            holes_punched: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+            flusher: Mutex::new(None),
+            flusher_signal: (Mutex::new(false), Condvar::new()),
+            opts,
+        });
+        inner.registry.register(&state);
+        if !inner.opts.read_only {
+            inner.ensure_data_len(state.next_page)?;
+            // Write what was replayed to the data file and drop journal files fully flushed.
+            crate::flush::flush(&inner)?;
+            if inner.opts.flush_mode == FlushMode::Background {
+                start_flusher(&inner);
+            }
+        }
+        Ok(inner)
+    }
+
+    pub fn poisoned(&self) -> Option<String> {
+        lock(&self.poisoned).clone().or_else(|| self.journal.poisoned())
+    }
+
+    /// Marks the storage failed (fail-stop, DESIGN invariant 2).
+    pub fn poison(&self, e: &Error) {
+        let mut p = lock(&self.poisoned);
+        if p.is_none() {
+            tracing::error!(path = %self.path.display(), error = %e, "storage poisoned");
+            *p = Some(e.to_string());
+        }
+    }
+
+    pub fn check_writable(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if self.opts.read_only {
+            return Err(Error::ReadOnly);
+        }
+        if let Some(cause) = self.poisoned() {
+            return Err(Error::Poisoned { cause });
+        }
+        Ok(())
+    }
+
+    fn begin_write(self: &Arc<Self>, wait: bool) -> Result<WriteTransaction> {
+        self.check_writable()?;
+        let mut g = lock(&self.writer);
+        let mut writer = loop {
+            if let Some(w) = g.take() {
+                break w;
+            }
+            if !wait {
+                return Err(Error::WriteInProgress);
+            }
+            g = self.writer_cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        };
+        drop(g);
+        if let Err(e) = self.check_writable() {
+            self.return_writer(writer);
+            return Err(e);
+        }
+        // Pages freed by transactions no live snapshot predates can be reused now.
+        if let Some(oldest) = self.registry.oldest_live() {
+            writer.alloc.release(oldest.txn_id);
+        }
+        let base = self.current.load_full();
+        Ok(WriteTransaction::new(self.clone(), writer, base))
+    }
+
+    pub fn return_writer(&self, w: WriterState) {
+        *lock(&self.writer) = Some(w);
+        self.writer_cv.notify_one();
+    }
+
+    /// Grows the data file (in steps of 1/8 of its size, 1 MiB to 64 MiB) to hold `pages`.
+    pub fn ensure_data_len(&self, pages: u64) -> Result<()> {
+        let need = pages * PAGE_SIZE as u64;
+        let cur = self.file_len.load(Ordering::Acquire);
+        if need <= cur {
+            return Ok(());
+        }
+        let step = (cur / 8).clamp(1 << 20, 64 << 20);
+        let target = (need.max(cur + step)).div_ceil(1 << 20) << 20;
+        match self.data.allocate(cur, target - cur) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && target > need => {
+                // Try just what is needed before giving up.
+                self.data.allocate(cur, need - cur)?;
+                self.file_len.store(need, Ordering::Release);
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.file_len.store(target, Ordering::Release);
+        Ok(())
+    }
+
+    /// Publishes the state after a durable commit (DESIGN invariant 3: one pointer swap).
+    pub fn publish_commit(&self, txn: u64, meta: CommitMeta, images: Vec<(u64, Arc<[u8]>)>, freed: &[(u64, u64)]) {
+        let _g = lock(&self.publish);
+        let cur = self.current.load_full();
+        debug_assert_eq!(cur.txn_id + 1, txn, "commits publish in txn order");
+        let mut scratch = cur.scratch.clone();
+        let mut bytes = cur.scratch_bytes;
+        for (p, _) in freed {
+            if let Some(old) = scratch.remove(p) {
+                bytes -= old.image.len() as u64;
+            }
+        }
+        for (p, image) in images {
+            bytes += image.len() as u64;
+            if let Some(old) = scratch.insert(p, Arc::new(ScratchPage { txn, image })) {
+                bytes -= old.image.len() as u64;
+            }
+        }
+        let next = Arc::new(State {
+            txn_id: txn,
+            root: meta.root,
+            freedir: meta.freedir,
+            next_page: meta.next_page,
+            entries: meta.entries,
+            flushed_txn: cur.flushed_txn,
+            scratch,
+            scratch_bytes: bytes,
+            dirty_since: cur.dirty_since.or_else(|| Some(Instant::now())),
+            mapping: cur.mapping.clone(),
+        });
+        self.registry.register(&next);
+        self.current.store(next);
+    }
+
+    /// Publishes the state after a flush of everything up to `target`.
+    pub fn publish_flush(&self, target: u64, mapping: Option<Arc<Mapping>>) {
+        let _g = lock(&self.publish);
+        let cur = self.current.load_full();
+        let mut scratch = cur.scratch.clone();
+        let mut bytes = cur.scratch_bytes;
+        for (p, sp) in cur.scratch.iter() {
+            if sp.txn <= target {
+                scratch.remove(p);
+                bytes -= sp.image.len() as u64;
+            }
+        }
+        let empty = scratch.is_empty();
+        let next = Arc::new(State {
+            flushed_txn: target.max(cur.flushed_txn),
+            scratch,
+            scratch_bytes: bytes,
+            dirty_since: if empty { None } else if target < cur.txn_id { Some(Instant::now()) } else { cur.dirty_since },
+            mapping: mapping.unwrap_or_else(|| cur.mapping.clone()),
+            ..(*cur).clone()
+        });
+        self.registry.register(&next);
+        self.current.store(next);
+    }
+
+    pub fn needs_flush(&self) -> bool {
+        let s = self.current.load();
+        s.scratch_bytes >= self.opts.flush_scratch_bytes
+            || s.dirty_since.is_some_and(|t| t.elapsed() >= self.opts.flush_max_age)
+    }
+
+    pub fn after_commit(&self) {
+        if !self.needs_flush() {
+            return;
+        }
+        match self.opts.flush_mode {
+            FlushMode::Inline => {
+                if let Err(e) = crate::flush::flush(self) {
+                    tracing::warn!(error = %e, "inline flush failed");
+                }
+            }
+            FlushMode::Background => {
+                let (m, cv) = &self.flusher_signal;
+                *lock(m) = true;
+                cv.notify_one();
+            }
+            FlushMode::Manual => {}
+        }
+    }
+
+    fn stats(&self) -> StorageStats {
+        let s = self.current.load_full();
+        let free = count_free(&s);
+        StorageStats {
+            last_committed_txn: s.txn_id,
+            last_flushed_txn: s.flushed_txn,
+            entries: s.entries,
+            pages_used: s.next_page - free,
+            pages_free: free,
+            data_file_bytes: self.data.len().unwrap_or(0),
+            allocated_bytes: self.data.allocated_bytes().unwrap_or(0),
+            journal_files: recovery::list(&*self.env, &self.journals_dir).map(|v| v.len() as u64).unwrap_or(0),
+            scratch_bytes: s.scratch_bytes,
+            scratch_pages: s.scratch.len() as u64,
+            holes_punched: self.holes_punched.load(Ordering::Relaxed),
+            flushes: self.flushes.load(Ordering::Relaxed),
+            journal: self.journal.stats(),
+        }
+    }
+
+    fn stop_flusher(&self) {
+        {
+            let (m, cv) = &self.flusher_signal;
+            *lock(m) = true;
+            cv.notify_all();
+        }
+        let handle = lock(&self.flusher).take();
+        if let Some(h) = handle {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Best effort: a clean close leaves nothing to replay. Committed data is safe either way.
+        if !self.opts.read_only && !self.closed.load(Ordering::Acquire) && self.poisoned().is_none() {
+            if let Err(e) = crate::flush::flush(self) {
+                tracing::warn!(error = %e, "flush on drop failed");
+            }
+        }
+        self.closed.store(true, Ordering::Release);
+        self.stop_flusher();
+    }
+}
+
+/// The background flusher of one storage: wakes on a signal from a commit or every quarter of
+/// `flush_max_age`, flushes when a threshold is crossed. Holds only a weak reference.
+fn start_flusher(inner: &Arc<Inner>) {
+    let weak: Weak<Inner> = Arc::downgrade(inner);
+    let tick = (inner.opts.flush_max_age / 4).max(Duration::from_millis(10));
+    let h = std::thread::Builder::new().name("omnibus-flush".into()).spawn(move || loop {
+        let Some(inner) = weak.upgrade() else { return };
+        if inner.closed.load(Ordering::Acquire) {
+            return;
+        }
+        {
+            let (m, cv) = &inner.flusher_signal;
+            let mut sig = lock(m);
+            if !*sig {
+                sig = cv.wait_timeout(sig, tick).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0);
+            }
+            *sig = false;
+        }
+        if inner.closed.load(Ordering::Acquire) || inner.poisoned().is_some() {
+            return;
+        }
+        if inner.needs_flush() {
+            if let Err(e) = crate::flush::flush(&inner) {
+                tracing::warn!(error = %e, "background flush failed");
+            }
+        }
+    });
+    if let Ok(h) = h {
+        *lock(&inner.flusher) = Some(h);
+    }
+}
+
+/// Counts free bits of the state's free-space map below `next_page`.
+fn count_free(s: &State) -> u64 {
+    let mut n = 0;
+    let _ = for_each_bitmap(s, |idx, words| {
+        let base = idx as u64 * BITS_PER_BITMAP;
+        for (w, bits) in words.iter().enumerate() {
+            let first = base + w as u64 * 64;
+            if first >= s.next_page {
+                break;
+            }
+            let valid = (s.next_page - first).min(64);
+            let mask = if valid == 64 { u64::MAX } else { (1u64 << valid) - 1 };
+            n += (bits & mask).count_ones() as u64;
+        }
+    });
+    n
+}
+
+/// Calls `f(index, words)` for each bitmap page of the state's free-space map.
+pub(crate) fn for_each_bitmap(s: &State, mut f: impl FnMut(usize, &[u64])) -> Result<()> {
+    if s.freedir == 0 {
+        return Ok(());
+    }
+    let (img, h) = s.page(s.freedir)?;
+    if h.kind != PageKind::FreeDir {
+        return Err(Error::corruption(s.path(), Some(s.freedir), None, "expected a free-space directory page"));
+    }
+    let mut words = vec![0u64; WORDS];
+    for i in 0..h.count as usize {
+        let Some(bp) = page::rd_u64(img, HEADER_LEN + 8 * i) else { break };
+        let (bimg, bh) = s.page(bp)?;
+        if bh.kind != PageKind::FreeBitmap {
+            return Err(Error::corruption(s.path(), Some(bp), None, "expected a free-space bitmap page"));
+        }
+        for (w, v) in words.iter_mut().enumerate() {
+            *v = page::rd_u64(bimg, HEADER_LEN + 8 * w).unwrap_or(0);
+        }
+        f(i, &words);
+    }
+    Ok(())
+}
+
+fn build_allocator(s: &State) -> Result<Allocator> {
+    let mut maps: Vec<(usize, Vec<u64>)> = Vec::new();
+    for_each_bitmap(s, |i, w| maps.push((i, w.to_vec())))?;
+    Ok(Allocator::from_bitmaps(maps.iter().map(|(i, w)| (*i, &w[..])), s.next_page))
+}
+
+/// Replays the commit records of `storage_id` after `state.flushed_txn` into the scratch table
+/// (DESIGN invariant 7) and returns, per journal file, the highest txn id of each storage.
+fn recover(env: &dyn StorageEnv, dir: &Path, storage_id: u64, state: &mut State) -> Result<BTreeMap<u64, HashMap<u64, u64>>> {
+    let mut files = BTreeMap::new();
+    let data_path = state.path().to_path_buf();
+    for (no, path) in recovery::list(env, dir)? {
+        let mut per: HashMap<u64, u64> = HashMap::new();
+        recovery::scan(env, &path, no, |h, body, offset| {
+            if h.kind != RecordKind::Commit || h.storage_id != storage_id {
+                return Ok(());
+            }
+            let m = per.entry(h.storage_id).or_insert(0);
+            *m = (*m).max(h.txn_id);
+            if h.txn_id <= state.flushed_txn {
+                return Ok(());
+            }
+            let bad = |what: String| Error::corruption(&path, None, Some(offset), what);
+            if h.txn_id != state.txn_id + 1 {
+                return Err(bad(format!("journal txn ids are not contiguous: expected {}, found {}", state.txn_id + 1, h.txn_id)));
+            }
+            let (meta, images) = decode_commit(body).ok_or_else(|| bad("malformed commit record".into()))?;
+            let mut scratch = state.scratch.clone();
+            for (p, img) in images {
+                page::check_image(img, p, &data_path)?;
+                let image: Arc<[u8]> = img.into();
+                state.scratch_bytes += image.len() as u64;
+                if let Some(old) = scratch.insert(p, Arc::new(ScratchPage { txn: h.txn_id, image })) {
+                    state.scratch_bytes -= old.image.len() as u64;
+                }
+            }
+            state.scratch = scratch;
+            state.txn_id = h.txn_id;
+            state.root = meta.root;
+            state.freedir = meta.freedir;
+            state.next_page = meta.next_page;
+            state.entries = meta.entries;
+            Ok(())
+        })?;
+        files.insert(no, per);
+    }
+    Ok(files)
+}

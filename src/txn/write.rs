@@ -1,0 +1,684 @@
+//! The write transaction: copy-on-write updates of the B+tree and the free-space map.
+//!
+//! A page is never modified in place: the first change to a page in a transaction allocates a
+//! new page, decodes the old one into a [`Node`] and frees the old number (it stays readable by
+//! older snapshots until they end). Splits happen when a node outgrows a page; a node below a
+//! quarter page is merged with a sibling when both fit in one page. Commit encodes every dirty
+//! node, overflow run and free-space page into sealed images, hands one journal record to the
+//! journal writer, and publishes the new state once the record is durable.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::freespace::{self, Extents, BITS_PER_BITMAP, DIR_CAPACITY, WORDS};
+use crate::journal::record::{commit_record, CommitMeta};
+use crate::page::node::{encode_overflow, fits_inline, LeafEntry, Node, Val};
+use crate::page::{self, PageHeader, PageKind, HEADER_LEN, PAGE_SIZE};
+use crate::state::State;
+use crate::storage::{Inner, WriterState};
+
+/// Below this many body bytes a node is merged with a sibling when both fit in one page.
+const UNDERFULL: usize = page::BODY_LEN / 4;
+
+/// The single write transaction of a storage. Changes are private until [`commit`] returns;
+/// dropping the transaction, or [`abort`], discards them.
+///
+/// [`commit`]: WriteTransaction::commit
+/// [`abort`]: WriteTransaction::abort
+pub struct WriteTransaction {
+    inner: Arc<Inner>,
+    writer: Option<WriterState>,
+    base: Arc<State>,
+    txn_id: u64,
+    root: u64,
+    entries: u64,
+    next_page: u64,
+    nodes: HashMap<u64, Node>,
+    overflow: HashMap<u64, Vec<u8>>,
+    // Free-space map.
+    fsm_loaded: bool,
+    dir_page: u64,
+    dir_cowed: bool,
+    dir: Vec<u64>,
+    bitmaps: HashMap<usize, Vec<u64>>,
+    // Allocation bookkeeping.
+    taken: Vec<(u64, u64)>,
+    local_free: Extents,
+    allocated: HashMap<u64, u64>,
+    freed: Vec<(u64, u64)>,
+    failed: Option<String>,
+    changed: bool,
+}
+
+impl std::fmt::Debug for WriteTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WriteTransaction(txn {})", self.txn_id)
+    }
+}
+
+fn check_key(key: &[u8]) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::EmptyKey);
+    }
+    if key.len() > crate::MAX_KEY_LEN {
+        return Err(Error::KeyTooLarge {
+            len: key.len(),
+            max: crate::MAX_KEY_LEN,
+        });
+    }
+    Ok(())
+}
+
+/// Checks a key and a value against the limits, as `put` does before writing anything.
+pub(crate) fn check_put(key: &[u8], value: &[u8]) -> Result<()> {
+    check_key(key)?;
+    if value.len() > crate::MAX_VALUE_LEN {
+        return Err(Error::ValueTooLarge {
+            len: value.len(),
+            max: crate::MAX_VALUE_LEN,
+        });
+    }
+    Ok(())
+}
+
+impl WriteTransaction {
+    pub(crate) fn new(inner: Arc<Inner>, writer: WriterState, base: Arc<State>) -> WriteTransaction {
+        WriteTransaction {
+            txn_id: base.txn_id + 1,
+            root: base.root,
+            entries: base.entries,
+            next_page: base.next_page,
+            dir_page: base.freedir,
+            inner,
+            writer: Some(writer),
+            base,
+            nodes: HashMap::new(),
+            overflow: HashMap::new(),
+            fsm_loaded: false,
+            dir_cowed: false,
+            dir: Vec::new(),
+            bitmaps: HashMap::new(),
+            taken: Vec::new(),
+            local_free: Extents::default(),
+            allocated: HashMap::new(),
+            freed: Vec::new(),
+            failed: None,
+            changed: false,
+        }
+    }
+
+    /// The id this transaction commits as (last committed + 1).
+    pub fn txn_id(&self) -> u64 {
+        self.txn_id
+    }
+
+    /// Keys in the tree as this transaction sees it.
+    pub fn len(&self) -> u64 {
+        self.entries
+    }
+
+    /// True when the tree is empty as this transaction sees it.
+    pub fn is_empty(&self) -> bool {
+        self.entries == 0
+    }
+
+    fn corrupt(&self, page: u64, what: &str) -> Error {
+        Error::corruption(self.base.path(), Some(page), None, what)
+    }
+
+    fn guard(&self) -> Result<()> {
+        match &self.failed {
+            Some(cause) => Err(Error::Poisoned {
+                cause: format!("this transaction failed earlier: {cause}"),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn fail<T>(&mut self, r: Result<T>) -> Result<T> {
+        if let Err(e) = &r {
+            if self.failed.is_none() {
+                self.failed = Some(e.to_string());
+            }
+        }
+        r
+    }
+
+    // ---- allocation -------------------------------------------------------------------------
+
+    fn alloc(&mut self, n: u64) -> Result<u64> {
+        let p = if let Some(p) = self.local_free.take(n) {
+            self.set_bits(p, n, false)?;
+            p
+        } else if let Some(p) = self.writer.as_mut().and_then(|w| w.alloc.reusable.take(n)) {
+            self.taken.push((p, n));
+            self.set_bits(p, n, false)?;
+            p
+        } else {
+            let p = self.next_page;
+            self.next_page += n;
+            p
+        };
+        self.allocated.insert(p, n);
+        Ok(p)
+    }
+
+    fn free(&mut self, p: u64, n: u64) -> Result<()> {
+        self.set_bits(p, n, true)?;
+        if self.allocated.remove(&p).is_some() {
+            self.local_free.insert(p, n);
+        } else {
+            self.freed.push((p, n));
+        }
+        Ok(())
+    }
+
+    fn set_bits(&mut self, p: u64, n: u64, free: bool) -> Result<()> {
+        for q in p..p + n {
+            let idx = (q / BITS_PER_BITMAP) as usize;
+            self.bitmap(idx)?;
+            if let Some(w) = self.bitmaps.get_mut(&idx) {
+                freespace::set_bit(w, q, free);
+            }
+        }
+        Ok(())
+    }
+
+    fn load_fsm(&mut self) -> Result<()> {
+        if self.fsm_loaded {
+            return Ok(());
+        }
+        self.fsm_loaded = true;
+        if self.base.freedir != 0 {
+            let base = self.base.clone();
+            let (img, h) = base.page(self.base.freedir)?;
+            if h.kind != PageKind::FreeDir || h.count as usize > DIR_CAPACITY {
+                return Err(self.corrupt(self.base.freedir, "bad free-space directory page"));
+            }
+            for i in 0..h.count as usize {
+                let p = page::rd_u64(img, HEADER_LEN + 8 * i)
+                    .ok_or_else(|| self.corrupt(self.base.freedir, "bad free-space directory page"))?;
+                self.dir.push(p);
+            }
+        }
+        Ok(())
+    }
+
+    fn cow_dir(&mut self) -> Result<()> {
+        if self.dir_cowed {
+            return Ok(());
+        }
+        self.dir_cowed = true;
+        let old = self.dir_page;
+        let new = self.alloc(1)?;
+        self.dir_page = new;
+        if old != 0 {
+            self.free(old, 1)?;
+        }
+        Ok(())
+    }
+
+    /// Makes bitmap `idx` dirty in this transaction (copy-on-write), creating bitmaps up to it.
+    fn bitmap(&mut self, idx: usize) -> Result<()> {
+        self.load_fsm()?;
+        if self.bitmaps.contains_key(&idx) {
+            return Ok(());
+        }
+        if idx >= DIR_CAPACITY {
+            return Err(Error::InvalidOptions(format!(
+                "data file would exceed {} pages, the free-space map's reach",
+                DIR_CAPACITY as u64 * BITS_PER_BITMAP
+            )));
+        }
+        if idx < self.dir.len() {
+            let base = self.base.clone();
+            let old = self.dir[idx];
+            let (img, h) = base.page(old)?;
+            if h.kind != PageKind::FreeBitmap {
+                return Err(self.corrupt(old, "expected a free-space bitmap page"));
+            }
+            let words: Vec<u64> = (0..WORDS)
+                .map(|w| page::rd_u64(img, HEADER_LEN + 8 * w).unwrap_or(0))
+                .collect();
+            self.bitmaps.insert(idx, words);
+            self.cow_dir()?;
+            let new = self.alloc(1)?;
+            self.dir[idx] = new;
+            self.free(old, 1)?;
+        } else {
+            // Bounded by DIR_CAPACITY: each turn adds one bitmap.
+            while self.dir.len() <= idx {
+                let i = self.dir.len();
+                self.dir.push(0);
+                self.bitmaps.insert(i, vec![0u64; WORDS]);
+                self.cow_dir()?;
+                let new = self.alloc(1)?;
+                self.dir[i] = new;
+            }
+        }
+        Ok(())
+    }
+
+    // ---- nodes ------------------------------------------------------------------------------
+
+    fn read_node(&self, p: u64) -> Result<Node> {
+        if let Some(n) = self.nodes.get(&p) {
+            return Ok(n.clone());
+        }
+        let (img, h) = self.base.page(p)?;
+        if !matches!(h.kind, PageKind::Leaf | PageKind::Branch) {
+            return Err(self.corrupt(p, "expected a branch or leaf page"));
+        }
+        Node::decode(img, &h).ok_or_else(|| self.corrupt(p, "malformed node page"))
+    }
+
+    /// Returns the page number of a private (dirty) copy of node `p`.
+    fn cow(&mut self, p: u64) -> Result<u64> {
+        if self.nodes.contains_key(&p) {
+            return Ok(p);
+        }
+        let node = self.read_node(p)?;
+        let new = self.alloc(1)?;
+        self.nodes.insert(new, node);
+        self.free(p, 1)?;
+        Ok(new)
+    }
+
+    fn take_node(&mut self, p: u64) -> Result<Node> {
+        self.nodes
+            .remove(&p)
+            .ok_or_else(|| self.corrupt(p, "internal: dirty node missing"))
+    }
+
+    fn node_size(&self, p: u64) -> Result<usize> {
+        if let Some(n) = self.nodes.get(&p) {
+            return Ok(n.body_size());
+        }
+        Ok(self.read_node(p)?.body_size())
+    }
+
+    fn free_value(&mut self, v: &Val) -> Result<()> {
+        if let Val::Overflow { page, len } = v {
+            let n = page::overflow_run_pages(*len as usize) as u64;
+            self.overflow.remove(page);
+            self.free(*page, n)?;
+        }
+        Ok(())
+    }
+
+    fn split(&mut self, node: &mut Node) -> Result<(Vec<u8>, u64)> {
+        let (sep, right) = match node {
+            Node::Leaf(es) => {
+                let total: usize = es.iter().map(page::node::leaf_entry_size).sum();
+                let mut acc = 0;
+                let mut at = es.len() - 1;
+                for (i, e) in es.iter().enumerate() {
+                    acc += page::node::leaf_entry_size(e);
+                    if acc >= total / 2 {
+                        at = (i + 1).clamp(1, es.len() - 1);
+                        break;
+                    }
+                }
+                let right = es.split_off(at);
+                (right[0].key.clone(), Node::Leaf(right))
+            }
+            Node::Branch { keys, children } => {
+                let total: usize = keys.iter().map(|k| page::node::branch_key_size(k)).sum();
+                let mut acc = 0;
+                let mut m = keys.len() / 2;
+                for (i, k) in keys.iter().enumerate() {
+                    acc += page::node::branch_key_size(k);
+                    if acc >= total / 2 {
+                        m = i.clamp(1, keys.len() - 2);
+                        break;
+                    }
+                }
+                let rkeys = keys.split_off(m + 1);
+                let sep = keys.pop().ok_or_else(|| self.corrupt(0, "internal: empty split"))?;
+                let rchildren = children.split_off(m + 1);
+                (sep, Node::Branch { keys: rkeys, children: rchildren })
+            }
+        };
+        debug_assert!(node.fits() && right.fits(), "split halves must fit");
+        let r = self.alloc(1)?;
+        self.nodes.insert(r, right);
+        Ok((sep, r))
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn insert_at(&mut self, page: u64, key: &[u8], val: Val, depth: usize) -> Result<(u64, Option<(Vec<u8>, u64)>, Option<Val>)> {
+        if depth > crate::btree::MAX_DEPTH {
+            return Err(self.corrupt(page, "tree deeper than 32 levels"));
+        }
+        let p = self.cow(page)?;
+        let mut node = self.take_node(p)?;
+        let mut old = None;
+        let r = (|| -> Result<()> {
+            match &mut node {
+                Node::Leaf(es) => match es.binary_search_by(|e| e.key.as_slice().cmp(key)) {
+                    Ok(i) => old = Some(std::mem::replace(&mut es[i].val, val)),
+                    Err(i) => es.insert(i, LeafEntry { key: key.to_vec(), val }),
+                },
+                Node::Branch { keys, children } => {
+                    let i = keys.partition_point(|k| k.as_slice() <= key);
+                    let (nc, split, o) = self.insert_at(children[i], key, val, depth + 1)?;
+                    children[i] = nc;
+                    old = o;
+                    if let Some((sep, right)) = split {
+                        keys.insert(i, sep);
+                        children.insert(i + 1, right);
+                    }
+                }
+            }
+            Ok(())
+        })();
+        let split = match r {
+            Ok(()) if !node.fits() => Some(self.split(&mut node)),
+            Ok(()) => None,
+            Err(e) => Some(Err(e)),
+        };
+        self.nodes.insert(p, node);
+        let split = split.transpose()?;
+        Ok((p, split, old))
+    }
+
+    fn delete_at(&mut self, page: u64, key: &[u8], depth: usize) -> Result<(u64, Option<Val>)> {
+        if depth > crate::btree::MAX_DEPTH {
+            return Err(self.corrupt(page, "tree deeper than 32 levels"));
+        }
+        let p = self.cow(page)?;
+        let mut node = self.take_node(p)?;
+        let r = (|| -> Result<Option<Val>> {
+            match &mut node {
+                Node::Leaf(es) => match es.binary_search_by(|e| e.key.as_slice().cmp(key)) {
+                    Ok(i) => Ok(Some(es.remove(i).val)),
+                    Err(_) => Ok(None),
+                },
+                Node::Branch { keys, children } => {
+                    let i = keys.partition_point(|k| k.as_slice() <= key);
+                    let (nc, old) = self.delete_at(children[i], key, depth + 1)?;
+                    children[i] = nc;
+                    if self.node_size(nc)? < UNDERFULL && children.len() > 1 {
+                        let l = if i > 0 { i - 1 } else { i };
+                        self.try_merge(keys, children, l)?;
+                    }
+                    Ok(old)
+                }
+            }
+        })();
+        self.nodes.insert(p, node);
+        Ok((p, r?))
+    }
+
+    /// Merges children `l` and `l + 1` of a branch when they fit in one page together.
+    fn try_merge(&mut self, keys: &mut Vec<Vec<u8>>, children: &mut Vec<u64>, l: usize) -> Result<()> {
+        let (lp, rp) = (children[l], children[l + 1]);
+        let left = self.read_node(lp)?;
+        let right = self.read_node(rp)?;
+        let merged = match (left, right) {
+            (Node::Leaf(mut a), Node::Leaf(b)) => {
+                a.extend(b);
+                Node::Leaf(a)
+            }
+            (Node::Branch { keys: mut ak, children: mut ac }, Node::Branch { keys: bk, children: bc }) => {
+                ak.push(keys[l].clone());
+                ak.extend(bk);
+                ac.extend(bc);
+                Node::Branch { keys: ak, children: ac }
+            }
+            _ => return Err(self.corrupt(lp, "siblings of different kinds")),
+        };
+        if !merged.fits() {
+            return Ok(());
+        }
+        let nl = self.cow(lp)?;
+        self.nodes.insert(nl, merged);
+        self.nodes.remove(&rp);
+        self.free(rp, 1)?;
+        children[l] = nl;
+        keys.remove(l);
+        children.remove(l + 1);
+        Ok(())
+    }
+
+    // ---- public operations ------------------------------------------------------------------
+
+    /// Inserts or replaces `key` with `value`.
+    ///
+    /// Errors: [`Error::EmptyKey`], [`Error::KeyTooLarge`] (over 1,024 bytes),
+    /// [`Error::ValueTooLarge`] (over [`crate::MAX_VALUE_LEN`] bytes), all before anything is
+    /// changed; [`Error::Corruption`] or an I/O error reading a page (the transaction must then
+    /// be aborted).
+    pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        let (key, value) = (key.as_ref(), value.as_ref());
+        check_put(key, value)?;
+        self.guard()?;
+        let r = self.put_inner(key, value);
+        self.fail(r)
+    }
+
+    fn put_inner(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.changed = true;
+        let val = if fits_inline(key.len(), value.len()) {
+            Val::Inline(value.to_vec())
+        } else {
+            let n = page::overflow_run_pages(value.len()) as u64;
+            let p = self.alloc(n)?;
+            self.overflow.insert(p, value.to_vec());
+            Val::Overflow { page: p, len: value.len() as u64 }
+        };
+        let root = if self.root == 0 {
+            let p = self.alloc(1)?;
+            self.nodes.insert(p, Node::Leaf(Vec::new()));
+            p
+        } else {
+            self.root
+        };
+        let (nr, split, old) = self.insert_at(root, key, val, 0)?;
+        self.root = match split {
+            Some((sep, right)) => {
+                let r = self.alloc(1)?;
+                self.nodes.insert(r, Node::Branch { keys: vec![sep], children: vec![nr, right] });
+                r
+            }
+            None => nr,
+        };
+        match old {
+            Some(v) => self.free_value(&v)?,
+            None => self.entries += 1,
+        }
+        Ok(())
+    }
+
+    /// Removes `key`; returns whether it was present.
+    ///
+    /// Errors: [`Error::EmptyKey`], [`Error::KeyTooLarge`]; corruption or I/O reading a page.
+    pub fn delete(&mut self, key: impl AsRef<[u8]>) -> Result<bool> {
+        let key = key.as_ref();
+        check_key(key)?;
+        self.guard()?;
+        if self.get(key)?.is_none() {
+            return Ok(false);
+        }
+        let r = self.delete_inner(key);
+        self.fail(r)
+    }
+
+    fn delete_inner(&mut self, key: &[u8]) -> Result<bool> {
+        self.changed = true;
+        let (nr, old) = self.delete_at(self.root, key, 0)?;
+        self.root = nr;
+        let Some(old) = old else { return Ok(false) };
+        self.free_value(&old)?;
+        self.entries -= 1;
+        // Collapse the root: a branch with one child, or an empty leaf.
+        for _ in 0..crate::btree::MAX_DEPTH {
+            match self.nodes.get(&self.root) {
+                Some(Node::Branch { keys, children }) if keys.is_empty() => {
+                    let only = children[0];
+                    let r = self.root;
+                    self.nodes.remove(&r);
+                    self.free(r, 1)?;
+                    self.root = only;
+                }
+                Some(Node::Leaf(es)) if es.is_empty() => {
+                    let r = self.root;
+                    self.nodes.remove(&r);
+                    self.free(r, 1)?;
+                    self.root = 0;
+                    break;
+                }
+                _ => break,
+            }
+        }
+        Ok(true)
+    }
+
+    /// Reads `key` as this transaction sees it (its own changes included), copied out.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        let key = key.as_ref();
+        check_key(key)?;
+        self.guard()?;
+        let mut p = self.root;
+        if p == 0 {
+            return Ok(None);
+        }
+        for _ in 0..=crate::btree::MAX_DEPTH {
+            let node = match self.nodes.get(&p) {
+                Some(n) => n.clone(),
+                None => {
+                    // Not modified here: read the base snapshot without decoding whole pages.
+                    let (img, h) = self.base.page(p)?;
+                    if h.kind == PageKind::Leaf || h.kind == PageKind::Branch {
+                        if h.kind == PageKind::Leaf {
+                            let v = crate::page::node::LeafView::new(img, &h);
+                            return match v.search(key) {
+                                None => Err(self.corrupt(p, "malformed leaf page")),
+                                Some(Err(_)) => Ok(None),
+                                Some(Ok(i)) => {
+                                    let (_, val) = v.cell(i).ok_or_else(|| self.corrupt(p, "malformed leaf cell"))?;
+                                    Ok(Some(self.value(&val.to_val())?))
+                                }
+                            };
+                        }
+                        let v = crate::page::node::BranchView::new(img, &h);
+                        p = v.child_index(key).and_then(|i| v.child(i)).ok_or_else(|| self.corrupt(p, "malformed branch page"))?;
+                        continue;
+                    }
+                    return Err(self.corrupt(p, "expected a branch or leaf page"));
+                }
+            };
+            match node {
+                Node::Leaf(es) => {
+                    return match es.binary_search_by(|e| e.key.as_slice().cmp(key)) {
+                        Ok(i) => Ok(Some(self.value(&es[i].val)?)),
+                        Err(_) => Ok(None),
+                    };
+                }
+                Node::Branch { keys, children } => {
+                    p = children[keys.partition_point(|k| k.as_slice() <= key)];
+                }
+            }
+        }
+        Err(self.corrupt(p, "tree deeper than 32 levels"))
+    }
+
+    fn value(&self, v: &Val) -> Result<Vec<u8>> {
+        match v {
+            Val::Inline(b) => Ok(b.clone()),
+            Val::Overflow { page, len } => {
+                if let Some(b) = self.overflow.get(page) {
+                    return Ok(b.clone());
+                }
+                let vr = crate::page::node::ValRef::Overflow { page: *page, len: *len };
+                Ok(crate::btree::value(&self.base, vr)?.to_vec())
+            }
+        }
+    }
+
+    /// Makes every change durable and visible: returns once the journal record is covered by a
+    /// successful `fdatasync` (DESIGN invariant 1); new snapshots then see the changes.
+    ///
+    /// Errors: an I/O error writing or syncing the journal (the storage is then poisoned: every
+    /// later write fails with [`Error::Poisoned`] until reopened); `ENOSPC` growing the data file
+    /// (nothing is lost and the storage stays usable); [`Error::Poisoned`] when an earlier
+    /// failure poisoned it. After an error nothing of this transaction is visible.
+    pub fn commit(mut self) -> Result<()> {
+        self.guard()?;
+        self.inner.check_writable()?;
+        if !self.changed {
+            return Ok(());
+        }
+        // Make sure the free-space directory is written even if only tree pages changed.
+        self.load_fsm()?;
+        let txn = self.txn_id;
+        let mut images: Vec<(u64, Arc<[u8]>)> = Vec::with_capacity(self.nodes.len() + self.bitmaps.len() + 1);
+        for (&p, node) in &self.nodes {
+            images.push((p, node.encode(p, txn).into()));
+        }
+        for (&p, value) in &self.overflow {
+            images.push((p, encode_overflow(value, p, txn).into()));
+        }
+        for (&idx, words) in &self.bitmaps {
+            let p = self.dir[idx];
+            let mut img = page::zeroed(1);
+            PageHeader { kind: PageKind::FreeBitmap, count: 0, page_number: p, txn_id: txn, run_pages: 1, aux: idx as u32 }.write(&mut img);
+            for (w, v) in words.iter().enumerate() {
+                page::wr_u64(&mut img, HEADER_LEN + 8 * w, *v);
+            }
+            page::seal(&mut img);
+            images.push((p, img.into()));
+        }
+        if self.dir_cowed {
+            let mut img = page::zeroed(1);
+            PageHeader { kind: PageKind::FreeDir, count: self.dir.len() as u16, page_number: self.dir_page, txn_id: txn, run_pages: 1, aux: 0 }.write(&mut img);
+            for (i, v) in self.dir.iter().enumerate() {
+                page::wr_u64(&mut img, HEADER_LEN + 8 * i, *v);
+            }
+            page::seal(&mut img);
+            images.push((self.dir_page, img.into()));
+        }
+        images.sort_unstable_by_key(|(p, _)| *p);
+        debug_assert!(images.iter().all(|(p, img)| *p >= 2 && (*p + (img.len() / PAGE_SIZE) as u64) <= self.next_page));
+        let meta = CommitMeta { root: self.root, freedir: self.dir_page, next_page: self.next_page, entries: self.entries };
+        // Grow the data file before anything is journaled: ENOSPC here loses nothing.
+        self.inner.ensure_data_len(self.next_page)?;
+        let record = commit_record(self.inner.storage_id, txn, meta, &images);
+        let journal_no = match self.inner.journal.commit(record) {
+            Ok(no) => no,
+            Err(e) => {
+                self.inner.poison(&e);
+                return Err(e);
+            }
+        };
+        let _ = journal_no;
+        let mut writer = self.writer.take().ok_or(Error::Closed)?;
+        for (s, l) in self.local_free.iter() {
+            writer.alloc.reusable.insert(s, l);
+        }
+        let freed = std::mem::take(&mut self.freed);
+        let freed_pages: u64 = freed.iter().map(|(_, l)| l).sum();
+        writer.alloc.pending_pages += freed_pages;
+        self.inner.publish_commit(txn, meta, images, &freed);
+        writer.alloc.pending.push_back((txn, freed));
+        self.taken.clear();
+        self.inner.return_writer(writer);
+        self.inner.after_commit();
+        Ok(())
+    }
+
+    /// Discards every change (the same as dropping the transaction).
+    pub fn abort(self) {}
+}
+
+impl Drop for WriteTransaction {
+    fn drop(&mut self) {
+        if let Some(mut w) = self.writer.take() {
+            for (s, l) in self.taken.drain(..) {
+                w.alloc.reusable.insert(s, l);
+            }
+            self.inner.return_writer(w);
+        }
+    }
+}
