@@ -113,7 +113,8 @@ pub(crate) struct Inner {
     pub holes_punched: AtomicU64,
     pub flushes: AtomicU64,
     flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
-    flusher_signal: (Mutex<bool>, Condvar),
+    flusher_signal: Arc<(Mutex<bool>, Condvar)>,
+    flusher_stop: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -131,6 +132,19 @@ impl std::fmt::Debug for Inner {
 #[derive(Clone, Debug)]
 pub struct Storage {
     pub(crate) inner: Arc<Inner>,
+    _last: Arc<LastHandle>,
+}
+
+/// Dropped with the last [`Storage`] clone: stops and joins the flusher and flushes, so the
+/// lock is released as soon as the last handle is gone (not whenever a background thread lets
+/// go of it).
+#[derive(Debug)]
+struct LastHandle(Arc<Inner>);
+
+impl Drop for LastHandle {
+    fn drop(&mut self) {
+        self.0.shutdown();
+    }
 }
 
 fn random_id() -> u64 {
@@ -157,7 +171,7 @@ impl Storage {
     /// [`Error::InvalidOptions`]; I/O errors with the operation and path.
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Storage> {
         let inner = Inner::open(path.as_ref(), opts)?;
-        Ok(Storage { inner })
+        Ok(Storage { _last: Arc::new(LastHandle(inner.clone())), inner })
     }
 
     /// The storage directory.
@@ -283,6 +297,10 @@ impl Inner {
         }
         let data = env.open(&data_path, if opts.read_only { OpenMode::Existing } else { OpenMode::Create })?;
         let mut len = data.len()?;
+        if !opts.read_only && unfinished_creation(&*env, &*data, len, &journals_dir)? {
+            tracing::warn!(path = %path.display(), "creation crashed before the header pages were durable: creating again");
+            len = 0;
+        }
         if len == 0 {
             if opts.read_only {
                 return Err(Error::NotAStorage { path, reason: "empty data file".into() });
@@ -367,7 +385,8 @@ impl Inner {
             holes_punched: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
             flusher: Mutex::new(None),
-            flusher_signal: (Mutex::new(false), Condvar::new()),
+            flusher_signal: Arc::new((Mutex::new(false), Condvar::new())),
+            flusher_stop: Arc::new(AtomicBool::new(false)),
             opts,
         });
         inner.registry.register(&state);
@@ -537,7 +556,7 @@ impl Inner {
                 }
             }
             FlushMode::Background => {
-                let (m, cv) = &self.flusher_signal;
+                let (m, cv) = &*self.flusher_signal;
                 *lock(m) = true;
                 cv.notify_one();
             }
@@ -566,8 +585,9 @@ impl Inner {
     }
 
     fn stop_flusher(&self) {
+        self.flusher_stop.store(true, Ordering::Release);
         {
-            let (m, cv) = &self.flusher_signal;
+            let (m, cv) = &*self.flusher_signal;
             *lock(m) = true;
             cv.notify_all();
         }
@@ -580,16 +600,17 @@ impl Inner {
     }
 }
 
-impl Drop for Inner {
-    fn drop(&mut self) {
-        // Best effort: a clean close leaves nothing to replay. Committed data is safe either way.
+impl Inner {
+    /// Stops the flusher and, unless closed already, flushes (best effort: a clean close leaves
+    /// nothing to replay; committed data is safe in the journal either way).
+    fn shutdown(&self) {
+        self.stop_flusher();
         if !self.opts.read_only && !self.closed.load(Ordering::Acquire) && self.poisoned().is_none() {
             if let Err(e) = crate::flush::flush(self) {
                 tracing::warn!(error = %e, "flush on drop failed");
             }
         }
         self.closed.store(true, Ordering::Release);
-        self.stop_flusher();
     }
 }
 
@@ -597,20 +618,23 @@ impl Drop for Inner {
 /// `flush_max_age`, flushes when a threshold is crossed. Holds only a weak reference.
 fn start_flusher(inner: &Arc<Inner>) {
     let weak: Weak<Inner> = Arc::downgrade(inner);
+    let signal = inner.flusher_signal.clone();
+    let stop = inner.flusher_stop.clone();
     let tick = (inner.opts.flush_max_age / 4).max(Duration::from_millis(10));
     let h = std::thread::Builder::new().name("omnibus-flush".into()).spawn(move || loop {
-        let Some(inner) = weak.upgrade() else { return };
-        if inner.closed.load(Ordering::Acquire) {
-            return;
-        }
         {
-            let (m, cv) = &inner.flusher_signal;
+            // Wait without holding the storage, so dropping the last handle closes it.
+            let (m, cv) = &*signal;
             let mut sig = lock(m);
             if !*sig {
                 sig = cv.wait_timeout(sig, tick).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0);
             }
             *sig = false;
         }
+        if stop.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(inner) = weak.upgrade() else { return };
         if inner.closed.load(Ordering::Acquire) || inner.poisoned().is_some() {
             return;
         }
@@ -623,6 +647,31 @@ fn start_flusher(inner: &Arc<Inner>) {
     if let Ok(h) = h {
         *lock(&inner.flusher) = Some(h);
     }
+}
+
+/// True when the data file is what a creation that crashed before its header pages were durable
+/// leaves behind (a power loss may keep any part of the two unsynced header writes): at most two
+/// pages long, each slot zeros, cut off, or an omnibus header page (whole or torn), and no journal
+/// file (the first is created only after the header pages are synced, and a storage that ever
+/// committed is longer than two pages). Anything else is left to the header checks.
+fn unfinished_creation(env: &dyn StorageEnv, data: &dyn EnvFile, len: u64, journals_dir: &Path) -> Result<bool> {
+    if len == 0 || len > 2 * PAGE_SIZE as u64 {
+        return Ok(false);
+    }
+    let mut buf = vec![0u8; len as usize];
+    data.read_exact_at(&mut buf, 0)?;
+    buf.resize(2 * PAGE_SIZE, 0);
+    for (slot, pg) in buf.chunks(PAGE_SIZE).enumerate() {
+        let ours = match header::decode(pg, slot as u64) {
+            header::Slot::Valid(_) | header::Slot::Damaged => true,
+            header::Slot::Foreign => pg.iter().all(|&b| b == 0),
+            header::Slot::OtherVersion(_) => false,
+        };
+        if !ours {
+            return Ok(false);
+        }
+    }
+    Ok(!env.exists(journals_dir) || recovery::list(env, journals_dir)?.is_empty())
 }
 
 /// Counts free bits of the state's free-space map below `next_page`.
@@ -698,6 +747,16 @@ fn recover(env: &dyn StorageEnv, dir: &Path, storage_id: u64, state: &mut State)
             for (p, img) in images {
                 page::check_image(img, p, &data_path)?;
                 let image: Arc<[u8]> = img.into();
+                // Replay does not know the pages each commit freed (`publish_commit` drops them
+                // from the scratch table): an older image that starts inside this run was freed
+                // since, and must go, or the flush (in page order) writes it over the run.
+                let run = (image.len() / PAGE_SIZE) as u64;
+                let inside: Vec<u64> = scratch.range(p + 1..p + run).map(|(q, _)| *q).collect();
+                for q in inside {
+                    if let Some(old) = scratch.remove(&q) {
+                        state.scratch_bytes -= old.image.len() as u64;
+                    }
+                }
                 state.scratch_bytes += image.len() as u64;
                 if let Some(old) = scratch.insert(p, Arc::new(ScratchPage { txn: h.txn_id, image })) {
                     state.scratch_bytes -= old.image.len() as u64;
