@@ -47,6 +47,10 @@ pub struct Options {
     /// Punch holes (`fallocate(PUNCH_HOLE | KEEP_SIZE)`) in wholly free, aligned 1 MiB runs of
     /// the data file during flushes. Default `true`.
     pub punch_holes: bool,
+    /// Flush when the last handle is dropped or [`crate::Storage::close`] is called, so the
+    /// next open has nothing to replay. Default `true`; `false` leaves committed transactions in
+    /// the journal only (they are durable either way) and makes closing instant.
+    pub flush_on_close: bool,
 }
 
 impl Default for Options {
@@ -61,6 +65,7 @@ impl Default for Options {
             flush_max_age: Duration::from_secs(5),
             flush_mode: FlushMode::Background,
             punch_holes: true,
+            flush_on_close: true,
         }
     }
 }

@@ -236,7 +236,7 @@ impl Storage {
     ///
     /// Errors: the flush's error (committed data stays safe in the journal).
     pub fn close(self) -> Result<()> {
-        let r = if self.inner.opts.read_only || self.inner.poisoned().is_some() {
+        let r = if self.inner.opts.read_only || !self.inner.opts.flush_on_close || self.inner.poisoned().is_some() {
             Ok(())
         } else {
             self.flush()
@@ -605,7 +605,7 @@ impl Inner {
     /// nothing to replay; committed data is safe in the journal either way).
     fn shutdown(&self) {
         self.stop_flusher();
-        if !self.opts.read_only && !self.closed.load(Ordering::Acquire) && self.poisoned().is_none() {
+        if !self.opts.read_only && self.opts.flush_on_close && !self.closed.load(Ordering::Acquire) && self.poisoned().is_none() {
             if let Err(e) = crate::flush::flush(self) {
                 tracing::warn!(error = %e, "flush on drop failed");
             }

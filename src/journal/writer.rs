@@ -314,13 +314,14 @@ impl Journal {
 
     /// Writes zeros so that `[pos, end)` and some room after it is pre-zeroed.
     fn ensure_zeroed(&self, io: &mut Io, end: u64) -> Result<()> {
-        if end <= io.zeroed_end {
-            return Ok(());
-        }
         let ahead = match self.prezero {
             Prezero::Ahead(a) => a.max(BATCH_ALIGN),
             Prezero::WholeFile => self.file_size.max(BATCH_ALIGN),
         };
+        // Keep at least half the window zeroed past the write position; refill to a whole one.
+        if end + ahead / 2 <= io.zeroed_end {
+            return Ok(());
+        }
         let target = (end + ahead).div_ceil(BATCH_ALIGN) * BATCH_ALIGN;
         let mut at = io.zeroed_end;
         let mut bounded = 0u64;
