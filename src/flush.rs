@@ -92,9 +92,8 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushOutcome> {
     if fs.punching && target.txn_id <= inner.current.load().flushed_txn {
         out.runs_punched = punch(inner, &mut fs, &target)?;
     }
-    let mut flushed = std::collections::HashMap::new();
-    flushed.insert(inner.storage_id, inner.current.load().flushed_txn);
-    out.journals_deleted = inner.journal.release(&flushed)?.len() as u64;
+    let flushed = inner.current.load().flushed_txn;
+    out.journals_deleted = inner.journal.release(inner.storage_id, flushed)?.len() as u64;
     Ok(out)
 }
 

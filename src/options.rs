@@ -51,6 +51,10 @@ pub struct Options {
     /// next open has nothing to replay. Default `true`; `false` leaves committed transactions in
     /// the journal only (they are durable either way) and makes closing instant.
     pub flush_on_close: bool,
+    /// Whole pre-zeroed journal files kept ready by a background thread (as Voron's zeroed
+    /// journal pool), each `journal_file_size` bytes; released journal files are recycled into
+    /// it. Default 0 for a standalone storage; a database's shared journal uses at least 1.
+    pub journal_pool_files: usize,
 }
 
 impl Default for Options {
@@ -66,6 +70,7 @@ impl Default for Options {
             flush_mode: FlushMode::Background,
             punch_holes: true,
             flush_on_close: true,
+            journal_pool_files: 0,
         }
     }
 }

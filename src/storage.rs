@@ -23,7 +23,7 @@ use crate::env::{EnvFile, OpenMode, StorageEnv};
 use crate::error::{Error, Result};
 use crate::freespace::{Allocator, BITS_PER_BITMAP, WORDS};
 use crate::journal::record::{decode_commit, CommitMeta, RecordKind};
-use crate::journal::{recovery, Journal, JournalStats};
+use crate::journal::{recovery, Journal, JournalConfig, JournalStats};
 use crate::options::{FlushMode, Options};
 use crate::page::header::{self, Header};
 use crate::page::{self, PageKind, HEADER_LEN, PAGE_SIZE};
@@ -39,6 +39,15 @@ pub const JOURNALS_DIR: &str = "Journals";
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Which journal a storage's commits go to.
+pub(crate) enum Binding {
+    /// Its own journal in its own `Journals/` (a standalone storage, or separate-journals mode).
+    Own,
+    /// A database's shared journal. `rel` is the storage's path relative to the root (empty for
+    /// the root); `lock` is the root's LOCK, already held by the database.
+    Shared { journal: Arc<Journal>, rel: String, lock: Option<File> },
 }
 
 /// The writer's state between transactions (taken by the open write transaction).
@@ -170,7 +179,11 @@ impl Storage {
     /// header pages are damaged or the journal's txn ids are not contiguous;
     /// [`Error::InvalidOptions`]; I/O errors with the operation and path.
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Storage> {
-        let inner = Inner::open(path.as_ref(), opts)?;
+        Storage::open_with(path.as_ref(), opts, Binding::Own)
+    }
+
+    pub(crate) fn open_with(path: &Path, opts: Options, binding: Binding) -> Result<Storage> {
+        let inner = Inner::open(path, opts, binding)?;
         Ok(Storage { _last: Arc::new(LastHandle(inner.clone())), inner })
     }
 
@@ -253,7 +266,7 @@ impl Storage {
 }
 
 impl Inner {
-    fn open(path: &Path, opts: Options) -> Result<Arc<Inner>> {
+    fn open(path: &Path, opts: Options, binding: Binding) -> Result<Arc<Inner>> {
         opts.validate()?;
         let env = opts.env.clone();
         let path = path.to_path_buf();
@@ -268,19 +281,14 @@ impl Inner {
             created_dir = true;
         }
         // The lock first: nothing is read or written before it is held.
-        let lock_path = path.join(LOCK_FILE);
-        let lock_file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(!opts.read_only)
-            .truncate(false)
-            .open(&lock_path)
-            .map_err(|e| env_err("open", &lock_path, e))?;
-        match rustix::fs::flock(&lock_file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => {}
-            Err(rustix::io::Errno::WOULDBLOCK) => return Err(Error::AlreadyOpen { path }),
-            Err(e) => return Err(env_err("flock", &lock_path, std::io::Error::from_raw_os_error(e.raw_os_error()))),
-        }
+        let (binding, held) = match binding {
+            Binding::Shared { journal, rel, lock } => (Some((journal, rel)), lock),
+            Binding::Own => (None, None),
+        };
+        let lock_file = match held {
+            Some(f) => f,
+            None => take_lock(&path, opts.read_only)?,
+        };
         let names = env.list_dir(&path)?;
         let has_data = names.iter().any(|n| n == DATA_FILE);
         if !has_data {
@@ -358,10 +366,19 @@ impl Inner {
             tracing::info!(path = %path.display(), from = hdr.flushed_txn, to = state.txn_id, "replayed journal");
         }
         let alloc = build_allocator(&state)?;
-        let journal = if opts.read_only {
-            Journal::open_read_only(env.clone(), &journals_dir)
-        } else {
-            Journal::open(env.clone(), &journals_dir, max_no + 1, opts.journal_file_size, opts.journal_prezero, files)?
+        let mine: BTreeMap<u64, u64> = files.iter().map(|(no, per)| (*no, per.get(&hdr.storage_id).copied().unwrap_or(0))).collect();
+        let journal = match binding {
+            _ if opts.read_only => Journal::open_read_only(env.clone(), hdr.storage_id, &path),
+            Some((journal, rel)) => {
+                journal.register(hdr.storage_id, &path, &rel, &mine);
+                journal
+            }
+            None => {
+                let cfg = JournalConfig { file_size: opts.journal_file_size, prezero: opts.journal_prezero, pool_files: opts.journal_pool_files };
+                let j = Journal::open(env.clone(), hdr.storage_id, &path, max_no + 1, cfg)?;
+                j.register(hdr.storage_id, &path, "", &mine);
+                j
+            }
         };
         let state = Arc::new(state);
         let inner = Arc::new(Inner {
@@ -378,7 +395,7 @@ impl Inner {
             writer: Mutex::new(Some(WriterState { alloc })),
             writer_cv: Condvar::new(),
             flush_state: Mutex::new(FlushState { header_seq: hdr.sequence, header_slot: slot, punched: BTreeSet::new(), punching: opts.punch_holes }),
-            journal: Arc::new(journal),
+            journal,
             poisoned: Mutex::new(None),
             file_len: AtomicU64::new(len),
             closed: AtomicBool::new(false),
@@ -638,7 +655,7 @@ fn start_flusher(inner: &Arc<Inner>) {
         if inner.closed.load(Ordering::Acquire) || inner.poisoned().is_some() {
             return;
         }
-        if inner.needs_flush() {
+        if inner.needs_flush() || inner.journal.pins_old_file(inner.storage_id) {
             if let Err(e) = crate::flush::flush(&inner) {
                 tracing::warn!(error = %e, "background flush failed");
             }
@@ -672,6 +689,24 @@ fn unfinished_creation(env: &dyn StorageEnv, data: &dyn EnvFile, len: u64, journ
         }
     }
     Ok(!env.exists(journals_dir) || recovery::list(env, journals_dir)?.is_empty())
+}
+
+/// Takes the `flock` of `<dir>/LOCK` (exclusive, non-blocking): [`Error::AlreadyOpen`] when
+/// another handle or process holds it.
+pub(crate) fn take_lock(dir: &Path, read_only: bool) -> Result<File> {
+    let lock_path = dir.join(LOCK_FILE);
+    let lock_file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(!read_only)
+        .truncate(false)
+        .open(&lock_path)
+        .map_err(|e| env_err("open", &lock_path, e))?;
+    match rustix::fs::flock(&lock_file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(lock_file),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(Error::AlreadyOpen { path: dir.to_path_buf() }),
+        Err(e) => Err(env_err("flock", &lock_path, std::io::Error::from_raw_os_error(e.raw_os_error()))),
+    }
 }
 
 /// Counts free bits of the state's free-space map below `next_page`.
@@ -730,11 +765,14 @@ fn recover(env: &dyn StorageEnv, dir: &Path, storage_id: u64, state: &mut State)
     for (no, path) in recovery::list(env, dir)? {
         let mut per: HashMap<u64, u64> = HashMap::new();
         recovery::scan(env, &path, no, |h, body, offset| {
-            if h.kind != RecordKind::Commit || h.storage_id != storage_id {
+            if h.kind != RecordKind::Commit {
                 return Ok(());
             }
             let m = per.entry(h.storage_id).or_insert(0);
             *m = (*m).max(h.txn_id);
+            if h.storage_id != storage_id {
+                return Ok(());
+            }
             if h.txn_id <= state.flushed_txn {
                 return Ok(());
             }

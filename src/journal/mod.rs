@@ -10,7 +10,7 @@ pub mod record;
 pub mod recovery;
 pub mod writer;
 
-pub use writer::{Journal, JournalStats, Prezero};
+pub use writer::{Journal, JournalConfig, JournalStats, Prezero};
 
 /// File name of journal number `no`: 16 decimal digits and `.journal`.
 pub fn file_name(no: u64) -> String {
