@@ -121,6 +121,13 @@ pub enum Error {
         /// The rule it breaks.
         reason: &'static str,
     },
+    /// A branch storage directory is on another file system than the root, so journal files
+    /// cannot be hard-linked into it (use [`crate::JournalMode::Separate`], or move it).
+    #[error("{path}: on another file system than the database root: shared journal files cannot be hard-linked there")]
+    CrossDevice {
+        /// The branch directory.
+        path: PathBuf,
+    },
     /// A file operation failed.
     #[error("{op} {path}: {source}")]
     Io {
@@ -204,6 +211,7 @@ impl Clone for Error {
                 name: name.clone(),
                 reason,
             },
+            Error::CrossDevice { path } => Error::CrossDevice { path: path.clone() },
             Error::Io { op, path, source } => Error::Io {
                 op,
                 path: path.clone(),

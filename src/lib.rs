@@ -24,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod btree;
+pub mod database;
 pub mod env;
 pub mod error;
 pub mod flush;
@@ -39,9 +40,10 @@ pub mod txn;
 pub mod actors;
 
 pub use btree::{CheckReport, Range};
+pub use database::{Database, DatabaseStats};
 pub use error::{Corruption, Error, Result};
 pub use journal::Prezero;
-pub use options::{FlushMode, Options};
+pub use options::{FlushMode, JournalMode, Options};
 pub use storage::{Storage, StorageStats};
 pub use txn::{ReadTransaction, WriteTransaction};
 

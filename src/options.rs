@@ -21,6 +21,17 @@ pub enum FlushMode {
     Manual,
 }
 
+/// How the storages of a [`crate::Database`] journal their commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JournalMode {
+    /// One journal for the root and every branch storage: one `fdatasync` per batch of commits
+    /// of all storages (the point of omnibus).
+    #[default]
+    Shared,
+    /// Every storage its own journal and its own `fdatasync` (the baseline for benchmarks).
+    Separate,
+}
+
 /// Options for opening a storage. `Options::default()` suits most uses.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -55,6 +66,9 @@ pub struct Options {
     /// journal pool), each `journal_file_size` bytes; released journal files are recycled into
     /// it. Default 0 for a standalone storage; a database's shared journal uses at least 1.
     pub journal_pool_files: usize,
+    /// Shared or separate journals for a [`crate::Database`]. Default [`JournalMode::Shared`].
+    /// Ignored by a standalone [`crate::Storage::open`].
+    pub journal_mode: JournalMode,
 }
 
 impl Default for Options {
@@ -71,6 +85,7 @@ impl Default for Options {
             punch_holes: true,
             flush_on_close: true,
             journal_pool_files: 0,
+            journal_mode: JournalMode::Shared,
         }
     }
 }

@@ -44,7 +44,8 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Which journal a storage's commits go to.
 pub(crate) enum Binding {
     /// Its own journal in its own `Journals/` (a standalone storage, or separate-journals mode).
-    Own,
+    /// `lock` is its LOCK when the caller (a database, for its root) already holds it.
+    Own { lock: Option<File> },
     /// A database's shared journal. `rel` is the storage's path relative to the root (empty for
     /// the root); `lock` is the root's LOCK, already held by the database.
     Shared { journal: Arc<Journal>, rel: String, lock: Option<File> },
@@ -179,7 +180,7 @@ impl Storage {
     /// header pages are damaged or the journal's txn ids are not contiguous;
     /// [`Error::InvalidOptions`]; I/O errors with the operation and path.
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Storage> {
-        Storage::open_with(path.as_ref(), opts, Binding::Own)
+        Storage::open_with(path.as_ref(), opts, Binding::Own { lock: None })
     }
 
     pub(crate) fn open_with(path: &Path, opts: Options, binding: Binding) -> Result<Storage> {
@@ -259,6 +260,17 @@ impl Storage {
         r
     }
 
+    /// Closes this storage without flushing (its directory is about to be deleted).
+    pub(crate) fn close_for_drop(&self) {
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.stop_flusher();
+    }
+
+    /// The journal this storage commits to.
+    pub(crate) fn journal(&self) -> &Arc<Journal> {
+        &self.inner.journal
+    }
+
     /// True after an I/O failure poisoned the storage.
     pub fn is_poisoned(&self) -> bool {
         self.inner.poisoned().is_some()
@@ -283,7 +295,7 @@ impl Inner {
         // The lock first: nothing is read or written before it is held.
         let (binding, held) = match binding {
             Binding::Shared { journal, rel, lock } => (Some((journal, rel)), lock),
-            Binding::Own => (None, None),
+            Binding::Own { lock } => (None, lock),
         };
         let lock_file = match held {
             Some(f) => f,
@@ -292,7 +304,7 @@ impl Inner {
         let names = env.list_dir(&path)?;
         let has_data = names.iter().any(|n| n == DATA_FILE);
         if !has_data {
-            let foreign: Vec<&String> = names.iter().filter(|n| *n != LOCK_FILE && *n != JOURNALS_DIR).collect();
+            let foreign: Vec<&String> = names.iter().filter(|n| *n != LOCK_FILE && *n != JOURNALS_DIR && *n != crate::database::INDEXES_DIR).collect();
             if !foreign.is_empty() {
                 return Err(Error::NotAStorage {
                     path,
@@ -314,30 +326,13 @@ impl Inner {
                 return Err(Error::NotAStorage { path, reason: "empty data file".into() });
             }
             // A new storage (or a creation that crashed before its header was durable).
-            let h = Header { sequence: 1, storage_id: random_id(), flushed_txn: 0, root: 0, freedir: 0, next_page: 2, entries: 0 };
-            let p0 = h.encode(0);
-            let p1 = Header { sequence: 0, ..h }.encode(1);
-            data.write_all_at(&p0, 0)?;
-            data.write_all_at(&p1, PAGE_SIZE as u64)?;
-            data.sync_data()?;
-            env.create_dir(&journals_dir)?;
-            env.sync_dir(&journals_dir)?;
-            env.sync_dir(&path)?;
-            if created_dir {
-                if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                    env.sync_dir(parent)?;
-                }
-            }
+            init_files(&*env, &path, &*data, created_dir)?;
             len = 2 * PAGE_SIZE as u64;
         }
         if len < 2 * PAGE_SIZE as u64 {
             return Err(Error::NotAStorage { path, reason: format!("{DATA_FILE} is {len} bytes, shorter than its two header pages") });
         }
-        let mut p0 = page::zeroed(1);
-        let mut p1 = page::zeroed(1);
-        data.read_exact_at(&mut p0, 0)?;
-        data.read_exact_at(&mut p1, PAGE_SIZE as u64)?;
-        let (hdr, slot) = header::choose(&p0, &p1, &data_path)?;
+        let (hdr, slot) = read_header(&*data, &data_path)?;
         if !env.exists(&journals_dir) {
             if opts.read_only {
                 return Err(Error::NotAStorage { path, reason: "no Journals directory".into() });
@@ -689,6 +684,36 @@ fn unfinished_creation(env: &dyn StorageEnv, data: &dyn EnvFile, len: u64, journ
         }
     }
     Ok(!env.exists(journals_dir) || recovery::list(env, journals_dir)?.is_empty())
+}
+
+/// Writes the two header pages of a new storage (random storage id, empty tree), syncs the
+/// data file, creates `Journals/`, and syncs the directory (and its parent when `created_dir`).
+pub(crate) fn init_files(env: &dyn StorageEnv, path: &Path, data: &dyn EnvFile, created_dir: bool) -> Result<()> {
+    let h = Header { sequence: 1, storage_id: random_id(), flushed_txn: 0, root: 0, freedir: 0, next_page: 2, entries: 0 };
+    let p0 = h.encode(0);
+    let p1 = Header { sequence: 0, ..h }.encode(1);
+    data.write_all_at(&p0, 0)?;
+    data.write_all_at(&p1, PAGE_SIZE as u64)?;
+    data.sync_data()?;
+    let journals_dir = path.join(JOURNALS_DIR);
+    env.create_dir(&journals_dir)?;
+    env.sync_dir(&journals_dir)?;
+    env.sync_dir(path)?;
+    if created_dir {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            env.sync_dir(parent)?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads both header pages of `data` and returns the newest valid one and its slot.
+pub(crate) fn read_header(data: &dyn EnvFile, data_path: &Path) -> Result<(Header, u64)> {
+    let mut p0 = page::zeroed(1);
+    let mut p1 = page::zeroed(1);
+    data.read_exact_at(&mut p0, 0)?;
+    data.read_exact_at(&mut p1, PAGE_SIZE as u64)?;
+    header::choose(&p0, &p1, data_path)
 }
 
 /// Takes the `flock` of `<dir>/LOCK` (exclusive, non-blocking): [`Error::AlreadyOpen`] when

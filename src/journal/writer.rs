@@ -428,9 +428,8 @@ impl Journal {
             if sid == self.owner || io.entries.get(&no).is_some_and(|e| e.contains_key(&sid)) {
                 continue;
             }
-            let Some(sd) = io.storages.get(&sid).cloned() else {
-                return Err(Error::InvalidOptions(format!("storage {sid:#x} is not registered with the journal")));
-            };
+            // A storage dropped while its commit was queued: its directory is going away.
+            let Some(sd) = io.storages.get(&sid).cloned() else { continue };
             let to = sd.dir.join(crate::storage::JOURNALS_DIR).join(&name);
             match self.env.link(&self.dir.join(&name), &to) {
                 Ok(()) => {}
