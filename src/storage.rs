@@ -632,7 +632,7 @@ fn start_flusher(inner: &Arc<Inner>) {
     let weak: Weak<Inner> = Arc::downgrade(inner);
     let signal = inner.flusher_signal.clone();
     let stop = inner.flusher_stop.clone();
-    let tick = (inner.opts.flush_max_age / 4).max(Duration::from_millis(10));
+    let tick = (inner.opts.flush_max_age / 4).clamp(Duration::from_millis(10), Duration::from_millis(200));
     let h = std::thread::Builder::new().name("omnibus-flush".into()).spawn(move || loop {
         {
             // Wait without holding the storage, so dropping the last handle closes it.
