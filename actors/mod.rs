@@ -1,3 +1,23 @@
-//! The actor runtime: per-core executors, storage actors, the journal-writer actor, flushers
-//! and the reader pool. It builds on the synchronous core in `src/` and is filled in by the
-//! actor-runtime work; the core never imports this module.
+//! The actor runtime: per-core glommio executors, a storage actor per storage that merges
+//! requests into transactions, a journal-writer actor per database (the critical lane),
+//! low-priority flusher actors, a reader pool, and async + blocking handles usable from tokio,
+//! glommio and plain threads.
+//!
+//! ```text
+//! client ──put──▶ storage actor ──Commit──▶ journal writer ──batch──▶ critical I/O lane
+//!   ▲              (one txn per             (group commit)            (pwritev + fdatasync)
+//!   └── reply ◀──── drained mailbox) ◀── durable ◀──────────────────────────┘
+//! client ──get──▶ reader pool (shared mailbox, snapshots)
+//! flusher (per executor) ──flush──▶ background I/O lane (ioprio BE 7)
+//! ```
+//! Every mailbox is a bounded flume channel. The core (`src/`) never imports this module.
+
+mod engine;
+mod flusher;
+mod io_lane;
+mod journal_writer;
+mod reader_pool;
+mod storage;
+
+pub use engine::{DatabaseHandle, Engine, EngineOptions, MEMLOCK_PER_EXECUTOR};
+pub use storage::{StorageHandle, WriteBatch, WriteOp};

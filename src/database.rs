@@ -221,6 +221,11 @@ impl Database {
         })
     }
 
+    /// The shared journal (shared mode), for the actor runtime's journal writer.
+    pub(crate) fn shared_journal(&self) -> Option<Arc<Journal>> {
+        self.inner.journal.clone()
+    }
+
     /// The database directory.
     pub fn path(&self) -> &Path {
         &self.inner.path

@@ -128,6 +128,10 @@ pub enum Error {
         /// The branch directory.
         path: PathBuf,
     },
+    /// An operating-system limit is too low for what was asked (locked memory for executors);
+    /// the message says how much is needed and how to grant it.
+    #[error("{0}")]
+    ResourceLimit(String),
     /// A file operation failed.
     #[error("{op} {path}: {source}")]
     Io {
@@ -212,6 +216,7 @@ impl Clone for Error {
                 reason,
             },
             Error::CrossDevice { path } => Error::CrossDevice { path: path.clone() },
+            Error::ResourceLimit(s) => Error::ResourceLimit(s.clone()),
             Error::Io { op, path, source } => Error::Io {
                 op,
                 path: path.clone(),

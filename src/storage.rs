@@ -271,6 +271,20 @@ impl Storage {
         &self.inner.journal
     }
 
+    /// True when a flush is due: the scratch table passed its size or age threshold, or the
+    /// storage holds records in a journal file that is no longer current (bounded retention).
+    /// The actor runtime's flushers poll this.
+    pub fn flush_due(&self) -> bool {
+        self.inner.needs_flush() || self.inner.journal.pins_old_file(self.inner.storage_id)
+    }
+
+    /// Poisons the storage and its journal (an actor that panicked while writing it).
+    pub fn poison(&self, cause: &str) {
+        let e = Error::Poisoned { cause: cause.to_string() };
+        self.inner.poison(&e);
+        self.inner.journal.poison(cause.to_string());
+    }
+
     /// True after an I/O failure poisoned the storage.
     pub fn is_poisoned(&self) -> bool {
         self.inner.poisoned().is_some()

@@ -371,6 +371,21 @@ impl Journal {
         }
     }
 
+    /// Writes `records` as one batch (one `pwritev` group, one `fdatasync`) and returns the
+    /// journal number they went to, once durable. Used by the journal-writer actor, which does
+    /// its own batching; a failure poisons the journal as in [`Journal::commit`].
+    pub fn write_records(&self, records: Vec<OutRecord>) -> Result<u64> {
+        if let Some(cause) = self.poisoned() {
+            return Err(Error::Poisoned { cause });
+        }
+        let batch: Vec<Waiting> = records.into_iter().map(|record| Waiting { ticket: 0, record }).collect();
+        let r = self.write_batch(&batch);
+        if let Err(e) = &r {
+            self.poison(e.to_string());
+        }
+        r
+    }
+
     fn write_batch(&self, batch: &[Waiting]) -> Result<u64> {
         let mut io = lock(&self.io);
         // Room for the records, link records and padding.

@@ -5,4 +5,5 @@ mod read;
 mod write;
 
 pub use read::ReadTransaction;
-pub use write::WriteTransaction;
+pub(crate) use write::check_put;
+pub use write::{PreparedCommit, WriteTransaction};

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::freespace::{self, Extents, BITS_PER_BITMAP, DIR_CAPACITY, WORDS};
-use crate::journal::record::{commit_record, CommitMeta};
+use crate::journal::record::{commit_record, CommitMeta, OutRecord};
 use crate::page::node::{encode_overflow, fits_inline, LeafEntry, Node, Val};
 use crate::page::{self, PageHeader, PageKind, HEADER_LEN, PAGE_SIZE};
 use crate::state::State;
@@ -604,13 +604,28 @@ impl WriteTransaction {
     /// later write fails with [`Error::Poisoned`] until reopened); `ENOSPC` growing the data file
     /// (nothing is lost and the storage stays usable); [`Error::Poisoned`] when an earlier
     /// failure poisoned it. After an error nothing of this transaction is visible.
-    pub fn commit(mut self) -> Result<()> {
+    pub fn commit(self) -> Result<()> {
+        let Some(mut prepared) = self.prepare()? else {
+            return Ok(());
+        };
+        let record = prepared.take_record();
+        let r = prepared.journal().commit(record);
+        prepared.finish(r)
+    }
+
+    /// The first half of [`WriteTransaction::commit`]: encodes every dirty page into a sealed
+    /// image, grows the data file, and builds the journal record, without writing it. Returns
+    /// `None` when the transaction changed nothing. The actor runtime sends the record to its
+    /// journal-writer actor and calls [`PreparedCommit::finish`] with the outcome.
+    ///
+    /// Errors: as `commit` before the journal write (`ENOSPC` growing the data file loses
+    /// nothing and does not poison).
+    pub fn prepare(mut self) -> Result<Option<PreparedCommit>> {
         self.guard()?;
         self.inner.check_writable()?;
         if !self.changed {
-            return Ok(());
+            return Ok(None);
         }
-        // Make sure the free-space directory is written even if only tree pages changed.
         self.load_fsm()?;
         let txn = self.txn_id;
         let mut images: Vec<(u64, Arc<[u8]>)> = Vec::with_capacity(self.nodes.len() + self.bitmaps.len() + 1);
@@ -645,31 +660,68 @@ impl WriteTransaction {
         // Grow the data file before anything is journaled: ENOSPC here loses nothing.
         self.inner.ensure_data_len(self.next_page)?;
         let record = commit_record(self.inner.storage_id, txn, meta, &images);
-        let journal_no = match self.inner.journal.commit(record) {
-            Ok(no) => no,
-            Err(e) => {
-                self.inner.poison(&e);
-                return Err(e);
-            }
-        };
-        let _ = journal_no;
-        let mut writer = self.writer.take().ok_or(Error::Closed)?;
-        for (s, l) in self.local_free.iter() {
-            writer.alloc.reusable.insert(s, l);
-        }
-        let freed = std::mem::take(&mut self.freed);
-        let freed_pages: u64 = freed.iter().map(|(_, l)| l).sum();
-        writer.alloc.pending_pages += freed_pages;
-        self.inner.publish_commit(txn, meta, images, &freed);
-        writer.alloc.pending.push_back((txn, freed));
-        self.taken.clear();
-        self.inner.return_writer(writer);
-        self.inner.after_commit();
-        Ok(())
+        Ok(Some(PreparedCommit { txn: self, record: Some(record), meta, images }))
     }
 
-    /// Discards every change (the same as dropping the transaction).
+    /// Discards every change (the same as dropping the transaction).    /// Discards every change (the same as dropping the transaction).
     pub fn abort(self) {}
+}
+
+/// A write transaction whose journal record is built and not yet durable. It still holds the
+/// storage's writer: no other write transaction starts until [`PreparedCommit::finish`] (or
+/// drop, which aborts).
+pub struct PreparedCommit {
+    txn: WriteTransaction,
+    record: Option<OutRecord>,
+    meta: CommitMeta,
+    images: Vec<(u64, Arc<[u8]>)>,
+}
+
+impl std::fmt::Debug for PreparedCommit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PreparedCommit(txn {})", self.txn.txn_id)
+    }
+}
+
+impl PreparedCommit {
+    /// The transaction id.
+    pub fn txn_id(&self) -> u64 {
+        self.txn.txn_id
+    }
+
+    /// The journal record to write (once; later calls return an empty padding-free record).
+    pub fn take_record(&mut self) -> OutRecord {
+        self.record.take().unwrap_or_else(|| OutRecord::new(crate::journal::record::RecordKind::Padding, 0, 0, vec![Arc::from(&[0u8][..])]))
+    }
+
+    /// The journal the record belongs in.
+    pub fn journal(&self) -> Arc<crate::journal::Journal> {
+        self.txn.inner.journal.clone()
+    }
+
+    /// Completes the commit with the journal's answer: on `Ok` (the record is durable) the
+    /// new state is published and the writer released; on `Err` the storage is poisoned and
+    /// the error returned (nothing of the transaction becomes visible).
+    pub fn finish(mut self, written: Result<u64>) -> Result<()> {
+        if let Err(e) = written {
+            self.txn.inner.poison(&e);
+            return Err(e);
+        }
+        let t = &mut self.txn;
+        let mut writer = t.writer.take().ok_or(Error::Closed)?;
+        for (s, l) in t.local_free.iter() {
+            writer.alloc.reusable.insert(s, l);
+        }
+        let freed = std::mem::take(&mut t.freed);
+        let freed_pages: u64 = freed.iter().map(|(_, l)| l).sum();
+        writer.alloc.pending_pages += freed_pages;
+        t.inner.publish_commit(t.txn_id, self.meta, std::mem::take(&mut self.images), &freed);
+        writer.alloc.pending.push_back((t.txn_id, freed));
+        t.taken.clear();
+        t.inner.return_writer(writer);
+        t.inner.after_commit();
+        Ok(())
+    }
 }
 
 impl Drop for WriteTransaction {

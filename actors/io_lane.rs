@@ -1,0 +1,122 @@
+//! I/O lanes: plain threads that run the blocking disk calls (`pwritev`, `fdatasync`,
+//! `fallocate`, flushes) so that no executor blocks on the disk for longer than a short call.
+//!
+//! - The *critical lane* runs journal batches (write + `fdatasync`) for the journal-writer
+//!   actors: a small pool of threads at normal I/O priority.
+//! - The *background lane* runs flushes (and the other blocking housekeeping: opening
+//!   storages) at low I/O priority: `ioprio_set(IOPRIO_CLASS_BE, 7)` on each of its threads.
+//!
+//! Why threads and not glommio's file API: the core (`src/`) is synchronous and goes through
+//! the `StorageEnv` trait (default, power-loss, hooked environments), which glommio's DMA files
+//! cannot wrap; a thread lane keeps one code path for tests and production. An io_uring lane
+//! can replace it behind the same interface.
+//!
+//! Messages in: boxed jobs, over one bounded flume channel per lane (capacity 1,024: a full lane
+//! makes the submitting actor wait: back-pressure). Out: each job's result on its own
+//! one-shot channel. Failure: a panicking job is caught and answered as an error.
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A pool of threads running blocking jobs. Clones share the pool.
+#[derive(Clone)]
+pub(crate) struct IoLane {
+    inner: Arc<LaneInner>,
+}
+
+struct LaneInner {
+    tx: std::sync::Mutex<Option<flume::Sender<Job>>>,
+    threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+/// `IOPRIO_CLASS_BE` (best effort).
+const IOPRIO_CLASS_BE: i64 = 2;
+const IOPRIO_CLASS_SHIFT: i64 = 13;
+const IOPRIO_WHO_PROCESS: i64 = 1;
+
+/// Sets the calling thread's I/O priority to best-effort level `level` (0 highest, 7 lowest).
+pub(crate) fn set_io_priority(level: i64) -> std::io::Result<()> {
+    // SAFETY: ioprio_set takes three integers and touches no memory of ours; `who = 0` with
+    // IOPRIO_WHO_PROCESS means the calling thread.
+    let r = unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, (IOPRIO_CLASS_BE << IOPRIO_CLASS_SHIFT) | level) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn wrap<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static, rtx: flume::Sender<Result<T>>) -> Job {
+    Box::new(move || {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+            .unwrap_or_else(|_| Err(Error::Poisoned { cause: "a job on an I/O lane panicked".into() }));
+        let _ = rtx.send(r);
+    })
+}
+
+impl IoLane {
+    /// Starts `threads` threads named `name-N`; `low_priority` puts them in I/O class BE 7.
+    pub fn start(name: &str, threads: usize, low_priority: bool) -> Result<IoLane> {
+        let (tx, rx) = flume::bounded::<Job>(1024);
+        let mut hs = Vec::new();
+        for i in 0..threads.max(1) {
+            let rx = rx.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("{name}-{i}"))
+                .spawn(move || {
+                    if low_priority {
+                        if let Err(e) = set_io_priority(7) {
+                            tracing::warn!(error = %e, "ioprio_set failed; flushes run at normal I/O priority");
+                        }
+                    }
+                    while let Ok(job) = rx.recv() {
+                        job();
+                    }
+                })
+                .map_err(|e| Error::Io { op: "spawn thread", path: name.into(), source: e })?;
+            hs.push(h);
+        }
+        Ok(IoLane { inner: Arc::new(LaneInner { tx: std::sync::Mutex::new(Some(tx)), threads: std::sync::Mutex::new(hs) }) })
+    }
+
+    fn sender(&self) -> Result<flume::Sender<Job>> {
+        self.inner.tx.lock().unwrap_or_else(|e| e.into_inner()).clone().ok_or(Error::Closed)
+    }
+
+    /// Runs `f` on the lane and returns its result; waits (asynchronously) while the lane's
+    /// queue is full. Errors: [`Error::Closed`] when the lane is stopped; a panic in `f`
+    /// becomes [`Error::Poisoned`].
+    pub async fn run<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Result<T> + Send + 'static,
+    {
+        let (rtx, rrx) = flume::bounded::<Result<T>>(1);
+        let tx = self.sender()?;
+        tx.send_async(wrap(f, rtx)).await.map_err(|_| Error::Closed)?;
+        drop(tx);
+        rrx.recv_async().await.map_err(|_| Error::Closed)?
+    }
+
+    /// Runs `f` on the lane and blocks the calling (non-executor) thread for its result.
+    pub fn run_blocking<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Result<T> + Send + 'static,
+    {
+        let (rtx, rrx) = flume::bounded::<Result<T>>(1);
+        self.sender()?.send(wrap(f, rtx)).map_err(|_| Error::Closed)?;
+        rrx.recv().map_err(|_| Error::Closed)?
+    }
+
+    /// Stops the lane for every clone: queued jobs finish, then the threads exit and are joined.
+    pub fn stop(&self) {
+        drop(self.inner.tx.lock().unwrap_or_else(|e| e.into_inner()).take());
+        let hs = std::mem::take(&mut *self.inner.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for h in hs {
+            let _ = h.join();
+        }
+    }
+}
