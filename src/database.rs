@@ -131,9 +131,20 @@ impl Database {
     /// Errors: as [`Storage::open`]; [`Error::CrossDevice`] when a branch directory is on
     /// another file system than the root in shared mode (hard links cannot cross it).
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Database> {
+        let lock_path = path.as_ref().join(crate::storage::LOCK_FILE);
+        let lock_existed = lock_path.exists();
+        let r = Database::open_inner(path.as_ref(), opts);
+        if matches!(r, Err(Error::NotAStorage { .. })) && !lock_existed {
+            // Leave a directory that is not a database as it was.
+            let _ = std::fs::remove_file(&lock_path);
+        }
+        r
+    }
+
+    fn open_inner(path: &Path, opts: Options) -> Result<Database> {
         opts.validate()?;
         let env = opts.env.clone();
-        let path = path.as_ref().to_path_buf();
+        let path = path.to_path_buf();
         let mut created = false;
         if !env.exists(&path) {
             if !opts.create || opts.read_only {
@@ -165,7 +176,9 @@ impl Database {
         let (root, journal, branches) = match opts.journal_mode {
             JournalMode::Shared if !opts.read_only => {
                 let data = env.open(&data_path, OpenMode::Create)?;
-                if data.len()? == 0 {
+                let len = data.len()?;
+                // A new root, or one whose creation crashed before anything was committed.
+                if len == 0 || crate::storage::unfinished_creation(&*env, &*data, len, &path.join(JOURNALS_DIR))? {
                     init_files(&*env, &path, &*data, created)?;
                 }
                 let (hdr, _) = read_header(&*data, &data_path)?;

@@ -293,6 +293,17 @@ impl Storage {
 
 impl Inner {
     fn open(path: &Path, opts: Options, binding: Binding) -> Result<Arc<Inner>> {
+        let lock_path = path.join(LOCK_FILE);
+        let lock_existed = lock_path.exists();
+        let r = Inner::open_inner(path, opts, binding);
+        if matches!(r, Err(Error::NotAStorage { .. })) && !lock_existed {
+            // Leave a directory that is not a storage as it was.
+            let _ = std::fs::remove_file(&lock_path);
+        }
+        r
+    }
+
+    fn open_inner(path: &Path, opts: Options, binding: Binding) -> Result<Arc<Inner>> {
         opts.validate()?;
         let env = opts.env.clone();
         let path = path.to_path_buf();
@@ -680,7 +691,7 @@ fn start_flusher(inner: &Arc<Inner>) {
 /// pages long, each slot zeros, cut off, or an omnibus header page (whole or torn), and no journal
 /// file (the first is created only after the header pages are synced, and a storage that ever
 /// committed is longer than two pages). Anything else is left to the header checks.
-fn unfinished_creation(env: &dyn StorageEnv, data: &dyn EnvFile, len: u64, journals_dir: &Path) -> Result<bool> {
+pub(crate) fn unfinished_creation(env: &dyn StorageEnv, data: &dyn EnvFile, len: u64, journals_dir: &Path) -> Result<bool> {
     if len == 0 || len > 2 * PAGE_SIZE as u64 {
         return Ok(false);
     }
@@ -734,10 +745,13 @@ pub(crate) fn read_header(data: &dyn EnvFile, data_path: &Path) -> Result<(Heade
 /// another handle or process holds it.
 pub(crate) fn take_lock(dir: &Path, read_only: bool) -> Result<File> {
     let lock_path = dir.join(LOCK_FILE);
+    if read_only && !lock_path.exists() && !dir.join(DATA_FILE).exists() {
+        return Err(Error::NotAStorage { path: dir.to_path_buf(), reason: format!("no {DATA_FILE}") });
+    }
     let lock_file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .create(!read_only)
+        .create(true)
         .truncate(false)
         .open(&lock_path)
         .map_err(|e| env_err("open", &lock_path, e))?;
