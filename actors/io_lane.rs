@@ -32,21 +32,7 @@ struct LaneInner {
     threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
-/// `IOPRIO_CLASS_BE` (best effort).
-const IOPRIO_CLASS_BE: i64 = 2;
-const IOPRIO_CLASS_SHIFT: i64 = 13;
-const IOPRIO_WHO_PROCESS: i64 = 1;
-
-/// Sets the calling thread's I/O priority to best-effort level `level` (0 highest, 7 lowest).
-pub(crate) fn set_io_priority(level: i64) -> std::io::Result<()> {
-    // SAFETY: ioprio_set takes three integers and touches no memory of ours; `who = 0` with
-    // IOPRIO_WHO_PROCESS means the calling thread.
-    let r = unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, (IOPRIO_CLASS_BE << IOPRIO_CLASS_SHIFT) | level) };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
+use crate::env::set_thread_io_priority as set_io_priority;
 
 fn wrap<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static, rtx: flume::Sender<Result<T>>) -> Job {
     Box::new(move || {

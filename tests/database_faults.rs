@@ -108,6 +108,13 @@ fn an_idle_storage_does_not_pin_old_journal_files() {
         assert!(Instant::now() < deadline, "idle storage still pins journal files: {:?}", idle.stats());
         std::thread::sleep(Duration::from_millis(50));
     }
-    let live = db.stats().journal_files_live;
-    assert!(live <= 3, "{live} journal files live");
+    // Every storage's flusher lets go of the old files within a few ticks.
+    loop {
+        let live = db.stats().journal_files_live;
+        if live <= 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{live} journal files live");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -125,3 +125,24 @@ pub const IOV_MAX_SLICES: usize = 1024;
 pub fn default_env() -> Arc<dyn StorageEnv> {
     Arc::new(DefaultEnv::new())
 }
+
+/// `IOPRIO_CLASS_BE` (best effort), `IOPRIO_CLASS_SHIFT` and `IOPRIO_WHO_PROCESS` from
+/// `linux/ioprio.h`.
+const IOPRIO_CLASS_BE: i64 = 2;
+const IOPRIO_CLASS_SHIFT: i64 = 13;
+const IOPRIO_WHO_PROCESS: i64 = 1;
+
+/// Sets the calling thread's I/O priority to best-effort level `level` (0 highest, 7 lowest)
+/// with `ioprio_set(IOPRIO_WHO_PROCESS, 0, IOPRIO_PRIO_VALUE(IOPRIO_CLASS_BE, level))`: used for
+/// flushes and journal-pool preparation, so they yield the disk to commits.
+///
+/// Errors: the OS error of `ioprio_set` (e.g. `EINVAL` for a level over 7).
+pub fn set_thread_io_priority(level: i64) -> std::io::Result<()> {
+    // SAFETY: ioprio_set takes three integers and touches no memory of ours; `who = 0` with
+    // IOPRIO_WHO_PROCESS means the calling thread.
+    let r = unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, (IOPRIO_CLASS_BE << IOPRIO_CLASS_SHIFT) | level) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

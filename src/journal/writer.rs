@@ -34,6 +34,9 @@ pub enum Prezero {
     Ahead(u64),
     /// Zero the whole file (the configured journal file size) when it is created.
     WholeFile,
+    /// No pre-zeroing: every batch appends and grows the file, so each `fdatasync` also
+    /// flushes the file size (the baseline the pre-zeroing is measured against).
+    Off,
 }
 
 impl Default for Prezero {
@@ -469,6 +472,7 @@ impl Journal {
         let ahead = match self.prezero {
             Prezero::Ahead(a) => a.max(BATCH_ALIGN),
             Prezero::WholeFile => self.file_size.max(BATCH_ALIGN),
+            Prezero::Off => return Ok(()),
         };
         // Keep at least half the window zeroed past the write position; refill to a whole one.
         if end + ahead / 2 <= io.zeroed_end || (end <= io.zeroed_end && io.zeroed_end >= self.file_size) {
@@ -499,6 +503,7 @@ impl Journal {
                 let first = match self.prezero {
                     Prezero::Ahead(a) => a.max(need),
                     Prezero::WholeFile => self.file_size.max(need),
+                    Prezero::Off => 0,
                 };
                 let first = first.div_ceil(BATCH_ALIGN) * BATCH_ALIGN;
                 write_zeros(&*f, 0, first)?;
@@ -600,7 +605,10 @@ impl Journal {
 
 impl Drop for Journal {
     fn drop(&mut self) {
-        self.pool.stop.store(true, Ordering::Release);
+        {
+            let _g = lock(&self.pool.ready);
+            self.pool.stop.store(true, Ordering::Release);
+        }
         self.pool.cv.notify_all();
         if let Some(h) = lock(&self.pool.thread).take() {
             let _ = h.join();
@@ -615,13 +623,26 @@ fn start_pool(j: &Arc<Journal>) {
     let dir = j.dir.clone();
     let size = j.file_size;
     let mut k = j.current_no() * 1000;
-    let h = std::thread::Builder::new().name("omnibus-journal-pool".into()).spawn(move || loop {
+    let h = std::thread::Builder::new().name("omnibus-journal-pool".into()).spawn(move || {
+        if let Err(e) = crate::env::set_thread_io_priority(7) {
+            tracing::debug!(error = %e, "ioprio_set failed for the journal pool thread");
+        }
+        pool_loop(&pool, &*env, &dir, size, &mut k)
+    });
+    if let Ok(h) = h {
+        *lock(&j.pool.thread) = Some(h);
+    }
+}
+
+fn pool_loop(pool: &Pool, env: &dyn StorageEnv, dir: &Path, size: u64, k: &mut u64) {
+    loop {
         if pool.stop.load(Ordering::Acquire) {
             return;
         }
-        let need = lock(&pool.ready).len() < pool.target;
-        if need {
-            k += 1;
+        let g = lock(&pool.ready);
+        if g.len() < pool.target {
+            drop(g);
+            *k += 1;
             let p = dir.join(format!("pool-{k:016}{POOL_SUFFIX}"));
             let r = env.open(&p, OpenMode::CreateNew).map_err(Error::from).and_then(|f| {
                 write_zeros(&*f, 0, size)?;
@@ -638,11 +659,11 @@ fn start_pool(j: &Arc<Journal>) {
             }
             continue;
         }
-        let g = lock(&pool.ready);
+        // Checked under the lock the stopper notifies with: a stop is never missed.
+        if pool.stop.load(Ordering::Acquire) {
+            return;
+        }
         let _ = pool.cv.wait_timeout(g, std::time::Duration::from_millis(200));
-    });
-    if let Ok(h) = h {
-        *lock(&j.pool.thread) = Some(h);
     }
 }
 
