@@ -240,8 +240,11 @@ impl Storage {
     /// Problems are listed in the report; `Err` only when the storage is closed.
     pub fn check(&self) -> Result<CheckReport> {
         let r = self.begin_read()?;
-        let s = self.inner.current.load_full();
         drop(r);
+        // Free-space pages are updated in place; holding the flush lock keeps the checked
+        // state's free-space map from being overwritten by a newer flushed version meanwhile.
+        let _flush = lock(&self.inner.flush_state);
+        let s = self.inner.current.load_full();
         Ok(crate::btree::check(&s))
     }
 

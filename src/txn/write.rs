@@ -39,7 +39,7 @@ pub struct WriteTransaction {
     // Free-space map.
     fsm_loaded: bool,
     dir_page: u64,
-    dir_cowed: bool,
+    dir_dirty: bool,
     dir: Vec<u64>,
     bitmaps: HashMap<usize, Vec<u64>>,
     // Allocation bookkeeping.
@@ -96,7 +96,7 @@ impl WriteTransaction {
             nodes: HashMap::new(),
             overflow: HashMap::new(),
             fsm_loaded: false,
-            dir_cowed: false,
+            dir_dirty: false,
             dir: Vec::new(),
             bitmaps: HashMap::new(),
             taken: Vec::new(),
@@ -205,21 +205,25 @@ impl WriteTransaction {
         Ok(())
     }
 
-    fn cow_dir(&mut self) -> Result<()> {
-        if self.dir_cowed {
+    /// Marks the directory page changed (a bitmap was added), allocating it the first time.
+    fn touch_dir(&mut self) -> Result<()> {
+        if self.dir_dirty {
             return Ok(());
         }
-        self.dir_cowed = true;
-        let old = self.dir_page;
-        let new = self.alloc(1)?;
-        self.dir_page = new;
-        if old != 0 {
-            self.free(old, 1)?;
+        self.dir_dirty = true;
+        if self.dir_page == 0 {
+            self.dir_page = self.alloc(1)?;
         }
         Ok(())
     }
 
-    /// Makes bitmap `idx` dirty in this transaction (copy-on-write), creating bitmaps up to it.
+    /// Makes bitmap `idx` dirty in this transaction, creating bitmaps up to it.
+    ///
+    /// Free-space pages are updated in place (same page number), unlike tree pages: no
+    /// snapshot reads them (only the writer, `check` and the flush, which see the current or
+    /// the flushed state), and recovery rebuilds them from the journal's full images before
+    /// reading them. So a commit journals one bitmap page, not a bitmap page plus a directory
+    /// page plus the cascade of freeing and allocating their old copies.
     fn bitmap(&mut self, idx: usize) -> Result<()> {
         self.load_fsm()?;
         if self.bitmaps.contains_key(&idx) {
@@ -233,26 +237,22 @@ impl WriteTransaction {
         }
         if idx < self.dir.len() {
             let base = self.base.clone();
-            let old = self.dir[idx];
-            let (img, h) = base.page(old)?;
+            let p = self.dir[idx];
+            let (img, h) = base.page(p)?;
             if h.kind != PageKind::FreeBitmap {
-                return Err(self.corrupt(old, "expected a free-space bitmap page"));
+                return Err(self.corrupt(p, "expected a free-space bitmap page"));
             }
             let words: Vec<u64> = (0..WORDS)
                 .map(|w| page::rd_u64(img, HEADER_LEN + 8 * w).unwrap_or(0))
                 .collect();
             self.bitmaps.insert(idx, words);
-            self.cow_dir()?;
-            let new = self.alloc(1)?;
-            self.dir[idx] = new;
-            self.free(old, 1)?;
         } else {
             // Bounded by DIR_CAPACITY: each turn adds one bitmap.
             while self.dir.len() <= idx {
                 let i = self.dir.len();
                 self.dir.push(0);
                 self.bitmaps.insert(i, vec![0u64; WORDS]);
-                self.cow_dir()?;
+                self.touch_dir()?;
                 let new = self.alloc(1)?;
                 self.dir[i] = new;
             }
@@ -645,7 +645,7 @@ impl WriteTransaction {
             page::seal(&mut img);
             images.push((p, img.into()));
         }
-        if self.dir_cowed {
+        if self.dir_dirty {
             let mut img = page::zeroed(1);
             PageHeader { kind: PageKind::FreeDir, count: self.dir.len() as u16, page_number: self.dir_page, txn_id: txn, run_pages: 1, aux: 0 }.write(&mut img);
             for (i, v) in self.dir.iter().enumerate() {

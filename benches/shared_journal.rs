@@ -1,0 +1,183 @@
+//! Shared vs separate journals, side by side in one run: 1 root + 100 branch storages, 64 writer
+//! threads each committing one small put (16-byte key, 100-byte value) to a random storage,
+//! for a fixed time per mode. Prints commits/s, commit latency p50/p99/p99.9/max, fdatasyncs per
+//! commit and directory fsyncs per second, with the ratios; then a single writer's commit p50
+//! with the pre-zeroed tail (4 MiB ahead, whole pre-zeroed files) vs plain appends.
+//!
+//! `cargo bench --bench shared_journal -- [--seconds S] [--branches N] [--threads T] [--dir D]`
+//! (`OMNIBUS_BENCH_QUICK=1`: 2 s per mode, 20 branches, 16 threads).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use omnibus::{Database, JournalMode, Options, Prezero, Storage};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+struct Args {
+    seconds: f64,
+    branches: usize,
+    threads: usize,
+    dir: PathBuf,
+}
+
+fn args() -> Args {
+    let quick = std::env::var("OMNIBUS_BENCH_QUICK").is_ok();
+    let mut a = Args {
+        seconds: if quick { 2.0 } else { 10.0 },
+        branches: if quick { 20 } else { 100 },
+        threads: if quick { 16 } else { 64 },
+        dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target").join("bench-tmp"),
+    };
+    let v: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < v.len() {
+        let next = v.get(i + 1).cloned().unwrap_or_default();
+        match v[i].as_str() {
+            "--seconds" => a.seconds = next.parse().expect("--seconds"),
+            "--branches" => a.branches = next.parse().expect("--branches"),
+            "--threads" => a.threads = next.parse().expect("--threads"),
+            "--dir" => a.dir = PathBuf::from(next),
+            _ => {
+                i += 1;
+                continue;
+            }
+        }
+        i += 2;
+    }
+    a
+}
+
+struct Run {
+    commits: u64,
+    secs: f64,
+    hist: Histogram<u64>,
+    fdatasyncs: u64,
+    dir_fsyncs: u64,
+    batches: u64,
+}
+
+fn run_mode(a: &Args, mode: JournalMode) -> Run {
+    std::fs::create_dir_all(&a.dir).unwrap();
+    let tmp = tempfile::tempdir_in(&a.dir).unwrap();
+    let opts = Options { journal_mode: mode, ..Options::default() };
+    let db = Database::open(tmp.path().join("db"), opts).unwrap();
+    let mut storages = vec![db.root()];
+    for i in 0..a.branches {
+        storages.push(db.storage(&format!("Users_By_{i:03}")).unwrap());
+    }
+    // Let the journal pool prepare its first file before timing.
+    let t0 = Instant::now();
+    while mode == JournalMode::Shared && db.stats().prezeroed_ready == 0 && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = db.stats();
+    let stop = Arc::new(AtomicBool::new(false));
+    let storages = Arc::new(storages);
+    let start = Instant::now();
+    let hs: Vec<_> = (0..a.threads)
+        .map(|t| {
+            let (stop, storages) = (stop.clone(), storages.clone());
+            std::thread::spawn(move || {
+                let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
+                let mut rng = SmallRng::seed_from_u64(t as u64);
+                let mut n = 0u64;
+                let value = [0x5au8; 100];
+                while !stop.load(Ordering::Relaxed) {
+                    let s = &storages[rng.random_range(0..storages.len())];
+                    let key: [u8; 16] = rng.random();
+                    let t0 = Instant::now();
+                    let mut w = s.begin_write().unwrap();
+                    w.put(key, value).unwrap();
+                    w.commit().unwrap();
+                    h.saturating_record(t0.elapsed().as_micros() as u64);
+                    n += 1;
+                }
+                (n, h)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs_f64(a.seconds));
+    stop.store(true, Ordering::Relaxed);
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
+    let mut commits = 0;
+    for h in hs {
+        let (n, th) = h.join().unwrap();
+        commits += n;
+        hist.add(th).unwrap();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let after = db.stats();
+    drop(storages);
+    db.close().unwrap();
+    Run {
+        commits,
+        secs,
+        hist,
+        fdatasyncs: after.journal_fdatasyncs - before.journal_fdatasyncs,
+        dir_fsyncs: after.dir_fsyncs - before.dir_fsyncs,
+        batches: after.batches - before.batches,
+    }
+}
+
+fn single_writer_p50(a: &Args, prezero: Prezero, pool: usize) -> (f64, f64) {
+    std::fs::create_dir_all(&a.dir).unwrap();
+    let tmp = tempfile::tempdir_in(&a.dir).unwrap();
+    let opts = Options { journal_prezero: prezero, journal_pool_files: pool, journal_file_size: 64 << 20, ..Options::default() };
+    let s = Storage::open(tmp.path().join("s"), opts).unwrap();
+    let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
+    let n = if std::env::var("OMNIBUS_BENCH_QUICK").is_ok() { 300 } else { 3000 };
+    let start = Instant::now();
+    for i in 0..n as u64 {
+        let t0 = Instant::now();
+        let mut w = s.begin_write().unwrap();
+        w.put(i.to_be_bytes(), [1u8; 100]).unwrap();
+        w.commit().unwrap();
+        h.saturating_record(t0.elapsed().as_micros() as u64);
+    }
+    (h.value_at_quantile(0.5) as f64, n as f64 / start.elapsed().as_secs_f64())
+}
+
+fn main() {
+    let a = args();
+    println!(
+        "shared_journal bench: 1 root + {} branches, {} writer threads, {:.0} s per mode, dir {}",
+        a.branches,
+        a.threads,
+        a.seconds,
+        a.dir.display()
+    );
+    let shared = run_mode(&a, JournalMode::Shared);
+    let separate = run_mode(&a, JournalMode::Separate);
+    let row = |name: &str, r: &Run| {
+        println!(
+            "{name:<9} {:>11.0} {:>9} {:>9} {:>9} {:>9} {:>11.3} {:>10.1} {:>12.1}",
+            r.commits as f64 / r.secs,
+            r.hist.value_at_quantile(0.5),
+            r.hist.value_at_quantile(0.99),
+            r.hist.value_at_quantile(0.999),
+            r.hist.max(),
+            r.fdatasyncs as f64 / r.commits.max(1) as f64,
+            r.dir_fsyncs as f64 / r.secs,
+            r.commits as f64 / r.batches.max(1) as f64,
+        )
+    };
+    println!("{:<9} {:>11} {:>9} {:>9} {:>9} {:>9} {:>11} {:>10} {:>12}", "mode", "commits/s", "p50 µs", "p99 µs", "p99.9 µs", "max µs", "fsync/commit", "dirfsync/s", "commits/batch");
+    row("shared", &shared);
+    row("separate", &separate);
+    let rate = |r: &Run| r.commits as f64 / r.secs;
+    println!(
+        "ratio shared/separate: commits/s {:.2}x, p99 {:.2}x lower, p99.9 {:.2}x lower",
+        rate(&shared) / rate(&separate),
+        separate.hist.value_at_quantile(0.99) as f64 / shared.hist.value_at_quantile(0.99).max(1) as f64,
+        separate.hist.value_at_quantile(0.999) as f64 / shared.hist.value_at_quantile(0.999).max(1) as f64,
+    );
+    let (ahead, ahead_rate) = single_writer_p50(&a, Prezero::Ahead(4 << 20), 0);
+    let (whole, whole_rate) = single_writer_p50(&a, Prezero::WholeFile, 1);
+    let (append, append_rate) = single_writer_p50(&a, Prezero::Off, 0);
+    println!("single writer commit p50: pre-zeroed 4 MiB ahead {ahead:.0} µs ({ahead_rate:.0}/s), whole pre-zeroed files {whole:.0} µs ({whole_rate:.0}/s), plain appends {append:.0} µs ({append_rate:.0}/s)");
+    println!("ratio append/ahead p50: {:.2}x, append/whole p50: {:.2}x", append / ahead.max(1.0), append / whole.max(1.0));
+}
