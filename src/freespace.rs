@@ -1,8 +1,8 @@
 //! Free space: the persistent free-space map and the writer's in-memory allocator.
 //!
-//! The map is copy-on-write pages like the B+tree, committed with every transaction: a directory
-//! page (kind 5) lists bitmap pages (kind 6); each bitmap page holds one bit per page for 65,280
-//! pages (8,160 bytes × 8), 1 = free. Pages at or above the state's `next_page` are not in use
+//! The map is pages committed with every transaction, like the B+tree, but updated in place
+//! (see `txn/write.rs`): a directory page (kind 5) lists bitmap pages (kind 6); each bitmap page
+//! holds one bit per page for 65,280 pages (8,160 bytes × 8), 1 = free. Pages at or above the state's `next_page` are not in use
 //! yet and have no meaningful bit. Because the map travels in the same journal records as the
 //! tree, recovery needs no extra step and a crash never leaks or double-allocates a page.
 //!

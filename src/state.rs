@@ -81,7 +81,9 @@ impl Mapping {
         let Some(map) = &self.map else {
             return bad("page beyond the end of the data file");
         };
-        let start = p as usize * PAGE_SIZE;
+        let Some(start) = (p as usize).checked_mul(PAGE_SIZE).filter(|s| s.checked_add(PAGE_SIZE).is_some()) else {
+            return bad("page number beyond any file");
+        };
         let Some(first) = map.get(start..start + PAGE_SIZE) else {
             return bad("page beyond the end of the data file");
         };

@@ -661,10 +661,22 @@ fn start_flusher(inner: &Arc<Inner>) {
     let signal = inner.flusher_signal.clone();
     let stop = inner.flusher_stop.clone();
     let tick = (inner.opts.flush_max_age / 4).clamp(Duration::from_millis(10), Duration::from_millis(200));
-    let h = std::thread::Builder::new().name("omnibus-flush".into()).spawn(move || loop {
+    let h = std::thread::Builder::new().name("omnibus-flush".into()).spawn(move || {
+        if let Err(e) = crate::env::set_thread_io_priority(7) {
+            tracing::debug!(error = %e, "ioprio_set failed for the flusher thread");
+        }
+        flusher_loop(&weak, &signal, &stop, tick)
+    });
+    if let Ok(h) = h {
+        *lock(&inner.flusher) = Some(h);
+    }
+}
+
+fn flusher_loop(weak: &Weak<Inner>, signal: &(Mutex<bool>, Condvar), stop: &AtomicBool, tick: Duration) {
+    loop {
         {
             // Wait without holding the storage, so dropping the last handle closes it.
-            let (m, cv) = &*signal;
+            let (m, cv) = signal;
             let mut sig = lock(m);
             if !*sig {
                 sig = cv.wait_timeout(sig, tick).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0);
@@ -683,9 +695,6 @@ fn start_flusher(inner: &Arc<Inner>) {
                 tracing::warn!(error = %e, "background flush failed");
             }
         }
-    });
-    if let Ok(h) = h {
-        *lock(&inner.flusher) = Some(h);
     }
 }
 
@@ -839,8 +848,8 @@ fn recover(env: &dyn StorageEnv, dir: &Path, storage_id: u64, state: &mut State)
             let (meta, images) = decode_commit(body).ok_or_else(|| bad("malformed commit record".into()))?;
             let mut scratch = state.scratch.clone();
             for (p, img) in images {
-                page::check_image(img, p, &data_path)?;
-                let image: Arc<[u8]> = img.into();
+                page::check_image(&img, p, &data_path)?;
+                let image: Arc<[u8]> = Arc::from(&*img);
                 // Replay does not know the pages each commit freed (`publish_commit` drops them
                 // from the scratch table): an older image that starts inside this run was freed
                 // since, and must go, or the flush (in page order) writes it over the run.

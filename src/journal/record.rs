@@ -12,8 +12,13 @@
 //! Commit body (kind 1):
 //! ```text
 //! root u64 | freedir u64 | next_page u64 | entries u64 | images u32 |
-//! images × ( page number u64 | run pages u32 | run pages × 8192 bytes of sealed page image )
+//! images × one of:
+//!   page number u64 | run pages u32              | run pages × 8192 bytes of sealed image
+//!   page number u64 | 0x8000_0001 u32 | a u16 | b u16 | bytes 0..a | bytes b..8192
 //! ```
+//! The second form is a whole single page whose bytes `a..b` are zeros (the free middle of a
+//! leaf or branch page, the unused tail of a bitmap page): still a full image, with the zeros
+//! left out. Recovery rebuilds the 8 KiB page and checks its own checksum.
 //! Padding body (kind 2): zeros, written so that a batch ends on a 4 KiB boundary.
 //! Link body (kind 3): storage id u64 | UTF-8 path of the storage directory relative to the root.
 
@@ -117,6 +122,33 @@ pub struct CommitMeta {
 }
 
 const COMMIT_FIXED: usize = 8 * 4 + 4;
+/// Run-pages flag of a single page stored without its longest run of zeros.
+const TRIMMED: u32 = 0x8000_0000;
+/// Zero runs shorter than this are kept (not worth 4 bytes of offsets).
+const MIN_TRIM: usize = 64;
+
+/// The longest run of zero bytes in `img[HEADER_LEN..]`, as `(start, end)`.
+fn longest_zero_run(img: &[u8]) -> (usize, usize) {
+    let (mut best, mut cur_start) = ((0, 0), None);
+    for (i, &b) in img.iter().enumerate().skip(crate::page::HEADER_LEN) {
+        match (b == 0, cur_start) {
+            (true, None) => cur_start = Some(i),
+            (false, Some(s)) => {
+                if i - s > best.1 - best.0 {
+                    best = (s, i);
+                }
+                cur_start = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(s) = cur_start {
+        if img.len() - s > best.1 - best.0 {
+            best = (s, img.len());
+        }
+    }
+    best
+}
 
 /// A record ready to be written: header fields except the journal number, and body parts.
 /// The body is kept as parts so page images are written by `pwritev` without copying.
@@ -186,6 +218,18 @@ pub fn commit_record(storage_id: u64, txn_id: u64, meta: CommitMeta, images: &[(
     parts.push(fixed.into());
     for (p, img) in images {
         debug_assert!(crate::page::verify_checksum(img), "unsealed image for page {p}");
+        let (a, b) = if img.len() == PAGE_SIZE { longest_zero_run(img) } else { (0, 0) };
+        if b - a >= MIN_TRIM {
+            let mut part = Vec::with_capacity(16 + PAGE_SIZE - (b - a));
+            part.extend_from_slice(&p.to_le_bytes());
+            part.extend_from_slice(&(TRIMMED | 1).to_le_bytes());
+            part.extend_from_slice(&(a as u16).to_le_bytes());
+            part.extend_from_slice(&(b as u16).to_le_bytes());
+            part.extend_from_slice(&img[..a]);
+            part.extend_from_slice(&img[b..]);
+            parts.push(part.into());
+            continue;
+        }
         let mut pre = [0u8; 12];
         wr_u64(&mut pre, 0, *p);
         wr_u32(&mut pre, 8, (img.len() / PAGE_SIZE) as u32);
@@ -195,8 +239,9 @@ pub fn commit_record(storage_id: u64, txn_id: u64, meta: CommitMeta, images: &[(
     OutRecord::new(RecordKind::Commit, storage_id, txn_id, parts)
 }
 
-/// A decoded commit body: meta and `(page number, image)` pairs borrowed from the body.
-pub fn decode_commit(body: &[u8]) -> Option<(CommitMeta, Vec<(u64, &[u8])>)> {
+/// A decoded commit body: meta and `(page number, image)` pairs, borrowed from the body or
+/// rebuilt (trimmed pages). `None` when the body is malformed.
+pub fn decode_commit(body: &[u8]) -> Option<(CommitMeta, Vec<(u64, std::borrow::Cow<'_, [u8]>)>)> {
     let meta = CommitMeta {
         root: rd_u64(body, 0)?,
         freedir: rd_u64(body, 8)?,
@@ -208,12 +253,31 @@ pub fn decode_commit(body: &[u8]) -> Option<(CommitMeta, Vec<(u64, &[u8])>)> {
     let mut images = Vec::with_capacity(n.min(1 << 16));
     for _ in 0..n {
         let p = rd_u64(body, at)?;
-        let run = rd_u32(body, at + 8)? as usize;
+        let run = rd_u32(body, at + 8)?;
         at += 12;
-        let len = run.checked_mul(PAGE_SIZE)?;
+        if run & TRIMMED != 0 {
+            if run != TRIMMED | 1 {
+                return None;
+            }
+            let a = crate::page::rd_u16(body, at)? as usize;
+            let b = crate::page::rd_u16(body, at + 2)? as usize;
+            at += 4;
+            if a > b || b > PAGE_SIZE {
+                return None;
+            }
+            let tail = PAGE_SIZE - b;
+            let mut img = vec![0u8; PAGE_SIZE];
+            img[..a].copy_from_slice(body.get(at..at.checked_add(a)?)?);
+            at += a;
+            img[b..].copy_from_slice(body.get(at..at.checked_add(tail)?)?);
+            at += tail;
+            images.push((p, std::borrow::Cow::Owned(img)));
+            continue;
+        }
+        let len = (run as usize).checked_mul(PAGE_SIZE)?;
         let img = body.get(at..at.checked_add(len)?)?;
         at += len;
-        images.push((p, img));
+        images.push((p, std::borrow::Cow::Borrowed(img)));
     }
     if at != body.len() {
         return None;
@@ -261,6 +325,22 @@ mod tests {
         assert_eq!(RecordHeader::decode(&b), Some(h));
         b[20] ^= 0x10;
         assert_eq!(RecordHeader::decode(&b), None);
+    }
+
+    #[test]
+    fn trimmed_images_roundtrip() {
+        use crate::page::node::{LeafEntry, Node, Val};
+        let leaf = Node::Leaf(vec![LeafEntry { key: b"k".to_vec(), val: Val::Inline(b"v".to_vec()) }]).encode(7, 3);
+        let full = crate::page::node::encode_overflow(&[9u8; 20_000], 9, 3);
+        let meta = CommitMeta { root: 7, freedir: 0, next_page: 20, entries: 1 };
+        let rec = commit_record(1, 3, meta, &[(7, leaf.clone().into()), (9, full.clone().into())]);
+        assert!(rec.body_len < (PAGE_SIZE as u64) * 4, "the leaf's free middle was not left out");
+        let body: Vec<u8> = rec.parts.iter().flat_map(|p| p.iter().copied()).collect();
+        let (m, imgs) = decode_commit(&body).unwrap();
+        assert_eq!(m, meta);
+        assert_eq!(&*imgs[0].1, &leaf[..]);
+        assert_eq!(&*imgs[1].1, &full[..]);
+        assert!(decode_commit(&body[..body.len() - 1]).is_none());
     }
 
     #[test]

@@ -109,6 +109,8 @@ struct Io {
     dir_synced: HashMap<u64, u64>,
     /// Orders links and directory syncs (invariant 5: a sync covers the links made before it).
     seq: u64,
+    /// Journal files this journal created (or took from its pool) in this session.
+    created: std::collections::HashSet<u64>,
 }
 
 /// Pre-zeroed journal files prepared in the background (as Voron's zeroed journal pool).
@@ -229,6 +231,7 @@ impl Journal {
                 links: HashMap::new(),
                 dir_synced: HashMap::new(),
                 seq: 1,
+                created: Default::default(),
             }),
             pool: Arc::new(Pool {
                 ready: Mutex::new(Default::default()),
@@ -519,6 +522,7 @@ impl Journal {
         self.env.sync_dir(&self.dir)?;
         self.dir_syncs.fetch_add(1, Ordering::Relaxed);
         io.entries.entry(no).or_default().entry(self.owner).or_insert(0);
+        io.created.insert(no);
         Ok(())
     }
 
@@ -541,7 +545,15 @@ impl Journal {
             let Some(sd) = io.storages.get(&sid).cloned() else { break };
             let path = sd.dir.join(crate::storage::JOURNALS_DIR).join(super::file_name(*no));
             let last = io.entries.get(no).map(|p| p.len() == 1).unwrap_or(true);
-            let recycle = last && sid == self.owner && lock(&self.pool.ready).len() < self.pool.target;
+            // Recycle only a file this journal created in this session whose only name is the
+            // one being removed: a file from an earlier session may still be hard-linked from
+            // another directory (a branch opened standalone), and reusing it would overwrite
+            // records another storage still needs.
+            let recycle = last
+                && sid == self.owner
+                && io.created.contains(no)
+                && lock(&self.pool.ready).len() < self.pool.target
+                && std::fs::metadata(&path).map(|m| std::os::unix::fs::MetadataExt::nlink(&m) == 1).unwrap_or(false);
             let r = if recycle {
                 let to = self.dir.join(format!("{no:016}{POOL_SUFFIX}"));
                 let ok = self.env.open(&path, OpenMode::Existing).and_then(|f| f.len()).map(|l| l == self.file_size).unwrap_or(false);
@@ -566,6 +578,7 @@ impl Journal {
                 if per.is_empty() {
                     io.entries.remove(no);
                     io.links.remove(no);
+                    io.created.remove(no);
                 }
             }
         }

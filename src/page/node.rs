@@ -255,8 +255,18 @@ impl Node {
         self.body_size() <= BODY_LEN
     }
 
-    /// Decodes a checked leaf or branch page.
+    /// Decodes a checked leaf or branch page; `None` when it is malformed (cells out of
+    /// bounds, keys empty or over 1,024 bytes, or a node that would not fit a page again).
     pub fn decode(page: &[u8], h: &PageHeader) -> Option<Node> {
+        let n = Node::decode_unchecked(page, h)?;
+        let keys_ok = match &n {
+            Node::Leaf(es) => es.iter().all(|e| !e.key.is_empty() && e.key.len() <= crate::MAX_KEY_LEN),
+            Node::Branch { keys, .. } => keys.iter().all(|k| !k.is_empty() && k.len() <= crate::MAX_KEY_LEN),
+        };
+        (keys_ok && n.fits()).then_some(n)
+    }
+
+    fn decode_unchecked(page: &[u8], h: &PageHeader) -> Option<Node> {
         match h.kind {
             PageKind::Leaf => {
                 let v = LeafView::new(page, h);

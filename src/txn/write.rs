@@ -310,6 +310,9 @@ impl WriteTransaction {
     fn split(&mut self, node: &mut Node) -> Result<(Vec<u8>, u64)> {
         let (sep, right) = match node {
             Node::Leaf(es) => {
+                if es.len() < 2 {
+                    return Err(self.corrupt(0, "internal: splitting a leaf of fewer than 2 entries"));
+                }
                 let total: usize = es.iter().map(page::node::leaf_entry_size).sum();
                 let mut acc = 0;
                 let mut at = es.len() - 1;
@@ -326,6 +329,9 @@ impl WriteTransaction {
             Node::Branch { keys, children } => {
                 let total: usize = keys.iter().map(|k| page::node::branch_key_size(k)).sum();
                 let mut acc = 0;
+                if keys.len() < 3 {
+                    return Err(self.corrupt(0, "internal: splitting a branch of fewer than 3 keys"));
+                }
                 let mut m = keys.len() / 2;
                 for (i, k) in keys.iter().enumerate() {
                     acc += page::node::branch_key_size(k);
