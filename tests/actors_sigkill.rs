@@ -3,9 +3,10 @@
 //! `storage key` once each put is acknowledged. The parent kills it with SIGKILL at random
 //! moments, 12 times, and after each kill reopens the database and checks every printed key.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::io::Write;
 use std::time::Duration;
+
+mod common;
 
 use omnibus::actors::{Engine, EngineOptions};
 use omnibus::{Database, FlushMode, Options};
@@ -63,33 +64,10 @@ fn sigkill_under_load_keeps_every_acknowledged_put() {
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    let exe = std::env::current_exe().unwrap();
     let mut rng = SmallRng::seed_from_u64(11);
     let mut acked: Vec<(usize, String)> = Vec::new();
     for round in 0..ROUNDS {
-        let mut child = Command::new(&exe)
-            .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-            .env(CHILD_DIR, &path)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            BufReader::new(stdout)
-                .lines()
-                .map_while(|l| l.ok())
-                .filter_map(|l| {
-                    let (i, k) = l.split_once(' ')?;
-                    Some((i.parse::<usize>().ok()?, k.to_string()))
-                })
-                .filter(|(_, k)| k.len() == 16)
-                .collect::<Vec<_>>()
-        });
-        std::thread::sleep(Duration::from_millis(rng.random_range(300..900)));
-        child.kill().unwrap();
-        child.wait().unwrap();
-        acked.extend(reader.join().unwrap());
+        acked.extend(common::run_and_kill("child_entry", CHILD_DIR, &path, Duration::from_millis(rng.random_range(300..900))));
         let db = Database::open(&path, Options { flush_mode: FlushMode::Manual, ..Options::default() }).unwrap();
         for (i, k) in &acked {
             let s = if *i == 0 { db.root() } else { db.storage(&format!("b{i}")).unwrap() };

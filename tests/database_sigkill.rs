@@ -4,9 +4,10 @@
 //! kills it with SIGKILL at random moments (24 times); after each kill it reopens the database
 //! and checks every printed key in its storage, and `check()` on every storage.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::io::Write;
+use std::time::Duration;
+
+mod common;
 
 use omnibus::{Database, FlushMode, Options, Prezero};
 use rand::rngs::SmallRng;
@@ -78,39 +79,10 @@ fn sigkill_rounds_keep_every_acknowledged_commit() {
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    let exe = std::env::current_exe().unwrap();
     let mut rng = SmallRng::seed_from_u64(7);
     let mut acked: Vec<(usize, String)> = Vec::new();
     for round in 0..ROUNDS {
-        let mut child = Command::new(&exe)
-            .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-            .env(CHILD_DIR, &path)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            let mut got = Vec::new();
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Some((i, k)) = line.split_once(' ') {
-                    if let Ok(i) = i.parse::<usize>() {
-                        if k.len() == 16 {
-                            got.push((i, k.to_string()));
-                        }
-                    }
-                }
-            }
-            got
-        });
-        let wait = Duration::from_millis(rng.random_range(150..600));
-        let start = Instant::now();
-        std::thread::sleep(wait);
-        child.kill().unwrap();
-        child.wait().unwrap();
-        let got = reader.join().unwrap();
-        assert!(start.elapsed() < Duration::from_secs(30));
+        let got = common::run_and_kill("child_entry", CHILD_DIR, &path, Duration::from_millis(rng.random_range(150..600)));
         acked.extend(got);
         let db = Database::open(&path, Options { flush_mode: FlushMode::Manual, ..Options::default() }).unwrap();
         for (i, k) in &acked {
