@@ -1,0 +1,502 @@
+//! `omnibus bench shop`: the RavenDB scenario, 1 documents storage + N index storages, run in
+//! each journal mode one after the other and compared side by side.
+//!
+//! Clients put generated user documents (about 1 KB of JSON) into the documents storage, each
+//! with one put in flight, the next one sent as soon as the acknowledgement comes back. After
+//! each acknowledgement the client sends one update to every index's feed (bounded: a slow
+//! index slows the clients down); each index task commits what is pending as one batch.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use omnibus::actors::{Engine, EngineOptions, StorageHandle};
+use omnibus::Options;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::cli::{JournalArg, ShopArgs};
+use crate::feed::{self, FeedSender, Update};
+use crate::{fmt, CliResult, Fail};
+
+const COUNTRIES: [&str; 24] = [
+    "US", "DE", "FR", "GB", "IL", "JP", "BR", "IN", "CN", "CA", "AU", "ES", "IT", "NL", "SE", "PL", "MX", "AR", "ZA", "KR", "NO", "PT", "IE", "NZ",
+];
+const CITIES: [&str; 16] = [
+    "Springfield", "Riverton", "Lakeside", "Hadera", "Fairview", "Georgetown", "Madison", "Franklin", "Clinton", "Salem", "Bristol", "Ashland",
+    "Dover", "Milton", "Newport", "Oxford",
+];
+const SYLLABLES: [&str; 24] = [
+    "ka", "lo", "mi", "ra", "ten", "sa", "vo", "li", "an", "dre", "el", "ni", "jo", "ha", "ru", "be", "ta", "no", "is", "ca", "mel", "do", "fi", "gu",
+];
+const WORDS: [&str; 32] = [
+    "order", "basket", "shipping", "coffee", "garden", "review", "premium", "member", "discount", "weekly", "newsletter", "wishlist", "gift",
+    "returns", "tracking", "loyalty", "points", "books", "music", "kitchen", "outdoor", "sports", "toys", "fashion", "beauty", "health", "pets",
+    "travel", "office", "tools", "games", "electronics",
+];
+/// Fields an index can extract.
+const FIELDS: [&str; 6] = ["name", "email", "country", "age", "last_login", "city"];
+
+#[derive(Serialize)]
+struct User {
+    id: String,
+    name: String,
+    email: String,
+    country: &'static str,
+    city: &'static str,
+    age: u32,
+    last_login: u64,
+    newsletter: bool,
+    about: String,
+}
+
+impl User {
+    fn generate(n: u64) -> User {
+        let mut rng = SmallRng::seed_from_u64(n.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5eed);
+        let word = |rng: &mut SmallRng, parts: usize| -> String {
+            let mut s = String::new();
+            for _ in 0..parts {
+                s.push_str(SYLLABLES[rng.random_range(0..SYLLABLES.len())]);
+            }
+            s
+        };
+        let first = word(&mut rng, 2);
+        let last = word(&mut rng, 3);
+        let mut about = String::with_capacity(800);
+        while about.len() < 760 {
+            if !about.is_empty() {
+                about.push(' ');
+            }
+            about.push_str(WORDS[rng.random_range(0..WORDS.len())]);
+        }
+        let name = format!("{}{} {}{}", first[..1].to_uppercase(), &first[1..], last[..1].to_uppercase(), &last[1..]);
+        User {
+            id: format!("users/{n:012}"),
+            email: format!("{first}.{last}{}@example.com", n % 1000),
+            name,
+            country: COUNTRIES[rng.random_range(0..COUNTRIES.len())],
+            city: CITIES[rng.random_range(0..CITIES.len())],
+            age: rng.random_range(18..90),
+            last_login: 1_700_000_000 + rng.random_range(0..30_000_000),
+            newsletter: rng.random(),
+            about,
+        }
+    }
+
+    fn field(&self, i: usize) -> String {
+        match i {
+            0 => self.name.clone(),
+            1 => self.email.clone(),
+            2 => self.country.to_string(),
+            3 => self.age.to_string(),
+            4 => self.last_login.to_string(),
+            _ => self.city.to_string(),
+        }
+    }
+
+    /// The entry key of index `i`: one field for the first six indexes, then a hash of two
+    /// fields (seeded by `i`); then 0x00 and the id.
+    fn index_key(&self, i: usize) -> Vec<u8> {
+        let mut k = if i < FIELDS.len() {
+            self.field(i).into_bytes()
+        } else {
+            let mut h = crc32fast::Hasher::new_with_initial(i as u32);
+            h.update(self.field(i % FIELDS.len()).as_bytes());
+            h.update(self.field((i / FIELDS.len() + i) % FIELDS.len()).as_bytes());
+            format!("{:08x}", h.finalize()).into_bytes()
+        };
+        k.push(feed::SEP);
+        k.extend_from_slice(self.id.as_bytes());
+        k
+    }
+}
+
+fn index_name(i: usize) -> String {
+    if i < FIELDS.len() {
+        format!("Users_By_{}", FIELDS[i])
+    } else {
+        format!("Users_ByHash_{i:03}")
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct ModeResult {
+    journal: &'static str,
+    documents: u64,
+    indexes: u64,
+    clients: u64,
+    seconds: f64,
+    catch_up_seconds: f64,
+    setup_seconds: f64,
+    close_seconds: f64,
+    documents_per_s: f64,
+    commit_us_p50: u64,
+    commit_us_p99: u64,
+    commit_us_p999: u64,
+    commit_us_max: u64,
+    fdatasyncs: u64,
+    fdatasyncs_per_s: f64,
+    commits: u64,
+    commits_per_fdatasync: f64,
+    batches: u64,
+    journal_bytes_per_document: f64,
+    disk_bytes_per_document: Option<f64>,
+    index_lag_ms_p50: f64,
+    index_lag_ms_p99: f64,
+    index_lag_ms_max: f64,
+    index_behind_max: u64,
+    /// The commit latency distribution: (percentile, microseconds).
+    distribution: Vec<(f64, u64)>,
+    #[serde(skip)]
+    histogram: Option<Histogram<u64>>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    machine: String,
+    file_system: String,
+    dir: String,
+    modes: Vec<ModeResult>,
+}
+
+fn distribution(h: &Histogram<u64>) -> Vec<(f64, u64)> {
+    let mut v: Vec<(f64, u64)> = h.iter_quantiles(4).map(|it| (it.quantile_iterated_to() * 100.0, it.value_iterated_to())).collect();
+    v.dedup_by(|a, b| a.0 == b.0);
+    v
+}
+
+async fn client(
+    root: StorageHandle,
+    feeds: Arc<Vec<FeedSender>>,
+    next: Arc<AtomicU64>,
+    limit: u64,
+    deadline: Option<Instant>,
+) -> Result<Histogram<u64>, Fail> {
+    let mut h = feed::histogram();
+    loop {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(h);
+        }
+        let n = next.fetch_add(1, Ordering::Relaxed);
+        if n >= limit {
+            return Ok(h);
+        }
+        let u = User::generate(n);
+        let doc = serde_json::to_vec(&u).expect("serializable");
+        let t = Instant::now();
+        root.put(u.id.clone(), doc).await.map_err(|e| Fail::from(e).context("putting a document"))?;
+        let _ = h.record(t.elapsed().as_micros() as u64);
+        let acked = Instant::now();
+        for (i, f) in feeds.iter().enumerate() {
+            let put = Some((u.index_key(i), u.id.clone().into_bytes()));
+            if f.send(Update { acked, del: None, put }).await.is_err() {
+                return Err(Fail::io(format!("index {} stopped", index_name(i))));
+            }
+        }
+    }
+}
+
+fn run_mode(a: &ShopArgs, mode: JournalArg, dir: &Path, seconds: Option<f64>) -> CliResult<ModeResult> {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let tmp = dir.join(format!("omnibus-shop-{}-{}-{nanos}", mode.name(), std::process::id()));
+    std::fs::create_dir_all(&tmp).map_err(|e| Fail::io(format!("{}: {e}", tmp.display())))?;
+    let r = run_mode_in(a, mode, &tmp, seconds);
+    if a.keep {
+        eprintln!("omnibus: kept {}", tmp.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    r
+}
+
+fn run_mode_in(a: &ShopArgs, mode: JournalArg, tmp: &Path, seconds: Option<f64>) -> CliResult<ModeResult> {
+    let setup = Instant::now();
+    let engine = Engine::start(EngineOptions { executors: a.cores, ..EngineOptions::default() })?;
+    let db = engine.blocking_open_database(tmp.join("shop.omnibus"), Options { journal_mode: mode.mode(), ..Options::default() })?;
+    let root = db.root();
+    let n_idx = a.indexes as usize;
+    let mut handles = Vec::with_capacity(n_idx);
+    for i in 0..n_idx {
+        handles.push(db.blocking_storage(&index_name(i))?);
+    }
+    let setup_seconds = setup.elapsed().as_secs_f64();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("omnibus-shop")
+        .enable_time()
+        .build()
+        .map_err(|e| Fail::io(format!("starting the tokio runtime: {e}")))?;
+    let stats0 = db.stats();
+    let disk0 = fmt::process_write_bytes();
+    let started = Instant::now();
+    let deadline = seconds.map(|s| started + Duration::from_secs_f64(s));
+    let limit = a.docs.unwrap_or(u64::MAX);
+    let out = rt.block_on(async {
+        let mut feeds = Vec::new();
+        let mut tasks = Vec::new();
+        for (i, h) in handles.iter().enumerate() {
+            let (tx, rx) = feed::channel();
+            tasks.push(tokio::spawn(feed::run_index(index_name(i), h.clone(), rx, tx.sent.clone(), false, Duration::from_millis(a.index_interval_ms))));
+            feeds.push(tx);
+        }
+        let feeds = Arc::new(feeds);
+        let next = Arc::new(AtomicU64::new(0));
+        let clients: Vec<_> =
+            (0..a.clients).map(|_| tokio::spawn(client(root.clone(), feeds.clone(), next.clone(), limit, deadline))).collect();
+        let mut lat = feed::histogram();
+        let mut fail = None;
+        for c in clients {
+            match c.await {
+                Ok(Ok(h)) => {
+                    let _ = lat.add(&h);
+                }
+                Ok(Err(f)) => fail = fail.or(Some(f)),
+                Err(e) => fail = fail.or(Some(Fail::io(format!("a client task failed: {e}")))),
+            }
+        }
+        let client_secs = started.elapsed().as_secs_f64();
+        let mid = db.stats();
+        drop(feeds);
+        let mut reports = Vec::new();
+        for t in tasks {
+            match t.await {
+                Ok(Ok(r)) => reports.push(r),
+                Ok(Err(e)) => fail = fail.or(Some(e.into())),
+                Err(e) => fail = fail.or(Some(Fail::io(format!("an index task failed: {e}")))),
+            }
+        }
+        (lat, client_secs, mid, reports, fail)
+    });
+    let (lat, client_secs, mid, reports, fail) = out;
+    if let Some(f) = fail {
+        return Err(f);
+    }
+    let caught_up = started.elapsed().as_secs_f64();
+    let end = db.stats();
+    drop(handles);
+    drop(root);
+    drop(db);
+    let close = Instant::now();
+    engine.shutdown().map_err(|e| Fail::from(e).context("closing the database"))?;
+    let close_seconds = close.elapsed().as_secs_f64();
+    let disk1 = fmt::process_write_bytes();
+    let docs = lat.len();
+    let (lag, behind) = feed::merge_lag(&reports);
+    let fsyncs_clients = mid.journal_fdatasyncs - stats0.journal_fdatasyncs;
+    let fsyncs = end.journal_fdatasyncs - stats0.journal_fdatasyncs;
+    let commits = end.commits - stats0.commits;
+    let ms = |us: u64| us as f64 / 1000.0;
+    let per_doc = |b: u64| if docs > 0 { b as f64 / docs as f64 } else { 0.0 };
+    Ok(ModeResult {
+        journal: mode.name(),
+        documents: docs,
+        indexes: a.indexes,
+        clients: a.clients,
+        seconds: client_secs,
+        catch_up_seconds: caught_up - client_secs,
+        setup_seconds,
+        close_seconds,
+        documents_per_s: docs as f64 / client_secs.max(1e-9),
+        commit_us_p50: lat.value_at_quantile(0.5),
+        commit_us_p99: lat.value_at_quantile(0.99),
+        commit_us_p999: lat.value_at_quantile(0.999),
+        commit_us_max: lat.max(),
+        fdatasyncs: fsyncs,
+        fdatasyncs_per_s: fsyncs_clients as f64 / client_secs.max(1e-9),
+        commits,
+        commits_per_fdatasync: if fsyncs > 0 { commits as f64 / fsyncs as f64 } else { 0.0 },
+        batches: end.batches - stats0.batches,
+        journal_bytes_per_document: per_doc(end.journal_bytes - stats0.journal_bytes),
+        disk_bytes_per_document: disk0.zip(disk1).map(|(a, b)| per_doc(b.saturating_sub(a))),
+        index_lag_ms_p50: ms(lag.value_at_quantile(0.5)),
+        index_lag_ms_p99: ms(lag.value_at_quantile(0.99)),
+        index_lag_ms_max: ms(lag.max()),
+        index_behind_max: behind,
+        distribution: distribution(&lat),
+        histogram: Some(lat),
+    })
+}
+
+pub fn run(a: ShopArgs) -> CliResult {
+    if a.cores == Some(0) {
+        return Err(Fail::input("--cores must be at least 1"));
+    }
+    if a.docs == Some(0) {
+        return Err(Fail::input("--docs must be at least 1"));
+    }
+    let seconds = match (a.seconds, a.docs) {
+        (Some(s), _) if !(s > 0.0 && s.is_finite()) => return Err(Fail::input("--seconds must be a positive number")),
+        (Some(s), _) => Some(s),
+        (None, Some(_)) => None,
+        (None, None) => Some(20.0),
+    };
+    let mut modes: Vec<JournalArg> = Vec::new();
+    for m in &a.journal {
+        if !modes.contains(m) {
+            modes.push(*m);
+        }
+    }
+    let dir: PathBuf = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    std::fs::create_dir_all(&dir).map_err(|e| Fail::input(format!("--dir {}: {e}", dir.display())))?;
+    let fs = fmt::fs_type(&dir);
+    if fs == "tmpfs" && !a.allow_tmpfs {
+        return Err(Fail::input(format!(
+            "--dir {} is on a tmpfs: fdatasync costs nothing there; give a directory on a disk with --dir (or --allow-tmpfs)",
+            dir.display()
+        )));
+    }
+    let machine = fmt::machine();
+    let amount = match seconds {
+        Some(s) => format!("{s} s"),
+        None => format!("{} documents", a.docs.unwrap_or(0)),
+    };
+    eprintln!(
+        "bench shop: 1 documents storage + {} indexes, {} clients, {amount} per mode; {} in {} ({fs})",
+        a.indexes,
+        a.clients,
+        modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(" then "),
+        dir.display()
+    );
+    let mut results = Vec::new();
+    for m in &modes {
+        eprintln!("bench shop: running {} ...", m.name());
+        let r = run_mode(&a, *m, &dir, seconds).map_err(|f| f.context(format_args!("{} journal", m.name())))?;
+        eprintln!(
+            "bench shop: {}: {} documents in {:.1} s ({:.0}/s), index catch-up {:.2} s, setup {:.1} s, close {:.1} s",
+            m.name(),
+            r.documents,
+            r.seconds,
+            r.documents_per_s,
+            r.catch_up_seconds,
+            r.setup_seconds,
+            r.close_seconds
+        );
+        results.push(r);
+    }
+    println!("machine: {machine}; file system: {fs} ({})", dir.display());
+    println!(
+        "workload: 1 documents storage + {} index storages, {} clients, ~1 KB documents, {amount} per mode",
+        a.indexes, a.clients
+    );
+    print_table(&results);
+    if let Some(p) = &a.json {
+        let rep = Report { machine: machine.clone(), file_system: fs.clone(), dir: dir.display().to_string(), modes: results.clone() };
+        let text = serde_json::to_string_pretty(&rep).expect("serializable");
+        std::fs::write(p, text + "\n").map_err(|e| Fail::io(format!("--json {}: {e}", p.display())))?;
+    }
+    if let Some(p) = &a.plot {
+        let series: Vec<(String, Vec<(f64, u64)>)> = results
+            .iter()
+            .map(|r| (format!("{} journal: {:.0} docs/s", r.journal, r.documents_per_s), r.histogram.as_ref().map(plot_points).unwrap_or_default()))
+            .collect();
+        let title = format!("omnibus bench shop: document commit latency, 1 + {} storages, {} clients", a.indexes, a.clients);
+        crate::plot::latency_png(p, &title, &series).map_err(|e| Fail::io(format!("--plot {}: {e}", p.display())))?;
+    }
+    Ok(())
+}
+
+/// (percentile, microseconds) points of a histogram for the plot, the maximum last.
+fn plot_points(h: &Histogram<u64>) -> Vec<(f64, u64)> {
+    let mut v: Vec<(f64, u64)> = Vec::new();
+    for it in h.iter_quantiles(8) {
+        let q = it.quantile_iterated_to();
+        if q < 1.0 {
+            v.push((q, it.value_iterated_to()));
+        }
+    }
+    if !h.is_empty() {
+        let last = v.last().map(|p| p.0).unwrap_or(0.0);
+        v.push(((1.0 - 1.0 / h.len() as f64).max(last), h.max()));
+    }
+    // Monotone: each point at least the one before it.
+    let mut top = 0;
+    for p in &mut v {
+        top = top.max(p.1);
+        p.1 = top;
+    }
+    v
+}
+
+fn print_table(rs: &[ModeResult]) {
+    let shared = rs.iter().find(|r| r.journal == "shared");
+    let separate = rs.iter().find(|r| r.journal == "separate");
+    let mut header = format!("{:<28}", "");
+    for r in rs {
+        header.push_str(&format!("{:>14}", r.journal));
+    }
+    let gain = shared.is_some() && separate.is_some();
+    if gain {
+        header.push_str(&format!("{:>10}", "gain"));
+    }
+    println!("{header}");
+    // (label, value, higher is better)
+    type Get = fn(&ModeResult) -> f64;
+    let rows: [(&str, Get, bool, usize); 13] = [
+        ("documents/s", |r| r.documents_per_s, true, 0),
+        ("commit p50 (ms)", |r| r.commit_us_p50 as f64 / 1000.0, false, 2),
+        ("commit p99 (ms)", |r| r.commit_us_p99 as f64 / 1000.0, false, 2),
+        ("commit p99.9 (ms)", |r| r.commit_us_p999 as f64 / 1000.0, false, 2),
+        ("commit max (ms)", |r| r.commit_us_max as f64 / 1000.0, false, 2),
+        ("fdatasyncs/s", |r| r.fdatasyncs_per_s, false, 0),
+        ("fdatasyncs per 1000 docs", |r| if r.documents > 0 { r.fdatasyncs as f64 * 1000.0 / r.documents as f64 } else { 0.0 }, false, 1),
+        ("commits per fdatasync", |r| r.commits_per_fdatasync, true, 1),
+        ("journal bytes/document", |r| r.journal_bytes_per_document, false, 0),
+        ("disk bytes/document", |r| r.disk_bytes_per_document.unwrap_or(0.0), false, 0),
+        ("index lag p99 (ms)", |r| r.index_lag_ms_p99, false, 1),
+        ("index lag max (ms)", |r| r.index_lag_ms_max, false, 1),
+        ("documents", |r| r.documents as f64, true, 0),
+    ];
+    for (label, get, higher, prec) in rows {
+        let mut line = format!("{label:<28}");
+        for r in rs {
+            line.push_str(&format!("{:>14.*}", prec, get(r)));
+        }
+        if let (Some(s), Some(p)) = (shared, separate) {
+            let (a, b) = (get(s), get(p));
+            let g = if higher { a / b } else { b / a };
+            if g.is_finite() && label != "documents" {
+                line.push_str(&format!("{:>9.1}x", g));
+            }
+        }
+        println!("{line}");
+    }
+    if gain {
+        println!("gain: shared over separate (shared/separate for rates, separate/shared for latencies and costs; above 1x: shared is better)");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plot_points_are_monotone() {
+        let mut h = feed::histogram();
+        let mut rng = SmallRng::seed_from_u64(7);
+        for _ in 0..20_000 {
+            let v: u64 = if rng.random_ratio(1, 100) { rng.random_range(100_000..1_400_000) } else { rng.random_range(1_000..300_000) };
+            h.record(v).unwrap();
+        }
+        let p = plot_points(&h);
+        assert!(p.len() > 10);
+        for w in p.windows(2) {
+            assert!(w[0].0 <= w[1].0 && w[0].1 <= w[1].1, "{w:?}");
+        }
+        assert_eq!(p.last().unwrap().1, h.max());
+    }
+
+    #[test]
+    fn users_are_about_1_kb_and_index_keys_end_with_the_id() {
+        let u = User::generate(42);
+        let n = serde_json::to_vec(&u).unwrap().len();
+        assert!((900..1200).contains(&n), "{n}");
+        for i in 0..100 {
+            let k = u.index_key(i);
+            assert!(k.ends_with(b"\x00users/000000000042"));
+        }
+        assert_eq!(User::generate(42).email, u.email);
+    }
+}

@@ -1,0 +1,313 @@
+//! The command line: clap definitions of every subcommand.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// omnibus: an embedded transactional storage engine (one root storage of documents, many
+/// branch storages of indexes, one shared write-ahead journal).
+///
+/// Exit codes: 0 success; 1 usage or input error (bad arguments, a bad input line with
+/// `--on-error abort`, a missing storage, a database held by another process); 2 corruption or
+/// I/O failure. Every failure prints a message on stderr.
+#[derive(Debug, Parser)]
+#[command(name = "omnibus", version, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Load JSON Lines into a database's root storage and maintain index storages from it.
+    #[command(long_about = INGEST_LONG)]
+    Ingest(IngestArgs),
+    /// Print the value of KEY (raw bytes on stdout, nothing else).
+    Get(GetArgs),
+    /// Store VALUE under KEY (one durable transaction).
+    Put(PutArgs),
+    /// Remove KEY (one durable transaction); says whether it was present.
+    Delete(DeleteArgs),
+    /// List entries in key order: key, a tab, value, one entry a line.
+    #[command(long_about = SCAN_LONG)]
+    Scan(ScanArgs),
+    /// Sizes and counters of every storage of a database.
+    #[command(long_about = STAT_LONG)]
+    Stat(StatArgs),
+    /// Verify every storage (checksums, key order, tree shape, free-space map).
+    #[command(long_about = "Verify every storage of the database: every page checksum, key order and bounds, equal \
+leaf depth, overflow runs, and the free-space map.\n\nExit code 0 when every storage is sound; 2 with one message a \
+problem on stderr, naming the storage, the file and the page, when one is not.")]
+    Check(CheckArgs),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum JournalArg {
+    /// One journal, one fdatasync per batch of commits of every storage.
+    Shared,
+    /// Every storage its own journal and fdatasync (the baseline).
+    Separate,
+}
+
+impl JournalArg {
+    pub fn mode(self) -> omnibus::JournalMode {
+        match self {
+            JournalArg::Shared => omnibus::JournalMode::Shared,
+            JournalArg::Separate => omnibus::JournalMode::Separate,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            JournalArg::Shared => "shared",
+            JournalArg::Separate => "separate",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnError {
+    /// Report the line and go on (exit code 0 if nothing else failed).
+    Skip,
+    /// Report the line and stop: what was read before it is committed and indexed, exit code 1.
+    Abort,
+}
+
+const INGEST_LONG: &str = "Load JSON Lines (one JSON object a line) into the database DB, through the actor runtime.
+
+Each document is stored in the root storage under its id: the value of --id-field (a string, or a \
+number written as in the input), or, without --id-field, the line number zero-padded to 12 digits \
+(so keys sort, and re-running the same file stores the same keys). The stored value is the line as \
+read (surrounding whitespace trimmed). Many puts are in flight at once (--window) so the storage \
+actor merges them into few transactions.
+
+Each --index SPEC (a field name, or several joined by `,`, e.g. `country,admin1`) is kept in its own \
+branch storage named SPEC. An entry's key is the field values joined by a 0x00 byte, then 0x00, then \
+the document id; its value is the document id. So `scan --storage country --prefix 'AD\\x00'` lists \
+the documents whose country is AD. Field values: a string as is, a number or boolean as written in \
+JSON, an array or object as compact JSON; a missing or null field leaves the document out of that \
+index. A dotted name (`a.b`) reaches into nested objects when no top-level field has that name. \
+Index storages follow the committed documents asynchronously (a change feed: once a document's put \
+is acknowledged, its entries go on a bounded channel per index, and each index commits what is \
+pending as one batch); the command returns when every index has caught up.
+
+Re-running an ingest stores no duplicates: a document already stored with the same bytes is not \
+written again, and one whose indexed fields changed has its old index entries deleted (the previous \
+version is read before the put). Limitation: if the process dies after a changed document was \
+committed but before its index caught up, the old index entry of the changed field survives the \
+re-run (the re-run sees the new version as unchanged); entries of unchanged documents are always \
+completed by a re-run.
+
+Input errors (reported as `line N: ...` on stderr; skipped or fatal per --on-error):
+  not valid UTF-8 (byte offset K)          the line is not UTF-8
+  not JSON: <parser message>              a syntax error, e.g. a truncated line
+  not a JSON object (an array)            valid JSON of another type
+  longer than the line limit of B bytes   the line passes --max-line-bytes; it is skipped over
+                                          without being held in memory
+  document is B bytes: the value limit is 134217728 bytes
+  no id field `F` / id field `F` is not a string or a number / id is B bytes: keys are 1..=1024 bytes
+  index `S` key is B bytes: keys are 1..=1024 bytes
+Blank lines are ignored. With --on-error skip the exit code is 0 when nothing else failed (the \
+summary counts the skipped lines); with abort it is 1, after everything read before the bad line is \
+committed and indexed. An I/O failure or corruption exits with 2.
+
+At the end it prints documents, seconds, documents/s, the document commit latency (p50, p99, max, \
+from the put until its acknowledgement), fdatasyncs, bytes written (journal, and the whole process's \
+disk writes from /proc/self/io), and the largest index lag seen (milliseconds from a document's \
+acknowledgement until its index entry is committed, and documents behind). A progress bar is drawn \
+only when stderr is a terminal.";
+
+#[derive(Debug, Args)]
+pub struct IngestArgs {
+    /// Database directory (created when missing).
+    pub db: PathBuf,
+    /// JSON Lines file to read (`-` for standard input).
+    #[arg(long, short)]
+    pub input: PathBuf,
+    /// Field holding each document's id; without it, ids are line numbers (12 digits).
+    #[arg(long)]
+    pub id_field: Option<String>,
+    /// An index to maintain: a field name, or several joined by `,` (repeatable).
+    #[arg(long = "index", value_name = "SPEC")]
+    pub indexes: Vec<String>,
+    /// Shared journal (default) or one journal per storage.
+    #[arg(long, value_enum, default_value_t = JournalArg::Shared)]
+    pub journal: JournalArg,
+    /// Executors (pinned cores) of the actor runtime [default: every online CPU].
+    #[arg(long)]
+    pub cores: Option<usize>,
+    /// What a bad input line does.
+    #[arg(long, value_enum, default_value_t = OnError::Skip)]
+    pub on_error: OnError,
+    /// Document puts in flight at most.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    pub window: u64,
+    /// Longest line accepted, in bytes (up to 1 GiB); a longer one is an input error.
+    #[arg(long, default_value_t = 16 << 20, value_parser = clap::value_parser!(u64).range(2..=(1 << 30)))]
+    pub max_line_bytes: u64,
+    /// Print the summary as one JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Which storage of the database a command works on.
+#[derive(Debug, Args)]
+pub struct StorageArg {
+    /// Database directory.
+    pub db: PathBuf,
+    /// A branch storage (an index, `Indexes/NAME`) instead of the root storage.
+    #[arg(long, short)]
+    pub storage: Option<String>,
+}
+
+const KEY_HELP: &str = "Keys and values are taken as UTF-8 text with escapes: \\\\ \\t \\n \\r and \\xHH \
+(any byte, e.g. \\x00); the same escapes `scan` prints.";
+
+#[derive(Debug, Args)]
+#[command(after_help = KEY_HELP)]
+pub struct GetArgs {
+    #[command(flatten)]
+    pub target: StorageArg,
+    /// The key.
+    pub key: String,
+    /// Print {"key":..,"value":..} (escaped text) instead of the raw value.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = KEY_HELP)]
+pub struct PutArgs {
+    #[command(flatten)]
+    pub target: StorageArg,
+    /// The key.
+    pub key: String,
+    /// The value.
+    pub value: String,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = KEY_HELP)]
+pub struct DeleteArgs {
+    #[command(flatten)]
+    pub target: StorageArg,
+    /// The key.
+    pub key: String,
+    /// Print {"deleted":true|false}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+const SCAN_LONG: &str = "List entries in key order, one a line: the key, a tab, the value. Bytes that are valid \
+UTF-8 are shown as they are, except that a backslash is written \\\\, a tab \\t, a newline \\n, a carriage \
+return \\r; every other byte that is not part of valid UTF-8, and every other control character, is \
+written \\xHH. --prefix takes the same escapes (e.g. 'AD\\x00' for the exact country AD in an index).";
+
+#[derive(Debug, Args)]
+pub struct ScanArgs {
+    #[command(flatten)]
+    pub target: StorageArg,
+    /// Only keys starting with P (escapes as in the output).
+    #[arg(long, short)]
+    pub prefix: Option<String>,
+    /// At most N entries.
+    #[arg(long, short)]
+    pub limit: Option<u64>,
+    /// Print one JSON object a line ({"key":..,"value":..}, escaped text) instead.
+    #[arg(long)]
+    pub json: bool,
+}
+
+const STAT_LONG: &str = "Sizes and counters of every storage of the database (the root, then each index):
+  txn             last committed and last flushed transaction ids
+  entries         keys stored
+  pages           used and free 8 KiB pages (free pages are reused before the file grows)
+  file            data file length, bytes allocated on disk, bytes in holes (length not backed by \
+allocated blocks: punched free runs), 1 MiB runs punched since this open
+  journals        journal files in the storage's Journals/ (a shared journal file is hard-linked \
+into every storage that has records in it)
+  scratch         unflushed page images held in memory
+Then the database's journal counters since this open (batches, commits per batch, fdatasyncs, \
+directory fsyncs, links): a fresh open only recovers and flushes, so these count that; `ingest` \
+and `bench shop` print the counters of their runs. The database is opened read-only: nothing is \
+written.";
+
+#[derive(Debug, Args)]
+pub struct StatArgs {
+    /// Database directory.
+    pub db: PathBuf,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Database directory.
+    pub db: PathBuf,
+    /// Print one JSON object with every storage's report.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// 1 documents storage + N index storages, shared vs separate journals, side by side.
+    #[command(long_about = SHOP_LONG)]
+    Shop(ShopArgs),
+}
+
+const SHOP_LONG: &str = "The RavenDB scenario: one documents storage and --indexes N index storages. --clients C \
+concurrent clients insert generated user documents (id, name, email, country, age, last login, \
+about 1 KB) as fast as acknowledgements come back, for --seconds S or until --docs D documents; \
+the index storages follow from the change feed of the documents storage (each index extracts a \
+field, or a hash of several fields, of every document and commits what is pending as one batch).
+
+Each journal mode of --journal runs one after the other in the same run, each in a fresh directory \
+under --dir (on the real disk: a tmpfs is refused, it has no fdatasync to measure). The table gives \
+both modes and the gain of shared over separate (shared/separate for rates, separate/shared for \
+latencies and costs; above 1 means shared is better): documents/s, document commit latency \
+p50/p99/p99.9/max, fdatasyncs/s, commits per fdatasync, bytes written per document, index lag p99.";
+
+#[derive(Debug, Args)]
+pub struct ShopArgs {
+    /// Index storages.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=10000))]
+    pub indexes: u64,
+    /// Concurrent clients, each with one document put in flight.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=100000))]
+    pub clients: u64,
+    /// Least milliseconds between two commits of an index (updates accumulate in between).
+    #[arg(long, default_value_t = 0)]
+    pub index_interval_ms: u64,
+    /// Seconds of inserting per mode [default: 20, when --docs is not given].
+    #[arg(long, conflicts_with = "docs")]
+    pub seconds: Option<f64>,
+    /// Documents per mode, instead of a duration.
+    #[arg(long)]
+    pub docs: Option<u64>,
+    /// Journal modes to run, in order.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [JournalArg::Shared, JournalArg::Separate])]
+    pub journal: Vec<JournalArg>,
+    /// Executors (pinned cores) of the actor runtime [default: every online CPU].
+    #[arg(long)]
+    pub cores: Option<usize>,
+    /// Write the results as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Draw both modes' commit latency distributions to FILE (PNG).
+    #[arg(long, value_name = "FILE.png")]
+    pub plot: Option<PathBuf>,
+    /// Where the temporary databases go [default: the system temp directory].
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Allow --dir on a tmpfs (numbers then say nothing about a disk).
+    #[arg(long)]
+    pub allow_tmpfs: bool,
+    /// Keep the databases instead of deleting them.
+    #[arg(long)]
+    pub keep: bool,
+}

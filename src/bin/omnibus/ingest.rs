@@ -1,0 +1,537 @@
+//! `omnibus ingest`: JSON Lines into the root storage through the actor runtime, with index
+//! storages kept from the change feed.
+//!
+//! Threads: a reader thread reads capped lines, checks and parses them, and sends documents on
+//! a bounded channel; the dispatcher (a tokio task) keeps up to `--window` document puts in
+//! flight (never two of the same id at once, so a document's versions and their index updates
+//! stay in order); each document task reads the previous version, puts the new one, and once
+//! it is acknowledged sends the index updates on each index's bounded feed; one task per index
+//! commits its pending updates in batches.
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, IsTerminal, Read};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use omnibus::actors::{DatabaseHandle, Engine, EngineOptions, StorageHandle};
+use omnibus::{Options, MAX_KEY_LEN, MAX_VALUE_LEN};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+
+use crate::cli::{IngestArgs, OnError};
+use crate::feed::{self, FeedSender, IndexReport, IndexSpec, Update};
+use crate::lines::{read_line_capped, Line};
+use crate::{fmt, CliResult, Fail};
+
+/// A checked, parsed input line.
+struct Doc {
+    line: u64,
+    id: Vec<u8>,
+    value: Vec<u8>,
+    /// The entry key in each index (`None`: a field is missing).
+    keys: Vec<Option<Vec<u8>>>,
+}
+
+enum Item {
+    Doc(Doc),
+    Bad { line: u64, msg: String },
+    /// Reading the input failed (fatal).
+    ReadFailed(String),
+}
+
+fn describe(v: &Value) -> &'static str {
+    match v {
+        Value::Array(_) => "an array",
+        Value::String(_) => "a string",
+        Value::Number(_) => "a number",
+        Value::Bool(_) => "a boolean",
+        Value::Null => "null",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The id of a document: `--id-field`'s value, or the line number in 12 digits.
+fn doc_id(doc: &Map<String, Value>, id_field: Option<&str>, line: u64) -> Result<Vec<u8>, String> {
+    let id = match id_field {
+        None => return Ok(format!("{line:012}").into_bytes()),
+        Some(f) => match doc.get(f) {
+            None | Some(Value::Null) => return Err(format!("no id field `{f}`")),
+            Some(Value::String(s)) => s.as_bytes().to_vec(),
+            Some(Value::Number(n)) => n.to_string().into_bytes(),
+            Some(v) => return Err(format!("id field `{f}` is not a string or a number ({})", describe(v))),
+        },
+    };
+    if id.is_empty() || id.len() > MAX_KEY_LEN {
+        return Err(format!("id is {} bytes: keys are 1..={MAX_KEY_LEN} bytes", id.len()));
+    }
+    Ok(id)
+}
+
+/// Checks and parses one line (already without its newline).
+fn parse_line(raw: &[u8], line: u64, id_field: Option<&str>, specs: &[IndexSpec]) -> Result<Option<Doc>, String> {
+    let text = match std::str::from_utf8(raw) {
+        Ok(t) => t.trim(),
+        Err(e) => return Err(format!("not valid UTF-8 (byte offset {})", e.valid_up_to())),
+    };
+    if text.is_empty() {
+        return Ok(None);
+    }
+    if text.len() > MAX_VALUE_LEN {
+        return Err(format!("document is {} bytes: the value limit is {MAX_VALUE_LEN} bytes", text.len()));
+    }
+    let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {}", e.to_string().replace(" at line 1 column ", " at column ")))?;
+    let Value::Object(obj) = v else {
+        return Err(format!("not a JSON object ({})", describe(&v)));
+    };
+    let id = doc_id(&obj, id_field, line)?;
+    let mut keys = Vec::with_capacity(specs.len());
+    for s in specs {
+        let k = s.key(&obj, &id);
+        if let Some(k) = &k {
+            if k.len() > MAX_KEY_LEN {
+                return Err(format!("index `{}` key is {} bytes: keys are 1..={MAX_KEY_LEN} bytes", s.name, k.len()));
+            }
+        }
+        keys.push(k);
+    }
+    Ok(Some(Doc { line, id, value: text.as_bytes().to_vec(), keys }))
+}
+
+/// The reader thread: every line in order, as documents or errors.
+fn read_input(mut r: impl BufRead, tx: mpsc::Sender<Item>, cap: usize, id_field: Option<String>, specs: Vec<IndexSpec>, pb: ProgressBar) {
+    let mut buf = Vec::new();
+    let mut line = 0u64;
+    loop {
+        let got = match read_line_capped(&mut r, &mut buf, cap) {
+            Ok(g) => g,
+            Err(e) => {
+                let _ = tx.blocking_send(Item::ReadFailed(format!("reading line {}: {e}", line + 1)));
+                return;
+            }
+        };
+        line += 1;
+        let item = match got {
+            Line::Eof => return,
+            Line::TooLong(n) => {
+                pb.inc(n + 1);
+                Item::Bad { line, msg: format!("longer than the line limit of {cap} bytes ({n} bytes; see --max-line-bytes)") }
+            }
+            Line::Read => {
+                pb.inc(buf.len() as u64 + 1);
+                match parse_line(&buf, line, id_field.as_deref(), &specs) {
+                    Ok(Some(d)) => Item::Doc(d),
+                    Ok(None) => continue,
+                    Err(msg) => Item::Bad { line, msg },
+                }
+            }
+        };
+        if tx.blocking_send(item).is_err() {
+            return;
+        }
+    }
+}
+
+enum Outcome {
+    Stored,
+    Unchanged,
+}
+
+struct Done {
+    id: Vec<u8>,
+    line: u64,
+    latency_us: Option<u64>,
+    result: Result<Outcome, Fail>,
+}
+
+/// One document: read the previous version, put, then feed the indexes.
+async fn ingest_doc(root: StorageHandle, specs: Arc<Vec<IndexSpec>>, feeds: Arc<Vec<FeedSender>>, d: Doc) -> (Option<u64>, Result<Outcome, Fail>) {
+    let prev: Option<Vec<u8>> = match root.snapshot().and_then(|s| s.get(&d.id).map(|v| v.map(<[u8]>::to_vec))) {
+        Ok(p) => p,
+        Err(e) => return (None, Err(e.into())),
+    };
+    let (outcome, latency) = if prev.as_deref() == Some(&d.value[..]) {
+        (Outcome::Unchanged, None)
+    } else {
+        let t = Instant::now();
+        if let Err(e) = root.put(d.id.clone(), d.value).await {
+            return (None, Err(Fail::from(e).context(format_args!("line {}: storing the document", d.line))));
+        }
+        (Outcome::Stored, Some(t.elapsed().as_micros() as u64))
+    };
+    let acked = Instant::now();
+    // The previous version's entries, to delete those that changed.
+    let old: Option<Map<String, Value>> = prev.and_then(|p| serde_json::from_slice::<Value>(&p).ok()).and_then(|v| match v {
+        Value::Object(o) => Some(o),
+        _ => None,
+    });
+    for (i, (spec, new)) in specs.iter().zip(d.keys).enumerate() {
+        let old_key = old.as_ref().and_then(|o| spec.key(o, &d.id));
+        let del = old_key.filter(|k| Some(k) != new.as_ref());
+        let put = new.map(|k| (k, d.id.clone()));
+        if del.is_none() && put.is_none() {
+            continue;
+        }
+        if feeds[i].send(Update { acked, del, put }).await.is_err() {
+            return (latency, Err(Fail::io(format!("index `{}` stopped", spec.name))));
+        }
+    }
+    (latency, Ok(outcome))
+}
+
+#[derive(Debug, Serialize)]
+struct IndexSummary {
+    name: String,
+    entries: u64,
+    updates: u64,
+    commits: u64,
+    unchanged: u64,
+    lag_ms_max: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Summary {
+    db: String,
+    input: String,
+    journal: &'static str,
+    documents: u64,
+    stored: u64,
+    unchanged: u64,
+    bad_lines: u64,
+    seconds: f64,
+    documents_per_s: f64,
+    commit_latency_us_p50: u64,
+    commit_latency_us_p99: u64,
+    commit_latency_us_max: u64,
+    commits: u64,
+    batches: u64,
+    commits_per_batch: f64,
+    fdatasyncs: u64,
+    journal_bytes: u64,
+    disk_write_bytes: Option<u64>,
+    index_lag_ms_p99: f64,
+    index_lag_ms_max: f64,
+    index_behind_max: u64,
+    indexes: Vec<IndexSummary>,
+    root_entries: u64,
+    aborted_at_line: Option<u64>,
+}
+
+struct Counts {
+    documents: u64,
+    stored: u64,
+    unchanged: u64,
+    bad: u64,
+    latency: Histogram<u64>,
+    aborted_at: Option<u64>,
+    fatal: Option<Fail>,
+}
+
+/// The dispatcher: keeps up to `window` puts in flight, one per id at a time.
+#[allow(clippy::too_many_arguments)]
+async fn dispatch(
+    mut items: mpsc::Receiver<Item>,
+    root: StorageHandle,
+    specs: Arc<Vec<IndexSpec>>,
+    feeds: Arc<Vec<FeedSender>>,
+    window: usize,
+    on_error: OnError,
+    pb: ProgressBar,
+    failed: Arc<AtomicBool>,
+) -> Counts {
+    let mut c = Counts { documents: 0, stored: 0, unchanged: 0, bad: 0, latency: feed::histogram(), aborted_at: None, fatal: None };
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
+    let mut in_flight: HashSet<Vec<u8>> = HashSet::new();
+    let finish = |d: Done, c: &mut Counts, in_flight: &mut HashSet<Vec<u8>>| {
+        in_flight.remove(&d.id);
+        if let Some(l) = d.latency_us {
+            let _ = c.latency.record(l);
+        }
+        match d.result {
+            Ok(o) => {
+                c.documents += 1;
+                match o {
+                    Outcome::Stored => c.stored += 1,
+                    Outcome::Unchanged => c.unchanged += 1,
+                }
+            }
+            Err(f) => {
+                if c.fatal.is_none() {
+                    c.fatal = Some(f.context(format_args!("document of line {}", d.line)));
+                }
+            }
+        }
+    };
+    let mut last_msg = Instant::now();
+    while let Some(item) = items.recv().await {
+        if c.fatal.is_some() {
+            break;
+        }
+        match item {
+            Item::ReadFailed(msg) => {
+                c.fatal = Some(Fail::io(msg));
+                break;
+            }
+            Item::Bad { line, msg } => {
+                c.bad += 1;
+                match on_error {
+                    OnError::Skip => pb.suspend(|| eprintln!("omnibus: line {line}: {msg} (skipped)")),
+                    OnError::Abort => {
+                        pb.suspend(|| eprintln!("omnibus: line {line}: {msg}"));
+                        c.aborted_at = Some(line);
+                        break;
+                    }
+                }
+            }
+            Item::Doc(d) => {
+                while in_flight.len() >= window || in_flight.contains(&d.id) {
+                    let Some(done) = done_rx.recv().await else { break };
+                    finish(done, &mut c, &mut in_flight);
+                }
+                if c.fatal.is_some() {
+                    break;
+                }
+                in_flight.insert(d.id.clone());
+                let (root, specs, feeds, tx) = (root.clone(), specs.clone(), feeds.clone(), done_tx.clone());
+                tokio::spawn(async move {
+                    let (id, line) = (d.id.clone(), d.line);
+                    let (latency_us, result) = ingest_doc(root, specs, feeds, d).await;
+                    let _ = tx.send(Done { id, line, latency_us, result });
+                });
+            }
+        }
+        while let Ok(done) = done_rx.try_recv() {
+            finish(done, &mut c, &mut in_flight);
+        }
+        if last_msg.elapsed() > Duration::from_millis(200) {
+            pb.set_message(format!("{} documents", c.documents));
+            last_msg = Instant::now();
+        }
+    }
+    // Stop the reader (it sees the closed channel) and wait for every put in flight: whatever
+    // was read before a bad line is committed before the command returns.
+    drop(items);
+    while !in_flight.is_empty() {
+        let Some(done) = done_rx.recv().await else { break };
+        finish(done, &mut c, &mut in_flight);
+    }
+    if c.fatal.is_some() {
+        failed.store(true, Ordering::Release);
+    }
+    c
+}
+
+fn open_input(a: &IngestArgs) -> CliResult<(Box<dyn Read + Send>, Option<u64>)> {
+    if a.input.as_os_str() == "-" {
+        return Ok((Box::new(std::io::stdin()), None));
+    }
+    let f = std::fs::File::open(&a.input).map_err(|e| Fail::input(format!("{}: {e}", a.input.display())))?;
+    let len = f.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
+    Ok((Box::new(f), len))
+}
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+pub fn run(a: IngestArgs) -> CliResult {
+    let mut specs: Vec<IndexSpec> = Vec::new();
+    for s in &a.indexes {
+        let spec = IndexSpec::parse(s).map_err(Fail::input)?;
+        if !specs.contains(&spec) {
+            specs.push(spec);
+        }
+    }
+    if let Some(f) = &a.id_field {
+        if f.is_empty() {
+            return Err(Fail::input("--id-field is empty"));
+        }
+    }
+    if a.cores == Some(0) {
+        return Err(Fail::input("--cores must be at least 1"));
+    }
+    let (input, input_len) = open_input(&a)?;
+    let pb = if std::io::stderr().is_terminal() {
+        let pb = match input_len {
+            Some(n) => ProgressBar::new(n).with_style(
+                ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta}) {msg}")
+                    .expect("valid template")
+                    .progress_chars("=> "),
+            ),
+            None => ProgressBar::new_spinner()
+                .with_style(ProgressStyle::with_template("{elapsed_precise} {spinner} {bytes} ({bytes_per_sec}) {msg}").expect("valid template")),
+        };
+        pb.enable_steady_tick(Duration::from_millis(200));
+        pb
+    } else {
+        ProgressBar::hidden()
+    };
+
+    let engine = Engine::start(EngineOptions { executors: a.cores, ..EngineOptions::default() })?;
+    let opts = Options { journal_mode: a.journal.mode(), ..Options::default() };
+    let db: DatabaseHandle = engine.blocking_open_database(&a.db, opts).map_err(|e| Fail::from(e).context(a.db.display()))?;
+    let root = db.root();
+    let mut handles = Vec::new();
+    for s in &specs {
+        handles.push(db.blocking_storage(&s.name).map_err(|e| Fail::from(e).context(format_args!("index `{}`", s.name)))?);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("omnibus-ingest")
+        .enable_time()
+        .build()
+        .map_err(|e| Fail::io(format!("starting the tokio runtime: {e}")))?;
+
+    let stats0 = db.stats();
+    let disk0 = fmt::process_write_bytes();
+    let started = Instant::now();
+
+    let (item_tx, item_rx) = mpsc::channel::<Item>(4096);
+    let reader = {
+        let (cap, idf, sp, pb) = (a.max_line_bytes as usize, a.id_field.clone(), specs.clone(), pb.clone());
+        std::thread::Builder::new()
+            .name("omnibus-reader".into())
+            .spawn(move || read_input(BufReader::with_capacity(1 << 20, input), item_tx, cap, idf, sp, pb))
+            .map_err(|e| Fail::io(format!("starting the reader thread: {e}")))?
+    };
+    let specs = Arc::new(specs);
+    let failed = Arc::new(AtomicBool::new(false));
+    let (counts, reports) = rt.block_on(async {
+        let mut feeds = Vec::new();
+        let mut tasks = Vec::new();
+        for (s, h) in specs.iter().zip(&handles) {
+            let (tx, rx) = feed::channel();
+            tasks.push(tokio::spawn(feed::run_index(s.name.clone(), h.clone(), rx, tx.sent.clone(), true, Duration::ZERO)));
+            feeds.push(tx);
+        }
+        let feeds = Arc::new(feeds);
+        let counts = dispatch(item_rx, root.clone(), specs.clone(), feeds.clone(), a.window as usize, a.on_error, pb.clone(), failed.clone()).await;
+        // Every document task has finished: dropping the last senders ends the index tasks once
+        // they have committed everything pending (caught up).
+        drop(feeds);
+        let mut reports: Vec<Result<IndexReport, Fail>> = Vec::new();
+        for t in tasks {
+            reports.push(match t.await {
+                Ok(r) => r.map_err(Fail::from),
+                Err(e) => Err(Fail::io(format!("an index task failed: {e}"))),
+            });
+        }
+        (counts, reports)
+    });
+    let seconds = started.elapsed().as_secs_f64();
+    // Not joined: after an abort it may still wait on standard input; it stops at its next send.
+    drop(reader);
+    pb.finish_and_clear();
+
+    let stats1 = db.stats();
+    let disk1 = fmt::process_write_bytes();
+    let mut fatal = counts.fatal;
+    let mut ok_reports = Vec::new();
+    for r in reports {
+        match r {
+            Ok(r) => ok_reports.push(r),
+            Err(f) => {
+                // An index's own error explains a document task's "index stopped".
+                if fatal.as_ref().is_none_or(|x| x.msg.contains("stopped")) {
+                    fatal = Some(f);
+                }
+            }
+        }
+    }
+    let (lag, behind) = feed::merge_lag(&ok_reports);
+    let mut indexes = Vec::new();
+    for (r, h) in ok_reports.iter().zip(&handles) {
+        indexes.push(IndexSummary {
+            name: r.name.clone(),
+            entries: h.storage().stats().entries,
+            updates: r.updates,
+            commits: r.commits,
+            unchanged: r.unchanged,
+            lag_ms_max: ms(r.lag_us.max()),
+        });
+    }
+    let root_entries = root.storage().stats().entries;
+    let commits = stats1.commits - stats0.commits;
+    let batches = stats1.batches - stats0.batches;
+    let summary = Summary {
+        db: a.db.display().to_string(),
+        input: a.input.display().to_string(),
+        journal: a.journal.name(),
+        documents: counts.documents,
+        stored: counts.stored,
+        unchanged: counts.unchanged,
+        bad_lines: counts.bad,
+        seconds,
+        documents_per_s: counts.documents as f64 / seconds.max(1e-9),
+        commit_latency_us_p50: counts.latency.value_at_quantile(0.5),
+        commit_latency_us_p99: counts.latency.value_at_quantile(0.99),
+        commit_latency_us_max: counts.latency.max(),
+        commits,
+        batches,
+        commits_per_batch: if batches > 0 { commits as f64 / batches as f64 } else { 0.0 },
+        fdatasyncs: stats1.journal_fdatasyncs - stats0.journal_fdatasyncs,
+        journal_bytes: stats1.journal_bytes - stats0.journal_bytes,
+        disk_write_bytes: disk0.zip(disk1).map(|(a, b)| b.saturating_sub(a)),
+        index_lag_ms_p99: ms(lag.value_at_quantile(0.99)),
+        index_lag_ms_max: ms(lag.max()),
+        index_behind_max: behind,
+        indexes,
+        root_entries,
+        aborted_at_line: counts.aborted_at,
+    };
+    drop(handles);
+    drop(root);
+    drop(db);
+    let shut = engine.shutdown();
+    if fatal.is_none() {
+        print_summary(&summary, a.json);
+    }
+    if let Some(f) = fatal {
+        return Err(f);
+    }
+    shut.map_err(|e| Fail::from(e).context("closing the database"))?;
+    if let Some(line) = counts.aborted_at {
+        return Err(Fail::input(format!(
+            "aborted at line {line} (--on-error abort): the {} documents before it are committed and indexed",
+            counts.documents
+        )));
+    }
+    Ok(())
+}
+
+fn print_summary(s: &Summary, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string(s).expect("serializable"));
+        return;
+    }
+    println!("database         {} ({} journal)", s.db, s.journal);
+    println!(
+        "documents        {} ({} stored, {} unchanged; {} bad lines; root holds {})",
+        s.documents, s.stored, s.unchanged, s.bad_lines, s.root_entries
+    );
+    println!("seconds          {:.2}", s.seconds);
+    println!("documents/s      {:.0}", s.documents_per_s);
+    println!(
+        "commit latency   p50 {} µs, p99 {} µs, max {} µs",
+        s.commit_latency_us_p50, s.commit_latency_us_p99, s.commit_latency_us_max
+    );
+    println!("commits          {} in {} batches ({:.1} commits per batch)", s.commits, s.batches, s.commits_per_batch);
+    println!("fdatasyncs       {}", s.fdatasyncs);
+    match s.disk_write_bytes {
+        Some(d) => println!("bytes written    {} to journals; {} to disk in all", fmt::bytes(s.journal_bytes), fmt::bytes(d)),
+        None => println!("bytes written    {} to journals", fmt::bytes(s.journal_bytes)),
+    }
+    println!(
+        "index lag        max {:.1} ms (p99 {:.1} ms), at most {} documents behind",
+        s.index_lag_ms_max, s.index_lag_ms_p99, s.index_behind_max
+    );
+    for i in &s.indexes {
+        println!(
+            "index {:<10} {} entries ({} updates in {} batches, {} unchanged; lag max {:.1} ms)",
+            i.name, i.entries, i.updates, i.commits, i.unchanged, i.lag_ms_max
+        );
+    }
+}

@@ -1,0 +1,329 @@
+//! `get`, `put`, `delete`, `scan`, `stat`, `check`: the core `Database` API, no actors.
+
+use std::io::Write;
+use std::path::Path;
+
+use omnibus::{Database, Options, Storage};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::cli::{CheckArgs, DeleteArgs, GetArgs, PutArgs, ScanArgs, StatArgs, StorageArg};
+use crate::{fmt, CliResult, Fail};
+
+/// Opens the database read-only (nothing is written; the journal is replayed in memory).
+fn open_read(db: &Path) -> CliResult<Database> {
+    let opts = Options { read_only: true, create: false, ..Options::default() };
+    Database::open(db, opts).map_err(|e| Fail::from(e).context(format_args!("opening {}", db.display())))
+}
+
+fn open_write(db: &Path, create: bool) -> CliResult<Database> {
+    let opts = Options { create, ..Options::default() };
+    Database::open(db, opts).map_err(|e| Fail::from(e).context(format_args!("opening {}", db.display())))
+}
+
+fn storage_of(db: &Database, t: &StorageArg, create: bool) -> CliResult<Storage> {
+    let Some(name) = &t.storage else { return Ok(db.root()) };
+    if !create && !db.storages().contains(name) {
+        let all = db.storages();
+        return Err(Fail::input(format!(
+            "{}: no storage `{name}` (storages: {})",
+            t.db.display(),
+            if all.is_empty() { "none besides the root".to_string() } else { all.join(", ") }
+        )));
+    }
+    db.storage(name).map_err(|e| Fail::from(e).context(format_args!("storage `{name}`")))
+}
+
+fn arg_bytes(what: &str, s: &str) -> CliResult<Vec<u8>> {
+    fmt::unescape(s).map_err(|e| Fail::input(format!("{what}: {e}")))
+}
+
+/// Writes to stdout; a closed pipe (`| head`) ends the command quietly.
+fn out(w: &mut impl Write, bytes: &[u8]) -> CliResult<bool> {
+    match w.write_all(bytes) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(Fail::io(format!("writing standard output: {e}"))),
+    }
+}
+
+fn flush_out(w: &mut impl Write) -> CliResult {
+    match w.flush() {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Fail::io(format!("writing standard output: {e}"))),
+        _ => Ok(()),
+    }
+}
+
+pub fn get(a: GetArgs) -> CliResult {
+    let key = arg_bytes("KEY", &a.key)?;
+    let db = open_read(&a.target.db)?;
+    let s = storage_of(&db, &a.target, false)?;
+    let r = s.begin_read()?;
+    let Some(v) = r.get(&key)? else {
+        return Err(Fail::input(format!("{}: not found", fmt::escape(&key))));
+    };
+    let mut o = std::io::stdout().lock();
+    if a.json {
+        let line = json!({ "key": fmt::escape(&key), "value": fmt::escape(v) }).to_string() + "\n";
+        out(&mut o, line.as_bytes())?;
+    } else if out(&mut o, v)? {
+        out(&mut o, b"\n")?;
+    }
+    flush_out(&mut o)
+}
+
+pub fn put(a: PutArgs) -> CliResult {
+    let key = arg_bytes("KEY", &a.key)?;
+    let value = arg_bytes("VALUE", &a.value)?;
+    let db = open_write(&a.target.db, true)?;
+    let s = storage_of(&db, &a.target, true)?;
+    let mut w = s.begin_write()?;
+    w.put(&key, &value)?;
+    w.commit()?;
+    drop(s);
+    db.close().map_err(|e| Fail::from(e).context("closing the database"))
+}
+
+pub fn delete(a: DeleteArgs) -> CliResult {
+    let key = arg_bytes("KEY", &a.key)?;
+    let db = open_write(&a.target.db, false)?;
+    let s = storage_of(&db, &a.target, false)?;
+    let mut w = s.begin_write()?;
+    let found = w.delete(&key)?;
+    w.commit()?;
+    drop(s);
+    db.close().map_err(|e| Fail::from(e).context("closing the database"))?;
+    if a.json {
+        println!("{}", json!({ "deleted": found }));
+    } else {
+        println!("{}", if found { "deleted" } else { "not found" });
+    }
+    Ok(())
+}
+
+pub fn scan(a: ScanArgs) -> CliResult {
+    let prefix = a.prefix.as_deref().map(|p| arg_bytes("--prefix", p)).transpose()?;
+    let db = open_read(&a.target.db)?;
+    let s = storage_of(&db, &a.target, false)?;
+    let r = s.begin_read()?;
+    let limit = a.limit.unwrap_or(u64::MAX);
+    let mut o = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let mut n = 0u64;
+    let mut emit = |k: &[u8], v: &[u8]| -> CliResult<bool> {
+        let line = if a.json {
+            json!({ "key": fmt::escape(k), "value": fmt::escape(v) }).to_string() + "\n"
+        } else {
+            format!("{}\t{}\n", fmt::escape(k), fmt::escape(v))
+        };
+        out(&mut o, line.as_bytes())
+    };
+    if limit > 0 {
+        match &prefix {
+            Some(p) => {
+                for e in r.prefix(p)? {
+                    let (k, v) = e?;
+                    n += 1;
+                    if !emit(k, v)? || n >= limit {
+                        break;
+                    }
+                }
+            }
+            None => {
+                for e in r.iter()? {
+                    let (k, v) = e?;
+                    n += 1;
+                    if !emit(k, v)? || n >= limit {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    flush_out(&mut o)
+}
+
+#[derive(Serialize)]
+struct StorageStat {
+    name: String,
+    path: String,
+    last_committed_txn: u64,
+    last_flushed_txn: u64,
+    entries: u64,
+    pages_used: u64,
+    pages_free: u64,
+    data_file_bytes: u64,
+    allocated_bytes: u64,
+    /// File length not backed by allocated blocks (punched holes, or a sparse tail).
+    unallocated_bytes: u64,
+    holes_punched_since_open: u64,
+    journal_files: u64,
+    scratch_pages: u64,
+    scratch_bytes: u64,
+}
+
+fn storage_stat(name: &str, s: &Storage) -> StorageStat {
+    let st = s.stats();
+    StorageStat {
+        name: name.to_string(),
+        path: s.path().display().to_string(),
+        last_committed_txn: st.last_committed_txn,
+        last_flushed_txn: st.last_flushed_txn,
+        entries: st.entries,
+        pages_used: st.pages_used,
+        pages_free: st.pages_free,
+        data_file_bytes: st.data_file_bytes,
+        allocated_bytes: st.allocated_bytes,
+        unallocated_bytes: st.data_file_bytes.saturating_sub(st.allocated_bytes),
+        holes_punched_since_open: st.holes_punched,
+        journal_files: st.journal_files,
+        scratch_pages: st.scratch_pages,
+        scratch_bytes: st.scratch_bytes,
+    }
+}
+
+fn named_storages(db: &Database) -> CliResult<Vec<(String, Storage)>> {
+    let mut v = vec![("(root)".to_string(), db.root())];
+    for n in db.storages() {
+        let s = db.storage(&n).map_err(|e| Fail::from(e).context(format_args!("storage `{n}`")))?;
+        v.push((n, s));
+    }
+    Ok(v)
+}
+
+pub fn stat(a: StatArgs) -> CliResult {
+    let db = open_read(&a.db)?;
+    let all: Vec<StorageStat> = named_storages(&db)?.iter().map(|(n, s)| storage_stat(n, s)).collect();
+    let d = db.stats();
+    if a.json {
+        let v = json!({
+            "db": a.db.display().to_string(),
+            "storages": all,
+            "database_since_open": {
+                "storages": d.storages,
+                "commits": d.commits,
+                "batches": d.batches,
+                "commits_per_batch": d.commits_per_batch,
+                "journal_bytes": d.journal_bytes,
+                "fdatasyncs": d.journal_fdatasyncs,
+                "dir_fsyncs": d.dir_fsyncs,
+                "links_made": d.links_made,
+                "journal_files_live": d.journal_files_live,
+            }
+        });
+        println!("{v}");
+        return Ok(());
+    }
+    println!("database {} ({} storages)", a.db.display(), all.len());
+    for s in &all {
+        println!("storage {}", s.name);
+        println!("  txn        committed {}, flushed {}", s.last_committed_txn, s.last_flushed_txn);
+        println!("  entries    {}", s.entries);
+        println!("  pages      {} used, {} free", s.pages_used, s.pages_free);
+        println!(
+            "  file       {} long, {} allocated, {} in holes; {} 1 MiB runs punched since open",
+            fmt::bytes(s.data_file_bytes),
+            fmt::bytes(s.allocated_bytes),
+            fmt::bytes(s.unallocated_bytes),
+            s.holes_punched_since_open
+        );
+        println!("  journals   {} files", s.journal_files);
+        println!("  scratch    {} pages ({}) unflushed", s.scratch_pages, fmt::bytes(s.scratch_bytes));
+    }
+    println!(
+        "database (this open: recovery only) {} commits in {} batches ({:.1} per batch), {} fdatasyncs, {} directory fsyncs, {} links made, {} journal files live",
+        d.commits, d.batches, d.commits_per_batch, d.journal_fdatasyncs, d.dir_fsyncs, d.links_made, d.journal_files_live
+    );
+    Ok(())
+}
+
+/// Every storage of the database at `db` opened on its own (read-only), for `check` when the
+/// database as a whole does not open: each storage that does not open either is an error.
+fn open_each(db: &Path) -> CliResult<Vec<(String, Result<Storage, omnibus::Error>)>> {
+    let opts = Options { read_only: true, create: false, ..Options::default() };
+    let mut v = vec![("(root)".to_string(), Storage::open(db, opts.clone()))];
+    let idx = db.join(omnibus::database::INDEXES_DIR);
+    let mut names: Vec<String> = match std::fs::read_dir(&idx) {
+        Ok(rd) => rd.filter_map(|e| e.ok()).filter_map(|e| e.file_name().into_string().ok()).filter(|n| !n.starts_with('.')).collect(),
+        Err(_) => Vec::new(),
+    };
+    names.sort();
+    for n in names {
+        let s = Storage::open(idx.join(&n), opts.clone());
+        v.push((n, s));
+    }
+    Ok(v)
+}
+
+pub fn check(a: CheckArgs) -> CliResult {
+    let mut bad_storages = 0;
+    let mut problems = 0;
+    let mut reports = Vec::new();
+    let storages: Vec<(String, Result<Storage, omnibus::Error>)> = match open_read(&a.db) {
+        Ok(db) => named_storages(&db)?.into_iter().map(|(n, s)| (n, Ok(s))).collect(),
+        Err(f) if f.code == 2 => {
+            // Something is damaged: open each storage on its own to say which.
+            eprintln!("omnibus: {}", f.msg);
+            open_each(&a.db)?
+        }
+        Err(f) => return Err(f),
+    };
+    for (name, s) in storages {
+        let s = match s {
+            Ok(s) => s,
+            Err(e) => {
+                let f = Fail::from(e);
+                eprintln!("omnibus: storage `{name}`: {}", f.msg);
+                bad_storages += 1;
+                problems += 1;
+                if a.json {
+                    reports.push(json!({ "storage": name, "ok": false, "open_error": f.msg }));
+                } else {
+                    println!("{name}: CORRUPT (does not open)");
+                }
+                continue;
+            }
+        };
+        let r = s.check().map_err(|e| Fail::from(e).context(format_args!("checking storage `{name}`")))?;
+        if !r.is_ok() {
+            bad_storages += 1;
+            problems += r.problems.len();
+            for p in &r.problems {
+                let page = p.page.map(|n| format!(" page {n}")).unwrap_or_default();
+                let off = p.offset.map(|n| format!(" offset {n}")).unwrap_or_default();
+                eprintln!("omnibus: storage `{name}`: corruption in {}{page}{off}: {}", p.file.display(), p.what);
+            }
+        }
+        if a.json {
+            reports.push(json!({
+                "storage": name,
+                "ok": r.is_ok(),
+                "txn_id": r.txn_id,
+                "entries": r.entries,
+                "pages_checked": r.pages_checked,
+                "pages_in_use": r.pages_in_use,
+                "pages_free": r.pages_free,
+                "depth": r.depth,
+                "problems": r.problems.iter().map(|p| json!({
+                    "file": p.file.display().to_string(), "page": p.page, "offset": p.offset, "what": p.what
+                })).collect::<Vec<_>>(),
+            }));
+        } else {
+            println!(
+                "{name}: {} ({} entries, {} pages checked, {} in use, {} free, depth {})",
+                if r.is_ok() { "ok" } else { "CORRUPT" },
+                r.entries,
+                r.pages_checked,
+                r.pages_in_use,
+                r.pages_free,
+                r.depth
+            );
+        }
+    }
+    if a.json {
+        println!("{}", json!({ "db": a.db.display().to_string(), "ok": problems == 0, "storages": reports }));
+    }
+    if problems > 0 {
+        return Err(Fail::io(format!("{problems} problems in {bad_storages} storages of {}", a.db.display())));
+    }
+    Ok(())
+}

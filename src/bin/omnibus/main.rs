@@ -1,0 +1,100 @@
+//! `omnibus`: the command line of the omnibus storage engine.
+//!
+//! `ingest` loads JSON Lines through the actor runtime and keeps index storages from a change
+//! feed; `get`/`put`/`delete`/`scan`/`stat`/`check` work on a database with the core API;
+//! `bench shop` runs the 1 + N storage insert benchmark in both journal modes side by side.
+//!
+//! Exit codes: 0 success, 1 usage or input error, 2 corruption or I/O failure (see [`Fail`]).
+
+mod bench_shop;
+mod cli;
+mod feed;
+mod fmt;
+mod ingest;
+mod kv;
+mod lines;
+mod plot;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// A failure: the exit code and the message printed on stderr.
+#[derive(Debug)]
+pub struct Fail {
+    /// 1: usage or input error; 2: corruption or I/O failure.
+    pub code: u8,
+    pub msg: String,
+}
+
+impl Fail {
+    pub fn input(msg: impl Into<String>) -> Fail {
+        Fail { code: 1, msg: msg.into() }
+    }
+
+    pub fn io(msg: impl Into<String>) -> Fail {
+        Fail { code: 2, msg: msg.into() }
+    }
+
+    /// Adds context in front of the message.
+    pub fn context(self, what: impl std::fmt::Display) -> Fail {
+        Fail { code: self.code, msg: format!("{what}: {}", self.msg) }
+    }
+}
+
+impl From<omnibus::Error> for Fail {
+    fn from(e: omnibus::Error) -> Fail {
+        use omnibus::Error as E;
+        let code = match &e {
+            E::Corruption(_) | E::Io { .. } | E::Poisoned { .. } | E::FormatVersion { .. } => 2,
+            _ => 1,
+        };
+        Fail { code, msg: e.to_string() }
+    }
+}
+
+impl From<std::io::Error> for Fail {
+    fn from(e: std::io::Error) -> Fail {
+        Fail::io(e.to_string())
+    }
+}
+
+pub type CliResult<T = ()> = Result<T, Fail>;
+
+fn main() -> ExitCode {
+    let cli = match cli::Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            let code = match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                    if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                        1
+                    } else {
+                        0
+                    }
+                }
+                _ => 1,
+            };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let r = match cli.command {
+        cli::Command::Ingest(a) => ingest::run(a),
+        cli::Command::Get(a) => kv::get(a),
+        cli::Command::Put(a) => kv::put(a),
+        cli::Command::Delete(a) => kv::delete(a),
+        cli::Command::Scan(a) => kv::scan(a),
+        cli::Command::Stat(a) => kv::stat(a),
+        cli::Command::Check(a) => kv::check(a),
+        cli::Command::Bench(cli::BenchCommand::Shop(a)) => bench_shop::run(a),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("omnibus: {}", f.msg);
+            ExitCode::from(f.code)
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! `omnibus get / put / delete / scan / stat / check`: escaping of keys and values, exit codes,
+//! `--help` everywhere, and `check` naming the storage, file and page of a corruption (exit 2).
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn omnibus(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_omnibus")).args(args).output().expect("run omnibus")
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = omnibus(args);
+    assert!(o.status.success(), "omnibus {args:?} failed: {:?}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).expect("utf-8 output")
+}
+
+fn code(args: &[&str]) -> (Option<i32>, String) {
+    let o = omnibus(args);
+    (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+#[test]
+fn put_get_delete_scan_with_escapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let db = db.to_str().unwrap();
+    ok(&["put", db, "plain", "value one"]);
+    ok(&["put", db, "tab\\tkey", "line\\nbreak\\\\slash"]);
+    ok(&["put", db, "bin\\x00\\xff", "\\x01\\x7f"]);
+    ok(&["put", db, "--storage", "idx", "Zürich", "ok"]);
+    assert_eq!(ok(&["get", db, "plain"]), "value one\n");
+    assert_eq!(ok(&["get", db, "tab\\tkey"]), "line\nbreak\\slash\n");
+    let o = omnibus(&["get", db, "bin\\x00\\xff"]);
+    assert_eq!(o.stdout, b"\x01\x7f\n");
+    let scan = ok(&["scan", db]);
+    assert_eq!(scan, "bin\\x00\\xff\t\\x01\\x7f\nplain\tvalue one\ntab\\tkey\tline\\nbreak\\\\slash\n");
+    assert_eq!(ok(&["scan", db, "--prefix", "p"]), "plain\tvalue one\n");
+    assert_eq!(ok(&["scan", db, "--limit", "1"]).lines().count(), 1);
+    assert_eq!(ok(&["scan", db, "--limit", "0"]), "");
+    assert_eq!(ok(&["scan", db, "--storage", "idx"]), "Zürich\tok\n");
+    let j: Value = serde_json::from_str(ok(&["get", db, "plain", "--json"]).trim()).unwrap();
+    assert_eq!(j["value"], "value one");
+    let lines: Vec<Value> = ok(&["scan", db, "--json"]).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[0]["key"], "bin\\x00\\xff");
+
+    assert_eq!(ok(&["delete", db, "plain"]), "deleted\n");
+    assert_eq!(ok(&["delete", db, "plain"]), "not found\n");
+    let j: Value = serde_json::from_str(ok(&["delete", db, "tab\\tkey", "--json"]).trim()).unwrap();
+    assert_eq!(j["deleted"], true);
+    assert_eq!(ok(&["scan", db]).lines().count(), 1);
+
+    // Not found, missing storage, bad escape, missing database: exit 1 with a message.
+    for args in [
+        vec!["get", db, "plain"],
+        vec!["get", db, "--storage", "nope", "k"],
+        vec!["scan", db, "--storage", "nope"],
+        vec!["get", db, "bad\\q"],
+        vec!["put", db, "k", "\\x4"],
+        vec!["stat", "/nonexistent/omnibus-db"],
+        vec!["check", "/nonexistent/omnibus-db"],
+        vec!["get", db],
+    ] {
+        let (c, err) = code(&args);
+        assert_eq!(c, Some(1), "{args:?}: {err}");
+        assert!(err.starts_with("omnibus: ") || err.contains("error:"), "{args:?}: {err}");
+    }
+
+    let st: Value = serde_json::from_str(&ok(&["stat", db, "--json"])).unwrap();
+    let names: Vec<&str> = st["storages"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["(root)", "idx"]);
+    let text = ok(&["stat", db]);
+    for word in ["txn", "entries", "pages", "allocated", "journals", "fdatasyncs"] {
+        assert!(text.contains(word), "{word}: {text}");
+    }
+    assert!(ok(&["check", db]).contains("(root): ok"));
+}
+
+#[test]
+fn help_everywhere() {
+    for args in [
+        vec!["--help"],
+        vec!["ingest", "--help"],
+        vec!["get", "--help"],
+        vec!["put", "--help"],
+        vec!["delete", "--help"],
+        vec!["scan", "--help"],
+        vec!["stat", "--help"],
+        vec!["check", "--help"],
+        vec!["bench", "--help"],
+        vec!["bench", "shop", "--help"],
+        vec!["--version"],
+    ] {
+        let out = ok(&args);
+        assert!(!out.is_empty(), "{args:?}");
+    }
+    let ingest = ok(&["ingest", "--help"]);
+    for doc in ["not valid UTF-8", "not JSON", "not a JSON object", "longer than the line limit", "value limit", "--on-error"] {
+        assert!(ingest.contains(doc), "ingest --help documents {doc:?}");
+    }
+}
+
+#[test]
+fn check_names_storage_file_and_page_of_a_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let dbs = db.to_str().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let body: String = (0..400).map(|i| format!("{{\"id\":\"d{i:04}\",\"tag\":\"t{}\",\"pad\":\"{}\"}}\n", i % 7, "p".repeat(200))).collect();
+    std::fs::write(&input, body).unwrap();
+    ok(&["ingest", dbs, "--input", input.to_str().unwrap(), "--id-field", "id", "--index", "tag"]);
+    assert!(omnibus(&["check", dbs]).status.success());
+
+    // Damage every page of the `tag` index past the two header pages.
+    let data = db.join("Indexes").join("tag").join("data.pages");
+    let mut bytes = std::fs::read(&data).unwrap();
+    let pages = bytes.len() / 8192;
+    assert!(pages > 2);
+    for p in 2..pages {
+        for b in &mut bytes[p * 8192 + 100..p * 8192 + 140] {
+            *b ^= 0x5a;
+        }
+    }
+    std::fs::write(&data, &bytes).unwrap();
+    let (c, err) = code(&["check", dbs]);
+    assert_eq!(c, Some(2), "{err}");
+    assert!(err.contains("storage `tag`"), "names the storage: {err}");
+    assert!(err.contains("data.pages"), "names the file: {err}");
+    assert!(err.contains("page "), "names the page: {err}");
+}
