@@ -69,11 +69,6 @@ fn run_mode(a: &Args, mode: JournalMode) -> Run {
     for i in 0..a.branches {
         storages.push(db.storage(&format!("Users_By_{i:03}")).unwrap());
     }
-    // Let the journal pool prepare its first file before timing.
-    let t0 = Instant::now();
-    while mode == JournalMode::Shared && db.stats().prezeroed_ready == 0 && t0.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
     let before = db.stats();
     let stop = Arc::new(AtomicBool::new(false));
     let storages = Arc::new(storages);

@@ -118,6 +118,9 @@ struct Pool {
     ready: Mutex<std::collections::VecDeque<PathBuf>>,
     cv: Condvar,
     stop: std::sync::atomic::AtomicBool,
+    /// Set once the current file is half full: only then is the next file prepared, so a short
+    /// session (a command-line lookup) never writes a whole journal file of zeros.
+    wanted: std::sync::atomic::AtomicBool,
     target: usize,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -237,6 +240,7 @@ impl Journal {
                 ready: Mutex::new(Default::default()),
                 cv: Condvar::new(),
                 stop: std::sync::atomic::AtomicBool::new(false),
+                wanted: std::sync::atomic::AtomicBool::new(false),
                 target: cfg.pool_files,
                 thread: Mutex::new(None),
             }),
@@ -425,6 +429,9 @@ impl Journal {
         io.file.sync_data()?;
         self.fdatasyncs.fetch_add(1, Ordering::Relaxed);
         io.pos += len;
+        if self.pool.target > 0 && io.pos > self.file_size / 2 && !self.pool.wanted.swap(true, Ordering::AcqRel) {
+            self.pool.cv.notify_all();
+        }
         let no = io.no;
         let entry = io.entries.entry(no).or_default();
         for w in batch {
@@ -515,6 +522,7 @@ impl Journal {
                 (f, first)
             }
         };
+        self.pool.wanted.store(false, Ordering::Release);
         io.file = file;
         io.no = no;
         io.pos = 0;
@@ -653,7 +661,7 @@ fn pool_loop(pool: &Pool, env: &dyn StorageEnv, dir: &Path, size: u64, k: &mut u
             return;
         }
         let g = lock(&pool.ready);
-        if g.len() < pool.target {
+        if g.len() < pool.target && pool.wanted.load(Ordering::Acquire) {
             drop(g);
             *k += 1;
             let p = dir.join(format!("pool-{k:016}{POOL_SUFFIX}"));

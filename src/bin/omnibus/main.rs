@@ -62,6 +62,12 @@ impl From<std::io::Error> for Fail {
 pub type CliResult<T = ()> = Result<T, Fail>;
 
 fn main() -> ExitCode {
+    // Like other Unix tools, end quietly when the reader of stdout goes away (`stat | head`)
+    // instead of failing a print.
+    // SAFETY: called first thing in main, before any thread starts; SIG_DFL is a valid handler.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = match cli::Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
