@@ -127,11 +127,16 @@ const TRIMMED: u32 = 0x8000_0000;
 /// Zero runs shorter than this are kept (not worth 4 bytes of offsets).
 const MIN_TRIM: usize = 64;
 
-/// The longest run of zero bytes in `img[HEADER_LEN..]`, as `(start, end)`.
+/// The longest run of zero 8-byte words in `img[HEADER_LEN..]`, as a byte range `(start, end)`
+/// (word-aligned: a few zero bytes at its edges may stay in; scanning words is ~8x faster
+/// than bytes on the commit path).
 fn longest_zero_run(img: &[u8]) -> (usize, usize) {
     let (mut best, mut cur_start) = ((0, 0), None);
-    for (i, &b) in img.iter().enumerate().skip(crate::page::HEADER_LEN) {
-        match (b == 0, cur_start) {
+    let base = crate::page::HEADER_LEN;
+    for (w, chunk) in img[base..].chunks_exact(8).enumerate() {
+        let i = base + w * 8;
+        let zero = u64::from_ne_bytes([chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7]]) == 0;
+        match (zero, cur_start) {
             (true, None) => cur_start = Some(i),
             (false, Some(s)) => {
                 if i - s > best.1 - best.0 {
@@ -143,8 +148,9 @@ fn longest_zero_run(img: &[u8]) -> (usize, usize) {
         }
     }
     if let Some(s) = cur_start {
-        if img.len() - s > best.1 - best.0 {
-            best = (s, img.len());
+        let end = base + (img.len() - base) / 8 * 8;
+        if end - s > best.1 - best.0 {
+            best = (s, end);
         }
     }
     best
