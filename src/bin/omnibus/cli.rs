@@ -88,8 +88,8 @@ Each --index SPEC (a field name, or several joined by `,`, e.g. `country,admin1`
 branch storage named SPEC. An entry's key is the field values joined by a 0x00 byte, then 0x00, then \
 the document id; its value is the document id. So `scan --storage country --prefix 'AD\\x00'` lists \
 the documents whose country is AD. Field values: a string as is, a number or boolean as written in \
-JSON, an array or object as compact JSON; a missing or null field leaves the document out of that \
-index. A dotted name (`a.b`) reaches into nested objects when no top-level field has that name. \
+JSON, an array or object as compact JSON; a missing or null field, or a value holding a NUL byte \
+(its key would be ambiguous), leaves the document out of that index. A dotted name (`a.b`) reaches into nested objects when no top-level field has that name. \
 Index storages follow the committed documents asynchronously (a change feed: once a document's put \
 is acknowledged, its entries go on a bounded channel per index, and each index commits what is \
 pending as one batch); the command returns when every index has caught up.

@@ -40,11 +40,16 @@ impl IndexSpec {
     }
 
     /// The index key of document `doc` with id `id`: the field values joined by [`SEP`], then
-    /// [`SEP`], then the id. `None` when a field is missing or null.
+    /// [`SEP`], then the id. `None` when a field is missing or null, or when a value holds a
+    /// NUL byte: its key would be ambiguous (a prefix scan for `x` + 0x00 would also list the
+    /// value `x\0y`), so such a document is left out of that index.
     pub fn key(&self, doc: &Map<String, Value>, id: &[u8]) -> Option<Vec<u8>> {
         let mut k = Vec::new();
         for f in &self.fields {
             let v = field_bytes(doc, f)?;
+            if v.contains(&SEP) {
+                return None;
+            }
             k.extend_from_slice(&v);
             k.push(SEP);
         }
@@ -227,4 +232,21 @@ pub fn merge_lag(reports: &[IndexReport]) -> (Histogram<u64>, u64) {
         behind = behind.max(r.max_behind);
     }
     (h, behind)
+}
+
+#[cfg(test)]
+mod nul_tests {
+    use super::*;
+
+    // Regression: a fresh user found that a value holding a NUL byte ("x\u0000y") was listed by
+    // the documented prefix scan for the value "x" ("x" + 0x00). Such values now stay out of the
+    // index instead of giving a wrong scan result.
+    #[test]
+    fn values_with_nul_are_left_out() {
+        let spec = IndexSpec::parse("a").unwrap();
+        let doc: Map<String, Value> = serde_json::from_str(r#"{"a":"x\u0000y"}"#).unwrap();
+        assert_eq!(spec.key(&doc, b"1"), None);
+        let ok: Map<String, Value> = serde_json::from_str(r#"{"a":"x"}"#).unwrap();
+        assert_eq!(spec.key(&ok, b"1"), Some(vec![b'x', 0, b'1']));
+    }
 }
