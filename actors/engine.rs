@@ -110,7 +110,9 @@ pub struct DatabaseHandle {
 }
 
 fn online_cpus() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 /// Raises the soft `RLIMIT_MEMLOCK` toward the hard limit to cover `executors` executors.
@@ -125,7 +127,15 @@ fn ensure_memlock(executors: usize) -> Result<()> {
     }
     if hard >= need {
         // Raise the soft limit to the hard one (the most this process may lock).
-        if setrlimit(Resource::Memlock, Rlimit { current: cur.maximum, maximum: cur.maximum }).is_ok() {
+        if setrlimit(
+            Resource::Memlock,
+            Rlimit {
+                current: cur.maximum,
+                maximum: cur.maximum,
+            },
+        )
+        .is_ok()
+        {
             return Ok(());
         }
     }
@@ -153,14 +163,24 @@ impl Engine {
         let cpus: Vec<usize> = match &opts.cpus {
             Some(c) if c.is_empty() => return Err(Error::InvalidOptions("empty CPU set".into())),
             Some(c) => c.clone(),
-            None => (0..opts.executors.unwrap_or_else(online_cpus).max(1)).map(|i| i % online_cpus()).collect(),
+            None => (0..opts.executors.unwrap_or_else(online_cpus).max(1))
+                .map(|i| i % online_cpus())
+                .collect(),
         };
         if opts.journal_executor >= cpus.len() {
-            return Err(Error::InvalidOptions(format!("journal_executor {} but only {} executors", opts.journal_executor, cpus.len())));
+            return Err(Error::InvalidOptions(format!(
+                "journal_executor {} but only {} executors",
+                opts.journal_executor,
+                cpus.len()
+            )));
         }
         ensure_memlock(cpus.len())?;
         let critical = IoLane::start("omnibus-journal-io", opts.critical_lane_threads, false)?;
-        let background = IoLane::start("omnibus-flush-io", opts.background_lane_threads.unwrap_or(cpus.len()), true)?;
+        let background = IoLane::start(
+            "omnibus-flush-io",
+            opts.background_lane_threads.unwrap_or(cpus.len()),
+            true,
+        )?;
         let (rtx, rrx) = flume::bounded::<ReadMsg>(reader_pool::MAILBOX);
         let mut executors = Vec::new();
         for (i, cpu) in cpus.iter().enumerate() {
@@ -178,8 +198,16 @@ impl Engine {
                         glommio::spawn_local(job()).detach();
                     }
                 })
-                .map_err(|e| Error::Io { op: "start executor", path: format!("cpu {cpu}").into(), source: std::io::Error::other(e.to_string()) })?;
-            executors.push(Executor { spawn: stx, flusher: ftx, handle: Some(handle) });
+                .map_err(|e| Error::Io {
+                    op: "start executor",
+                    path: format!("cpu {cpu}").into(),
+                    source: std::io::Error::other(e.to_string()),
+                })?;
+            executors.push(Executor {
+                spawn: stx,
+                flusher: ftx,
+                handle: Some(handle),
+            });
         }
         Ok(Engine {
             inner: Arc::new(EngineInner {
@@ -202,18 +230,39 @@ impl Engine {
 
     /// Opens (or creates) the database at `path` and starts its actors. The storages are opened
     /// with [`FlushMode::Manual`]: the engine's flushers drive flushes.
-    pub async fn open_database(&self, path: impl AsRef<Path>, opts: Options) -> Result<DatabaseHandle> {
+    pub async fn open_database(
+        &self,
+        path: impl AsRef<Path>,
+        opts: Options,
+    ) -> Result<DatabaseHandle> {
         let p = path.as_ref().to_path_buf();
-        let o = Options { flush_mode: FlushMode::Manual, ..opts };
-        let db = self.inner.background.run(move || Database::open(&p, o)).await?;
+        let o = Options {
+            flush_mode: FlushMode::Manual,
+            ..opts
+        };
+        let db = self
+            .inner
+            .background
+            .run(move || Database::open(&p, o))
+            .await?;
         self.inner.attach(db)
     }
 
     /// Blocking [`Engine::open_database`].
-    pub fn blocking_open_database(&self, path: impl AsRef<Path>, opts: Options) -> Result<DatabaseHandle> {
+    pub fn blocking_open_database(
+        &self,
+        path: impl AsRef<Path>,
+        opts: Options,
+    ) -> Result<DatabaseHandle> {
         let p = path.as_ref().to_path_buf();
-        let o = Options { flush_mode: FlushMode::Manual, ..opts };
-        let db = self.inner.background.run_blocking(move || Database::open(&p, o))?;
+        let o = Options {
+            flush_mode: FlushMode::Manual,
+            ..opts
+        };
+        let db = self
+            .inner
+            .background
+            .run_blocking(move || Database::open(&p, o))?;
         self.inner.attach(db)
     }
 
@@ -236,32 +285,56 @@ impl EngineInner {
         ex.get(exec % self.n.max(1)).map(|e| e.flusher.clone())
     }
 
-    fn spawn_journal_writer(&self, journal: Arc<crate::journal::Journal>, exec: usize) -> Result<flume::Sender<JournalMsg>> {
+    fn spawn_journal_writer(
+        &self,
+        journal: Arc<crate::journal::Journal>,
+        exec: usize,
+    ) -> Result<flume::Sender<JournalMsg>> {
         let (tx, rx) = flume::bounded(journal_writer::MAILBOX);
         let lane = self.critical.clone();
-        self.spawn_on(exec, Box::new(move || Box::pin(journal_writer::run(journal, rx, lane))))?;
+        self.spawn_on(
+            exec,
+            Box::new(move || Box::pin(journal_writer::run(journal, rx, lane))),
+        )?;
         Ok(tx)
     }
 
     /// Places a storage actor (and, in separate mode, its journal writer) for `storage`.
-    fn make_handle(&self, name: &str, storage: Storage, shared: Option<&flume::Sender<JournalMsg>>, writers: &Mutex<Vec<flume::Sender<JournalMsg>>>) -> Result<StorageHandle> {
+    fn make_handle(
+        &self,
+        name: &str,
+        storage: Storage,
+        shared: Option<&flume::Sender<JournalMsg>>,
+        writers: &Mutex<Vec<flume::Sender<JournalMsg>>>,
+    ) -> Result<StorageHandle> {
         let exec = stable_hash(name) % self.n.max(1);
         let journal = match shared {
             Some(j) => j.clone(),
             None => {
                 let w = self.spawn_journal_writer(storage.journal().clone(), exec)?;
-                writers.lock().unwrap_or_else(|e| e.into_inner()).push(w.clone());
+                writers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(w.clone());
                 w
             }
         };
         let (tx, rx) = flume::bounded::<StorageMsg>(self.opts.mailbox_capacity.max(1));
         let s = storage.clone();
         let max = self.opts.max_requests_per_txn.max(1);
-        self.spawn_on(exec, Box::new(move || Box::pin(storage_actor::run(s, rx, journal, max))))?;
+        self.spawn_on(
+            exec,
+            Box::new(move || Box::pin(storage_actor::run(s, rx, journal, max))),
+        )?;
         if let Some(f) = self.flusher(exec) {
             let _ = f.send(FlusherMsg::Add(storage.clone()));
         }
-        Ok(StorageHandle { name: name.to_string(), storage, tx, readers: self.readers.clone() })
+        Ok(StorageHandle {
+            name: name.to_string(),
+            storage,
+            tx,
+            readers: self.readers.clone(),
+        })
     }
 
     fn attach(self: &Arc<Self>, db: Database) -> Result<DatabaseHandle> {
@@ -277,10 +350,25 @@ impl EngineInner {
         let mut handles = HashMap::new();
         for name in db.storages() {
             let s = db.storage(&name)?;
-            handles.insert(name.clone(), self.make_handle(&name, s, journal.as_ref(), &writers)?);
+            handles.insert(
+                name.clone(),
+                self.make_handle(&name, s, journal.as_ref(), &writers)?,
+            );
         }
-        let h = DatabaseHandle { inner: Arc::new(DbInner { db, engine: Arc::downgrade(self), journal, handles: Mutex::new(handles), writers, root }) };
-        self.databases.lock().unwrap_or_else(|e| e.into_inner()).push(h.clone());
+        let h = DatabaseHandle {
+            inner: Arc::new(DbInner {
+                db,
+                engine: Arc::downgrade(self),
+                journal,
+                handles: Mutex::new(handles),
+                writers,
+                root,
+            }),
+        };
+        self.databases
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(h.clone());
         Ok(h)
     }
 
@@ -292,7 +380,14 @@ impl EngineInner {
         let dbs = std::mem::take(&mut *self.databases.lock().unwrap_or_else(|e| e.into_inner()));
         for db in &dbs {
             // Storage actors first: each answers what is queued, then stops.
-            let mut handles: Vec<StorageHandle> = db.inner.handles.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+            let mut handles: Vec<StorageHandle> = db
+                .inner
+                .handles
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .cloned()
+                .collect();
             handles.push(db.inner.root.clone());
             for h in &handles {
                 let (tx, rx) = flume::bounded(1);
@@ -300,7 +395,8 @@ impl EngineInner {
                     let _ = rx.recv();
                 }
             }
-            let mut writers: Vec<flume::Sender<JournalMsg>> = std::mem::take(&mut *db.inner.writers.lock().unwrap_or_else(|e| e.into_inner()));
+            let mut writers: Vec<flume::Sender<JournalMsg>> =
+                std::mem::take(&mut *db.inner.writers.lock().unwrap_or_else(|e| e.into_inner()));
             writers.extend(db.inner.journal.iter().cloned());
             for w in writers {
                 let (tx, rx) = flume::bounded(1);
@@ -329,7 +425,9 @@ impl EngineInner {
         for e in &mut ex {
             if let Some(h) = e.handle.take() {
                 if h.join().is_err() {
-                    first = first.and(Err(Error::Poisoned { cause: "an executor panicked".into() }));
+                    first = first.and(Err(Error::Poisoned {
+                        cause: "an executor panicked".into(),
+                    }));
                 }
             }
         }
@@ -384,7 +482,12 @@ impl DatabaseHandle {
     }
 
     fn cached(&self, name: &str) -> Option<StorageHandle> {
-        self.inner.handles.lock().unwrap_or_else(|e| e.into_inner()).get(name).cloned()
+        self.inner
+            .handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
     }
 
     fn install(&self, engine: &EngineInner, name: &str, s: Storage) -> Result<StorageHandle> {
@@ -401,14 +504,25 @@ impl DatabaseHandle {
     /// finishes the queued requests and stops first.
     pub async fn drop_storage(&self, name: &str) -> Result<()> {
         let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
-        let h = self.inner.handles.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
+        let h = self
+            .inner
+            .handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
         if let Some(h) = h {
             let (tx, rx) = flume::bounded(1);
-            if h.tx.send_async(StorageMsg::Stop { reply: tx }).await.is_ok() {
+            if h.tx
+                .send_async(StorageMsg::Stop { reply: tx })
+                .await
+                .is_ok()
+            {
                 let _ = rx.recv_async().await;
             }
             if let Some(f) = engine.flusher(stable_hash(name) % engine.n.max(1)) {
-                let _ = f.send_async(FlusherMsg::Remove(h.storage.storage_id())).await;
+                let _ = f
+                    .send_async(FlusherMsg::Remove(h.storage.storage_id()))
+                    .await;
             }
         }
         let db = self.inner.db.clone();

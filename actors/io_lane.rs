@@ -34,10 +34,16 @@ struct LaneInner {
 
 use crate::env::set_thread_io_priority as set_io_priority;
 
-fn wrap<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static, rtx: flume::Sender<Result<T>>) -> Job {
+fn wrap<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+    rtx: flume::Sender<Result<T>>,
+) -> Job {
     Box::new(move || {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-            .unwrap_or_else(|_| Err(Error::Poisoned { cause: "a job on an I/O lane panicked".into() }));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
+            Err(Error::Poisoned {
+                cause: "a job on an I/O lane panicked".into(),
+            })
+        });
         let _ = rtx.send(r);
     })
 }
@@ -64,11 +70,21 @@ impl IoLane {
                 .map_err(|e| Error::Io { op: "spawn thread", path: name.into(), source: e })?;
             hs.push(h);
         }
-        Ok(IoLane { inner: Arc::new(LaneInner { tx: std::sync::Mutex::new(Some(tx)), threads: std::sync::Mutex::new(hs) }) })
+        Ok(IoLane {
+            inner: Arc::new(LaneInner {
+                tx: std::sync::Mutex::new(Some(tx)),
+                threads: std::sync::Mutex::new(hs),
+            }),
+        })
     }
 
     fn sender(&self) -> Result<flume::Sender<Job>> {
-        self.inner.tx.lock().unwrap_or_else(|e| e.into_inner()).clone().ok_or(Error::Closed)
+        self.inner
+            .tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or(Error::Closed)
     }
 
     /// Runs `f` on the lane and returns its result; waits (asynchronously) while the lane's
@@ -81,7 +97,9 @@ impl IoLane {
     {
         let (rtx, rrx) = flume::bounded::<Result<T>>(1);
         let tx = self.sender()?;
-        tx.send_async(wrap(f, rtx)).await.map_err(|_| Error::Closed)?;
+        tx.send_async(wrap(f, rtx))
+            .await
+            .map_err(|_| Error::Closed)?;
         drop(tx);
         rrx.recv_async().await.map_err(|_| Error::Closed)?
     }
@@ -93,13 +111,21 @@ impl IoLane {
         F: FnOnce() -> Result<T> + Send + 'static,
     {
         let (rtx, rrx) = flume::bounded::<Result<T>>(1);
-        self.sender()?.send(wrap(f, rtx)).map_err(|_| Error::Closed)?;
+        self.sender()?
+            .send(wrap(f, rtx))
+            .map_err(|_| Error::Closed)?;
         rrx.recv().map_err(|_| Error::Closed)?
     }
 
     /// Stops the lane for every clone: queued jobs finish, then the threads exit and are joined.
     pub fn stop(&self) {
-        drop(self.inner.tx.lock().unwrap_or_else(|e| e.into_inner()).take());
+        drop(
+            self.inner
+                .tx
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
         let hs = std::mem::take(&mut *self.inner.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for h in hs {
             let _ = h.join();

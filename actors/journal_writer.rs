@@ -34,7 +34,10 @@ const MAX_BATCH_BYTES: u64 = 64 << 20;
 /// The journal-writer actor's API.
 pub(crate) enum JournalMsg {
     /// Make `record` durable; answer with the journal number it went to.
-    Commit { record: OutRecord, reply: flume::Sender<Result<u64>> },
+    Commit {
+        record: OutRecord,
+        reply: flume::Sender<Result<u64>>,
+    },
     /// Answer and exit (sent after every storage actor using this journal stopped).
     Stop { reply: flume::Sender<()> },
 }
@@ -42,14 +45,18 @@ pub(crate) enum JournalMsg {
 /// Sends `record` to the journal writer behind `port` and waits until it is durable.
 pub(crate) async fn write(port: &flume::Sender<JournalMsg>, record: OutRecord) -> Result<u64> {
     let (tx, rx) = flume::bounded(1);
-    port.send_async(JournalMsg::Commit { record, reply: tx }).await.map_err(|_| crate::Error::Closed)?;
+    port.send_async(JournalMsg::Commit { record, reply: tx })
+        .await
+        .map_err(|_| crate::Error::Closed)?;
     rx.recv_async().await.map_err(|_| crate::Error::Closed)?
 }
 
 /// The actor's loop.
 pub(crate) async fn run(journal: Arc<Journal>, rx: flume::Receiver<JournalMsg>, lane: IoLane) {
     loop {
-        let Ok(first) = rx.recv_async().await else { return };
+        let Ok(first) = rx.recv_async().await else {
+            return;
+        };
         let mut records = Vec::new();
         let mut replies = Vec::new();
         let mut stop = None;

@@ -19,28 +19,59 @@ pub const MAILBOX: usize = 4096;
 
 /// The reader pool's API.
 pub(crate) enum ReadMsg {
-    Get { storage: Storage, key: Vec<u8>, reply: flume::Sender<Result<Option<Vec<u8>>>> },
-    Range { storage: Storage, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>, limit: usize, reply: flume::Sender<Result<Vec<(Vec<u8>, Vec<u8>)>>> },
-    MultiGet { storage: Storage, keys: Vec<Vec<u8>>, reply: flume::Sender<Result<Vec<Option<Vec<u8>>>>> },
+    Get {
+        storage: Storage,
+        key: Vec<u8>,
+        reply: flume::Sender<Result<Option<Vec<u8>>>>,
+    },
+    Range {
+        storage: Storage,
+        start: Bound<Vec<u8>>,
+        end: Bound<Vec<u8>>,
+        limit: usize,
+        reply: flume::Sender<Result<Vec<(Vec<u8>, Vec<u8>)>>>,
+    },
+    MultiGet {
+        storage: Storage,
+        keys: Vec<Vec<u8>>,
+        reply: flume::Sender<Result<Vec<Option<Vec<u8>>>>>,
+    },
     Stop,
 }
 
 fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| Err(Error::Poisoned { cause: "a reader panicked".into() }))
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        Err(Error::Poisoned {
+            cause: "a reader panicked".into(),
+        })
+    })
 }
 
 /// A reader's loop.
 pub(crate) async fn run(rx: flume::Receiver<ReadMsg>) {
     while let Ok(m) = rx.recv_async().await {
         match m {
-            ReadMsg::Get { storage, key, reply } => {
+            ReadMsg::Get {
+                storage,
+                key,
+                reply,
+            } => {
                 let r = guarded(|| Ok(storage.begin_read()?.get(&key)?.map(|v| v.to_vec())));
                 let _ = reply.send(r);
             }
-            ReadMsg::Range { storage, start, end, limit, reply } => {
+            ReadMsg::Range {
+                storage,
+                start,
+                end,
+                limit,
+                reply,
+            } => {
                 let r = guarded(|| {
                     let snap = storage.begin_read()?;
-                    let b = (start.as_ref().map(|v| v.as_slice()), end.as_ref().map(|v| v.as_slice()));
+                    let b = (
+                        start.as_ref().map(|v| v.as_slice()),
+                        end.as_ref().map(|v| v.as_slice()),
+                    );
                     let mut out = Vec::new();
                     for kv in snap.range(b)?.take(limit) {
                         let (k, v) = kv?;
@@ -50,10 +81,16 @@ pub(crate) async fn run(rx: flume::Receiver<ReadMsg>) {
                 });
                 let _ = reply.send(r);
             }
-            ReadMsg::MultiGet { storage, keys, reply } => {
+            ReadMsg::MultiGet {
+                storage,
+                keys,
+                reply,
+            } => {
                 let r = guarded(|| {
                     let snap = storage.begin_read()?;
-                    keys.iter().map(|k| Ok(snap.get(k)?.map(|v| v.to_vec()))).collect()
+                    keys.iter()
+                        .map(|k| Ok(snap.get(k)?.map(|v| v.to_vec())))
+                        .collect()
                 });
                 let _ = reply.send(r);
             }

@@ -92,15 +92,25 @@ impl WriteBatch {
 pub(crate) enum StorageMsg {
     /// Apply `batch` atomically; answer with one bool per operation (`Delete`: whether the key
     /// was present; `Put`: true) once durable.
-    Write { batch: WriteBatch, reply: flume::Sender<Result<Vec<bool>>> },
+    Write {
+        batch: WriteBatch,
+        reply: flume::Sender<Result<Vec<bool>>>,
+    },
     /// Finish the queued requests, answer, exit.
     Stop { reply: flume::Sender<()> },
 }
 
 /// The actor's loop.
-pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, journal: flume::Sender<JournalMsg>, max_requests: usize) {
+pub(crate) async fn run(
+    storage: Storage,
+    rx: flume::Receiver<StorageMsg>,
+    journal: flume::Sender<JournalMsg>,
+    max_requests: usize,
+) {
     loop {
-        let Ok(first) = rx.recv_async().await else { return };
+        let Ok(first) = rx.recv_async().await else {
+            return;
+        };
         let mut batches = Vec::new();
         let mut replies = Vec::new();
         let mut stop = None;
@@ -144,7 +154,11 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, journ
 }
 
 /// Applies every batch in one write transaction and commits it through the journal writer.
-async fn apply(storage: &Storage, batches: &[WriteBatch], journal: &flume::Sender<JournalMsg>) -> Result<Vec<Vec<bool>>> {
+async fn apply(
+    storage: &Storage,
+    batches: &[WriteBatch],
+    journal: &flume::Sender<JournalMsg>,
+) -> Result<Vec<Vec<bool>>> {
     let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<_> {
         let mut w = storage.try_begin_write()?;
         let mut per = Vec::with_capacity(batches.len());
@@ -167,10 +181,14 @@ async fn apply(storage: &Storage, batches: &[WriteBatch], journal: &flume::Sende
         Ok(r) => r?,
         Err(_) => {
             storage.poison("a storage actor panicked while building a transaction");
-            return Err(Error::Poisoned { cause: "a storage actor panicked".into() });
+            return Err(Error::Poisoned {
+                cause: "a storage actor panicked".into(),
+            });
         }
     };
-    let Some(mut p) = prepared else { return Ok(per) };
+    let Some(mut p) = prepared else {
+        return Ok(per);
+    };
     let record = p.take_record();
     let written = journal_writer::write(journal, record).await;
     p.finish(written)?;
@@ -215,14 +233,19 @@ impl StorageHandle {
     async fn send_write(&self, batch: WriteBatch) -> Result<Vec<bool>> {
         batch.validate()?;
         let (tx, rx) = flume::bounded(1);
-        self.tx.send_async(StorageMsg::Write { batch, reply: tx }).await.map_err(|_| Error::Closed)?;
+        self.tx
+            .send_async(StorageMsg::Write { batch, reply: tx })
+            .await
+            .map_err(|_| Error::Closed)?;
         rx.recv_async().await.map_err(|_| Error::Closed)?
     }
 
     fn blocking_send_write(&self, batch: WriteBatch) -> Result<Vec<bool>> {
         batch.validate()?;
         let (tx, rx) = flume::bounded(1);
-        self.tx.send(StorageMsg::Write { batch, reply: tx }).map_err(|_| Error::Closed)?;
+        self.tx
+            .send(StorageMsg::Write { batch, reply: tx })
+            .map_err(|_| Error::Closed)?;
         rx.recv().map_err(|_| Error::Closed)?
     }
 
@@ -250,24 +273,51 @@ impl StorageHandle {
     /// The value of `key`, read by the reader pool from a snapshot.
     pub async fn get(&self, key: impl Into<Vec<u8>>) -> Result<Option<Vec<u8>>> {
         let (tx, rx) = flume::bounded(1);
-        let m = ReadMsg::Get { storage: self.storage.clone(), key: key.into(), reply: tx };
-        self.readers.send_async(m).await.map_err(|_| Error::Closed)?;
+        let m = ReadMsg::Get {
+            storage: self.storage.clone(),
+            key: key.into(),
+            reply: tx,
+        };
+        self.readers
+            .send_async(m)
+            .await
+            .map_err(|_| Error::Closed)?;
         rx.recv_async().await.map_err(|_| Error::Closed)?
     }
 
     /// Up to `limit` entries with keys in `bounds`, in key order, read by the reader pool.
-    pub async fn range(&self, bounds: impl RangeBounds<[u8]>, limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    pub async fn range(
+        &self,
+        bounds: impl RangeBounds<[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let (tx, rx) = flume::bounded(1);
-        let m = ReadMsg::Range { storage: self.storage.clone(), start: owned(bounds.start_bound()), end: owned(bounds.end_bound()), limit, reply: tx };
-        self.readers.send_async(m).await.map_err(|_| Error::Closed)?;
+        let m = ReadMsg::Range {
+            storage: self.storage.clone(),
+            start: owned(bounds.start_bound()),
+            end: owned(bounds.end_bound()),
+            limit,
+            reply: tx,
+        };
+        self.readers
+            .send_async(m)
+            .await
+            .map_err(|_| Error::Closed)?;
         rx.recv_async().await.map_err(|_| Error::Closed)?
     }
 
     /// The values of `keys`, from one snapshot, read by the reader pool.
     pub async fn multi_get(&self, keys: Vec<Vec<u8>>) -> Result<Vec<Option<Vec<u8>>>> {
         let (tx, rx) = flume::bounded(1);
-        let m = ReadMsg::MultiGet { storage: self.storage.clone(), keys, reply: tx };
-        self.readers.send_async(m).await.map_err(|_| Error::Closed)?;
+        let m = ReadMsg::MultiGet {
+            storage: self.storage.clone(),
+            keys,
+            reply: tx,
+        };
+        self.readers
+            .send_async(m)
+            .await
+            .map_err(|_| Error::Closed)?;
         rx.recv_async().await.map_err(|_| Error::Closed)?
     }
 
@@ -282,7 +332,11 @@ impl StorageHandle {
     pub fn blocking_delete(&self, key: impl Into<Vec<u8>>) -> Result<bool> {
         let mut b = WriteBatch::new();
         b.delete(key);
-        Ok(self.blocking_send_write(b)?.first().copied().unwrap_or(false))
+        Ok(self
+            .blocking_send_write(b)?
+            .first()
+            .copied()
+            .unwrap_or(false))
     }
 
     /// Blocking [`StorageHandle::write`].
@@ -293,14 +347,30 @@ impl StorageHandle {
     /// Blocking [`StorageHandle::get`].
     pub fn blocking_get(&self, key: impl Into<Vec<u8>>) -> Result<Option<Vec<u8>>> {
         let (tx, rx) = flume::bounded(1);
-        self.readers.send(ReadMsg::Get { storage: self.storage.clone(), key: key.into(), reply: tx }).map_err(|_| Error::Closed)?;
+        self.readers
+            .send(ReadMsg::Get {
+                storage: self.storage.clone(),
+                key: key.into(),
+                reply: tx,
+            })
+            .map_err(|_| Error::Closed)?;
         rx.recv().map_err(|_| Error::Closed)?
     }
 
     /// Blocking [`StorageHandle::range`].
-    pub fn blocking_range(&self, bounds: impl RangeBounds<[u8]>, limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    pub fn blocking_range(
+        &self,
+        bounds: impl RangeBounds<[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let (tx, rx) = flume::bounded(1);
-        let m = ReadMsg::Range { storage: self.storage.clone(), start: owned(bounds.start_bound()), end: owned(bounds.end_bound()), limit, reply: tx };
+        let m = ReadMsg::Range {
+            storage: self.storage.clone(),
+            start: owned(bounds.start_bound()),
+            end: owned(bounds.end_bound()),
+            limit,
+            reply: tx,
+        };
         self.readers.send(m).map_err(|_| Error::Closed)?;
         rx.recv().map_err(|_| Error::Closed)?
     }
@@ -308,7 +378,13 @@ impl StorageHandle {
     /// Blocking [`StorageHandle::multi_get`].
     pub fn blocking_multi_get(&self, keys: Vec<Vec<u8>>) -> Result<Vec<Option<Vec<u8>>>> {
         let (tx, rx) = flume::bounded(1);
-        self.readers.send(ReadMsg::MultiGet { storage: self.storage.clone(), keys, reply: tx }).map_err(|_| Error::Closed)?;
+        self.readers
+            .send(ReadMsg::MultiGet {
+                storage: self.storage.clone(),
+                keys,
+                reply: tx,
+            })
+            .map_err(|_| Error::Closed)?;
         rx.recv().map_err(|_| Error::Closed)?
     }
 

@@ -35,14 +35,21 @@ fn args() -> Args {
         branches: if quick { 20 } else { 100 },
         clients: 64,
         ops: if quick { 2_000 } else { 20_000 },
-        disk: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target").join("bench-tmp"),
+        disk: PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("target")
+            .join("bench-tmp"),
     };
     let v: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < v.len() {
         let next = v.get(i + 1).cloned().unwrap_or_default();
         match v[i].as_str() {
-            "--executors" => a.executors = next.split(',').map(|x| x.parse().expect("--executors")).collect(),
+            "--executors" => {
+                a.executors = next
+                    .split(',')
+                    .map(|x| x.parse().expect("--executors"))
+                    .collect()
+            }
             "--seconds" => a.seconds = next.parse().expect("--seconds"),
             "--branches" => a.branches = next.parse().expect("--branches"),
             "--clients" => a.clients = next.parse().expect("--clients"),
@@ -59,7 +66,11 @@ fn args() -> Args {
 
 fn tmpfs() -> PathBuf {
     let p = PathBuf::from("/dev/shm");
-    if p.is_dir() { p } else { std::env::temp_dir() }
+    if p.is_dir() {
+        p
+    } else {
+        std::env::temp_dir()
+    }
 }
 
 /// Puts per second from `clients` threads doing `f(client, i)` `ops` times in all.
@@ -88,17 +99,34 @@ fn hop_cost(a: &Args) {
         let dir = tempfile::tempdir_in(tmpfs()).unwrap();
         let db = Database::open(dir.path().join("direct"), Options::default()).unwrap();
         let s = db.storage("s").unwrap();
-        let direct = threads_rate(clients, a.ops, Arc::new(move |c, i| {
-            let mut w = s.begin_write().unwrap();
-            w.put(format!("{c:03}-{i:08}"), [1u8; 100]).unwrap();
-            w.commit().unwrap();
-        }));
+        let direct = threads_rate(
+            clients,
+            a.ops,
+            Arc::new(move |c, i| {
+                let mut w = s.begin_write().unwrap();
+                w.put(format!("{c:03}-{i:08}"), [1u8; 100]).unwrap();
+                w.commit().unwrap();
+            }),
+        );
         drop(db);
-        let engine = Engine::start(EngineOptions { executors: Some(2), ..EngineOptions::default() }).unwrap();
-        let dbh = engine.blocking_open_database(dir.path().join("actors"), Options::default()).unwrap();
+        let engine = Engine::start(EngineOptions {
+            executors: Some(2),
+            ..EngineOptions::default()
+        })
+        .unwrap();
+        let dbh = engine
+            .blocking_open_database(dir.path().join("actors"), Options::default())
+            .unwrap();
         let h = dbh.blocking_storage("s").unwrap();
         let h2 = h.clone();
-        let actor = threads_rate(clients, a.ops, Arc::new(move |c, i| h2.blocking_put(format!("{c:03}-{i:08}"), vec![1u8; 100]).unwrap()));
+        let actor = threads_rate(
+            clients,
+            a.ops,
+            Arc::new(move |c, i| {
+                h2.blocking_put(format!("{c:03}-{i:08}"), vec![1u8; 100])
+                    .unwrap()
+            }),
+        );
         println!("puts, {clients:>2} clients: direct core commit {direct:>9.0}/s, through the storage actor {actor:>9.0}/s, ratio actor/direct {:.2}", actor / direct);
         if clients == 1 {
             let n = a.ops.min(20_000);
@@ -125,25 +153,43 @@ fn hop_cost(a: &Args) {
 }
 
 fn scaling(a: &Args) {
-    println!("-- {} clients over 1 root + {} branches on disk ({}), {:.0} s per executor count", a.clients, a.branches, a.disk.display(), a.seconds);
-    println!("{:>9} {:>12} {:>10} {:>10} {:>14}", "executors", "puts/s", "p50 µs", "p99 µs", "commits/batch");
+    println!(
+        "-- {} clients over 1 root + {} branches on disk ({}), {:.0} s per executor count",
+        a.clients,
+        a.branches,
+        a.disk.display(),
+        a.seconds
+    );
+    println!(
+        "{:>9} {:>12} {:>10} {:>10} {:>14}",
+        "executors", "puts/s", "p50 µs", "p99 µs", "commits/batch"
+    );
     for &n in &a.executors {
         std::fs::create_dir_all(&a.disk).unwrap();
         let dir = tempfile::tempdir_in(&a.disk).unwrap();
-        let engine = match Engine::start(EngineOptions { executors: Some(n), ..EngineOptions::default() }) {
+        let engine = match Engine::start(EngineOptions {
+            executors: Some(n),
+            ..EngineOptions::default()
+        }) {
             Ok(e) => e,
             Err(e) => {
                 println!("{n:>9} skipped: {e}");
                 continue;
             }
         };
-        let db = engine.blocking_open_database(dir.path().join("db"), Options::default()).unwrap();
+        let db = engine
+            .blocking_open_database(dir.path().join("db"), Options::default())
+            .unwrap();
         let mut hs = vec![db.root()];
         for i in 0..a.branches {
             hs.push(db.blocking_storage(&format!("idx{i:03}")).unwrap());
         }
         let before = db.stats();
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
         let secs = a.seconds;
         let (count, hist) = rt.block_on(async {
             let deadline = Instant::now() + Duration::from_secs_f64(secs);
@@ -156,7 +202,9 @@ fn scaling(a: &Args) {
                         while Instant::now() < deadline {
                             let s = &hs[(c * 7919 + n as usize * 31) % hs.len()];
                             let t = Instant::now();
-                            s.put(format!("{c:03}-{n:010}"), vec![3u8; 100]).await.unwrap();
+                            s.put(format!("{c:03}-{n:010}"), vec![3u8; 100])
+                                .await
+                                .unwrap();
                             h.saturating_record(t.elapsed().as_micros() as u64);
                             n += 1;
                         }

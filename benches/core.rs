@@ -65,20 +65,26 @@ struct Config {
 }
 
 fn env_usize(name: &str) -> Option<usize> {
-    std::env::var(name).ok().and_then(|v| v.replace(['_', ','], "").parse().ok())
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.replace(['_', ','], "").parse().ok())
 }
 
 impl Config {
     fn parse() -> Config {
         let args: Vec<String> = std::env::args().skip(1).collect();
         let arg = |name: &str| -> Option<String> {
-            args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
+            args.iter()
+                .position(|a| a == name)
+                .and_then(|i| args.get(i + 1).cloned())
         };
         let arg_usize = |name: &str| arg(name).and_then(|v| v.replace(['_', ','], "").parse().ok());
         let quick = args.iter().any(|a| a == "--quick")
             || std::env::var("OMNIBUS_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
         let pick = |flag: &str, var: &str, full: usize, q: usize| {
-            arg_usize(flag).or_else(|| env_usize(var)).unwrap_or(if quick { q } else { full })
+            arg_usize(flag)
+                .or_else(|| env_usize(var))
+                .unwrap_or(if quick { q } else { full })
         };
         let dir = arg("--dir")
             .or_else(|| std::env::var("OMNIBUS_BENCH_DIR").ok())
@@ -226,9 +232,21 @@ fn describe(cfg: &Config) {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     let kernel = read("/proc/sys/kernel/osrelease").trim().to_string();
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    println!("omnibus core bench{}", if cfg.quick { " (QUICK: sizes scaled down)" } else { "" });
-    println!("  cpu: {cpu}, {cores} cores; memory {:.1} GiB; kernel {kernel}", mem_kb as f64 / (1 << 20) as f64);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    println!(
+        "omnibus core bench{}",
+        if cfg.quick {
+            " (QUICK: sizes scaled down)"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "  cpu: {cpu}, {cores} cores; memory {:.1} GiB; kernel {kernel}",
+        mem_kb as f64 / (1 << 20) as f64
+    );
     let fs = fs_type(&cfg.dir);
     println!("  bench dir: {} on {fs}", cfg.dir.display());
     if fs.starts_with("tmpfs") {
@@ -263,12 +281,21 @@ fn load_omnibus(s: &Storage, n: usize, batch: usize) -> Duration {
     t.elapsed()
 }
 
-type Lmdb = (heed::Env, heed::Database<heed::types::Bytes, heed::types::Bytes>);
+type Lmdb = (
+    heed::Env,
+    heed::Database<heed::types::Bytes, heed::types::Bytes>,
+);
 
 fn open_lmdb(dir: &Path, map_size: usize) -> Lmdb {
     std::fs::create_dir_all(dir).unwrap();
     // SAFETY: the directory is private to this process; nothing else maps it.
-    let env = unsafe { heed::EnvOpenOptions::new().map_size(map_size).max_dbs(1).open(dir) }.expect("lmdb open");
+    let env = unsafe {
+        heed::EnvOpenOptions::new()
+            .map_size(map_size)
+            .max_dbs(1)
+            .open(dir)
+    }
+    .expect("lmdb open");
     let mut w = env.write_txn().unwrap();
     let db = env.create_database(&mut w, None).unwrap();
     w.commit().unwrap();
@@ -338,7 +365,13 @@ struct Paired {
 }
 
 /// Warms both up, then alternates timed rounds of omnibus and LMDB gets over `qs`.
-fn paired_gets(cfg: &Config, label: &str, qs: &[[u8; 16]], r: &omnibus::ReadTransaction, lmdb: &Lmdb) -> Paired {
+fn paired_gets(
+    cfg: &Config,
+    label: &str,
+    qs: &[[u8; 16]],
+    r: &omnibus::ReadTransaction,
+    lmdb: &Lmdb,
+) -> Paired {
     let lt = lmdb.0.read_txn().unwrap();
     // Warm-up: touch every page of both (page faults into the map, caches, branch predictors).
     time_gets(qs, |k| omnibus_get(r, k));
@@ -351,9 +384,20 @@ fn paired_gets(cfg: &Config, label: &str, qs: &[[u8; 16]], r: &omnibus::ReadTran
         l.push(b);
         q.push(a / b);
     }
-    let per_round: Vec<String> = o.iter().zip(&l).map(|(a, b)| format!("{a:.0}/{b:.0}")).collect();
-    println!("  {label}: rounds (omnibus/LMDB ns per get): {}", per_round.join("  "));
-    Paired { omnibus: median(&mut o), lmdb: median(&mut l), ratio: median(&mut q) }
+    let per_round: Vec<String> = o
+        .iter()
+        .zip(&l)
+        .map(|(a, b)| format!("{a:.0}/{b:.0}"))
+        .collect();
+    println!(
+        "  {label}: rounds (omnibus/LMDB ns per get): {}",
+        per_round.join("  ")
+    );
+    Paired {
+        omnibus: median(&mut o),
+        lmdb: median(&mut l),
+        ratio: median(&mut q),
+    }
 }
 
 struct GetResults {
@@ -362,11 +406,17 @@ struct GetResults {
 }
 
 fn bench_get(cfg: &Config, root: &Path) -> GetResults {
-    println!("== 1. random point get in one snapshot, in cache: {} keys (16 B keys, 100 B values) ==", fmt_int(cfg.keys as u64));
+    println!(
+        "== 1. random point get in one snapshot, in cache: {} keys (16 B keys, 100 B values) ==",
+        fmt_int(cfg.keys as u64)
+    );
     let qs = queries(cfg);
 
     let odir = root.join("get-omnibus");
-    let opts = Options { flush_mode: FlushMode::Manual, ..Options::default() };
+    let opts = Options {
+        flush_mode: FlushMode::Manual,
+        ..Options::default()
+    };
     let s = Storage::open(&odir, opts).expect("open omnibus");
     let t_omni = load_omnibus(&s, cfg.keys, cfg.load_batch);
     let st = s.stats();
@@ -442,7 +492,11 @@ struct Lat {
 
 impl Lat {
     fn new(name: impl Into<String>) -> Lat {
-        Lat { name: name.into(), h: hist(), busy: Duration::ZERO }
+        Lat {
+            name: name.into(),
+            h: hist(),
+            busy: Duration::ZERO,
+        }
     }
 
     fn time(&mut self, f: &mut dyn FnMut()) {
@@ -488,7 +542,10 @@ fn table(base_name: &str, rows: &[&Lat]) {
         "  | {:<44} | {:>9} | {:>9} | {:>9} | {:>9} | {:>8} | {:>6} | {:>8} | {:>6} |",
         "case", "p50", "p99", "p99.9", "max", "commit/s", "ratio", "1/p50", "ratio"
     );
-    println!("  |{:-<46}|{:-<11}|{:-<11}|{:-<11}|{:-<11}|{:-<10}|{:-<8}|{:-<10}|{:-<8}|", "", "", "", "", "", "", "", "", "");
+    println!(
+        "  |{:-<46}|{:-<11}|{:-<11}|{:-<11}|{:-<11}|{:-<10}|{:-<8}|{:-<10}|{:-<8}|",
+        "", "", "", "", "", "", "", "", ""
+    );
     for r in rows {
         r.row(rows[0]);
     }
@@ -557,7 +614,13 @@ impl Raw {
     /// `prezero_bytes > 0`: the file is written with zeros and synced first, so every write
     /// overwrites allocated blocks; 0: the file starts empty and grows (append).
     fn open(path: &Path, len: usize, prezero_bytes: u64) -> Raw {
-        let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path).unwrap();
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .unwrap();
         if prezero_bytes > 0 {
             let z = vec![0u8; 1 << 20];
             let mut at = 0;
@@ -603,7 +666,11 @@ fn wait_for_calm_disk(dir: &Path, max_wait: Duration) {
                 "  disk probe (4 KiB pwrite + fdatasync): median {} after waiting {:.0} s{}",
                 fmt_ns(m),
                 t.elapsed().as_secs_f64(),
-                if m < 300e3 { "" } else { "  WARNING: the disk is still slow (contended or throttled): durable numbers below are noisy" }
+                if m < 300e3 {
+                    ""
+                } else {
+                    "  WARNING: the disk is still slow (contended or throttled): durable numbers below are noisy"
+                }
             );
             break;
         }
@@ -635,7 +702,10 @@ fn bench_commit(cfg: &Config, root: &Path) -> CommitResults {
     // the loop measures the commit path alone (the journal grows; nothing is flushed).
     let mut omni = CommitTarget::open(
         &dir.join("omnibus"),
-        Options { flush_mode: FlushMode::Manual, ..Options::default() },
+        Options {
+            flush_mode: FlushMode::Manual,
+            ..Options::default()
+        },
         cfg.commit_preload,
     );
     let (b0, c0) = omni.journal();
@@ -675,7 +745,11 @@ fn bench_commit(cfg: &Config, root: &Path) -> CommitResults {
     let total = (2 * cfg.commits + warm) as u64 * bytes + (8 << 20);
     let mut raw = Raw::open(&dir.join("raw-overwrite"), bytes as usize, total);
     let mut raw_app = Raw::open(&dir.join("raw-append"), bytes as usize, 0);
-    let mut raw4k = Raw::open(&dir.join("raw-4k"), 4096, (cfg.commits + warm) as u64 * 4096 + (1 << 20));
+    let mut raw4k = Raw::open(
+        &dir.join("raw-4k"),
+        4096,
+        (cfg.commits + warm) as u64 * 4096 + (1 << 20),
+    );
     let mut raw4k_app = Raw::open(&dir.join("raw-4k-append"), 4096, 0);
     for _ in 0..warm {
         raw.commit_one();
@@ -734,14 +808,21 @@ fn bench_commit(cfg: &Config, root: &Path) -> CommitResults {
         fmt_int(cfg.commits as u64)
     );
     println!();
-    table("raw pre-zeroed, same bytes", &[&l_raw, &l_omni, &l_pool, &l_app, &l_4k, &l_4k_app, &l_lmdb]);
+    table(
+        "raw pre-zeroed, same bytes",
+        &[&l_raw, &l_omni, &l_pool, &l_app, &l_4k, &l_4k_app, &l_lmdb],
+    );
     warn_if_throttled(&l_raw);
     println!();
     drop(lmdb);
 
     // 2b. The default options (FlushMode::Background: flushes every 5 s or 64 MiB of scratch)
     // against the same raw baseline, in a phase of its own so its flushes disturb no other case.
-    let mut bg = CommitTarget::open(&dir.join("omnibus-bg"), Options::default(), cfg.commit_preload);
+    let mut bg = CommitTarget::open(
+        &dir.join("omnibus-bg"),
+        Options::default(),
+        cfg.commit_preload,
+    );
     for _ in 0..warm {
         bg.commit_one();
     }
@@ -753,7 +834,10 @@ fn bench_commit(cfg: &Config, root: &Path) -> CommitResults {
         cfg.commits,
         cfg.commit_block,
         cfg.pause,
-        &mut [(&mut l_raw2, &mut || raw.commit_one()), (&mut l_bg, &mut || bg.commit_one())],
+        &mut [
+            (&mut l_raw2, &mut || raw.commit_one()),
+            (&mut l_bg, &mut || bg.commit_one()),
+        ],
     );
     println!(
         "  2b. default options (FlushMode::Background): {} flushes during the {:.1} s phase",
@@ -764,7 +848,11 @@ fn bench_commit(cfg: &Config, root: &Path) -> CommitResults {
     warn_if_throttled(&l_raw2);
     println!();
 
-    let res = CommitResults { bytes_per_commit: bytes, omnibus: l_omni, raw: l_raw };
+    let res = CommitResults {
+        bytes_per_commit: bytes,
+        omnibus: l_omni,
+        raw: l_raw,
+    };
     drop(omni);
     drop(pool);
     drop(bg);
@@ -785,26 +873,47 @@ fn bench_prezero(cfg: &Config, root: &Path) -> PrezeroResults {
     println!("== 3. journal pre-zeroing: Prezero::Ahead(4 MiB) vs WholeFile (vs pool, vs Off), journal_file_size 64 MiB, FlushMode::Manual ==");
     let dir = root.join("prezero");
     std::fs::create_dir_all(&dir).unwrap();
-    let base = Options { flush_mode: FlushMode::Manual, journal_file_size: file_size, ..Options::default() };
+    let base = Options {
+        flush_mode: FlushMode::Manual,
+        journal_file_size: file_size,
+        ..Options::default()
+    };
     let t = Instant::now();
     let mut ahead = CommitTarget::open(
         &dir.join("ahead"),
-        Options { journal_prezero: Prezero::Ahead(4 << 20), ..base.clone() },
+        Options {
+            journal_prezero: Prezero::Ahead(4 << 20),
+            ..base.clone()
+        },
         cfg.commit_preload,
     );
     let t_ahead = t.elapsed();
     let t = Instant::now();
-    let mut whole =
-        CommitTarget::open(&dir.join("whole"), Options { journal_prezero: Prezero::WholeFile, ..base.clone() }, cfg.commit_preload);
+    let mut whole = CommitTarget::open(
+        &dir.join("whole"),
+        Options {
+            journal_prezero: Prezero::WholeFile,
+            ..base.clone()
+        },
+        cfg.commit_preload,
+    );
     let t_whole = t.elapsed();
     // WholeFile with one whole pre-zeroed file kept ready by the background pool thread, so a
     // journal file switch is a rename rather than 64 MiB of zeros written inside a commit.
     let mut pooled = CommitTarget::open(
         &dir.join("pooled"),
-        Options { journal_prezero: Prezero::WholeFile, journal_pool_files: 1, ..base.clone() },
+        Options {
+            journal_prezero: Prezero::WholeFile,
+            journal_pool_files: 1,
+            ..base.clone()
+        },
         cfg.commit_preload,
     );
-    println!("  open + preload + flush: Ahead {:.2} s, WholeFile {:.2} s", t_ahead.as_secs_f64(), t_whole.as_secs_f64());
+    println!(
+        "  open + preload + flush: Ahead {:.2} s, WholeFile {:.2} s",
+        t_ahead.as_secs_f64(),
+        t_whole.as_secs_f64()
+    );
     let warm = (cfg.commits / 10).clamp(20, 200);
     for _ in 0..warm {
         ahead.commit_one();
@@ -813,12 +922,23 @@ fn bench_prezero(cfg: &Config, root: &Path) -> PrezeroResults {
     }
     // No pre-zeroing at all: every batch appends and grows the file (the baseline that
     // pre-zeroing is meant to beat).
-    let mut off = CommitTarget::open(&dir.join("off"), Options { journal_prezero: Prezero::Off, ..base.clone() }, cfg.commit_preload);
+    let mut off = CommitTarget::open(
+        &dir.join("off"),
+        Options {
+            journal_prezero: Prezero::Off,
+            ..base.clone()
+        },
+        cfg.commit_preload,
+    );
     for _ in 0..warm {
         off.commit_one();
     }
     wait_for_calm_disk(&dir, cfg.calm_wait);
-    let (ja0, jw0, jp0) = (ahead.s.stats().journal, whole.s.stats().journal, pooled.s.stats().journal);
+    let (ja0, jw0, jp0) = (
+        ahead.s.stats().journal,
+        whole.s.stats().journal,
+        pooled.s.stats().journal,
+    );
     let mut l_a = Lat::new("omnibus commit, Prezero::Ahead(4 MiB)");
     let mut l_w = Lat::new("omnibus commit, Prezero::WholeFile");
     let mut l_p = Lat::new("omnibus commit, WholeFile + pool (1 file)");
@@ -834,7 +954,11 @@ fn bench_prezero(cfg: &Config, root: &Path) -> PrezeroResults {
             (&mut l_o, &mut || off.commit_one()),
         ],
     );
-    let (ja, jw, jp) = (ahead.s.stats().journal, whole.s.stats().journal, pooled.s.stats().journal);
+    let (ja, jw, jp) = (
+        ahead.s.stats().journal,
+        whole.s.stats().journal,
+        pooled.s.stats().journal,
+    );
     println!(
         "  timed loop: {} commits of {} journal bytes each; journal files created in the commit path (Ahead/WholeFile/pool): {}/{}/{}, pool files ready at the end: {}; fdatasyncs: {}/{}/{}",
         fmt_int(ja.commits - ja0.commits),
@@ -858,7 +982,10 @@ fn bench_prezero(cfg: &Config, root: &Path) -> PrezeroResults {
     drop(pooled);
     drop(off);
     let _ = std::fs::remove_dir_all(&dir);
-    PrezeroResults { ahead: l_a, whole: l_w }
+    PrezeroResults {
+        ahead: l_a,
+        whole: l_w,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -867,12 +994,17 @@ fn main() {
     let cfg = Config::parse();
     std::fs::create_dir_all(&cfg.dir).expect("create bench dir");
     describe(&cfg);
-    let root = tempfile::Builder::new().prefix("core-").tempdir_in(&cfg.dir).expect("tempdir");
+    let root = tempfile::Builder::new()
+        .prefix("core-")
+        .tempdir_in(&cfg.dir)
+        .expect("tempdir");
 
     // The durable sections first: the get section's load writes about 1.5 GB, after which this
     // kind of virtual disk throttles fdatasync for a while.
     let commit = cfg.runs("commit").then(|| bench_commit(&cfg, root.path()));
-    let prezero = cfg.runs("prezero").then(|| bench_prezero(&cfg, root.path()));
+    let prezero = cfg
+        .runs("prezero")
+        .then(|| bench_prezero(&cfg, root.path()));
     let get = cfg.runs("get").then(|| bench_get(&cfg, root.path()));
 
     println!("== summary ==");

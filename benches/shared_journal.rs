@@ -30,7 +30,9 @@ fn args() -> Args {
         seconds: if quick { 2.0 } else { 10.0 },
         branches: if quick { 20 } else { 100 },
         threads: if quick { 16 } else { 64 },
-        dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target").join("bench-tmp"),
+        dir: PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("target")
+            .join("bench-tmp"),
     };
     let v: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -63,7 +65,10 @@ struct Run {
 fn run_mode(a: &Args, mode: JournalMode) -> Run {
     std::fs::create_dir_all(&a.dir).unwrap();
     let tmp = tempfile::tempdir_in(&a.dir).unwrap();
-    let opts = Options { journal_mode: mode, ..Options::default() };
+    let opts = Options {
+        journal_mode: mode,
+        ..Options::default()
+    };
     let db = Database::open(tmp.path().join("db"), opts).unwrap();
     let mut storages = vec![db.root()];
     for i in 0..a.branches {
@@ -121,10 +126,19 @@ fn run_mode(a: &Args, mode: JournalMode) -> Run {
 fn single_writer_p50(a: &Args, prezero: Prezero, pool: usize) -> (f64, f64) {
     std::fs::create_dir_all(&a.dir).unwrap();
     let tmp = tempfile::tempdir_in(&a.dir).unwrap();
-    let opts = Options { journal_prezero: prezero, journal_pool_files: pool, journal_file_size: 64 << 20, ..Options::default() };
+    let opts = Options {
+        journal_prezero: prezero,
+        journal_pool_files: pool,
+        journal_file_size: 64 << 20,
+        ..Options::default()
+    };
     let s = Storage::open(tmp.path().join("s"), opts).unwrap();
     let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
-    let n = if std::env::var("OMNIBUS_BENCH_QUICK").is_ok() { 300 } else { 3000 };
+    let n = if std::env::var("OMNIBUS_BENCH_QUICK").is_ok() {
+        300
+    } else {
+        3000
+    };
     let start = Instant::now();
     for i in 0..n as u64 {
         let t0 = Instant::now();
@@ -133,7 +147,10 @@ fn single_writer_p50(a: &Args, prezero: Prezero, pool: usize) -> (f64, f64) {
         w.commit().unwrap();
         h.saturating_record(t0.elapsed().as_micros() as u64);
     }
-    (h.value_at_quantile(0.5) as f64, n as f64 / start.elapsed().as_secs_f64())
+    (
+        h.value_at_quantile(0.5) as f64,
+        n as f64 / start.elapsed().as_secs_f64(),
+    )
 }
 
 fn main() {
@@ -160,19 +177,36 @@ fn main() {
             r.commits as f64 / r.batches.max(1) as f64,
         )
     };
-    println!("{:<9} {:>11} {:>9} {:>9} {:>9} {:>9} {:>11} {:>10} {:>12}", "mode", "commits/s", "p50 µs", "p99 µs", "p99.9 µs", "max µs", "fsync/commit", "dirfsync/s", "commits/batch");
+    println!(
+        "{:<9} {:>11} {:>9} {:>9} {:>9} {:>9} {:>11} {:>10} {:>12}",
+        "mode",
+        "commits/s",
+        "p50 µs",
+        "p99 µs",
+        "p99.9 µs",
+        "max µs",
+        "fsync/commit",
+        "dirfsync/s",
+        "commits/batch"
+    );
     row("shared", &shared);
     row("separate", &separate);
     let rate = |r: &Run| r.commits as f64 / r.secs;
     println!(
         "ratio shared/separate: commits/s {:.2}x, p99 {:.2}x lower, p99.9 {:.2}x lower",
         rate(&shared) / rate(&separate),
-        separate.hist.value_at_quantile(0.99) as f64 / shared.hist.value_at_quantile(0.99).max(1) as f64,
-        separate.hist.value_at_quantile(0.999) as f64 / shared.hist.value_at_quantile(0.999).max(1) as f64,
+        separate.hist.value_at_quantile(0.99) as f64
+            / shared.hist.value_at_quantile(0.99).max(1) as f64,
+        separate.hist.value_at_quantile(0.999) as f64
+            / shared.hist.value_at_quantile(0.999).max(1) as f64,
     );
     let (ahead, ahead_rate) = single_writer_p50(&a, Prezero::Ahead(4 << 20), 0);
     let (whole, whole_rate) = single_writer_p50(&a, Prezero::WholeFile, 1);
     let (append, append_rate) = single_writer_p50(&a, Prezero::Off, 0);
     println!("single writer commit p50: pre-zeroed 4 MiB ahead {ahead:.0} µs ({ahead_rate:.0}/s), whole pre-zeroed files {whole:.0} µs ({whole_rate:.0}/s), plain appends {append:.0} µs ({append_rate:.0}/s)");
-    println!("ratio append/ahead p50: {:.2}x, append/whole p50: {:.2}x", append / ahead.max(1.0), append / whole.max(1.0));
+    println!(
+        "ratio append/ahead p50: {:.2}x, append/whole p50: {:.2}x",
+        append / ahead.max(1.0),
+        append / whole.max(1.0)
+    );
 }

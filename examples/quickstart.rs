@@ -35,7 +35,11 @@ fn main() -> Result<()> {
     let (from, to): (&[u8], &[u8]) = (b"fruit/", b"fruit0");
     for item in r.range((Bound::Included(from), Bound::Excluded(to)))? {
         let (key, value) = item?;
-        println!("{} = {}", String::from_utf8_lossy(key), String::from_utf8_lossy(value));
+        println!(
+            "{} = {}",
+            String::from_utf8_lossy(key),
+            String::from_utf8_lossy(value)
+        );
     }
 
     // Dropping the last handle flushes and releases the LOCK; reopening recovers everything.
@@ -43,7 +47,11 @@ fn main() -> Result<()> {
     drop(storage);
     let storage = Storage::open(&dir, Options::default())?;
     assert_eq!(storage.begin_read()?.get(b"veg/leek")?, Some(&b"green"[..]));
-    println!("{} keys after reopening {}", storage.begin_read()?.len(), dir.display());
+    println!(
+        "{} keys after reopening {}",
+        storage.begin_read()?.len(),
+        dir.display()
+    );
 
     drop(storage);
     std::fs::remove_dir_all(&dir).expect("remove the quick-start directory");

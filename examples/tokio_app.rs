@@ -13,7 +13,9 @@ use tokio::net::{TcpListener, TcpStream};
 
 async fn serve(listener: TcpListener, store: StorageHandle) {
     loop {
-        let Ok((sock, _)) = listener.accept().await else { return };
+        let Ok((sock, _)) = listener.accept().await else {
+            return;
+        };
         let store = store.clone();
         tokio::spawn(async move {
             let (r, mut w) = sock.into_split();
@@ -49,8 +51,14 @@ async fn client(addr: std::net::SocketAddr, id: usize, requests: usize) -> Resul
     let (r, mut w) = sock.into_split();
     let mut lines = BufReader::new(r).lines();
     let mut ask = async |req: String| -> Result<String, String> {
-        w.write_all(format!("{req}\n").as_bytes()).await.map_err(|e| e.to_string())?;
-        lines.next_line().await.map_err(|e| e.to_string())?.ok_or_else(|| "closed".to_string())
+        w.write_all(format!("{req}\n").as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        lines
+            .next_line()
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "closed".to_string())
     };
     for i in 0..requests {
         let (k, v) = (format!("c{id}-k{i}"), format!("value-{id}-{i}"));
@@ -91,7 +99,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         tokio::spawn(serve(listener, store.clone()));
-        let tasks: Vec<_> = (0..clients).map(|c| tokio::spawn(client(addr, c, per))).collect();
+        let tasks: Vec<_> = (0..clients)
+            .map(|c| tokio::spawn(client(addr, c, per)))
+            .collect();
         for t in tasks {
             t.await?.map_err(std::io::Error::other)?;
         }

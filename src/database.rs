@@ -27,7 +27,9 @@ use crate::error::{Error, Result};
 use crate::journal::record::RecordKind;
 use crate::journal::{recovery, Journal, JournalConfig, JournalStats};
 use crate::options::{JournalMode, Options};
-use crate::storage::{init_files, lock, read_header, take_lock, Binding, Storage, DATA_FILE, JOURNALS_DIR};
+use crate::storage::{
+    init_files, lock, read_header, take_lock, Binding, Storage, DATA_FILE, JOURNALS_DIR,
+};
 
 /// Directory of the branch storages inside a database.
 pub const INDEXES_DIR: &str = "Indexes";
@@ -36,7 +38,12 @@ const DROPPED_PREFIX: &str = ".dropped-";
 /// Checks a storage name: 1..=255 bytes of UTF-8, no `/`, `\` or NUL, not `.` or `..`, and not
 /// starting with `.dropped-` (reserved).
 pub fn validate_storage_name(name: &str) -> Result<()> {
-    let bad = |reason| Err(Error::InvalidStorageName { name: name.to_string(), reason });
+    let bad = |reason| {
+        Err(Error::InvalidStorageName {
+            name: name.to_string(),
+            reason,
+        })
+    };
     if name.is_empty() {
         return bad("empty");
     }
@@ -120,7 +127,11 @@ impl std::fmt::Debug for Database {
 }
 
 fn io_err(op: &'static str, path: &Path, e: std::io::Error) -> Error {
-    Error::Io { op, path: path.to_path_buf(), source: e }
+    Error::Io {
+        op,
+        path: path.to_path_buf(),
+        source: e,
+    }
 }
 
 impl Database {
@@ -148,7 +159,10 @@ impl Database {
         let mut created = false;
         if !env.exists(&path) {
             if !opts.create || opts.read_only {
-                return Err(Error::NotAStorage { path, reason: "the directory does not exist".into() });
+                return Err(Error::NotAStorage {
+                    path,
+                    reason: "the directory does not exist".into(),
+                });
             }
             env.create_dir(&path)?;
             created = true;
@@ -159,26 +173,44 @@ impl Database {
         let fresh = !env.exists(&data_path);
         if fresh {
             let names = env.list_dir(&path)?;
-            if let Some(n) = names.iter().find(|n| !["LOCK", JOURNALS_DIR, INDEXES_DIR].contains(&n.as_str())) {
-                return Err(Error::NotAStorage { path, reason: format!("no {DATA_FILE}, and the directory holds other files ({n})") });
+            if let Some(n) = names
+                .iter()
+                .find(|n| !["LOCK", JOURNALS_DIR, INDEXES_DIR].contains(&n.as_str()))
+            {
+                return Err(Error::NotAStorage {
+                    path,
+                    reason: format!("no {DATA_FILE}, and the directory holds other files ({n})"),
+                });
             }
         }
         if !env.exists(&indexes) {
             if opts.read_only {
-                return Err(Error::NotAStorage { path, reason: "no Indexes directory".into() });
+                return Err(Error::NotAStorage {
+                    path,
+                    reason: "no Indexes directory".into(),
+                });
             }
             env.create_dir(&indexes)?;
             env.sync_dir(&indexes)?;
             env.sync_dir(&path)?;
         }
         let names = branch_names(&*env, &indexes)?;
-        let dev = std::fs::metadata(&path).map_err(|e| io_err("stat", &path, e))?.dev();
+        let dev = std::fs::metadata(&path)
+            .map_err(|e| io_err("stat", &path, e))?
+            .dev();
         let (root, journal, branches) = match opts.journal_mode {
             JournalMode::Shared if !opts.read_only => {
                 let data = env.open(&data_path, OpenMode::Create)?;
                 let len = data.len()?;
                 // A new root, or one whose creation crashed before anything was committed.
-                if len == 0 || crate::storage::unfinished_creation(&*env, &*data, len, &path.join(JOURNALS_DIR))? {
+                if len == 0
+                    || crate::storage::unfinished_creation(
+                        &*env,
+                        &*data,
+                        len,
+                        &path.join(JOURNALS_DIR),
+                    )?
+                {
                     init_files(&*env, &path, &*data, created)?;
                 }
                 let (hdr, _) = read_header(&*data, &data_path)?;
@@ -202,7 +234,11 @@ impl Database {
                 let root = Storage::open_with(
                     &path,
                     opts.clone(),
-                    Binding::Shared { journal: journal.clone(), rel: String::new(), lock: Some(lock_file) },
+                    Binding::Shared {
+                        journal: journal.clone(),
+                        rel: String::new(),
+                        lock: Some(lock_file),
+                    },
                 )?;
                 let mut branches = BTreeMap::new();
                 for n in names {
@@ -212,7 +248,13 @@ impl Database {
                 (root, Some(journal), branches)
             }
             _ => {
-                let root = Storage::open_with(&path, opts.clone(), Binding::Own { lock: Some(lock_file) })?;
+                let root = Storage::open_with(
+                    &path,
+                    opts.clone(),
+                    Binding::Own {
+                        lock: Some(lock_file),
+                    },
+                )?;
                 let mut branches = BTreeMap::new();
                 for n in names {
                     let s = open_branch(&opts, &path, &n, None, dev)?;
@@ -265,7 +307,13 @@ impl Database {
         if self.inner.opts.read_only {
             return Err(Error::ReadOnly);
         }
-        let s = open_branch(&self.inner.opts, &self.inner.path, name, self.inner.journal.as_ref(), self.inner.dev)?;
+        let s = open_branch(
+            &self.inner.opts,
+            &self.inner.path,
+            name,
+            self.inner.journal.as_ref(),
+            self.inner.dev,
+        )?;
         map.insert(name.to_string(), s.clone());
         Ok(s)
     }
@@ -287,12 +335,18 @@ impl Database {
         }
         let mut map = lock(&self.inner.branches);
         let Some(s) = map.remove(name) else {
-            return Err(Error::NotAStorage { path: self.inner.path.join(INDEXES_DIR).join(name), reason: "no such storage".into() });
+            return Err(Error::NotAStorage {
+                path: self.inner.path.join(INDEXES_DIR).join(name),
+                reason: "no such storage".into(),
+            });
         };
         s.close_for_drop();
         let env = &self.inner.opts.env;
         let indexes = self.inner.path.join(INDEXES_DIR);
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
         let tomb = indexes.join(format!("{DROPPED_PREFIX}{nanos}"));
         env.rename(&indexes.join(name), &tomb)?;
         env.sync_dir(&indexes)?;
@@ -309,7 +363,10 @@ impl Database {
     /// Counters of the journal(s): commits, batches, group-commit factor, fdatasyncs, links.
     pub fn stats(&self) -> DatabaseStats {
         let branches = lock(&self.inner.branches);
-        let mut st = DatabaseStats { storages: branches.len() as u64 + 1, ..Default::default() };
+        let mut st = DatabaseStats {
+            storages: branches.len() as u64 + 1,
+            ..Default::default()
+        };
         match &self.inner.journal {
             Some(j) => st.add(&j.stats()),
             None => {
@@ -339,7 +396,9 @@ impl Database {
     /// first error met (every storage is closed regardless).
     pub fn close(self) -> Result<()> {
         self.inner.closed.store(true, Ordering::Release);
-        let branches: Vec<Storage> = std::mem::take(&mut *lock(&self.inner.branches)).into_values().collect();
+        let branches: Vec<Storage> = std::mem::take(&mut *lock(&self.inner.branches))
+            .into_values()
+            .collect();
         let mut first = Ok(());
         for s in branches {
             if let Err(e) = s.close() {
@@ -351,7 +410,13 @@ impl Database {
     }
 }
 
-fn open_branch(opts: &Options, root: &Path, name: &str, journal: Option<&Arc<Journal>>, dev: u64) -> Result<Storage> {
+fn open_branch(
+    opts: &Options,
+    root: &Path,
+    name: &str,
+    journal: Option<&Arc<Journal>>,
+    dev: u64,
+) -> Result<Storage> {
     let dir = root.join(INDEXES_DIR).join(name);
     if journal.is_some() {
         if let Ok(m) = std::fs::metadata(&dir) {
@@ -361,7 +426,11 @@ fn open_branch(opts: &Options, root: &Path, name: &str, journal: Option<&Arc<Jou
         }
     }
     let binding = match journal {
-        Some(j) => Binding::Shared { journal: j.clone(), rel: format!("{INDEXES_DIR}/{name}"), lock: None },
+        Some(j) => Binding::Shared {
+            journal: j.clone(),
+            rel: format!("{INDEXES_DIR}/{name}"),
+            lock: None,
+        },
         None => Binding::Own { lock: None },
     };
     let s = Storage::open_with(&dir, opts.clone(), binding)?;
@@ -396,7 +465,10 @@ fn max_journal_no(env: &dyn StorageEnv, dir: &Path) -> Result<u64> {
     if !env.exists(dir) {
         return Ok(0);
     }
-    Ok(recovery::list(env, dir)?.last().map(|(n, _)| *n).unwrap_or(0))
+    Ok(recovery::list(env, dir)?
+        .last()
+        .map(|(n, _)| *n)
+        .unwrap_or(0))
 }
 
 /// Re-creates every branch link that a link record in the root's journal files names and that
@@ -419,7 +491,9 @@ fn relink(env: &dyn StorageEnv, root: &Path) -> Result<()> {
         wanted.sort();
         wanted.dedup();
         for rel in wanted {
-            let Some(name) = rel.strip_prefix(&format!("{INDEXES_DIR}/")) else { continue };
+            let Some(name) = rel.strip_prefix(&format!("{INDEXES_DIR}/")) else {
+                continue;
+            };
             if validate_storage_name(name).is_err() {
                 continue;
             }

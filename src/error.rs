@@ -75,7 +75,9 @@ pub enum Error {
         reason: String,
     },
     /// The storage was written by an incompatible format version.
-    #[error("{path}: format version {found} is not supported (this build reads version {expected})")]
+    #[error(
+        "{path}: format version {found} is not supported (this build reads version {expected})"
+    )]
     FormatVersion {
         /// The data file.
         path: PathBuf,
@@ -187,8 +189,14 @@ impl Clone for Error {
     fn clone(&self) -> Error {
         match self {
             Error::EmptyKey => Error::EmptyKey,
-            Error::KeyTooLarge { len, max } => Error::KeyTooLarge { len: *len, max: *max },
-            Error::ValueTooLarge { len, max } => Error::ValueTooLarge { len: *len, max: *max },
+            Error::KeyTooLarge { len, max } => Error::KeyTooLarge {
+                len: *len,
+                max: *max,
+            },
+            Error::ValueTooLarge { len, max } => Error::ValueTooLarge {
+                len: *len,
+                max: *max,
+            },
             Error::NotAStorage { path, reason } => Error::NotAStorage {
                 path: path.clone(),
                 reason: reason.clone(),

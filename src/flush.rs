@@ -52,7 +52,10 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushOutcome> {
         _ => cur.clone(),
     };
     drop(cur);
-    let mut out = FlushOutcome { flushed_txn: target.txn_id, ..Default::default() };
+    let mut out = FlushOutcome {
+        flushed_txn: target.txn_id,
+        ..Default::default()
+    };
     let already = inner.current.load().flushed_txn;
     if target.txn_id > already {
         let r = write_pages(inner, &target, already).and_then(|n| {
@@ -82,7 +85,11 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushOutcome> {
         }
         let len = inner.file_len.load(Ordering::Acquire);
         let mapping = if len > inner.current.load().mapping.len() {
-            Some(Arc::new(Mapping::new(&inner.data, len, inner.data_path.clone())?))
+            Some(Arc::new(Mapping::new(
+                &inner.data,
+                len,
+                inner.data_path.clone(),
+            )?))
         } else {
             None
         };
@@ -109,10 +116,19 @@ fn write_pages(inner: &Inner, target: &State, already: u64) -> Result<u64> {
             continue;
         }
         let pages = (sp.image.len() / PAGE_SIZE) as u64;
-        debug_assert!(crate::page::verify_checksum(&sp.image), "scratch page {p} unsealed");
-        if run.is_empty() || *p != run_end || run.len() >= crate::env::IOV_MAX_SLICES || run_bytes >= MAX_WRITE {
+        debug_assert!(
+            crate::page::verify_checksum(&sp.image),
+            "scratch page {p} unsealed"
+        );
+        if run.is_empty()
+            || *p != run_end
+            || run.len() >= crate::env::IOV_MAX_SLICES
+            || run_bytes >= MAX_WRITE
+        {
             if !run.is_empty() {
-                inner.data.write_vectored_all_at(&run, run_start * PAGE_SIZE as u64)?;
+                inner
+                    .data
+                    .write_vectored_all_at(&run, run_start * PAGE_SIZE as u64)?;
                 run.clear();
             }
             run_start = *p;
@@ -125,7 +141,9 @@ fn write_pages(inner: &Inner, target: &State, already: u64) -> Result<u64> {
         written += pages;
     }
     if !run.is_empty() {
-        inner.data.write_vectored_all_at(&run, run_start * PAGE_SIZE as u64)?;
+        inner
+            .data
+            .write_vectored_all_at(&run, run_start * PAGE_SIZE as u64)?;
     }
     Ok(written)
 }
@@ -133,7 +151,9 @@ fn write_pages(inner: &Inner, target: &State, already: u64) -> Result<u64> {
 /// Punches the aligned 1 MiB runs wholly free in `target`'s map and not punched yet.
 fn punch(inner: &Inner, fs: &mut crate::storage::FlushState, target: &State) -> Result<u64> {
     let mut runs = Vec::new();
-    for_each_bitmap(target, |idx, words| runs.extend(free_runs(idx, words, target.next_page)))?;
+    for_each_bitmap(target, |idx, words| {
+        runs.extend(free_runs(idx, words, target.next_page))
+    })?;
     let now: std::collections::BTreeSet<u64> = runs.into_iter().collect();
     fs.punched.retain(|r| now.contains(r));
     let mut n = 0;

@@ -45,7 +45,10 @@ impl Extents {
         if len == 0 {
             return;
         }
-        debug_assert!(!self.overlaps(start, len), "double free of pages {start}+{len}");
+        debug_assert!(
+            !self.overlaps(start, len),
+            "double free of pages {start}+{len}"
+        );
         self.pages += len;
         if let Some((&ps, &pl)) = self.map.range(..start).next_back() {
             if ps + pl == start {
@@ -96,7 +99,10 @@ pub(crate) struct Allocator {
 
 impl Allocator {
     /// Builds the allocator from the free bits of a committed map (no snapshot is older).
-    pub fn from_bitmaps<'a>(bitmaps: impl Iterator<Item = (usize, &'a [u64])>, next_page: u64) -> Allocator {
+    pub fn from_bitmaps<'a>(
+        bitmaps: impl Iterator<Item = (usize, &'a [u64])>,
+        next_page: u64,
+    ) -> Allocator {
         let mut a = Allocator::default();
         for (idx, words) in bitmaps {
             let base = idx as u64 * BITS_PER_BITMAP;
@@ -144,7 +150,10 @@ impl Allocator {
 #[cfg(test)]
 pub(crate) fn bit(words: &[u64], p: u64) -> bool {
     let i = (p % BITS_PER_BITMAP) as usize;
-    words.get(i / 64).map(|w| w & (1 << (i % 64)) != 0).unwrap_or(false)
+    words
+        .get(i / 64)
+        .map(|w| w & (1 << (i % 64)) != 0)
+        .unwrap_or(false)
 }
 
 /// Sets bit `p` of `words` to `free`.
@@ -164,7 +173,10 @@ pub(crate) fn free_runs(idx: usize, words: &[u64], next_page: u64) -> Vec<u64> {
     let per = (RUN_PAGES / 64) as usize;
     for (r, chunk) in words.chunks(per).enumerate() {
         let first = idx as u64 * BITS_PER_BITMAP + r as u64 * RUN_PAGES;
-        if first + RUN_PAGES <= next_page && chunk.len() == per && chunk.iter().all(|&w| w == u64::MAX) {
+        if first + RUN_PAGES <= next_page
+            && chunk.len() == per
+            && chunk.iter().all(|&w| w == u64::MAX)
+        {
             out.push(first / RUN_PAGES);
         }
     }
@@ -212,7 +224,10 @@ mod tests {
         set_bit(&mut words, 300, true);
         assert!(bit(&words, 300));
         let a = Allocator::from_bitmaps(std::iter::once((0usize, &words[..])), 1000);
-        assert_eq!(a.reusable.iter().collect::<Vec<_>>(), vec![(128, 128), (300, 1)]);
+        assert_eq!(
+            a.reusable.iter().collect::<Vec<_>>(),
+            vec![(128, 128), (300, 1)]
+        );
         assert_eq!(free_runs(0, &words, 1000), vec![1]);
         assert_eq!(free_runs(0, &words, 200), Vec::<u64>::new());
     }

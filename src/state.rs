@@ -81,7 +81,10 @@ impl Mapping {
         let Some(map) = &self.map else {
             return bad("page beyond the end of the data file");
         };
-        let Some(start) = (p as usize).checked_mul(PAGE_SIZE).filter(|s| s.checked_add(PAGE_SIZE).is_some()) else {
+        let Some(start) = (p as usize)
+            .checked_mul(PAGE_SIZE)
+            .filter(|s| s.checked_add(PAGE_SIZE).is_some())
+        else {
             return bad("page number beyond any file");
         };
         let Some(first) = map.get(start..start + PAGE_SIZE) else {
@@ -141,9 +144,8 @@ impl State {
     /// Resolves page `p`: the scratch table first, then the map.
     pub fn page(&self, p: u64) -> Result<(&[u8], PageHeader)> {
         if let Some(sp) = self.scratch.get(&p) {
-            let h = PageHeader::read(&sp.image).ok_or_else(|| {
-                Error::corruption(self.path(), Some(p), None, "bad scratch page")
-            })?;
+            let h = PageHeader::read(&sp.image)
+                .ok_or_else(|| Error::corruption(self.path(), Some(p), None, "bad scratch page"))?;
             return Ok((&sp.image, h));
         }
         self.mapping.page(p, false)

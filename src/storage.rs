@@ -48,7 +48,11 @@ pub(crate) enum Binding {
     Own { lock: Option<File> },
     /// A database's shared journal. `rel` is the storage's path relative to the root (empty for
     /// the root); `lock` is the root's LOCK, already held by the database.
-    Shared { journal: Arc<Journal>, rel: String, lock: Option<File> },
+    Shared {
+        journal: Arc<Journal>,
+        rel: String,
+        lock: Option<File>,
+    },
 }
 
 /// The writer's state between transactions (taken by the open write transaction).
@@ -167,7 +171,11 @@ fn random_id() -> u64 {
 }
 
 fn env_err(op: &'static str, path: &Path, e: std::io::Error) -> Error {
-    Error::Io { op, path: path.to_path_buf(), source: e }
+    Error::Io {
+        op,
+        path: path.to_path_buf(),
+        source: e,
+    }
 }
 
 impl Storage {
@@ -185,7 +193,10 @@ impl Storage {
 
     pub(crate) fn open_with(path: &Path, opts: Options, binding: Binding) -> Result<Storage> {
         let inner = Inner::open(path, opts, binding)?;
-        Ok(Storage { _last: Arc::new(LastHandle(inner.clone())), inner })
+        Ok(Storage {
+            _last: Arc::new(LastHandle(inner.clone())),
+            inner,
+        })
     }
 
     /// The storage directory.
@@ -253,7 +264,10 @@ impl Storage {
     ///
     /// Errors: the flush's error (committed data stays safe in the journal).
     pub fn close(self) -> Result<()> {
-        let r = if self.inner.opts.read_only || !self.inner.opts.flush_on_close || self.inner.poisoned().is_some() {
+        let r = if self.inner.opts.read_only
+            || !self.inner.opts.flush_on_close
+            || self.inner.poisoned().is_some()
+        {
             Ok(())
         } else {
             self.flush()
@@ -283,7 +297,9 @@ impl Storage {
 
     /// Poisons the storage and its journal (an actor that panicked while writing it).
     pub fn poison(&self, cause: &str) {
-        let e = Error::Poisoned { cause: cause.to_string() };
+        let e = Error::Poisoned {
+            cause: cause.to_string(),
+        };
         self.inner.poison(&e);
         self.inner.journal.poison(cause.to_string());
     }
@@ -315,7 +331,10 @@ impl Inner {
         let mut created_dir = false;
         if !env.exists(&path) {
             if !opts.create || opts.read_only {
-                return Err(Error::NotAStorage { path, reason: "the directory does not exist".into() });
+                return Err(Error::NotAStorage {
+                    path,
+                    reason: "the directory does not exist".into(),
+                });
             }
             env.create_dir(&path)?;
             created_dir = true;
@@ -332,18 +351,36 @@ impl Inner {
         let names = env.list_dir(&path)?;
         let has_data = names.iter().any(|n| n == DATA_FILE);
         if !has_data {
-            let foreign: Vec<&String> = names.iter().filter(|n| *n != LOCK_FILE && *n != JOURNALS_DIR && *n != crate::database::INDEXES_DIR).collect();
+            let foreign: Vec<&String> = names
+                .iter()
+                .filter(|n| {
+                    *n != LOCK_FILE && *n != JOURNALS_DIR && *n != crate::database::INDEXES_DIR
+                })
+                .collect();
             if !foreign.is_empty() {
                 return Err(Error::NotAStorage {
                     path,
-                    reason: format!("no {DATA_FILE}, and the directory holds other files ({})", foreign[0]),
+                    reason: format!(
+                        "no {DATA_FILE}, and the directory holds other files ({})",
+                        foreign[0]
+                    ),
                 });
             }
             if !opts.create || opts.read_only {
-                return Err(Error::NotAStorage { path, reason: format!("no {DATA_FILE}") });
+                return Err(Error::NotAStorage {
+                    path,
+                    reason: format!("no {DATA_FILE}"),
+                });
             }
         }
-        let data = env.open(&data_path, if opts.read_only { OpenMode::Existing } else { OpenMode::Create })?;
+        let data = env.open(
+            &data_path,
+            if opts.read_only {
+                OpenMode::Existing
+            } else {
+                OpenMode::Create
+            },
+        )?;
         let mut len = data.len()?;
         if !opts.read_only && unfinished_creation(&*env, &*data, len, &journals_dir)? {
             tracing::warn!(path = %path.display(), "creation crashed before the header pages were durable: creating again");
@@ -351,19 +388,28 @@ impl Inner {
         }
         if len == 0 {
             if opts.read_only {
-                return Err(Error::NotAStorage { path, reason: "empty data file".into() });
+                return Err(Error::NotAStorage {
+                    path,
+                    reason: "empty data file".into(),
+                });
             }
             // A new storage (or a creation that crashed before its header was durable).
             init_files(&*env, &path, &*data, created_dir)?;
             len = 2 * PAGE_SIZE as u64;
         }
         if len < 2 * PAGE_SIZE as u64 {
-            return Err(Error::NotAStorage { path, reason: format!("{DATA_FILE} is {len} bytes, shorter than its two header pages") });
+            return Err(Error::NotAStorage {
+                path,
+                reason: format!("{DATA_FILE} is {len} bytes, shorter than its two header pages"),
+            });
         }
         let (hdr, slot) = read_header(&*data, &data_path)?;
         if !env.exists(&journals_dir) {
             if opts.read_only {
-                return Err(Error::NotAStorage { path, reason: "no Journals directory".into() });
+                return Err(Error::NotAStorage {
+                    path,
+                    reason: "no Journals directory".into(),
+                });
             }
             env.create_dir(&journals_dir)?;
             env.sync_dir(&path)?;
@@ -389,7 +435,10 @@ impl Inner {
             tracing::info!(path = %path.display(), from = hdr.flushed_txn, to = state.txn_id, "replayed journal");
         }
         let alloc = build_allocator(&state)?;
-        let mine: BTreeMap<u64, u64> = files.iter().map(|(no, per)| (*no, per.get(&hdr.storage_id).copied().unwrap_or(0))).collect();
+        let mine: BTreeMap<u64, u64> = files
+            .iter()
+            .map(|(no, per)| (*no, per.get(&hdr.storage_id).copied().unwrap_or(0)))
+            .collect();
         let journal = match binding {
             _ if opts.read_only => Journal::open_read_only(env.clone(), hdr.storage_id, &path),
             Some((journal, rel)) => {
@@ -397,7 +446,11 @@ impl Inner {
                 journal
             }
             None => {
-                let cfg = JournalConfig { file_size: opts.journal_file_size, prezero: opts.journal_prezero, pool_files: opts.journal_pool_files };
+                let cfg = JournalConfig {
+                    file_size: opts.journal_file_size,
+                    prezero: opts.journal_prezero,
+                    pool_files: opts.journal_pool_files,
+                };
                 let j = Journal::open(env.clone(), hdr.storage_id, &path, max_no + 1, cfg)?;
                 j.register(hdr.storage_id, &path, "", &mine);
                 j
@@ -417,7 +470,12 @@ impl Inner {
             publish: Mutex::new(()),
             writer: Mutex::new(Some(WriterState { alloc })),
             writer_cv: Condvar::new(),
-            flush_state: Mutex::new(FlushState { header_seq: hdr.sequence, header_slot: slot, punched: BTreeSet::new(), punching: opts.punch_holes }),
+            flush_state: Mutex::new(FlushState {
+                header_seq: hdr.sequence,
+                header_slot: slot,
+                punched: BTreeSet::new(),
+                punching: opts.punch_holes,
+            }),
             journal,
             poisoned: Mutex::new(None),
             file_len: AtomicU64::new(len),
@@ -442,7 +500,9 @@ impl Inner {
     }
 
     pub fn poisoned(&self) -> Option<String> {
-        lock(&self.poisoned).clone().or_else(|| self.journal.poisoned())
+        lock(&self.poisoned)
+            .clone()
+            .or_else(|| self.journal.poisoned())
     }
 
     /// Marks the storage failed (fail-stop, DESIGN invariant 2).
@@ -521,7 +581,13 @@ impl Inner {
     }
 
     /// Publishes the state after a durable commit (DESIGN invariant 3: one pointer swap).
-    pub fn publish_commit(&self, txn: u64, meta: CommitMeta, images: Vec<(u64, Arc<[u8]>)>, freed: &[(u64, u64)]) {
+    pub fn publish_commit(
+        &self,
+        txn: u64,
+        meta: CommitMeta,
+        images: Vec<(u64, Arc<[u8]>)>,
+        freed: &[(u64, u64)],
+    ) {
         let _g = lock(&self.publish);
         let cur = self.current.load_full();
         debug_assert_eq!(cur.txn_id + 1, txn, "commits publish in txn order");
@@ -571,7 +637,13 @@ impl Inner {
             flushed_txn: target.max(cur.flushed_txn),
             scratch,
             scratch_bytes: bytes,
-            dirty_since: if empty { None } else if target < cur.txn_id { Some(Instant::now()) } else { cur.dirty_since },
+            dirty_since: if empty {
+                None
+            } else if target < cur.txn_id {
+                Some(Instant::now())
+            } else {
+                cur.dirty_since
+            },
             mapping: mapping.unwrap_or_else(|| cur.mapping.clone()),
             ..(*cur).clone()
         });
@@ -582,7 +654,8 @@ impl Inner {
     pub fn needs_flush(&self) -> bool {
         let s = self.current.load();
         s.scratch_bytes >= self.opts.flush_scratch_bytes
-            || s.dirty_since.is_some_and(|t| t.elapsed() >= self.opts.flush_max_age)
+            || s.dirty_since
+                .is_some_and(|t| t.elapsed() >= self.opts.flush_max_age)
     }
 
     pub fn after_commit(&self) {
@@ -615,7 +688,9 @@ impl Inner {
             pages_free: free,
             data_file_bytes: self.data.len().unwrap_or(0),
             allocated_bytes: self.data.allocated_bytes().unwrap_or(0),
-            journal_files: recovery::list(&*self.env, &self.journals_dir).map(|v| v.len() as u64).unwrap_or(0),
+            journal_files: recovery::list(&*self.env, &self.journals_dir)
+                .map(|v| v.len() as u64)
+                .unwrap_or(0),
             scratch_bytes: s.scratch_bytes,
             scratch_pages: s.scratch.len() as u64,
             holes_punched: self.holes_punched.load(Ordering::Relaxed),
@@ -645,7 +720,11 @@ impl Inner {
     /// nothing to replay; committed data is safe in the journal either way).
     fn shutdown(&self) {
         self.stop_flusher();
-        if !self.opts.read_only && self.opts.flush_on_close && !self.closed.load(Ordering::Acquire) && self.poisoned().is_none() {
+        if !self.opts.read_only
+            && self.opts.flush_on_close
+            && !self.closed.load(Ordering::Acquire)
+            && self.poisoned().is_none()
+        {
             if let Err(e) = crate::flush::flush(self) {
                 tracing::warn!(error = %e, "flush on drop failed");
             }
@@ -660,26 +739,37 @@ fn start_flusher(inner: &Arc<Inner>) {
     let weak: Weak<Inner> = Arc::downgrade(inner);
     let signal = inner.flusher_signal.clone();
     let stop = inner.flusher_stop.clone();
-    let tick = (inner.opts.flush_max_age / 4).clamp(Duration::from_millis(10), Duration::from_millis(200));
-    let h = std::thread::Builder::new().name("omnibus-flush".into()).spawn(move || {
-        if let Err(e) = crate::env::set_thread_io_priority(7) {
-            tracing::debug!(error = %e, "ioprio_set failed for the flusher thread");
-        }
-        flusher_loop(&weak, &signal, &stop, tick)
-    });
+    let tick =
+        (inner.opts.flush_max_age / 4).clamp(Duration::from_millis(10), Duration::from_millis(200));
+    let h = std::thread::Builder::new()
+        .name("omnibus-flush".into())
+        .spawn(move || {
+            if let Err(e) = crate::env::set_thread_io_priority(7) {
+                tracing::debug!(error = %e, "ioprio_set failed for the flusher thread");
+            }
+            flusher_loop(&weak, &signal, &stop, tick)
+        });
     if let Ok(h) = h {
         *lock(&inner.flusher) = Some(h);
     }
 }
 
-fn flusher_loop(weak: &Weak<Inner>, signal: &(Mutex<bool>, Condvar), stop: &AtomicBool, tick: Duration) {
+fn flusher_loop(
+    weak: &Weak<Inner>,
+    signal: &(Mutex<bool>, Condvar),
+    stop: &AtomicBool,
+    tick: Duration,
+) {
     loop {
         {
             // Wait without holding the storage, so dropping the last handle closes it.
             let (m, cv) = signal;
             let mut sig = lock(m);
             if !*sig {
-                sig = cv.wait_timeout(sig, tick).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0);
+                sig = cv
+                    .wait_timeout(sig, tick)
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|e| e.into_inner().0);
             }
             *sig = false;
         }
@@ -703,7 +793,12 @@ fn flusher_loop(weak: &Weak<Inner>, signal: &(Mutex<bool>, Condvar), stop: &Atom
 /// pages long, each slot zeros, cut off, or an omnibus header page (whole or torn), and no journal
 /// file (the first is created only after the header pages are synced, and a storage that ever
 /// committed is longer than two pages). Anything else is left to the header checks.
-pub(crate) fn unfinished_creation(env: &dyn StorageEnv, data: &dyn EnvFile, len: u64, journals_dir: &Path) -> Result<bool> {
+pub(crate) fn unfinished_creation(
+    env: &dyn StorageEnv,
+    data: &dyn EnvFile,
+    len: u64,
+    journals_dir: &Path,
+) -> Result<bool> {
     if len == 0 || len > 2 * PAGE_SIZE as u64 {
         return Ok(false);
     }
@@ -725,8 +820,21 @@ pub(crate) fn unfinished_creation(env: &dyn StorageEnv, data: &dyn EnvFile, len:
 
 /// Writes the two header pages of a new storage (random storage id, empty tree), syncs the
 /// data file, creates `Journals/`, and syncs the directory (and its parent when `created_dir`).
-pub(crate) fn init_files(env: &dyn StorageEnv, path: &Path, data: &dyn EnvFile, created_dir: bool) -> Result<()> {
-    let h = Header { sequence: 1, storage_id: random_id(), flushed_txn: 0, root: 0, freedir: 0, next_page: 2, entries: 0 };
+pub(crate) fn init_files(
+    env: &dyn StorageEnv,
+    path: &Path,
+    data: &dyn EnvFile,
+    created_dir: bool,
+) -> Result<()> {
+    let h = Header {
+        sequence: 1,
+        storage_id: random_id(),
+        flushed_txn: 0,
+        root: 0,
+        freedir: 0,
+        next_page: 2,
+        entries: 0,
+    };
     let p0 = h.encode(0);
     let p1 = Header { sequence: 0, ..h }.encode(1);
     data.write_all_at(&p0, 0)?;
@@ -758,7 +866,10 @@ pub(crate) fn read_header(data: &dyn EnvFile, data_path: &Path) -> Result<(Heade
 pub(crate) fn take_lock(dir: &Path, read_only: bool) -> Result<File> {
     let lock_path = dir.join(LOCK_FILE);
     if read_only && !lock_path.exists() && !dir.join(DATA_FILE).exists() {
-        return Err(Error::NotAStorage { path: dir.to_path_buf(), reason: format!("no {DATA_FILE}") });
+        return Err(Error::NotAStorage {
+            path: dir.to_path_buf(),
+            reason: format!("no {DATA_FILE}"),
+        });
     }
     let lock_file = std::fs::OpenOptions::new()
         .read(true)
@@ -767,10 +878,19 @@ pub(crate) fn take_lock(dir: &Path, read_only: bool) -> Result<File> {
         .truncate(false)
         .open(&lock_path)
         .map_err(|e| env_err("open", &lock_path, e))?;
-    match rustix::fs::flock(&lock_file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+    match rustix::fs::flock(
+        &lock_file,
+        rustix::fs::FlockOperation::NonBlockingLockExclusive,
+    ) {
         Ok(()) => Ok(lock_file),
-        Err(rustix::io::Errno::WOULDBLOCK) => Err(Error::AlreadyOpen { path: dir.to_path_buf() }),
-        Err(e) => Err(env_err("flock", &lock_path, std::io::Error::from_raw_os_error(e.raw_os_error()))),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(Error::AlreadyOpen {
+            path: dir.to_path_buf(),
+        }),
+        Err(e) => Err(env_err(
+            "flock",
+            &lock_path,
+            std::io::Error::from_raw_os_error(e.raw_os_error()),
+        )),
     }
 }
 
@@ -785,7 +905,11 @@ fn count_free(s: &State) -> u64 {
                 break;
             }
             let valid = (s.next_page - first).min(64);
-            let mask = if valid == 64 { u64::MAX } else { (1u64 << valid) - 1 };
+            let mask = if valid == 64 {
+                u64::MAX
+            } else {
+                (1u64 << valid) - 1
+            };
             n += (bits & mask).count_ones() as u64;
         }
     });
@@ -799,14 +923,26 @@ pub(crate) fn for_each_bitmap(s: &State, mut f: impl FnMut(usize, &[u64])) -> Re
     }
     let (img, h) = s.page(s.freedir)?;
     if h.kind != PageKind::FreeDir {
-        return Err(Error::corruption(s.path(), Some(s.freedir), None, "expected a free-space directory page"));
+        return Err(Error::corruption(
+            s.path(),
+            Some(s.freedir),
+            None,
+            "expected a free-space directory page",
+        ));
     }
     let mut words = vec![0u64; WORDS];
     for i in 0..h.count as usize {
-        let Some(bp) = page::rd_u64(img, HEADER_LEN + 8 * i) else { break };
+        let Some(bp) = page::rd_u64(img, HEADER_LEN + 8 * i) else {
+            break;
+        };
         let (bimg, bh) = s.page(bp)?;
         if bh.kind != PageKind::FreeBitmap {
-            return Err(Error::corruption(s.path(), Some(bp), None, "expected a free-space bitmap page"));
+            return Err(Error::corruption(
+                s.path(),
+                Some(bp),
+                None,
+                "expected a free-space bitmap page",
+            ));
         }
         for (w, v) in words.iter_mut().enumerate() {
             *v = page::rd_u64(bimg, HEADER_LEN + 8 * w).unwrap_or(0);
@@ -819,12 +955,20 @@ pub(crate) fn for_each_bitmap(s: &State, mut f: impl FnMut(usize, &[u64])) -> Re
 fn build_allocator(s: &State) -> Result<Allocator> {
     let mut maps: Vec<(usize, Vec<u64>)> = Vec::new();
     for_each_bitmap(s, |i, w| maps.push((i, w.to_vec())))?;
-    Ok(Allocator::from_bitmaps(maps.iter().map(|(i, w)| (*i, &w[..])), s.next_page))
+    Ok(Allocator::from_bitmaps(
+        maps.iter().map(|(i, w)| (*i, &w[..])),
+        s.next_page,
+    ))
 }
 
 /// Replays the commit records of `storage_id` after `state.flushed_txn` into the scratch table
 /// (DESIGN invariant 7) and returns, per journal file, the highest txn id of each storage.
-fn recover(env: &dyn StorageEnv, dir: &Path, storage_id: u64, state: &mut State) -> Result<BTreeMap<u64, HashMap<u64, u64>>> {
+fn recover(
+    env: &dyn StorageEnv,
+    dir: &Path,
+    storage_id: u64,
+    state: &mut State,
+) -> Result<BTreeMap<u64, HashMap<u64, u64>>> {
     let mut files = BTreeMap::new();
     let data_path = state.path().to_path_buf();
     for (no, path) in recovery::list(env, dir)? {
@@ -843,9 +987,14 @@ fn recover(env: &dyn StorageEnv, dir: &Path, storage_id: u64, state: &mut State)
             }
             let bad = |what: String| Error::corruption(&path, None, Some(offset), what);
             if h.txn_id != state.txn_id + 1 {
-                return Err(bad(format!("journal txn ids are not contiguous: expected {}, found {}", state.txn_id + 1, h.txn_id)));
+                return Err(bad(format!(
+                    "journal txn ids are not contiguous: expected {}, found {}",
+                    state.txn_id + 1,
+                    h.txn_id
+                )));
             }
-            let (meta, images) = decode_commit(body).ok_or_else(|| bad("malformed commit record".into()))?;
+            let (meta, images) =
+                decode_commit(body).ok_or_else(|| bad("malformed commit record".into()))?;
             let mut scratch = state.scratch.clone();
             for (p, img) in images {
                 page::check_image(&img, p, &data_path)?;
@@ -861,7 +1010,13 @@ fn recover(env: &dyn StorageEnv, dir: &Path, storage_id: u64, state: &mut State)
                     }
                 }
                 state.scratch_bytes += image.len() as u64;
-                if let Some(old) = scratch.insert(p, Arc::new(ScratchPage { txn: h.txn_id, image })) {
+                if let Some(old) = scratch.insert(
+                    p,
+                    Arc::new(ScratchPage {
+                        txn: h.txn_id,
+                        image,
+                    }),
+                ) {
                     state.scratch_bytes -= old.image.len() as u64;
                 }
             }

@@ -20,12 +20,33 @@ fn rss_bytes() -> u64 {
 fn slow_fdatasync_slows_clients_instead_of_growing_memory() {
     let dir = tempfile::tempdir().unwrap();
     let env = Arc::new(HookedEnv::new(Arc::new(DefaultEnv::new())));
-    let engine = Engine::start(EngineOptions { executors: Some(2), mailbox_capacity: 64, ..EngineOptions::default() }).unwrap();
-    let db = engine.blocking_open_database(dir.path().join("db"), Options { env: env.clone(), ..Options::default() }).unwrap();
-    env.fail_always(OpKind::SyncData, ".journal", Fault::Delay(Duration::from_millis(50)));
+    let engine = Engine::start(EngineOptions {
+        executors: Some(2),
+        mailbox_capacity: 64,
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    let db = engine
+        .blocking_open_database(
+            dir.path().join("db"),
+            Options {
+                env: env.clone(),
+                ..Options::default()
+            },
+        )
+        .unwrap();
+    env.fail_always(
+        OpKind::SyncData,
+        ".journal",
+        Fault::Delay(Duration::from_millis(50)),
+    );
     let h = db.blocking_storage("s").unwrap();
     let before = rss_bytes();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let p2 = peak.clone();
     let sampler = std::thread::spawn(move || {
@@ -40,20 +61,34 @@ fn slow_fdatasync_slows_clients_instead_of_growing_memory() {
             let h = h.clone();
             tasks.push(tokio::spawn(async move {
                 for i in 0..20u32 {
-                    h.put(format!("k{t:03}-{i:02}"), vec![7u8; 1024]).await.unwrap();
+                    h.put(format!("k{t:03}-{i:02}"), vec![7u8; 1024])
+                        .await
+                        .unwrap();
                 }
             }));
         }
         for t in tasks {
-            tokio::time::timeout(Duration::from_secs(120), t).await.expect("puts hang").unwrap();
+            tokio::time::timeout(Duration::from_secs(120), t)
+                .await
+                .expect("puts hang")
+                .unwrap();
         }
     });
     peak.fetch_max(rss_bytes(), std::sync::atomic::Ordering::Relaxed);
-    let grew = peak.load(std::sync::atomic::Ordering::Relaxed).saturating_sub(before);
-    assert!(grew < 128 << 20, "resident memory grew by {} MiB", grew >> 20);
+    let grew = peak
+        .load(std::sync::atomic::Ordering::Relaxed)
+        .saturating_sub(before);
+    assert!(
+        grew < 128 << 20,
+        "resident memory grew by {} MiB",
+        grew >> 20
+    );
     assert_eq!(h.snapshot().unwrap().len(), 10_000);
     let st = db.stats();
-    assert!(st.batches < 2_000, "commits were not merged under a slow disk: {st:?}");
+    assert!(
+        st.batches < 2_000,
+        "commits were not merged under a slow disk: {st:?}"
+    );
     env.clear();
     drop(db);
     engine.shutdown().unwrap();

@@ -8,9 +8,19 @@ use omnibus::{Database, Options};
 fn sixty_four_tasks_thousand_puts_each() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    let engine = Engine::start(EngineOptions { executors: Some(2), ..EngineOptions::default() }).unwrap();
-    let db = engine.blocking_open_database(&path, Options::default()).unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let engine = Engine::start(EngineOptions {
+        executors: Some(2),
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    let db = engine
+        .blocking_open_database(&path, Options::default())
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let mut handles = Vec::new();
         for i in 0..10 {
@@ -22,7 +32,9 @@ fn sixty_four_tasks_thousand_puts_each() {
             tasks.push(tokio::spawn(async move {
                 for i in 0..1000u32 {
                     let h = &hs[((t + i) % 10) as usize];
-                    h.put(format!("t{t:02}-{i:04}"), format!("v{t}-{i}")).await.unwrap();
+                    h.put(format!("t{t:02}-{i:04}"), format!("v{t}-{i}"))
+                        .await
+                        .unwrap();
                 }
             }));
         }
@@ -32,10 +44,25 @@ fn sixty_four_tasks_thousand_puts_each() {
         // Reads through the pool and through a snapshot agree.
         let h = &handles[3];
         assert_eq!(h.get("t03-0000").await.unwrap(), Some(b"v3-0".to_vec()));
-        assert_eq!(h.snapshot().unwrap().get("t03-0000").unwrap(), Some(&b"v3-0"[..]));
-        let got = h.multi_get(vec![b"t03-0000".to_vec(), b"nope".to_vec()]).await.unwrap();
+        assert_eq!(
+            h.snapshot().unwrap().get("t03-0000").unwrap(),
+            Some(&b"v3-0"[..])
+        );
+        let got = h
+            .multi_get(vec![b"t03-0000".to_vec(), b"nope".to_vec()])
+            .await
+            .unwrap();
         assert_eq!(got, vec![Some(b"v3-0".to_vec()), None]);
-        let r = h.range((std::ops::Bound::Included(&b"t03-"[..]), std::ops::Bound::Unbounded), 5).await.unwrap();
+        let r = h
+            .range(
+                (
+                    std::ops::Bound::Included(&b"t03-"[..]),
+                    std::ops::Bound::Unbounded,
+                ),
+                5,
+            )
+            .await
+            .unwrap();
         assert_eq!(r.len(), 5);
         assert!(r.windows(2).all(|w| w[0].0 < w[1].0));
     });
@@ -56,7 +83,10 @@ fn sixty_four_tasks_thousand_puts_each() {
         for i in (0..1000u32).step_by(97) {
             let s = db.storage(&format!("s{}", (t + i) % 10)).unwrap();
             let r = s.begin_read().unwrap();
-            assert_eq!(r.get(format!("t{t:02}-{i:04}")).unwrap(), Some(format!("v{t}-{i}").as_bytes()));
+            assert_eq!(
+                r.get(format!("t{t:02}-{i:04}")).unwrap(),
+                Some(format!("v{t}-{i}").as_bytes())
+            );
         }
     }
 }

@@ -22,11 +22,26 @@ fn value_for(key: &str) -> Vec<u8> {
 
 #[test]
 fn child_entry() {
-    let Ok(dir) = std::env::var(CHILD_DIR) else { return };
-    let engine = Engine::start(EngineOptions { executors: Some(2), ..EngineOptions::default() }).expect("engine");
-    let o = Options { flush_scratch_bytes: 256 << 10, flush_max_age: Duration::from_millis(50), journal_file_size: 1 << 20, ..Options::default() };
+    let Ok(dir) = std::env::var(CHILD_DIR) else {
+        return;
+    };
+    let engine = Engine::start(EngineOptions {
+        executors: Some(2),
+        ..EngineOptions::default()
+    })
+    .expect("engine");
+    let o = Options {
+        flush_scratch_bytes: 256 << 10,
+        flush_max_age: Duration::from_millis(50),
+        journal_file_size: 1 << 20,
+        ..Options::default()
+    };
     let db = engine.blocking_open_database(&dir, o).expect("open");
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     rt.spawn(async move {
         let mut handles = vec![db.root()];
@@ -67,14 +82,37 @@ fn sigkill_under_load_keeps_every_acknowledged_put() {
     let mut rng = SmallRng::seed_from_u64(11);
     let mut acked: Vec<(usize, String)> = Vec::new();
     for round in 0..ROUNDS {
-        acked.extend(common::run_and_kill("child_entry", CHILD_DIR, &path, Duration::from_millis(rng.random_range(300..900))));
-        let db = Database::open(&path, Options { flush_mode: FlushMode::Manual, ..Options::default() }).unwrap();
+        acked.extend(common::run_and_kill(
+            "child_entry",
+            CHILD_DIR,
+            &path,
+            Duration::from_millis(rng.random_range(300..900)),
+        ));
+        let db = Database::open(
+            &path,
+            Options {
+                flush_mode: FlushMode::Manual,
+                ..Options::default()
+            },
+        )
+        .unwrap();
         for (i, k) in &acked {
-            let s = if *i == 0 { db.root() } else { db.storage(&format!("b{i}")).unwrap() };
-            assert_eq!(s.begin_read().unwrap().get(k).unwrap(), Some(&value_for(k)[..]), "round {round}: storage {i} key {k}");
+            let s = if *i == 0 {
+                db.root()
+            } else {
+                db.storage(&format!("b{i}")).unwrap()
+            };
+            assert_eq!(
+                s.begin_read().unwrap().get(k).unwrap(),
+                Some(&value_for(k)[..]),
+                "round {round}: storage {i} key {k}"
+            );
         }
         for n in db.storages() {
-            assert!(db.storage(&n).unwrap().check().unwrap().is_ok(), "round {round}: {n}");
+            assert!(
+                db.storage(&n).unwrap().check().unwrap().is_ok(),
+                "round {round}: {n}"
+            );
         }
         db.close().unwrap();
     }

@@ -13,12 +13,17 @@ use omnibus::{Error, FlushMode, Options, Storage};
 const CHILD_DIR: &str = "OMNIBUS_ALREADY_OPEN_CHILD_DIR";
 
 fn opts(flush_mode: FlushMode) -> Options {
-    Options { flush_mode, ..Options::default() }
+    Options {
+        flush_mode,
+        ..Options::default()
+    }
 }
 
 fn assert_already_open(r: omnibus::Result<Storage>, path: &Path, what: &str) {
     match r {
-        Err(Error::AlreadyOpen { path: p }) => assert_eq!(p, path, "{what}: the error names the directory"),
+        Err(Error::AlreadyOpen { path: p }) => {
+            assert_eq!(p, path, "{what}: the error names the directory")
+        }
         Err(e) => panic!("{what}: expected AlreadyOpen, got {e}"),
         Ok(_) => panic!("{what}: a second open of one storage succeeded"),
     }
@@ -38,11 +43,16 @@ fn second_open_in_process_is_refused_until_the_last_handle_is_dropped() {
         // A clone is the same opener: the lock stays while any clone lives.
         let clone = s.clone();
         drop(s);
-        assert_already_open(Storage::open(&path, opts(mode)), &path, &format!("{what}, a clone alive"));
+        assert_already_open(
+            Storage::open(&path, opts(mode)),
+            &path,
+            &format!("{what}, a clone alive"),
+        );
         drop(clone);
         // Released at once (no background thread may keep it), again and again.
         for i in 0..5 {
-            let s = Storage::open(&path, opts(mode)).unwrap_or_else(|e| panic!("{what}: reopen {i} after drop: {e}"));
+            let s = Storage::open(&path, opts(mode))
+                .unwrap_or_else(|e| panic!("{what}: reopen {i} after drop: {e}"));
             assert_eq!(s.begin_read().unwrap().get(b"k").unwrap(), Some(&b"v"[..]));
             assert_already_open(Storage::open(&path, opts(mode)), &path, &what);
             drop(s);
@@ -50,7 +60,8 @@ fn second_open_in_process_is_refused_until_the_last_handle_is_dropped() {
         // close() as well.
         let s = Storage::open(&path, opts(mode)).unwrap();
         s.close().unwrap();
-        Storage::open(&path, opts(mode)).unwrap_or_else(|e| panic!("{what}: reopen after close: {e}"));
+        Storage::open(&path, opts(mode))
+            .unwrap_or_else(|e| panic!("{what}: reopen after close: {e}"));
     }
 }
 
@@ -58,7 +69,9 @@ fn second_open_in_process_is_refused_until_the_last_handle_is_dropped() {
 /// unless started by the parent (the variable is set).
 #[test]
 fn child_entry() {
-    let Ok(dir) = std::env::var(CHILD_DIR) else { return };
+    let Ok(dir) = std::env::var(CHILD_DIR) else {
+        return;
+    };
     let s = Storage::open(&dir, opts(FlushMode::Background)).expect("child: open");
     let mut w = s.begin_write().unwrap();
     w.put(b"child", b"was here").unwrap();
@@ -94,13 +107,21 @@ fn open_held_by_another_process_is_refused_until_it_is_killed() {
         panic!("the child did not open the storage: {status:?}");
     }
     for _ in 0..3 {
-        assert_already_open(Storage::open(&path, opts(FlushMode::Manual)), &path, "held by another process");
+        assert_already_open(
+            Storage::open(&path, opts(FlushMode::Manual)),
+            &path,
+            "held by another process",
+        );
     }
     // std's kill is SIGKILL on Unix: no destructor runs, the kernel drops the flock.
     child.kill().unwrap();
     let status = child.wait().unwrap();
     assert!(!status.success());
-    let s = Storage::open(&path, opts(FlushMode::Manual)).expect("open after the holder was killed");
-    assert_eq!(s.begin_read().unwrap().get(b"child").unwrap(), Some(&b"was here"[..]));
+    let s =
+        Storage::open(&path, opts(FlushMode::Manual)).expect("open after the holder was killed");
+    assert_eq!(
+        s.begin_read().unwrap().get(b"child").unwrap(),
+        Some(&b"was here"[..])
+    );
     assert!(s.check().unwrap().is_ok());
 }

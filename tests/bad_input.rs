@@ -11,7 +11,10 @@ use omnibus::{Error, FlushMode, Options, Storage};
 const PAGE: usize = 8192;
 
 fn opts() -> Options {
-    Options { flush_mode: FlushMode::Manual, ..Options::default() }
+    Options {
+        flush_mode: FlushMode::Manual,
+        ..Options::default()
+    }
 }
 
 /// A closed storage with some flushed content (both header slots written), and its data file.
@@ -46,13 +49,40 @@ fn directory_of_unrelated_files_is_not_a_storage() {
     std::fs::create_dir_all(path.join("2024")).unwrap();
     std::fs::write(path.join("notes.txt"), b"not a database").unwrap();
     expect_not_a_storage(Storage::open(&path, opts()), "unrelated files");
-    expect_not_a_storage(Storage::open(&path, Options { read_only: true, ..opts() }), "unrelated files, read-only");
-    assert!(!path.join("data.pages").exists(), "a failed open created a data file");
-    assert!(!path.join("Journals").exists(), "a failed open created Journals/");
-    assert_eq!(std::fs::read(path.join("notes.txt")).unwrap(), b"not a database");
+    expect_not_a_storage(
+        Storage::open(
+            &path,
+            Options {
+                read_only: true,
+                ..opts()
+            },
+        ),
+        "unrelated files, read-only",
+    );
+    assert!(
+        !path.join("data.pages").exists(),
+        "a failed open created a data file"
+    );
+    assert!(
+        !path.join("Journals").exists(),
+        "a failed open created Journals/"
+    );
+    assert_eq!(
+        std::fs::read(path.join("notes.txt")).unwrap(),
+        b"not a database"
+    );
     // A missing directory with `create: false`.
     let missing = dir.path().join("missing");
-    expect_not_a_storage(Storage::open(&missing, Options { create: false, ..opts() }), "missing, create false");
+    expect_not_a_storage(
+        Storage::open(
+            &missing,
+            Options {
+                create: false,
+                ..opts()
+            },
+        ),
+        "missing, create false",
+    );
     assert!(!missing.exists());
 }
 
@@ -67,7 +97,11 @@ fn data_file_with_bad_magic_is_not_a_storage() {
         bytes[100] = 7;
         std::fs::write(path.join("data.pages"), &bytes).unwrap();
         expect_not_a_storage(Storage::open(&path, opts()), "foreign data file");
-        assert_eq!(std::fs::read(path.join("data.pages")).unwrap(), bytes, "a failed open changed the file");
+        assert_eq!(
+            std::fs::read(path.join("data.pages")).unwrap(),
+            bytes,
+            "a failed open changed the file"
+        );
     }
     // A real storage whose magic was overwritten in both header pages.
     let (path, data) = make_storage(dir.path());
@@ -77,7 +111,11 @@ fn data_file_with_bad_magic_is_not_a_storage() {
     }
     std::fs::write(&data, &bytes).unwrap();
     expect_not_a_storage(Storage::open(&path, opts()), "overwritten magic");
-    assert_eq!(std::fs::read(&data).unwrap(), bytes, "a failed open changed the data file");
+    assert_eq!(
+        std::fs::read(&data).unwrap(),
+        bytes,
+        "a failed open changed the data file"
+    );
 }
 
 #[test]
@@ -85,7 +123,8 @@ fn damaged_header_pair_is_corruption() {
     let dir = tempfile::tempdir().unwrap();
     let (path, data) = make_storage(dir.path());
     let good = std::fs::read(&data).unwrap();
-    let seq = |b: &[u8], slot: usize| match decode(&b[slot * PAGE..(slot + 1) * PAGE], slot as u64) {
+    let seq = |b: &[u8], slot: usize| match decode(&b[slot * PAGE..(slot + 1) * PAGE], slot as u64)
+    {
         Slot::Valid(h) => h.sequence,
         other => panic!("slot {slot} of a healthy storage: {other:?}"),
     };
@@ -112,18 +151,30 @@ fn damaged_header_pair_is_corruption() {
     std::fs::write(&data, &bytes).unwrap();
     match Storage::open(&path, opts()) {
         Err(e @ Error::Corruption(_)) => {
-            let Error::Corruption(c) = &e else { unreachable!() };
+            let Error::Corruption(c) = &e else {
+                unreachable!()
+            };
             assert!(c.file.ends_with("data.pages"), "{e}");
             assert!(e.is_corruption());
         }
         Err(e) => panic!("expected Corruption, got {e}"),
         Ok(_) => panic!("a data file with two damaged header pages opened"),
     }
-    match Storage::open(&path, Options { read_only: true, ..opts() }) {
+    match Storage::open(
+        &path,
+        Options {
+            read_only: true,
+            ..opts()
+        },
+    ) {
         Err(e) => assert!(e.is_corruption(), "read-only: {e}"),
         Ok(_) => panic!("read-only open of two damaged header pages succeeded"),
     }
-    assert_eq!(std::fs::read(&data).unwrap(), bytes, "a failed open changed the data file");
+    assert_eq!(
+        std::fs::read(&data).unwrap(),
+        bytes,
+        "a failed open changed the data file"
+    );
 }
 
 #[test]
@@ -135,11 +186,19 @@ fn other_format_version_is_refused() {
         let page = &mut bytes[slot * PAGE..(slot + 1) * PAGE];
         page[40..44].copy_from_slice(&99u32.to_le_bytes());
         omnibus::page::seal(page);
-        assert_eq!(decode(page, slot as u64), Slot::OtherVersion(99), "the test rewrote the version field");
+        assert_eq!(
+            decode(page, slot as u64),
+            Slot::OtherVersion(99),
+            "the test rewrote the version field"
+        );
     }
     std::fs::write(&data, &bytes).unwrap();
     match Storage::open(&path, opts()) {
-        Err(Error::FormatVersion { found: 99, expected, .. }) => assert_ne!(expected, 99),
+        Err(Error::FormatVersion {
+            found: 99,
+            expected,
+            ..
+        }) => assert_ne!(expected, 99),
         Err(e) => panic!("expected FormatVersion, got {e}"),
         Ok(_) => panic!("a data file of format version 99 opened"),
     }

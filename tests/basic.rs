@@ -3,7 +3,10 @@
 use omnibus::{Error, FlushMode, Options, Storage};
 
 fn opts() -> Options {
-    Options { flush_mode: FlushMode::Manual, ..Options::default() }
+    Options {
+        flush_mode: FlushMode::Manual,
+        ..Options::default()
+    }
 }
 
 #[test]
@@ -33,7 +36,11 @@ fn put_get_delete_reopen() {
         let r2 = s.begin_read().unwrap();
         assert_eq!(r2.get(b"key000042").unwrap(), None);
         assert_eq!(r2.get(b"key000043").unwrap(), Some(&b"value43"[..]));
-        let keys: Vec<Vec<u8>> = r2.iter().unwrap().map(|kv| kv.unwrap().0.to_vec()).collect();
+        let keys: Vec<Vec<u8>> = r2
+            .iter()
+            .unwrap()
+            .map(|kv| kv.unwrap().0.to_vec())
+            .collect();
         assert_eq!(keys.len(), 2501);
         assert!(keys.windows(2).all(|w| w[0] < w[1]));
         let report = s.check().unwrap();
@@ -57,10 +64,19 @@ fn limits_are_typed_errors() {
     let s = Storage::open(dir.path().join("s"), opts()).unwrap();
     let mut w = s.begin_write().unwrap();
     assert!(matches!(w.put(b"", b"v"), Err(Error::EmptyKey)));
-    assert!(matches!(w.put(vec![1u8; 1025], b"v"), Err(Error::KeyTooLarge { len: 1025, max: 1024 })));
+    assert!(matches!(
+        w.put(vec![1u8; 1025], b"v"),
+        Err(Error::KeyTooLarge {
+            len: 1025,
+            max: 1024
+        })
+    ));
     w.put(vec![1u8; 1024], b"v").unwrap();
     let huge = vec![0u8; omnibus::MAX_VALUE_LEN + 1];
-    assert!(matches!(w.put(b"k", &huge), Err(Error::ValueTooLarge { .. })));
+    assert!(matches!(
+        w.put(b"k", &huge),
+        Err(Error::ValueTooLarge { .. })
+    ));
     w.commit().unwrap();
     assert_eq!(s.begin_read().unwrap().len(), 1);
 }

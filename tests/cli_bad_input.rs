@@ -8,7 +8,10 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn omnibus(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_omnibus")).args(args).output().expect("run omnibus")
+    Command::new(env!("CARGO_BIN_EXE_omnibus"))
+        .args(args)
+        .output()
+        .expect("run omnibus")
 }
 
 fn stderr(o: &Output) -> String {
@@ -23,11 +26,24 @@ fn keys(db: &str, storage: Option<&str>) -> Vec<String> {
     }
     let o = omnibus(&args);
     assert!(o.status.success(), "scan: {}", stderr(&o));
-    String::from_utf8(o.stdout).unwrap().lines().map(|l| l.split('\t').next().unwrap().to_string()).collect()
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.split('\t').next().unwrap().to_string())
+        .collect()
 }
 
 fn ingest(db: &str, input: &Path, extra: &[&str]) -> Output {
-    let mut args = vec!["ingest", db, "--input", input.to_str().unwrap(), "--id-field", "id", "--index", "v"];
+    let mut args = vec![
+        "ingest",
+        db,
+        "--input",
+        input.to_str().unwrap(),
+        "--id-field",
+        "id",
+        "--index",
+        "v",
+    ];
     args.extend(extra);
     omnibus(&args)
 }
@@ -39,12 +55,32 @@ const GOOD_Z: &[u8] = b"{\"id\":\"z\",\"v\":26}\n";
 /// Each bad line (as line 3, after two good ones) and the error it must give.
 fn cases() -> Vec<(&'static str, Vec<u8>, &'static str)> {
     vec![
-        ("not json", b"not json\n".to_vec(), "line 3: not JSON: expected ident at column 2"),
-        ("array", b"[1,2,3]\n".to_vec(), "line 3: not a JSON object (an array)"),
-        ("truncated", b"{\"id\":\"t\",\"v\":\n".to_vec(), "line 3: not JSON: EOF while parsing"),
-        ("utf-8", b"{\"id\":\"u\",\"v\":\"\xff\xfe\"}\n".to_vec(), "line 3: not valid UTF-8 (byte offset 15)"),
+        (
+            "not json",
+            b"not json\n".to_vec(),
+            "line 3: not JSON: expected ident at column 2",
+        ),
+        (
+            "array",
+            b"[1,2,3]\n".to_vec(),
+            "line 3: not a JSON object (an array)",
+        ),
+        (
+            "truncated",
+            b"{\"id\":\"t\",\"v\":\n".to_vec(),
+            "line 3: not JSON: EOF while parsing",
+        ),
+        (
+            "utf-8",
+            b"{\"id\":\"u\",\"v\":\"\xff\xfe\"}\n".to_vec(),
+            "line 3: not valid UTF-8 (byte offset 15)",
+        ),
         ("no id", b"{\"v\":3}\n".to_vec(), "line 3: no id field `id`"),
-        ("long id", format!("{{\"id\":\"{}\"}}\n", "k".repeat(2000)).into_bytes(), "line 3: id is 2000 bytes: keys are 1..=1024 bytes"),
+        (
+            "long id",
+            format!("{{\"id\":\"{}\"}}\n", "k".repeat(2000)).into_bytes(),
+            "line 3: id is 2000 bytes: keys are 1..=1024 bytes",
+        ),
     ]
 }
 
@@ -59,7 +95,11 @@ fn each_bad_line_skips_or_aborts_with_its_line_number() {
         let db = db.to_str().unwrap();
         let o = ingest(db, &input, &["--on-error", "skip"]);
         assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
-        assert!(stderr(&o).contains(msg), "{name}: expected {msg:?} in {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(msg),
+            "{name}: expected {msg:?} in {}",
+            stderr(&o)
+        );
         assert!(stderr(&o).contains("(skipped)"), "{name}");
         assert_eq!(keys(db, None), ["a", "b", "z"], "{name}");
         assert_eq!(keys(db, Some("v")).len(), 3, "{name}");
@@ -68,8 +108,16 @@ fn each_bad_line_skips_or_aborts_with_its_line_number() {
         let db = db.to_str().unwrap();
         let o = ingest(db, &input, &["--on-error", "abort"]);
         assert_eq!(o.status.code(), Some(1), "{name}: {}", stderr(&o));
-        assert!(stderr(&o).contains(msg), "{name}: expected {msg:?} in {}", stderr(&o));
-        assert!(stderr(&o).contains("aborted at line 3"), "{name}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(msg),
+            "{name}: expected {msg:?} in {}",
+            stderr(&o)
+        );
+        assert!(
+            stderr(&o).contains("aborted at line 3"),
+            "{name}: {}",
+            stderr(&o)
+        );
         // Everything before the bad line is committed and indexed.
         assert_eq!(keys(db, None), ["a", "b"], "{name}");
         assert_eq!(keys(db, Some("v")), ["1\\x00a", "2\\x00b"], "{name}");
@@ -106,13 +154,21 @@ fn huge_lines() {
     let o = ingest(db.to_str().unwrap(), &input, &[]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let want = format!("line 3: longer than the line limit of 16777216 bytes ({line_len} bytes; see --max-line-bytes) (skipped)");
-    assert!(stderr(&o).contains(&want), "expected {want:?} in {}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&want),
+        "expected {want:?} in {}",
+        stderr(&o)
+    );
     assert_eq!(keys(db.to_str().unwrap(), None), ["a", "b", "z"]);
 
     let db = dir.path().join("abort");
     let o = ingest(db.to_str().unwrap(), &input, &["--on-error", "abort"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(stderr(&o).contains("line 3: longer than the line limit"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("line 3: longer than the line limit"),
+        "{}",
+        stderr(&o)
+    );
     assert_eq!(keys(db.to_str().unwrap(), None), ["a", "b"]);
     std::fs::remove_file(&input).unwrap();
 
@@ -120,10 +176,21 @@ fn huge_lines() {
     let input = dir.path().join("129mib.jsonl");
     write_big(&input, 129 << 20);
     let db = dir.path().join("value-limit");
-    let o = ingest(db.to_str().unwrap(), &input, &["--max-line-bytes", "268435456"]);
+    let o = ingest(
+        db.to_str().unwrap(),
+        &input,
+        &["--max-line-bytes", "268435456"],
+    );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let want = format!("line 3: document is {} bytes: the value limit is 134217728 bytes", (129 << 20) + 19);
-    assert!(stderr(&o).contains(&want), "expected {want:?} in {}", stderr(&o));
+    let want = format!(
+        "line 3: document is {} bytes: the value limit is 134217728 bytes",
+        (129 << 20) + 19
+    );
+    assert!(
+        stderr(&o).contains(&want),
+        "expected {want:?} in {}",
+        stderr(&o)
+    );
     assert_eq!(keys(db.to_str().unwrap(), None), ["a", "b", "z"]);
 }
 

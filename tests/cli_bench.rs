@@ -11,7 +11,17 @@ fn bench_shop_tiny_runs_both_modes() {
     let json = dir.path().join("shop.json");
     let png = dir.path().join("shop.png");
     let o = Command::new(env!("CARGO_BIN_EXE_omnibus"))
-        .args(["bench", "shop", "--indexes", "5", "--docs", "300", "--clients", "16", "--allow-tmpfs"])
+        .args([
+            "bench",
+            "shop",
+            "--indexes",
+            "5",
+            "--docs",
+            "300",
+            "--clients",
+            "16",
+            "--allow-tmpfs",
+        ])
         .arg("--dir")
         .arg(dir.path())
         .arg("--json")
@@ -23,10 +33,27 @@ fn bench_shop_tiny_runs_both_modes() {
     let out = String::from_utf8_lossy(&o.stdout);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{out}\n{err}");
-    let header = out.lines().find(|l| l.contains("shared") && l.contains("separate") && l.contains("gain")).expect("table header");
+    let header = out
+        .lines()
+        .find(|l| l.contains("shared") && l.contains("separate") && l.contains("gain"))
+        .expect("table header");
     assert!(header.find("shared") < header.find("separate"), "{header}");
-    for row in ["documents/s", "commit p50", "commit p99", "commit p99.9", "commit max", "fdatasyncs/s", "commits per fdatasync", "journal bytes/document", "disk bytes/document", "index lag p99"] {
-        let line = out.lines().find(|l| l.starts_with(row)).unwrap_or_else(|| panic!("no row {row:?} in\n{out}"));
+    for row in [
+        "documents/s",
+        "commit p50",
+        "commit p99",
+        "commit p99.9",
+        "commit max",
+        "fdatasyncs/s",
+        "commits per fdatasync",
+        "journal bytes/document",
+        "disk bytes/document",
+        "index lag p99",
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(row))
+            .unwrap_or_else(|| panic!("no row {row:?} in\n{out}"));
         assert!(line.split_whitespace().count() >= 3, "{line}");
     }
 
@@ -45,15 +72,31 @@ fn bench_shop_tiny_runs_both_modes() {
     let img = std::fs::read(&png).unwrap();
     assert_eq!(&img[..8], b"\x89PNG\r\n\x1a\n");
     // Only the JSON and the plot are left: the databases were deleted.
-    let mut left: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     left.sort();
     assert_eq!(left, ["shop.json", "shop.png"]);
 }
 
 #[test]
 fn bench_shop_usage_errors() {
-    for args in [&["bench", "shop", "--journal", "both"][..], &["bench", "shop", "--seconds", "1", "--docs", "5"], &["bench", "shop", "--docs", "0"], &["bench"]] {
-        let o = Command::new(env!("CARGO_BIN_EXE_omnibus")).args(args).output().unwrap();
-        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    for args in [
+        &["bench", "shop", "--journal", "both"][..],
+        &["bench", "shop", "--seconds", "1", "--docs", "5"],
+        &["bench", "shop", "--docs", "0"],
+        &["bench"],
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_omnibus"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
 }

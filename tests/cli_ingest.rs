@@ -9,12 +9,20 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 fn omnibus(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_omnibus")).args(args).output().expect("run omnibus")
+    Command::new(env!("CARGO_BIN_EXE_omnibus"))
+        .args(args)
+        .output()
+        .expect("run omnibus")
 }
 
 fn ok(args: &[&str]) -> String {
     let o = omnibus(args);
-    assert!(o.status.success(), "omnibus {args:?} failed: {:?}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "omnibus {args:?} failed: {:?}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
     String::from_utf8(o.stdout).expect("utf-8 output")
 }
 
@@ -23,7 +31,11 @@ fn fixture() -> PathBuf {
 }
 
 fn docs(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 fn present(d: &Value, f: &str) -> bool {
@@ -33,12 +45,25 @@ fn present(d: &Value, f: &str) -> bool {
 /// Entries per storage, from `stat --json`.
 fn entries(db: &str) -> std::collections::BTreeMap<String, u64> {
     let v: Value = serde_json::from_str(&ok(&["stat", db, "--json"])).unwrap();
-    v["storages"].as_array().unwrap().iter().map(|s| (s["name"].as_str().unwrap().to_string(), s["entries"].as_u64().unwrap())).collect()
+    v["storages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap().to_string(),
+                s["entries"].as_u64().unwrap(),
+            )
+        })
+        .collect()
 }
 
 /// Values (document ids) of a prefix scan of an index.
 fn scan_ids(db: &str, storage: &str, prefix: &str) -> Vec<String> {
-    ok(&["scan", db, "--storage", storage, "--prefix", prefix]).lines().map(|l| l.split_once('\t').unwrap().1.to_string()).collect()
+    ok(&["scan", db, "--storage", storage, "--prefix", prefix])
+        .lines()
+        .map(|l| l.split_once('\t').unwrap().1.to_string())
+        .collect()
 }
 
 fn id(line: usize) -> String {
@@ -54,7 +79,17 @@ fn ingest_cities_with_two_indexes() {
     let all = docs(&input);
     assert_eq!(all.len(), 3000);
 
-    let out = ok(&["ingest", db, "--input", input.to_str().unwrap(), "--index", "country", "--index", "country,admin1", "--json"]);
+    let out = ok(&[
+        "ingest",
+        db,
+        "--input",
+        input.to_str().unwrap(),
+        "--index",
+        "country",
+        "--index",
+        "country,admin1",
+        "--json",
+    ]);
     let s: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(s["documents"], 3000);
     assert_eq!(s["stored"], 3000);
@@ -62,33 +97,63 @@ fn ingest_cities_with_two_indexes() {
     assert!(s["fdatasyncs"].as_u64().unwrap() > 0);
 
     let want_country = all.iter().filter(|d| present(d, "country")).count() as u64;
-    let want_ca = all.iter().filter(|d| present(d, "country") && present(d, "admin1")).count() as u64;
+    let want_ca = all
+        .iter()
+        .filter(|d| present(d, "country") && present(d, "admin1"))
+        .count() as u64;
     let e = entries(db);
     assert_eq!(e["(root)"], 3000);
     assert_eq!(e["country"], want_country);
     assert_eq!(e["country,admin1"], want_ca);
 
     // Prefix scans list exactly the documents with that value.
-    let want_ad: Vec<String> = all.iter().enumerate().filter(|(_, d)| d["country"] == "AD").map(|(i, _)| id(i + 1)).collect();
+    let want_ad: Vec<String> = all
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d["country"] == "AD")
+        .map(|(i, _)| id(i + 1))
+        .collect();
     assert!(!want_ad.is_empty());
     assert_eq!(scan_ids(db, "country", "AD"), want_ad);
     assert_eq!(scan_ids(db, "country", "AD\\x00"), want_ad);
     let scan = ok(&["scan", db, "--storage", "country", "--prefix", "AD"]);
     assert!(scan.lines().all(|l| l.starts_with("AD\\x00")), "{scan}");
-    let want_ad03: Vec<String> =
-        all.iter().enumerate().filter(|(_, d)| d["country"] == "AD" && d["admin1"] == "03").map(|(i, _)| id(i + 1)).collect();
+    let want_ad03: Vec<String> = all
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d["country"] == "AD" && d["admin1"] == "03")
+        .map(|(i, _)| id(i + 1))
+        .collect();
     assert_eq!(scan_ids(db, "country,admin1", "AD\\x0003\\x00"), want_ad03);
     assert_eq!(ok(&["scan", db, "--limit", "7"]).lines().count(), 7);
 
     // The root holds the lines as they were.
-    let lines: Vec<String> = std::fs::read_to_string(&input).unwrap().lines().map(str::to_string).collect();
+    let lines: Vec<String> = std::fs::read_to_string(&input)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
     assert_eq!(ok(&["get", db, &id(3)]).trim_end_matches('\n'), lines[2]);
 
     let check = omnibus(&["check", db]);
-    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
 
     // Re-running stores nothing new and rewrites nothing.
-    let out = ok(&["ingest", db, "--input", input.to_str().unwrap(), "--index", "country", "--index", "country,admin1", "--json"]);
+    let out = ok(&[
+        "ingest",
+        db,
+        "--input",
+        input.to_str().unwrap(),
+        "--index",
+        "country",
+        "--index",
+        "country,admin1",
+        "--json",
+    ]);
     let s: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(s["documents"], 3000);
     assert_eq!(s["stored"], 0);
@@ -101,7 +166,17 @@ fn ingest_cities_with_two_indexes() {
     text[0] = text[0].replace("\"country\":\"AD\"", "\"country\":\"ZZ\"");
     assert!(text[0].contains("ZZ"));
     std::fs::write(&changed, text.join("\n") + "\n").unwrap();
-    let out = ok(&["ingest", db, "--input", changed.to_str().unwrap(), "--index", "country", "--index", "country,admin1", "--json"]);
+    let out = ok(&[
+        "ingest",
+        db,
+        "--input",
+        changed.to_str().unwrap(),
+        "--index",
+        "country",
+        "--index",
+        "country,admin1",
+        "--json",
+    ]);
     let s: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(s["stored"], 1);
     assert_eq!(entries(db), e);
@@ -128,18 +203,42 @@ fn id_field_missing_index_fields_and_separate_journals() {
         ),
     )
     .unwrap();
-    let args = ["ingest", db, "--input", input.to_str().unwrap(), "--id-field", "id", "--journal", "separate"];
-    let idx = ["--index", "country", "--index", "age", "--index", "addr.city", "--index", "tags"];
+    let args = [
+        "ingest",
+        db,
+        "--input",
+        input.to_str().unwrap(),
+        "--id-field",
+        "id",
+        "--journal",
+        "separate",
+    ];
+    let idx = [
+        "--index",
+        "country",
+        "--index",
+        "age",
+        "--index",
+        "addr.city",
+        "--index",
+        "tags",
+    ];
     let out = ok(&[&args[..], &idx[..], &["--json"]].concat());
     let s: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(s["documents"], 4);
     let e = entries(db);
     assert_eq!(e["(root)"], 4);
-    assert_eq!(e["country"], 2, "documents without country (or null) are left out");
+    assert_eq!(
+        e["country"], 2,
+        "documents without country (or null) are left out"
+    );
     assert_eq!(e["age"], 4);
     assert_eq!(e["addr.city"], 1);
     assert_eq!(e["tags"], 1);
-    assert_eq!(ok(&["get", db, "7"]).trim(), "{\"id\":7,\"name\":\"Cy\",\"country\":null,\"age\":40,\"tags\":[\"a\",\"b\"]}");
+    assert_eq!(
+        ok(&["get", db, "7"]).trim(),
+        "{\"id\":7,\"name\":\"Cy\",\"country\":null,\"age\":40,\"tags\":[\"a\",\"b\"]}"
+    );
     assert_eq!(scan_ids(db, "age", "40\\x00"), vec!["7", "u2"]);
     assert_eq!(scan_ids(db, "age", "31.5\\x00"), vec!["u4"]);
     assert_eq!(scan_ids(db, "addr.city", "Paris\\x00"), vec!["u4"]);

@@ -6,18 +6,29 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 fn omnibus(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_omnibus")).args(args).output().expect("run omnibus")
+    Command::new(env!("CARGO_BIN_EXE_omnibus"))
+        .args(args)
+        .output()
+        .expect("run omnibus")
 }
 
 fn ok(args: &[&str]) -> String {
     let o = omnibus(args);
-    assert!(o.status.success(), "omnibus {args:?} failed: {:?}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "omnibus {args:?} failed: {:?}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
     String::from_utf8(o.stdout).expect("utf-8 output")
 }
 
 fn code(args: &[&str]) -> (Option<i32>, String) {
     let o = omnibus(args);
-    (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -34,14 +45,20 @@ fn put_get_delete_scan_with_escapes() {
     let o = omnibus(&["get", db, "bin\\x00\\xff"]);
     assert_eq!(o.stdout, b"\x01\x7f\n");
     let scan = ok(&["scan", db]);
-    assert_eq!(scan, "bin\\x00\\xff\t\\x01\\x7f\nplain\tvalue one\ntab\\tkey\tline\\nbreak\\\\slash\n");
+    assert_eq!(
+        scan,
+        "bin\\x00\\xff\t\\x01\\x7f\nplain\tvalue one\ntab\\tkey\tline\\nbreak\\\\slash\n"
+    );
     assert_eq!(ok(&["scan", db, "--prefix", "p"]), "plain\tvalue one\n");
     assert_eq!(ok(&["scan", db, "--limit", "1"]).lines().count(), 1);
     assert_eq!(ok(&["scan", db, "--limit", "0"]), "");
     assert_eq!(ok(&["scan", db, "--storage", "idx"]), "Zürich\tok\n");
     let j: Value = serde_json::from_str(ok(&["get", db, "plain", "--json"]).trim()).unwrap();
     assert_eq!(j["value"], "value one");
-    let lines: Vec<Value> = ok(&["scan", db, "--json"]).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<Value> = ok(&["scan", db, "--json"])
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 3);
     assert_eq!(lines[0]["key"], "bin\\x00\\xff");
 
@@ -64,14 +81,29 @@ fn put_get_delete_scan_with_escapes() {
     ] {
         let (c, err) = code(&args);
         assert_eq!(c, Some(1), "{args:?}: {err}");
-        assert!(err.starts_with("omnibus: ") || err.contains("error:"), "{args:?}: {err}");
+        assert!(
+            err.starts_with("omnibus: ") || err.contains("error:"),
+            "{args:?}: {err}"
+        );
     }
 
     let st: Value = serde_json::from_str(&ok(&["stat", db, "--json"])).unwrap();
-    let names: Vec<&str> = st["storages"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = st["storages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["(root)", "idx"]);
     let text = ok(&["stat", db]);
-    for word in ["txn", "entries", "pages", "allocated", "journals", "fdatasyncs"] {
+    for word in [
+        "txn",
+        "entries",
+        "pages",
+        "allocated",
+        "journals",
+        "fdatasyncs",
+    ] {
         assert!(text.contains(word), "{word}: {text}");
     }
     assert!(ok(&["check", db]).contains("(root): ok"));
@@ -96,7 +128,14 @@ fn help_everywhere() {
         assert!(!out.is_empty(), "{args:?}");
     }
     let ingest = ok(&["ingest", "--help"]);
-    for doc in ["not valid UTF-8", "not JSON", "not a JSON object", "longer than the line limit", "value limit", "--on-error"] {
+    for doc in [
+        "not valid UTF-8",
+        "not JSON",
+        "not a JSON object",
+        "longer than the line limit",
+        "value limit",
+        "--on-error",
+    ] {
         assert!(ingest.contains(doc), "ingest --help documents {doc:?}");
     }
 }
@@ -107,9 +146,26 @@ fn check_names_storage_file_and_page_of_a_corruption() {
     let db = dir.path().join("db");
     let dbs = db.to_str().unwrap();
     let input = dir.path().join("in.jsonl");
-    let body: String = (0..400).map(|i| format!("{{\"id\":\"d{i:04}\",\"tag\":\"t{}\",\"pad\":\"{}\"}}\n", i % 7, "p".repeat(200))).collect();
+    let body: String = (0..400)
+        .map(|i| {
+            format!(
+                "{{\"id\":\"d{i:04}\",\"tag\":\"t{}\",\"pad\":\"{}\"}}\n",
+                i % 7,
+                "p".repeat(200)
+            )
+        })
+        .collect();
     std::fs::write(&input, body).unwrap();
-    ok(&["ingest", dbs, "--input", input.to_str().unwrap(), "--id-field", "id", "--index", "tag"]);
+    ok(&[
+        "ingest",
+        dbs,
+        "--input",
+        input.to_str().unwrap(),
+        "--id-field",
+        "id",
+        "--index",
+        "tag",
+    ]);
     assert!(omnibus(&["check", dbs]).status.success());
 
     // Damage every page of the `tag` index past the two header pages.

@@ -28,13 +28,43 @@ type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 /// The workloads; every durable operation of each is a crash point, crashed after and before it,
 /// with and without losing unsynced directory entries (both at odd k, alternating at even k).
 const WORKLOADS: [Workload; 7] = [
-    Workload { seed: 0x5EED_0001, ..PLAIN },
-    Workload { seed: 0x5EED_0002, inline_flush: true, ..PLAIN },
-    Workload { seed: 0x5EED_0003, bulk: true, ..PLAIN },
-    Workload { seed: 0x5EED_0004, inline_flush: true, whole_file_prezero: true, ..PLAIN },
-    Workload { seed: 0x5EED_0005, flush_on_close: false, ..PLAIN },
-    Workload { seed: 0x5EED_0006, inline_flush: true, bulk: true, ..PLAIN },
-    Workload { seed: 0x5EED_0007, pool: true, flush_on_close: false, ..PLAIN },
+    Workload {
+        seed: 0x5EED_0001,
+        ..PLAIN
+    },
+    Workload {
+        seed: 0x5EED_0002,
+        inline_flush: true,
+        ..PLAIN
+    },
+    Workload {
+        seed: 0x5EED_0003,
+        bulk: true,
+        ..PLAIN
+    },
+    Workload {
+        seed: 0x5EED_0004,
+        inline_flush: true,
+        whole_file_prezero: true,
+        ..PLAIN
+    },
+    Workload {
+        seed: 0x5EED_0005,
+        flush_on_close: false,
+        ..PLAIN
+    },
+    Workload {
+        seed: 0x5EED_0006,
+        inline_flush: true,
+        bulk: true,
+        ..PLAIN
+    },
+    Workload {
+        seed: 0x5EED_0007,
+        pool: true,
+        flush_on_close: false,
+        ..PLAIN
+    },
 ];
 const PLAIN: Workload = Workload {
     seed: 0,
@@ -76,9 +106,17 @@ const MODES: [CrashMode; 4] = [
 fn workload_opts(env: Arc<dyn StorageEnv>, w: Workload) -> Options {
     Options {
         env,
-        flush_mode: if w.inline_flush { FlushMode::Inline } else { FlushMode::Manual },
+        flush_mode: if w.inline_flush {
+            FlushMode::Inline
+        } else {
+            FlushMode::Manual
+        },
         flush_scratch_bytes: 160 << 10,
-        journal_prezero: if w.whole_file_prezero { Prezero::WholeFile } else { Prezero::Ahead(64 << 10) },
+        journal_prezero: if w.whole_file_prezero {
+            Prezero::WholeFile
+        } else {
+            Prezero::Ahead(64 << 10)
+        },
         journal_file_size: 256 << 10,
         flush_on_close: w.flush_on_close,
         journal_pool_files: if w.pool { 1 } else { 0 },
@@ -87,7 +125,10 @@ fn workload_opts(env: Arc<dyn StorageEnv>, w: Workload) -> Options {
 }
 
 fn recovery_opts() -> Options {
-    Options { flush_mode: FlushMode::Manual, ..Options::default() }
+    Options {
+        flush_mode: FlushMode::Manual,
+        ..Options::default()
+    }
 }
 
 /// What the workload saw: the model after the last acknowledged commit, and the model the
@@ -112,7 +153,9 @@ fn value(rng: &mut SmallRng) -> Vec<u8> {
     };
     let a: u8 = rng.random();
     let b: u8 = rng.random_range(1..=255);
-    (0..len).map(|i| a.wrapping_add((i as u8).wrapping_mul(b))).collect()
+    (0..len)
+        .map(|i| a.wrapping_add((i as u8).wrapping_mul(b)))
+        .collect()
 }
 
 fn run_workload(env: Arc<dyn StorageEnv>, path: &Path, w: Workload) -> Outcome {
@@ -134,7 +177,12 @@ fn commit(w: omnibus::WriteTransaction, model: Model, out: &mut Outcome) -> omni
 }
 
 /// Stops at the first error (the env is dead after a crash).
-fn workload(env: Arc<dyn StorageEnv>, path: &Path, wl: Workload, out: &mut Outcome) -> omnibus::Result<()> {
+fn workload(
+    env: Arc<dyn StorageEnv>,
+    path: &Path,
+    wl: Workload,
+    out: &mut Outcome,
+) -> omnibus::Result<()> {
     let mut rng = SmallRng::seed_from_u64(wl.seed);
     let mut s = Storage::open(path, workload_opts(env.clone(), wl))?;
     for t in 0..TXNS {
@@ -149,7 +197,9 @@ fn workload(env: Arc<dyn StorageEnv>, path: &Path, wl: Workload, out: &mut Outco
             let mut w = s.begin_write()?;
             for i in 0..180u32 {
                 let k = format!("bulk-{i:04}").into_bytes();
-                let v: Vec<u8> = (0..9000u32).map(|j| (i as u8) ^ (j as u8).wrapping_mul(31)).collect();
+                let v: Vec<u8> = (0..9000u32)
+                    .map(|j| (i as u8) ^ (j as u8).wrapping_mul(31))
+                    .collect();
                 w.put(&k, &v)?;
                 model.insert(k, v);
             }
@@ -169,7 +219,11 @@ fn workload(env: Arc<dyn StorageEnv>, path: &Path, wl: Workload, out: &mut Outco
         }
         let mut model = out.acked.clone();
         let mut w = s.begin_write()?;
-        let ops = if rng.random_bool(0.15) { rng.random_range(20..80) } else { rng.random_range(1..8) };
+        let ops = if rng.random_bool(0.15) {
+            rng.random_range(20..80)
+        } else {
+            rng.random_range(1..8)
+        };
         for _ in 0..ops {
             if !model.is_empty() && rng.random_bool(0.25) {
                 let i = rng.random_range(0..model.len());
@@ -203,7 +257,11 @@ fn content(s: &Storage) -> Result<Model, String> {
         m.insert(k.to_vec(), v.to_vec());
     }
     if r.len() != m.len() as u64 {
-        return Err(format!("entry count {} disagrees with the {} keys iterated", r.len(), m.len()));
+        return Err(format!(
+            "entry count {} disagrees with the {} keys iterated",
+            r.len(),
+            m.len()
+        ));
     }
     Ok(m)
 }
@@ -211,8 +269,15 @@ fn content(s: &Storage) -> Result<Model, String> {
 fn diff(a: &Model, b: &Model) -> String {
     let only_a = a.keys().filter(|k| !b.contains_key(*k)).count();
     let only_b = b.keys().filter(|k| !a.contains_key(*k)).count();
-    let changed = a.iter().filter(|(k, v)| b.get(*k).is_some_and(|w| w != *v)).count();
-    format!("{} vs {} keys: {only_a} missing, {only_b} extra, {changed} with other values", b.len(), a.len())
+    let changed = a
+        .iter()
+        .filter(|(k, v)| b.get(*k).is_some_and(|w| w != *v))
+        .count();
+    format!(
+        "{} vs {} keys: {only_a} missing, {only_b} extra, {changed} with other values",
+        b.len(),
+        a.len()
+    )
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,7 +318,10 @@ struct Counts {
 /// An env over `pl` that counts durable operations, journal files made and holes punched
 /// through a hook (and, with `crash_before`, crashes `pl` just before the k-th durable
 /// operation is issued).
-fn hooked(pl: &PowerLossEnv, crash_before: Option<(u64, CrashMode, bool, u64)>) -> (HookedEnv, Arc<Counts>) {
+fn hooked(
+    pl: &PowerLossEnv,
+    crash_before: Option<(u64, CrashMode, bool, u64)>,
+) -> (HookedEnv, Arc<Counts>) {
     let h = HookedEnv::new(Arc::new(pl.clone()));
     let counts = Arc::new(Counts::default());
     let (c, pl2) = (counts.clone(), pl.clone());
@@ -266,7 +334,8 @@ fn hooked(pl: &PowerLossEnv, crash_before: Option<(u64, CrashMode, bool, u64)>) 
                 let n = c.durable.fetch_add(1, Ordering::SeqCst) + 1;
                 if let Some((k, mode, lose, seed)) = crash_before {
                     if n == k {
-                        pl2.crash(mode, lose, seed).expect("writing out the crash state");
+                        pl2.crash(mode, lose, seed)
+                            .expect("writing out the crash state");
                     }
                 }
             }
@@ -292,17 +361,34 @@ fn reference(base: &Path, w: Workload) -> u64 {
     let path = dir.path().join("s");
     let out = run_workload(Arc::new(h), &path, w);
     assert_eq!(out.error, None, "{w:?} fails without a crash");
-    assert!(out.commits >= TXNS as u64 / 2, "{w:?} committed only {}", out.commits);
+    assert!(
+        out.commits >= TXNS as u64 / 2,
+        "{w:?} committed only {}",
+        out.commits
+    );
     let n = pl.durable_ops();
     if !w.pool {
-        assert_eq!(counts.durable.load(Ordering::SeqCst), n, "hook and power-loss env count durable operations alike");
+        assert_eq!(
+            counts.durable.load(Ordering::SeqCst),
+            n,
+            "hook and power-loss env count durable operations alike"
+        );
     }
-    assert!(counts.journal_files.load(Ordering::SeqCst) >= 4, "{w:?}: too few journal rotations");
+    assert!(
+        counts.journal_files.load(Ordering::SeqCst) >= 4,
+        "{w:?}: too few journal rotations"
+    );
     if w.bulk {
-        assert!(counts.punches.load(Ordering::SeqCst) > 0, "{w:?}: no hole punched");
+        assert!(
+            counts.punches.load(Ordering::SeqCst) > 0,
+            "{w:?}: no hole punched"
+        );
     }
     if w.pool {
-        assert!(counts.renames.load(Ordering::SeqCst) > 0, "{w:?}: no journal file taken from the pool");
+        assert!(
+            counts.renames.load(Ordering::SeqCst) > 0,
+            "{w:?}: no journal file taken from the pool"
+        );
     }
     let s = Storage::open(&path, recovery_opts()).unwrap();
     let got = content(&s).unwrap();
@@ -315,10 +401,13 @@ fn run_point(base: &Path, p: Point) -> Result<Recovered, String> {
     let pl = PowerLossEnv::new(default_env(), dir.path());
     let env: Arc<dyn StorageEnv> = match p.when {
         When::After => {
-            pl.crash_after(p.k, p.mode, p.lose_unsynced_entries, p.seed).map_err(|e| e.to_string())?;
+            pl.crash_after(p.k, p.mode, p.lose_unsynced_entries, p.seed)
+                .map_err(|e| e.to_string())?;
             Arc::new(pl.clone())
         }
-        When::Before => Arc::new(hooked(&pl, Some((p.k, p.mode, p.lose_unsynced_entries, p.seed))).0),
+        When::Before => {
+            Arc::new(hooked(&pl, Some((p.k, p.mode, p.lose_unsynced_entries, p.seed))).0)
+        }
     };
     let path = dir.path().join("s");
     let out = run_workload(env, &path, p.workload);
@@ -326,16 +415,24 @@ fn run_point(base: &Path, p: Point) -> Result<Recovered, String> {
         return Ok(Recovered::Skipped);
     }
     if !pl.is_crashed() {
-        return Err(format!("the crash never fired (workload error: {:?})", out.error));
+        return Err(format!(
+            "the crash never fired (workload error: {:?})",
+            out.error
+        ));
     }
-    let s = Storage::open(&path, recovery_opts()).map_err(|e| format!("reopen after the crash failed: {e}"))?;
+    let s = Storage::open(&path, recovery_opts())
+        .map_err(|e| format!("reopen after the crash failed: {e}"))?;
     let got = content(&s)?;
     let recovered = if got == out.acked {
         Recovered::Acked
     } else if out.inflight.as_ref() == Some(&got) {
         Recovered::InFlight
     } else {
-        let vs_inflight = out.inflight.as_ref().map(|m| diff(m, &got)).unwrap_or_else(|| "none".into());
+        let vs_inflight = out
+            .inflight
+            .as_ref()
+            .map(|m| diff(m, &got))
+            .unwrap_or_else(|| "none".into());
         return Err(format!(
             "recovered content is neither the last acknowledged commit ({}, after {} commits) nor the one in flight ({vs_inflight}); workload error: {:?}",
             diff(&out.acked, &got),
@@ -350,14 +447,18 @@ fn run_point(base: &Path, p: Point) -> Result<Recovered, String> {
     // The recovered storage takes new commits and keeps them.
     let mut w = s.begin_write().map_err(|e| e.to_string())?;
     w.put(b"after-crash", b"ok").map_err(|e| e.to_string())?;
-    w.commit().map_err(|e| format!("commit after recovery: {e}"))?;
+    w.commit()
+        .map_err(|e| format!("commit after recovery: {e}"))?;
     drop(s);
     let s = Storage::open(&path, recovery_opts()).map_err(|e| format!("second reopen: {e}"))?;
     let mut want = got;
     want.insert(b"after-crash".to_vec(), b"ok".to_vec());
     let again = content(&s)?;
     if again != want {
-        return Err(format!("commit after recovery not kept: {}", diff(&want, &again)));
+        return Err(format!(
+            "commit after recovery not kept: {}",
+            diff(&want, &again)
+        ));
     }
     Ok(recovered)
 }
@@ -367,7 +468,10 @@ fn run_point(base: &Path, p: Point) -> Result<Recovered, String> {
 fn scratch_base() -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");
     if shm.is_dir() {
-        if let Ok(d) = tempfile::Builder::new().prefix("omnibus-crash").tempdir_in(shm) {
+        if let Ok(d) = tempfile::Builder::new()
+            .prefix("omnibus-crash")
+            .tempdir_in(shm)
+        {
             return d;
         }
     }
@@ -386,13 +490,30 @@ fn crash_at_every_durable_operation() {
         for k in 1..=n {
             for (vi, when) in [When::After, When::Before].into_iter().enumerate() {
                 // Both entry-loss settings at odd k, one (alternating) at even k.
-                let loses: &[bool] = if k % 2 == 1 { &[true, false] } else if k % 4 == 0 { &[true] } else { &[false] };
+                let loses: &[bool] = if k % 2 == 1 {
+                    &[true, false]
+                } else if k % 4 == 0 {
+                    &[true]
+                } else {
+                    &[false]
+                };
                 for &lose_unsynced_entries in loses {
                     // Rotate the mode over the points so that every mode meets crash points of
                     // every kind (commits, flushes, rotations, open, close).
-                    let mode = MODES[(k as usize + wi + vi * 2 + lose_unsynced_entries as usize) % 4];
-                    let seed = w.seed ^ (k << 20) ^ ((vi as u64) << 40) ^ ((lose_unsynced_entries as u64) << 41);
-                    points.push(Point { workload: w, k, when, mode, lose_unsynced_entries, seed });
+                    let mode =
+                        MODES[(k as usize + wi + vi * 2 + lose_unsynced_entries as usize) % 4];
+                    let seed = w.seed
+                        ^ (k << 20)
+                        ^ ((vi as u64) << 40)
+                        ^ ((lose_unsynced_entries as u64) << 41);
+                    points.push(Point {
+                        workload: w,
+                        k,
+                        when,
+                        mode,
+                        lose_unsynced_entries,
+                        seed,
+                    });
                 }
             }
         }
@@ -400,8 +521,14 @@ fn crash_at_every_durable_operation() {
     let next = AtomicUsize::new(0);
     let failures: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let tally: Mutex<BTreeMap<String, usize>> = Mutex::new(BTreeMap::new());
-    let (acked, inflight, skipped) = (AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0));
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, 4);
+    let (acked, inflight, skipped) = (
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+    );
+    let threads = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(1, 4);
     std::thread::scope(|sc| {
         for _ in 0..threads {
             sc.spawn(|| loop {
@@ -427,7 +554,11 @@ fn crash_at_every_durable_operation() {
     });
     let failures = failures.into_inner().unwrap();
     let tally = tally.into_inner().unwrap();
-    let (acked, inflight, skipped) = (acked.into_inner(), inflight.into_inner(), skipped.into_inner());
+    let (acked, inflight, skipped) = (
+        acked.into_inner(),
+        inflight.into_inner(),
+        skipped.into_inner(),
+    );
     let tested = acked + inflight;
     println!(
         "durable operations per workload: {ops:?}; crash points tested: {tested} ({} recovered the last acknowledged commit, {} the commit in flight, {skipped} skipped) in {:.1?}; per mode: {tally:?}",
@@ -440,15 +571,27 @@ fn crash_at_every_durable_operation() {
         "{} of {} crash points failed; first ones:\n{}",
         failures.len(),
         points.len(),
-        failures.iter().take(10).cloned().collect::<Vec<_>>().join("\n")
+        failures
+            .iter()
+            .take(10)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     assert!(tested >= MIN_CRASH_POINTS, "only {tested} crash points");
-    assert!(skipped * 10 <= points.len(), "{skipped} of {} crash points skipped", points.len());
-    assert_eq!(tally.len(), 8, "every crash mode with and without losing unsynced entries: {tally:?}");
+    assert!(
+        skipped * 10 <= points.len(),
+        "{skipped} of {} crash points skipped",
+        points.len()
+    );
+    assert_eq!(
+        tally.len(),
+        8,
+        "every crash mode with and without losing unsynced entries: {tally:?}"
+    );
     assert!(inflight > 0, "no crash point left the in-flight commit on disk: the crash points miss the window between a journal write and its sync");
     assert!(acked > 0);
 }
-
 
 // Regression (found by `crash_at_every_durable_operation`): journal replay did not drop older
 // scratch images that start inside a newer multi-page run. A commit frees page q (a one-page
@@ -463,7 +606,11 @@ fn replay_drops_stale_images_inside_a_newer_run() {
     let dir = tempfile::tempdir().unwrap();
     let pl = PowerLossEnv::new(default_env(), dir.path());
     let path = dir.path().join("s");
-    let opts = Options { env: Arc::new(pl.clone()), flush_mode: FlushMode::Manual, ..Options::default() };
+    let opts = Options {
+        env: Arc::new(pl.clone()),
+        flush_mode: FlushMode::Manual,
+        ..Options::default()
+    };
     let s = Storage::open(&path, opts).unwrap();
     let mut model = Model::new();
     for i in 0..60u32 {
@@ -471,7 +618,9 @@ fn replay_drops_stale_images_inside_a_newer_run() {
         if i % 3 == 0 {
             // A two-page overflow run, allocated first: from the pages the commits before freed.
             let k = format!("big-{}", i % 4).into_bytes();
-            let v: Vec<u8> = (0..9000u32).map(|j| (i as u8).wrapping_add(j as u8)).collect();
+            let v: Vec<u8> = (0..9000u32)
+                .map(|j| (i as u8).wrapping_add(j as u8))
+                .collect();
             w.put(&k, &v).unwrap();
             model.insert(k, v);
         }
@@ -503,9 +652,17 @@ fn replay_drops_stale_images_inside_a_newer_run() {
 fn open_recreates_a_storage_whose_creation_crashed() {
     let dir = tempfile::tempdir().unwrap();
     let good = dir.path().join("good");
-    Storage::open(&good, recovery_opts()).unwrap().close().unwrap();
+    Storage::open(&good, recovery_opts())
+        .unwrap()
+        .close()
+        .unwrap();
     let header = std::fs::read(good.join("data.pages")).unwrap()[..16384].to_vec();
-    let journal = std::fs::read_dir(good.join("Journals")).unwrap().next().unwrap().unwrap().path();
+    let journal = std::fs::read_dir(good.join("Journals"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
     // Page 0 with a bad checksum (bytes 104.. of a header page are zeros, so a tear at a 4 KiB
     // or 512-byte sector leaves a whole page: damage inside the first sector is a bad checksum).
     let mut damaged = vec![0u8; 16384];
@@ -532,14 +689,22 @@ fn open_recreates_a_storage_whose_creation_crashed() {
         w.commit().unwrap();
         drop(s);
         let s = Storage::open(&path, recovery_opts()).unwrap();
-        assert_eq!(s.begin_read().unwrap().get(b"k").unwrap(), Some(&b"v"[..]), "{what}");
+        assert_eq!(
+            s.begin_read().unwrap().get(b"k").unwrap(),
+            Some(&b"v"[..]),
+            "{what}"
+        );
         assert!(s.check().unwrap().is_ok(), "{what}");
     }
     // A journal file means the header pages were durable once: damage, not a crashed creation.
     let path = dir.path().join("damaged");
     std::fs::create_dir_all(path.join("Journals")).unwrap();
     std::fs::write(path.join("data.pages"), &damaged).unwrap();
-    std::fs::copy(&journal, path.join("Journals").join(journal.file_name().unwrap())).unwrap();
+    std::fs::copy(
+        &journal,
+        path.join("Journals").join(journal.file_name().unwrap()),
+    )
+    .unwrap();
     match Storage::open(&path, recovery_opts()) {
         Err(e) => assert!(e.is_corruption(), "{e}"),
         Ok(_) => panic!("a damaged header page next to a journal file opened"),

@@ -25,9 +25,15 @@ const ROUNDS: u64 = 24;
 
 /// Keys are 16 hex digits; the value is a function of the key (some over 2 KiB: overflow pages).
 fn value_for(key: &str) -> Vec<u8> {
-    let h = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    let h = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
     let mut rng = SmallRng::seed_from_u64(h);
-    let len = if h % 8 == 0 { rng.random_range(2100..30_000) } else { rng.random_range(0..300) };
+    let len = if h % 8 == 0 {
+        rng.random_range(2100..30_000)
+    } else {
+        rng.random_range(0..300)
+    };
     (0..len).map(|_| rng.random()).collect()
 }
 
@@ -38,8 +44,13 @@ fn is_key(s: &str) -> bool {
 /// The child: does nothing unless started by the parent (the variable is set).
 #[test]
 fn child_entry() {
-    let Ok(dir) = std::env::var(CHILD_DIR) else { return };
-    let seed: u64 = std::env::var(CHILD_SEED).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let Ok(dir) = std::env::var(CHILD_DIR) else {
+        return;
+    };
+    let seed: u64 = std::env::var(CHILD_SEED)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     let opts = Options {
         flush_mode: FlushMode::Background,
         flush_scratch_bytes: 192 << 10,
@@ -54,7 +65,9 @@ fn child_entry() {
     // The harness may have left "test child_entry ... " without a newline.
     writeln!(out).unwrap();
     for n in 0u64.. {
-        let keys: Vec<String> = (0..rng.random_range(1..6)).map(|_| format!("{:016x}", rng.random::<u64>())).collect();
+        let keys: Vec<String> = (0..rng.random_range(1..6))
+            .map(|_| format!("{:016x}", rng.random::<u64>()))
+            .collect();
         let mut w = s.begin_write().expect("child: begin_write");
         for k in &keys {
             w.put(k, value_for(k)).expect("child: put");
@@ -78,7 +91,10 @@ struct Printed {
 
 fn read_child(stdout: impl std::io::Read) -> Printed {
     let mut r = BufReader::new(stdout);
-    let mut p = Printed { acked: Vec::new(), flushes: 0 };
+    let mut p = Printed {
+        acked: Vec::new(),
+        flushes: 0,
+    };
     let mut line = Vec::new();
     loop {
         line.clear();
@@ -100,12 +116,21 @@ fn read_child(stdout: impl std::io::Read) -> Printed {
 
 /// Reopens `path` and checks every acknowledged key, every stored key, and the structure.
 fn verify(path: &Path, acked: &BTreeSet<String>, round: u64) -> usize {
-    let s = Storage::open(path, Options { flush_mode: FlushMode::Manual, ..Options::default() })
-        .unwrap_or_else(|e| panic!("round {round}: reopen after SIGKILL: {e}"));
+    let s = Storage::open(
+        path,
+        Options {
+            flush_mode: FlushMode::Manual,
+            ..Options::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("round {round}: reopen after SIGKILL: {e}"));
     let r = s.begin_read().unwrap();
     for k in acked {
         match r.get(k).unwrap() {
-            Some(v) => assert!(v == &value_for(k)[..], "round {round}: key {k} has a wrong value"),
+            Some(v) => assert!(
+                v == &value_for(k)[..],
+                "round {round}: key {k} has a wrong value"
+            ),
             None => panic!("round {round}: acknowledged key {k} is missing after SIGKILL"),
         }
     }
@@ -114,11 +139,18 @@ fn verify(path: &Path, acked: &BTreeSet<String>, round: u64) -> usize {
         let (k, v) = kv.unwrap_or_else(|e| panic!("round {round}: iterating: {e}"));
         let k = std::str::from_utf8(k).expect("utf-8 key");
         assert!(is_key(k), "round {round}: unexpected key {k:?}");
-        assert!(v == &value_for(k)[..], "round {round}: key {k} (committed, maybe unacknowledged) has a wrong value");
+        assert!(
+            v == &value_for(k)[..],
+            "round {round}: key {k} (committed, maybe unacknowledged) has a wrong value"
+        );
         n += 1;
     }
     let report = s.check().unwrap();
-    assert!(report.is_ok(), "round {round}: check after SIGKILL: {:?}", report.problems);
+    assert!(
+        report.is_ok(),
+        "round {round}: check after SIGKILL: {:?}",
+        report.problems
+    );
     n
 }
 
@@ -132,7 +164,10 @@ fn sigkill_loses_no_acknowledged_commit() {
     let path = dir.path().join("s");
     let exe = std::env::current_exe().unwrap();
     // Kill moments are random; the seed is printed so that a failing run can be replayed.
-    let seed: u64 = std::env::var("OMNIBUS_SIGKILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::rng().random());
+    let seed: u64 = std::env::var("OMNIBUS_SIGKILL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::rng().random());
     println!("OMNIBUS_SIGKILL_SEED={seed}");
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut acked: BTreeSet<String> = BTreeSet::new();
@@ -154,10 +189,16 @@ fn sigkill_loses_no_acknowledged_commit() {
         std::thread::sleep(Duration::from_millis(rng.random_range(20..=300)));
         // std's kill is SIGKILL on Unix.
         let exited = child.try_wait().unwrap();
-        assert!(exited.is_none(), "round {round}: the child exited on its own ({exited:?}): it failed");
+        assert!(
+            exited.is_none(),
+            "round {round}: the child exited on its own ({exited:?}): it failed"
+        );
         child.kill().unwrap();
         let status = child.wait().unwrap();
-        assert!(!status.success(), "round {round}: killed child reports success");
+        assert!(
+            !status.success(),
+            "round {round}: killed child reports success"
+        );
         let printed = reader.join().unwrap();
         if !printed.acked.is_empty() {
             rounds_with_commits += 1;
@@ -172,6 +213,9 @@ fn sigkill_loses_no_acknowledged_commit() {
         start.elapsed()
     );
     assert!(stored >= acked.len());
-    assert!(rounds_with_commits >= ROUNDS as usize / 2, "only {rounds_with_commits} rounds got to commit");
+    assert!(
+        rounds_with_commits >= ROUNDS as usize / 2,
+        "only {rounds_with_commits} rounds got to commit"
+    );
     assert!(flushes > 0, "no background flush ran before a kill");
 }

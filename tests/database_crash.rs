@@ -39,7 +39,12 @@ use rand::{Rng, SeedableRng};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
-const MODES: [CrashMode; 4] = [CrashMode::DropUnsynced, CrashMode::KeepPrefix, CrashMode::KeepSubset, CrashMode::TornSectors];
+const MODES: [CrashMode; 4] = [
+    CrashMode::DropUnsynced,
+    CrashMode::KeepPrefix,
+    CrashMode::KeepSubset,
+    CrashMode::TornSectors,
+];
 const BRANCHES: usize = 10;
 const POOL_THREAD: &str = "omnibus-journal-pool";
 
@@ -93,10 +98,18 @@ fn workload_opts(env: Arc<dyn StorageEnv>, w: &Workload) -> Options {
     Options {
         env,
         journal_mode: JournalMode::Shared,
-        flush_mode: if w.inline_flush { FlushMode::Inline } else { FlushMode::Manual },
+        flush_mode: if w.inline_flush {
+            FlushMode::Inline
+        } else {
+            FlushMode::Manual
+        },
         flush_scratch_bytes: 96 << 10,
         journal_file_size: w.journal_file_size,
-        journal_prezero: if w.whole_file_prezero { Prezero::WholeFile } else { Prezero::Ahead(32 << 10) },
+        journal_prezero: if w.whole_file_prezero {
+            Prezero::WholeFile
+        } else {
+            Prezero::Ahead(32 << 10)
+        },
         journal_pool_files: 1,
         flush_on_close: w.flush_on_close,
         ..Options::default()
@@ -141,13 +154,23 @@ struct Outcome {
 
 impl Outcome {
     fn with<R>(&self, name: &str, f: impl FnOnce(&mut Seen) -> R) -> R {
-        f(self.stores.lock().unwrap().entry(name.to_string()).or_default())
+        f(self
+            .stores
+            .lock()
+            .unwrap()
+            .entry(name.to_string())
+            .or_default())
     }
     fn acked(&self, name: &str) -> Model {
         self.with(name, |s| s.acked.clone())
     }
     fn commits(&self) -> u64 {
-        self.stores.lock().unwrap().values().map(|s| s.commits).sum()
+        self.stores
+            .lock()
+            .unwrap()
+            .values()
+            .map(|s| s.commits)
+            .sum()
     }
 }
 
@@ -163,7 +186,9 @@ fn value(rng: &mut SmallRng) -> Vec<u8> {
     };
     let a: u8 = rng.random();
     let b: u8 = rng.random_range(1..=255);
-    (0..len).map(|i| a.wrapping_add((i as u8).wrapping_mul(b))).collect()
+    (0..len)
+        .map(|i| a.wrapping_add((i as u8).wrapping_mul(b)))
+        .collect()
 }
 
 /// One write transaction on `s` (named `name` in `out`): `f` changes it and the model; the
@@ -188,8 +213,16 @@ fn commit_with(
 }
 
 /// Random puts and deletes (a few, or many at 15%).
-fn random_ops(rng: &mut SmallRng, w: &mut WriteTransaction, model: &mut Model) -> omnibus::Result<()> {
-    let ops = if rng.random_bool(0.15) { rng.random_range(15..50) } else { rng.random_range(1..7) };
+fn random_ops(
+    rng: &mut SmallRng,
+    w: &mut WriteTransaction,
+    model: &mut Model,
+) -> omnibus::Result<()> {
+    let ops = if rng.random_bool(0.15) {
+        rng.random_range(15..50)
+    } else {
+        rng.random_range(1..7)
+    };
     for _ in 0..ops {
         if !model.is_empty() && rng.random_bool(0.25) {
             let i = rng.random_range(0..model.len());
@@ -245,7 +278,12 @@ fn drop_branch(db: &Database, name: &str, out: &Outcome) -> omnibus::Result<()> 
     Ok(())
 }
 
-fn mixed(env: Arc<dyn StorageEnv>, path: &Path, wl: &Workload, out: &Outcome) -> omnibus::Result<()> {
+fn mixed(
+    env: Arc<dyn StorageEnv>,
+    path: &Path,
+    wl: &Workload,
+    out: &Outcome,
+) -> omnibus::Result<()> {
     let mut rng = SmallRng::seed_from_u64(wl.seed);
     let opts = workload_opts(env, wl);
     let mut db = Database::open(path, opts.clone())?;
@@ -270,7 +308,11 @@ fn mixed(env: Arc<dyn StorageEnv>, path: &Path, wl: &Workload, out: &Outcome) ->
             live.push(dropped.clone());
         }
         // The root a third of the time, else a random live branch.
-        let name = if rng.random_bool(0.3) { String::new() } else { live[rng.random_range(1..live.len())].clone() };
+        let name = if rng.random_bool(0.3) {
+            String::new()
+        } else {
+            live[rng.random_range(1..live.len())].clone()
+        };
         let s = storage_of(&db, &name)?;
         if rng.random_bool(0.05) {
             let mut w = s.begin_write()?;
@@ -294,7 +336,12 @@ fn mixed(env: Arc<dyn StorageEnv>, path: &Path, wl: &Workload, out: &Outcome) ->
         let errors: Vec<Option<omnibus::Error>> = std::thread::scope(|sc| {
             let hs: Vec<_> = (0..wl.threads)
                 .map(|ti| {
-                    let mine: Vec<String> = names.iter().enumerate().filter(|(i, _)| i % wl.threads == ti).map(|(_, n)| n.clone()).collect();
+                    let mine: Vec<String> = names
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| i % wl.threads == ti)
+                        .map(|(_, n)| n.clone())
+                        .collect();
                     let db = db.clone();
                     let seed = wl.seed ^ ((ti as u64 + 1) * 0x9E37);
                     sc.spawn(move || -> Option<omnibus::Error> {
@@ -327,7 +374,12 @@ fn mixed(env: Arc<dyn StorageEnv>, path: &Path, wl: &Workload, out: &Outcome) ->
 
 /// Branches `keep` and `gone`: both commit and get flushed, `gone` is dropped, `keep` goes on
 /// committing (through journal-file rotations) and flushing.
-fn drop_workload(env: Arc<dyn StorageEnv>, path: &Path, wl: &Workload, out: &Outcome) -> omnibus::Result<()> {
+fn drop_workload(
+    env: Arc<dyn StorageEnv>,
+    path: &Path,
+    wl: &Workload,
+    out: &Outcome,
+) -> omnibus::Result<()> {
     let mut rng = SmallRng::seed_from_u64(wl.seed);
     let db = Database::open(path, workload_opts(env, wl))?;
     let keep = create(&db, "keep", out)?;
@@ -356,7 +408,12 @@ fn drop_workload(env: Arc<dyn StorageEnv>, path: &Path, wl: &Workload, out: &Out
 /// Branch `b` commits once (a link into its `Journals/` and a link record; no directory fsync),
 /// then the root commits through several journal files and flushes after each few commits:
 /// each flush releases the root's entries of old files, among them the one `b` links to.
-fn inv5_workload(env: Arc<dyn StorageEnv>, path: &Path, wl: &Workload, out: &Outcome) -> omnibus::Result<()> {
+fn inv5_workload(
+    env: Arc<dyn StorageEnv>,
+    path: &Path,
+    wl: &Workload,
+    out: &Outcome,
+) -> omnibus::Result<()> {
     let mut rng = SmallRng::seed_from_u64(wl.seed);
     let db = Database::open(path, workload_opts(env, wl))?;
     let b = create(&db, "b", out)?;
@@ -371,7 +428,9 @@ fn inv5_workload(env: Arc<dyn StorageEnv>, path: &Path, wl: &Workload, out: &Out
         commit_with(&root, "", out, |w, m| {
             // About 24 KiB a commit: a 64 KiB journal file holds two.
             let k = format!("root-{}", i % 6).into_bytes();
-            let v: Vec<u8> = (0..20_000u32).map(|j| (i as u8).wrapping_add(j as u8)).collect();
+            let v: Vec<u8> = (0..20_000u32)
+                .map(|j| (i as u8).wrapping_add(j as u8))
+                .collect();
             w.put(&k, &v)?;
             m.insert(k, v);
             Ok(())
@@ -403,7 +462,11 @@ fn content(s: &Storage) -> Result<Model, String> {
         m.insert(k.to_vec(), v.to_vec());
     }
     if r.len() != m.len() as u64 {
-        return Err(format!("entry count {} disagrees with the {} keys iterated", r.len(), m.len()));
+        return Err(format!(
+            "entry count {} disagrees with the {} keys iterated",
+            r.len(),
+            m.len()
+        ));
     }
     Ok(m)
 }
@@ -411,8 +474,15 @@ fn content(s: &Storage) -> Result<Model, String> {
 fn diff(want: &Model, got: &Model) -> String {
     let missing = want.keys().filter(|k| !got.contains_key(*k)).count();
     let extra = got.keys().filter(|k| !want.contains_key(*k)).count();
-    let changed = want.iter().filter(|(k, v)| got.get(*k).is_some_and(|w| w != *v)).count();
-    format!("{} keys, want {}: {missing} missing, {extra} extra, {changed} with other values", got.len(), want.len())
+    let changed = want
+        .iter()
+        .filter(|(k, v)| got.get(*k).is_some_and(|w| w != *v))
+        .count();
+    format!(
+        "{} keys, want {}: {missing} missing, {extra} extra, {changed} with other values",
+        got.len(),
+        want.len()
+    )
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -424,13 +494,18 @@ struct Verdict {
 /// Reopens the database at `path` with the default environment and checks every storage
 /// against what the workload saw.
 fn verify(path: &Path, out: &Outcome, commit_after: bool) -> Result<Verdict, String> {
-    let db = Database::open(path, recovery_opts()).map_err(|e| format!("reopen after the crash failed: {e}"))?;
+    let db = Database::open(path, recovery_opts())
+        .map_err(|e| format!("reopen after the crash failed: {e}"))?;
     let present: BTreeSet<String> = db.storages().into_iter().collect();
     let stores = out.stores.lock().unwrap().clone();
     let mut verdict = Verdict::default();
     let mut problems = Vec::new();
     for (name, seen) in &stores {
-        let label = if name.is_empty() { "root" } else { name.as_str() };
+        let label = if name.is_empty() {
+            "root"
+        } else {
+            name.as_str()
+        };
         if !name.is_empty() {
             let listed = present.contains(name);
             match seen.status {
@@ -446,7 +521,10 @@ fn verify(path: &Path, out: &Outcome, commit_after: bool) -> Result<Verdict, Str
                 Status::DropInFlight if !listed => continue,
                 _ if !listed => {
                     if !seen.acked.is_empty() {
-                        problems.push(format!("{label}: missing after the crash, with {} acknowledged commits", seen.commits));
+                        problems.push(format!(
+                            "{label}: missing after the crash, with {} acknowledged commits",
+                            seen.commits
+                        ));
                     }
                     continue;
                 }
@@ -471,7 +549,11 @@ fn verify(path: &Path, out: &Outcome, commit_after: bool) -> Result<Verdict, Str
         } else if seen.inflight.as_ref() == Some(&got) {
             verdict.inflight += 1;
         } else {
-            let vs = seen.inflight.as_ref().map(|m| diff(m, &got)).unwrap_or_else(|| "none".into());
+            let vs = seen
+                .inflight
+                .as_ref()
+                .map(|m| diff(m, &got))
+                .unwrap_or_else(|| "none".into());
             problems.push(format!(
                 "{label}: neither the last acknowledged commit ({}, after {} commits) nor the one in flight ({vs})",
                 diff(&seen.acked, &got),
@@ -487,13 +569,21 @@ fn verify(path: &Path, out: &Outcome, commit_after: bool) -> Result<Verdict, Str
     if let Ok(rd) = std::fs::read_dir(path.join("Indexes")) {
         for e in rd.flatten() {
             if e.file_name().to_string_lossy().starts_with(".dropped-") {
-                problems.push(format!("{:?}: a dropped storage's leftover survived the open", e.file_name()));
+                problems.push(format!(
+                    "{:?}: a dropped storage's leftover survived the open",
+                    e.file_name()
+                ));
             }
         }
     }
     for name in &present {
-        if !stores.get(name).is_some_and(|s| s.status != Status::Dropped) {
-            problems.push(format!("{name}: listed by storages(), never made (or dropped) by the workload"));
+        if !stores
+            .get(name)
+            .is_some_and(|s| s.status != Status::Dropped)
+        {
+            problems.push(format!(
+                "{name}: listed by storages(), never made (or dropped) by the workload"
+            ));
         }
     }
     if !problems.is_empty() {
@@ -505,12 +595,15 @@ fn verify(path: &Path, out: &Outcome, commit_after: bool) -> Result<Verdict, Str
         for name in std::iter::once(String::new()).chain(present.iter().next().cloned()) {
             let s = storage_of(&db, &name).map_err(|e| e.to_string())?;
             let mut w = s.begin_write().map_err(|e| e.to_string())?;
-            w.put(b"after-crash", name.as_bytes()).map_err(|e| e.to_string())?;
-            w.commit().map_err(|e| format!("commit after recovery: {e}"))?;
+            w.put(b"after-crash", name.as_bytes())
+                .map_err(|e| e.to_string())?;
+            w.commit()
+                .map_err(|e| format!("commit after recovery: {e}"))?;
             want.push(name);
         }
         drop(db);
-        let db = Database::open(path, recovery_opts()).map_err(|e| format!("second reopen: {e}"))?;
+        let db =
+            Database::open(path, recovery_opts()).map_err(|e| format!("second reopen: {e}"))?;
         for name in want {
             let s = storage_of(&db, &name).map_err(|e| e.to_string())?;
             let r = s.begin_read().map_err(|e| e.to_string())?;
@@ -582,7 +675,11 @@ fn on_pool_thread() -> bool {
 
 /// An env over `pl` whose hook counts the operations of the workload's threads and fires
 /// `crash` on `pl` at its trigger.
-fn hooked(pl: &PowerLossEnv, inner: Arc<dyn StorageEnv>, crash: Option<Crash>) -> (HookedEnv, Arc<Counts>) {
+fn hooked(
+    pl: &PowerLossEnv,
+    inner: Arc<dyn StorageEnv>,
+    crash: Option<Crash>,
+) -> (HookedEnv, Arc<Counts>) {
     let h = HookedEnv::new(inner);
     let counts = Arc::new(Counts::default());
     let (c, pl) = (counts.clone(), pl.clone());
@@ -593,7 +690,8 @@ fn hooked(pl: &PowerLossEnv, inner: Arc<dyn StorageEnv>, crash: Option<Crash>) -
         let fire = |c: &Counts| {
             if let Some(cr) = crash {
                 if !c.fired.swap(true, Ordering::SeqCst) {
-                    pl.crash(cr.mode, cr.lose_unsynced_entries, cr.seed).expect("writing out the crash state");
+                    pl.crash(cr.mode, cr.lose_unsynced_entries, cr.seed)
+                        .expect("writing out the crash state");
                 }
             }
         };
@@ -615,7 +713,13 @@ fn hooked(pl: &PowerLossEnv, inner: Arc<dyn StorageEnv>, crash: Option<Crash>) -
                     if let Some(cr) = crash {
                         if !c.fired.swap(true, Ordering::SeqCst) {
                             // Fires when the next durable operation (this one) completes.
-                            pl.crash_after(pl.durable_ops() + 1, cr.mode, cr.lose_unsynced_entries, cr.seed).expect("arming");
+                            pl.crash_after(
+                                pl.durable_ops() + 1,
+                                cr.mode,
+                                cr.lose_unsynced_entries,
+                                cr.seed,
+                            )
+                            .expect("arming");
                         }
                     }
                 }
@@ -654,9 +758,18 @@ fn hooked(pl: &PowerLossEnv, inner: Arc<dyn StorageEnv>, crash: Option<Crash>) -
 
 /// The environment a workload runs on: the hooked env over the power-loss env (with the
 /// negative control's wrapper in between when asked).
-fn workload_env(pl: &PowerLossEnv, path: &Path, w: &Workload, crash: Option<Crash>) -> (Arc<dyn StorageEnv>, Arc<Counts>) {
+fn workload_env(
+    pl: &PowerLossEnv,
+    path: &Path,
+    w: &Workload,
+    crash: Option<Crash>,
+) -> (Arc<dyn StorageEnv>, Arc<Counts>) {
     let inner: Arc<dyn StorageEnv> = if w.skip_b_journals_sync {
-        Arc::new(SkipDirSync { inner: Arc::new(pl.clone()), dir: path.join("Indexes/b/Journals"), skipped: AtomicU64::new(0) })
+        Arc::new(SkipDirSync {
+            inner: Arc::new(pl.clone()),
+            dir: path.join("Indexes/b/Journals"),
+            skipped: AtomicU64::new(0),
+        })
     } else {
         Arc::new(pl.clone())
     };
@@ -710,7 +823,10 @@ impl StorageEnv for SkipDirSync {
 fn scratch_base() -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");
     if shm.is_dir() {
-        if let Ok(d) = tempfile::Builder::new().prefix("omnibus-dbcrash").tempdir_in(shm) {
+        if let Ok(d) = tempfile::Builder::new()
+            .prefix("omnibus-dbcrash")
+            .tempdir_in(shm)
+        {
             return d;
         }
     }
@@ -734,7 +850,11 @@ fn reference(base: &Path, w: &Workload) -> Reference {
     let path = dir.path().join("db");
     let (env, c) = workload_env(&pl, &path, w, None);
     let out = run_workload(env, &path, w);
-    assert_eq!(*out.error.lock().unwrap(), None, "{w:?} fails without a crash");
+    assert_eq!(
+        *out.error.lock().unwrap(),
+        None,
+        "{w:?} fails without a crash"
+    );
     verify(&path, &out, true).unwrap_or_else(|e| panic!("{w:?}, clean run: {e}"));
     let r = Reference {
         durable: c.durable.load(Ordering::SeqCst),
@@ -743,7 +863,12 @@ fn reference(base: &Path, w: &Workload) -> Reference {
         journal_removes: c.journal_removes.load(Ordering::SeqCst),
         renames: c.renames.load(Ordering::SeqCst),
     };
-    println!("{:?} seed {:#x}: {r:?}, {} commits", w.kind, w.seed, out.commits());
+    println!(
+        "{:?} seed {:#x}: {r:?}, {} commits",
+        w.kind,
+        w.seed,
+        out.commits()
+    );
     r
 }
 
@@ -770,14 +895,32 @@ fn run_point(base: &Path, w: &Workload, cr: Crash, commit_after: bool) -> Result
     let out = run_workload(env, &path, w);
     if !pl.is_crashed() {
         if out.error.lock().unwrap().is_some() {
-            return Err(format!("the workload failed without a crash: {:?}", out.error.lock().unwrap()));
+            return Err(format!(
+                "the workload failed without a crash: {:?}",
+                out.error.lock().unwrap()
+            ));
         }
         return Ok(Ran::Skipped);
     }
-    let link_lost = counts.link_to.lock().unwrap().as_ref().is_some_and(|p| !p.exists());
-    let dropped = out.stores.lock().unwrap().values().any(|s| s.status == Status::Dropped);
-    let v = verify(&path, &out, commit_after).map_err(|e| format!("{e} (workload error: {:?})", out.error.lock().unwrap()))?;
-    Ok(Ran::Crashed { inflight: v.inflight > 0, dropped, link_lost })
+    let link_lost = counts
+        .link_to
+        .lock()
+        .unwrap()
+        .as_ref()
+        .is_some_and(|p| !p.exists());
+    let dropped = out
+        .stores
+        .lock()
+        .unwrap()
+        .values()
+        .any(|s| s.status == Status::Dropped);
+    let v = verify(&path, &out, commit_after)
+        .map_err(|e| format!("{e} (workload error: {:?})", out.error.lock().unwrap()))?;
+    Ok(Ran::Crashed {
+        inflight: v.inflight > 0,
+        dropped,
+        link_lost,
+    })
 }
 
 /// Every durable operation of `w`, crashed after and before, modes rotating, both entry-loss
@@ -798,8 +941,17 @@ fn durable_points(w: &Workload, n: u64, only_lose: bool, salt: usize) -> Vec<Cra
             for &lose in loses {
                 let mode = MODES[(k as usize + salt + vi * 2 + lose as usize) % 4];
                 let seed = w.seed ^ (k << 20) ^ ((vi as u64) << 40) ^ ((lose as u64) << 41);
-                let trigger = if before { Trigger::BeforeDurable(k) } else { Trigger::AfterDurable(k) };
-                v.push(Crash { trigger, mode, lose_unsynced_entries: lose, seed });
+                let trigger = if before {
+                    Trigger::BeforeDurable(k)
+                } else {
+                    Trigger::AfterDurable(k)
+                };
+                v.push(Crash {
+                    trigger,
+                    mode,
+                    lose_unsynced_entries: lose,
+                    seed,
+                });
             }
         }
     }
@@ -822,7 +974,9 @@ struct Summary {
 fn run_points(base: &Path, points: &[(Workload, Crash)], commit_every: usize) -> Summary {
     let next = AtomicUsize::new(0);
     let sum = Mutex::new(Summary::default());
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, 4);
+    let threads = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(1, 4);
     std::thread::scope(|sc| {
         for _ in 0..threads {
             sc.spawn(|| loop {
@@ -832,14 +986,22 @@ fn run_points(base: &Path, points: &[(Workload, Crash)], commit_every: usize) ->
                 let mut s = sum.lock().unwrap();
                 match r {
                     Ok(Ran::Skipped) => s.skipped += 1,
-                    Ok(Ran::Crashed { inflight, dropped, link_lost }) => {
+                    Ok(Ran::Crashed {
+                        inflight,
+                        dropped,
+                        link_lost,
+                    }) => {
                         s.tested += 1;
                         s.inflight += inflight as usize;
                         s.dropped += dropped as usize;
                         s.links_lost += link_lost as usize;
-                        *s.tally.entry(format!("{:?}/lose={}", cr.mode, cr.lose_unsynced_entries)).or_default() += 1;
+                        *s.tally
+                            .entry(format!("{:?}/lose={}", cr.mode, cr.lose_unsynced_entries))
+                            .or_default() += 1;
                     }
-                    Err(e) => s.failures.push(format!("{:?} seed {:#x} {cr:?}: {e}", w.kind, w.seed)),
+                    Err(e) => s
+                        .failures
+                        .push(format!("{:?} seed {:#x} {cr:?}: {e}", w.kind, w.seed)),
                 }
             });
         }
@@ -855,9 +1017,18 @@ fn assert_clean(name: &str, s: &Summary, total: usize, max_skipped_pct: usize) {
         s.failures.is_empty(),
         "{name}: {} of {total} crash points failed; first ones:\n{}",
         s.failures.len(),
-        s.failures.iter().take(8).cloned().collect::<Vec<_>>().join("\n")
+        s.failures
+            .iter()
+            .take(8)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
     );
-    assert!(s.skipped * 100 <= total * max_skipped_pct, "{name}: {} of {total} crash points skipped", s.skipped);
+    assert!(
+        s.skipped * 100 <= total * max_skipped_pct,
+        "{name}: {} of {total} crash points skipped",
+        s.skipped
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -871,19 +1042,50 @@ fn crash_at_every_durable_operation_of_a_database() {
     let start = Instant::now();
     let base = scratch_base();
     let workloads = [
-        Workload { seed: 0xDB5E_ED01, ..MIXED },
-        Workload { seed: 0xDB5E_ED02, inline_flush: true, flush_on_close: false, threads: 3, txns: 50, ..MIXED },
-        Workload { seed: 0xDB5E_ED03, whole_file_prezero: true, journal_file_size: 256 << 10, threads: 2, txns: 60, ..MIXED },
+        Workload {
+            seed: 0xDB5E_ED01,
+            ..MIXED
+        },
+        Workload {
+            seed: 0xDB5E_ED02,
+            inline_flush: true,
+            flush_on_close: false,
+            threads: 3,
+            txns: 50,
+            ..MIXED
+        },
+        Workload {
+            seed: 0xDB5E_ED03,
+            whole_file_prezero: true,
+            journal_file_size: 256 << 10,
+            threads: 2,
+            txns: 60,
+            ..MIXED
+        },
     ];
     let mut points = Vec::new();
     let mut refs = Vec::new();
     for (wi, w) in workloads.iter().enumerate() {
         let r = reference(base.path(), w);
-        assert!(r.links >= 2 * BRANCHES as u64, "{w:?}: only {} links made", r.links);
-        assert!(r.journal_creates + r.renames >= 4, "{w:?}: too few journal files: {r:?}");
-        assert!(r.journal_removes >= 4, "{w:?}: too few journal entries removed: {r:?}");
+        assert!(
+            r.links >= 2 * BRANCHES as u64,
+            "{w:?}: only {} links made",
+            r.links
+        );
+        assert!(
+            r.journal_creates + r.renames >= 4,
+            "{w:?}: too few journal files: {r:?}"
+        );
+        assert!(
+            r.journal_removes >= 4,
+            "{w:?}: too few journal entries removed: {r:?}"
+        );
         refs.push(r.durable);
-        points.extend(durable_points(w, r.durable, false, wi).into_iter().map(|c| (*w, c)));
+        points.extend(
+            durable_points(w, r.durable, false, wi)
+                .into_iter()
+                .map(|c| (*w, c)),
+        );
     }
     let s = run_points(base.path(), &points, 5);
     println!(
@@ -895,9 +1097,21 @@ fn crash_at_every_durable_operation_of_a_database() {
         s.tally
     );
     assert_clean("mixed", &s, points.len(), 10);
-    assert!(s.tested >= MIN_CRASH_POINTS, "only {} crash points", s.tested);
-    assert_eq!(s.tally.len(), 8, "every crash mode with and without losing unsynced entries: {:?}", s.tally);
-    assert!(s.inflight > 0, "no crash point left a commit in flight on disk");
+    assert!(
+        s.tested >= MIN_CRASH_POINTS,
+        "only {} crash points",
+        s.tested
+    );
+    assert_eq!(
+        s.tally.len(),
+        8,
+        "every crash mode with and without losing unsynced entries: {:?}",
+        s.tally
+    );
+    assert!(
+        s.inflight > 0,
+        "no crash point left a commit in flight on disk"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -917,14 +1131,27 @@ fn crash_at_every_durable_operation_of_a_database() {
 #[test]
 fn crash_right_after_journal_creates_links_and_renames() {
     let base = scratch_base();
-    let w = Workload { seed: 0xDB5E_ED21, txns: 50, journal_file_size: 64 << 10, ..MIXED };
+    let w = Workload {
+        seed: 0xDB5E_ED21,
+        txns: 50,
+        journal_file_size: 64 << 10,
+        ..MIXED
+    };
     let r = reference(base.path(), &w);
     let mut points = Vec::new();
     let mut i = 0usize;
     let mut push = |trigger: Trigger, points: &mut Vec<(Workload, Crash)>| {
         i += 1;
         let mode = MODES[i % 4];
-        points.push((w, Crash { trigger, mode, lose_unsynced_entries: true, seed: w.seed ^ ((i as u64) << 16) }));
+        points.push((
+            w,
+            Crash {
+                trigger,
+                mode,
+                lose_unsynced_entries: true,
+                seed: w.seed ^ ((i as u64) << 16),
+            },
+        ));
     };
     for n in 1..=r.journal_creates {
         push(Trigger::AfterJournalCreate(n), &mut points);
@@ -945,7 +1172,12 @@ fn crash_right_after_journal_creates_links_and_renames() {
     assert!(r.journal_creates + r.renames >= 6 && r.links >= 15, "{r:?}");
     // Every link whose batch was synced was lost (no directory fsync in between): each of those
     // points needed the link record.
-    assert!(s.links_lost * 10 >= r.links as usize * 9, "only {} of {} links lost", s.links_lost, r.links);
+    assert!(
+        s.links_lost * 10 >= r.links as usize * 9,
+        "only {} of {} links lost",
+        s.links_lost,
+        r.links
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -959,26 +1191,57 @@ fn crash_right_after_journal_creates_links_and_renames() {
 #[test]
 fn a_dropped_storage_stays_dropped() {
     let base = scratch_base();
-    let w = Workload { kind: Kind::Drop, seed: 0xDB5E_ED31, txns: 24, journal_file_size: 64 << 10, ..MIXED };
+    let w = Workload {
+        kind: Kind::Drop,
+        seed: 0xDB5E_ED31,
+        txns: 24,
+        journal_file_size: 64 << 10,
+        ..MIXED
+    };
     let r = reference(base.path(), &w);
-    let mut points: Vec<(Workload, Crash)> = durable_points(&w, r.durable, false, 0).into_iter().map(|c| (w, c)).collect();
+    let mut points: Vec<(Workload, Crash)> = durable_points(&w, r.durable, false, 0)
+        .into_iter()
+        .map(|c| (w, c))
+        .collect();
     for n in 1..=r.renames {
         let (mode, seed) = (MODES[n as usize % 4], w.seed ^ (n << 24));
         for lose in [true, false] {
-            points.push((w, Crash { trigger: Trigger::AfterRename(n), mode, lose_unsynced_entries: lose, seed }));
+            points.push((
+                w,
+                Crash {
+                    trigger: Trigger::AfterRename(n),
+                    mode,
+                    lose_unsynced_entries: lose,
+                    seed,
+                },
+            ));
         }
     }
     let s = run_points(base.path(), &points, 4);
-    println!("{r:?}: {} crash points tested ({} after the drop), {} skipped", s.tested, s.dropped, s.skipped);
+    println!(
+        "{r:?}: {} crash points tested ({} after the drop), {} skipped",
+        s.tested, s.dropped, s.skipped
+    );
     assert_clean("drop", &s, points.len(), 25);
-    assert!(s.dropped * 2 >= s.tested, "only {} of {} crash points after the drop", s.dropped, s.tested);
+    assert!(
+        s.dropped * 2 >= s.tested,
+        "only {} of {} crash points after the drop",
+        s.dropped,
+        s.tested
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
 // 4. Invariant 5
 // ---------------------------------------------------------------------------------------------
 
-const INV5: Workload = Workload { kind: Kind::Inv5, seed: 0xDB5E_ED41, txns: 14, journal_file_size: 64 << 10, ..MIXED };
+const INV5: Workload = Workload {
+    kind: Kind::Inv5,
+    seed: 0xDB5E_ED41,
+    txns: 14,
+    journal_file_size: 64 << 10,
+    ..MIXED
+};
 
 /// Branch `b` commits once (its link into `b/Journals/` is not durable: link records stand in
 /// for the directory fsync), then the root commits through several journal files and flushes,
@@ -989,9 +1252,15 @@ const INV5: Workload = Workload { kind: Kind::Inv5, seed: 0xDB5E_ED41, txns: 14,
 fn invariant_5_branch_links_are_durable_before_the_root_lets_a_file_go() {
     let base = scratch_base();
     let r = reference(base.path(), &INV5);
-    let points: Vec<(Workload, Crash)> = durable_points(&INV5, r.durable, true, 0).into_iter().map(|c| (INV5, c)).collect();
+    let points: Vec<(Workload, Crash)> = durable_points(&INV5, r.durable, true, 0)
+        .into_iter()
+        .map(|c| (INV5, c))
+        .collect();
     let s = run_points(base.path(), &points, 0);
-    println!("{r:?}: {} crash points tested, {} skipped", s.tested, s.skipped);
+    println!(
+        "{r:?}: {} crash points tested, {} skipped",
+        s.tested, s.skipped
+    );
     assert_clean("invariant 5", &s, points.len(), 25);
     assert!(r.journal_removes >= 4, "{r:?}");
 }
@@ -1011,7 +1280,9 @@ fn invariant_5_recorded_order() {
     let b_j = path.join("Indexes/b/Journals");
     let mut checked = 0;
     for (li, op) in ops.iter().enumerate() {
-        let DurableOp::Link { to, .. } = op else { continue };
+        let DurableOp::Link { to, .. } = op else {
+            continue;
+        };
         if to.parent() != Some(&*b_j) {
             continue;
         }
@@ -1024,11 +1295,20 @@ fn invariant_5_recorded_order() {
         }) else {
             continue;
         };
-        let synced = ops[li..ri].iter().any(|o| matches!(o, DurableOp::SyncDir(p) if *p == b_j));
-        assert!(synced, "the root let {name:?} go (op {ri}) with b's link to it (op {li}) not fsynced: {:?}", &ops[li..=ri]);
+        let synced = ops[li..ri]
+            .iter()
+            .any(|o| matches!(o, DurableOp::SyncDir(p) if *p == b_j));
+        assert!(
+            synced,
+            "the root let {name:?} go (op {ri}) with b's link to it (op {li}) not fsynced: {:?}",
+            &ops[li..=ri]
+        );
         checked += 1;
     }
-    assert_eq!(checked, 2, "expected b's two links, both released by the root: {ops:?}");
+    assert_eq!(
+        checked, 2,
+        "expected b's two links, both released by the root: {ops:?}"
+    );
 }
 
 /// Negative control: the same crash points, with an environment that silently skips every
@@ -1037,14 +1317,29 @@ fn invariant_5_recorded_order() {
 #[test]
 fn invariant_5_negative_control_loses_the_branch_commit() {
     let base = scratch_base();
-    let w = Workload { skip_b_journals_sync: true, ..INV5 };
+    let w = Workload {
+        skip_b_journals_sync: true,
+        ..INV5
+    };
     let r = reference(base.path(), &w);
     let points: Vec<(Workload, Crash)> = durable_points(&w, r.durable, true, 0)
         .into_iter()
-        .map(|c| (w, Crash { mode: CrashMode::DropUnsynced, ..c }))
+        .map(|c| {
+            (
+                w,
+                Crash {
+                    mode: CrashMode::DropUnsynced,
+                    ..c
+                },
+            )
+        })
         .collect();
     let s = run_points(base.path(), &points, 0);
-    println!("negative control: {} of {} crash points lost data", s.failures.len(), points.len());
+    println!(
+        "negative control: {} of {} crash points lost data",
+        s.failures.len(),
+        points.len()
+    );
     assert!(
         s.failures.iter().any(|f| f.contains("b: missing") || f.contains("b: neither")),
         "skipping b's directory fsyncs lost nothing: the invariant-5 test cannot fail ({} failures)",
@@ -1064,13 +1359,23 @@ fn invariant_5_negative_control_loses_the_branch_commit() {
 #[test]
 fn crash_during_recovery() {
     let base = scratch_base();
-    let w = Workload { seed: 0xDB5E_ED51, txns: 30, flush_on_close: false, ..MIXED };
+    let w = Workload {
+        seed: 0xDB5E_ED51,
+        txns: 30,
+        flush_on_close: false,
+        ..MIXED
+    };
     let r = reference(base.path(), &w);
     assert!(r.links >= 12, "{r:?}");
     let mut tested = 0;
     let mut failures = Vec::new();
     for (li, link) in [2, r.links - 1].into_iter().enumerate() {
-        let first = Crash { trigger: Trigger::AfterSyncFollowingLink(link), mode: CrashMode::DropUnsynced, lose_unsynced_entries: true, seed: 1 };
+        let first = Crash {
+            trigger: Trigger::AfterSyncFollowingLink(link),
+            mode: CrashMode::DropUnsynced,
+            lose_unsynced_entries: true,
+            seed: 1,
+        };
         let crashed = |dir: &Path| -> Option<Outcome> {
             let pl = PowerLossEnv::new(default_env(), dir);
             let (env, _) = workload_env(&pl, &dir.join("db"), &w, Some(first));
@@ -1083,7 +1388,16 @@ fn crash_during_recovery() {
             let out = crashed(dir.path()).expect("the first crash fired");
             let pl = PowerLossEnv::new(default_env(), dir.path());
             let (env, c) = hooked(&pl, Arc::new(pl.clone()), None);
-            Database::open(dir.path().join("db"), Options { env: Arc::new(env), ..recovery_opts() }).unwrap().close().unwrap();
+            Database::open(
+                dir.path().join("db"),
+                Options {
+                    env: Arc::new(env),
+                    ..recovery_opts()
+                },
+            )
+            .unwrap()
+            .close()
+            .unwrap();
             verify(&dir.path().join("db"), &out, false).unwrap();
             c.durable.load(Ordering::SeqCst)
         };
@@ -1094,10 +1408,25 @@ fn crash_during_recovery() {
                 let pl = PowerLossEnv::new(default_env(), dir.path());
                 let mode = MODES[(k as usize + li + before as usize) % 4];
                 let lose = (k + before as u64) % 3 != 0;
-                let trigger = if before { Trigger::BeforeDurable(k) } else { Trigger::AfterDurable(k) };
-                let second = Crash { trigger, mode, lose_unsynced_entries: lose, seed: k };
+                let trigger = if before {
+                    Trigger::BeforeDurable(k)
+                } else {
+                    Trigger::AfterDurable(k)
+                };
+                let second = Crash {
+                    trigger,
+                    mode,
+                    lose_unsynced_entries: lose,
+                    seed: k,
+                };
                 let (env, _) = hooked(&pl, Arc::new(pl.clone()), Some(second));
-                if let Ok(db) = Database::open(dir.path().join("db"), Options { env: Arc::new(env), ..recovery_opts() }) {
+                if let Ok(db) = Database::open(
+                    dir.path().join("db"),
+                    Options {
+                        env: Arc::new(env),
+                        ..recovery_opts()
+                    },
+                ) {
                     let _ = db.close();
                 }
                 if !pl.is_crashed() {
@@ -1111,6 +1440,16 @@ fn crash_during_recovery() {
         }
     }
     println!("{tested} crashes during recovery tested");
-    assert!(failures.is_empty(), "{} failed:\n{}", failures.len(), failures.iter().take(6).cloned().collect::<Vec<_>>().join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failed:\n{}",
+        failures.len(),
+        failures
+            .iter()
+            .take(6)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     assert!(tested >= 40, "only {tested} crashes during recovery");
 }

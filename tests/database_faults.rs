@@ -14,7 +14,11 @@ fn failed_batch_fails_all_its_commits_and_poisons_the_database() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     let env = Arc::new(HookedEnv::new(Arc::new(DefaultEnv::new())));
-    let o = Options { env: env.clone(), flush_mode: FlushMode::Manual, ..Options::default() };
+    let o = Options {
+        env: env.clone(),
+        flush_mode: FlushMode::Manual,
+        ..Options::default()
+    };
     let db = Database::open(&path, o).unwrap();
     let names = ["s1", "s2", "s3"];
     for n in names {
@@ -57,20 +61,51 @@ fn failed_batch_fails_all_its_commits_and_poisons_the_database() {
     let results: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
     assert!(results[0].is_ok(), "{:?}", results[0]);
     for r in &results[1..] {
-        assert!(matches!(r, Err(Error::Io { op: "fdatasync", .. })), "{r:?}");
+        assert!(
+            matches!(
+                r,
+                Err(Error::Io {
+                    op: "fdatasync",
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
     }
-    assert_eq!(syncs.load(Ordering::SeqCst), 2, "s2 and s3 must share one batch");
+    assert_eq!(
+        syncs.load(Ordering::SeqCst),
+        2,
+        "s2 and s3 must share one batch"
+    );
     // The whole database refuses writes now.
     for s in [db.root(), db.storage("s1").unwrap()] {
-        assert!(matches!(s.begin_write().map(|_| ()), Err(Error::Poisoned { .. })));
+        assert!(matches!(
+            s.begin_write().map(|_| ()),
+            Err(Error::Poisoned { .. })
+        ));
     }
     drop(db);
-    let db = Database::open(&path, Options { flush_mode: FlushMode::Manual, ..Options::default() }).unwrap();
+    let db = Database::open(
+        &path,
+        Options {
+            flush_mode: FlushMode::Manual,
+            ..Options::default()
+        },
+    )
+    .unwrap();
     for n in names {
         let r = db.storage(n).unwrap().begin_read().unwrap();
         assert_eq!(r.get(b"before").unwrap(), Some(&b"1"[..]), "{n}");
     }
-    assert_eq!(db.storage("s1").unwrap().begin_read().unwrap().get(b"during").unwrap(), Some(&b"2"[..]));
+    assert_eq!(
+        db.storage("s1")
+            .unwrap()
+            .begin_read()
+            .unwrap()
+            .get(b"during")
+            .unwrap(),
+        Some(&b"2"[..])
+    );
 }
 
 #[test]
@@ -101,11 +136,17 @@ fn an_idle_storage_does_not_pin_old_journal_files() {
     // journal file that is no longer current.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let idle_links = std::fs::read_dir(path.join("Indexes/idle/Journals")).unwrap().count();
+        let idle_links = std::fs::read_dir(path.join("Indexes/idle/Journals"))
+            .unwrap()
+            .count();
         if idle.stats().last_flushed_txn == 1 && idle_links == 0 {
             break;
         }
-        assert!(Instant::now() < deadline, "idle storage still pins journal files: {:?}", idle.stats());
+        assert!(
+            Instant::now() < deadline,
+            "idle storage still pins journal files: {:?}",
+            idle.stats()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     // Every storage's flusher lets go of the old files within a few ticks.

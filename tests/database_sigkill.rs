@@ -37,12 +37,18 @@ fn opts() -> Options {
 }
 
 fn storage_name(i: usize) -> String {
-    if i == 0 { String::new() } else { format!("b{i:02}") }
+    if i == 0 {
+        String::new()
+    } else {
+        format!("b{i:02}")
+    }
 }
 
 #[test]
 fn child_entry() {
-    let Ok(dir) = std::env::var(CHILD_DIR) else { return };
+    let Ok(dir) = std::env::var(CHILD_DIR) else {
+        return;
+    };
     let db = Database::open(&dir, opts()).expect("child: open");
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     for t in 0..6u64 {
@@ -52,7 +58,11 @@ fn child_entry() {
             let mut rng = SmallRng::seed_from_u64(t ^ std::process::id() as u64);
             loop {
                 let i = rng.random_range(0..=BRANCHES);
-                let s = if i == 0 { db.root() } else { db.storage(&storage_name(i)).expect("child: storage") };
+                let s = if i == 0 {
+                    db.root()
+                } else {
+                    db.storage(&storage_name(i)).expect("child: storage")
+                };
                 let key = format!("{:016x}", rng.random::<u64>());
                 let mut w = s.begin_write().expect("child: begin");
                 w.put(&key, value_for(&key)).expect("child: put");
@@ -82,13 +92,33 @@ fn sigkill_rounds_keep_every_acknowledged_commit() {
     let mut rng = SmallRng::seed_from_u64(7);
     let mut acked: Vec<(usize, String)> = Vec::new();
     for round in 0..ROUNDS {
-        let got = common::run_and_kill("child_entry", CHILD_DIR, &path, Duration::from_millis(rng.random_range(150..600)));
+        let got = common::run_and_kill(
+            "child_entry",
+            CHILD_DIR,
+            &path,
+            Duration::from_millis(rng.random_range(150..600)),
+        );
         acked.extend(got);
-        let db = Database::open(&path, Options { flush_mode: FlushMode::Manual, ..Options::default() }).unwrap();
+        let db = Database::open(
+            &path,
+            Options {
+                flush_mode: FlushMode::Manual,
+                ..Options::default()
+            },
+        )
+        .unwrap();
         for (i, k) in &acked {
-            let s = if *i == 0 { db.root() } else { db.storage(&storage_name(*i)).unwrap() };
+            let s = if *i == 0 {
+                db.root()
+            } else {
+                db.storage(&storage_name(*i)).unwrap()
+            };
             let r = s.begin_read().unwrap();
-            assert_eq!(r.get(k).unwrap(), Some(&value_for(k)[..]), "round {round}: storage {i} key {k}");
+            assert_eq!(
+                r.get(k).unwrap(),
+                Some(&value_for(k)[..]),
+                "round {round}: storage {i} key {k}"
+            );
         }
         let mut all = vec![db.root()];
         for n in db.storages() {
@@ -96,9 +126,18 @@ fn sigkill_rounds_keep_every_acknowledged_commit() {
         }
         for s in all {
             let rep = s.check().unwrap();
-            assert!(rep.is_ok(), "round {round}: {}: {:?}", s.path().display(), rep.problems);
+            assert!(
+                rep.is_ok(),
+                "round {round}: {}: {:?}",
+                s.path().display(),
+                rep.problems
+            );
         }
         db.close().unwrap();
     }
-    assert!(acked.len() > 100, "only {} commits acknowledged over {ROUNDS} rounds", acked.len());
+    assert!(
+        acked.len() > 100,
+        "only {} commits acknowledged over {ROUNDS} rounds",
+        acked.len()
+    );
 }

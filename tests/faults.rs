@@ -12,7 +12,11 @@ fn hooked() -> Arc<HookedEnv> {
 }
 
 fn opts(env: Arc<dyn StorageEnv>) -> Options {
-    Options { env, flush_mode: FlushMode::Manual, ..Options::default() }
+    Options {
+        env,
+        flush_mode: FlushMode::Manual,
+        ..Options::default()
+    }
 }
 
 fn commit_n(s: &Storage, from: u32, to: u32) {
@@ -33,7 +37,11 @@ fn assert_keys(s: &Storage, n: u32) {
     }
     assert_eq!(r.len(), n as u64);
     for i in 0..n {
-        assert_eq!(r.get(format!("k{i:05}")).unwrap(), Some(format!("v{i}").as_bytes()), "k{i:05}");
+        assert_eq!(
+            r.get(format!("k{i:05}")).unwrap(),
+            Some(format!("v{i}").as_bytes()),
+            "k{i:05}"
+        );
     }
     let report = s.check().unwrap();
     assert!(report.is_ok(), "{:?}", report.problems);
@@ -50,7 +58,10 @@ fn eio_on_journal_fdatasync_fails_the_commit_and_poisons() {
     let mut w = s.begin_write().unwrap();
     w.put(b"lost", b"x").unwrap();
     let err = w.commit().unwrap_err();
-    assert!(matches!(&err, Error::Io { op: "fdatasync", source, .. } if source.raw_os_error() == Some(libc::EIO)), "{err:?}");
+    assert!(
+        matches!(&err, Error::Io { op: "fdatasync", source, .. } if source.raw_os_error() == Some(libc::EIO)),
+        "{err:?}"
+    );
     assert!(s.is_poisoned());
     // Every later write is refused, even though the next sync would succeed (no retry).
     assert!(matches!(s.begin_write(), Err(Error::Poisoned { .. })));
@@ -107,7 +118,16 @@ fn eio_on_data_file_sync_during_flush_poisons_and_reopen_recovers() {
     commit_n(&s, 0, 200);
     env.fail_matching(OpKind::SyncData, "data.pages", 1, Fault::Eio);
     let err = s.flush().unwrap_err();
-    assert!(matches!(&err, Error::Io { op: "fdatasync", .. }), "{err:?}");
+    assert!(
+        matches!(
+            &err,
+            Error::Io {
+                op: "fdatasync",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert!(s.is_poisoned());
     assert!(matches!(s.begin_write(), Err(Error::Poisoned { .. })));
     drop(s);

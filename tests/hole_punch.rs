@@ -16,7 +16,14 @@ fn value(i: u32) -> Vec<u8> {
 #[test]
 fn punch_freed_runs_and_reuse_them() {
     let dir = tempfile::tempdir().unwrap();
-    let s = Storage::open(dir.path().join("s"), Options { flush_mode: FlushMode::Manual, ..Options::default() }).unwrap();
+    let s = Storage::open(
+        dir.path().join("s"),
+        Options {
+            flush_mode: FlushMode::Manual,
+            ..Options::default()
+        },
+    )
+    .unwrap();
     for chunk in 0..COUNT / 64 {
         let mut w = s.begin_write().unwrap();
         for i in chunk * 64..(chunk + 1) * 64 {

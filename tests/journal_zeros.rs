@@ -28,7 +28,11 @@ fn journal_records(path: &std::path::Path) -> (usize, Vec<(u64, u64)>) {
         .unwrap();
         let len = std::fs::metadata(&p).unwrap().len();
         let bytes = std::fs::read(&p).unwrap();
-        assert!(bytes[end.offset as usize..].iter().all(|&b| b == 0), "tail of {} is not zeros", p.display());
+        assert!(
+            bytes[end.offset as usize..].iter().all(|&b| b == 0),
+            "tail of {} is not zeros",
+            p.display()
+        );
         ends.push((end.offset, len));
     }
     (commits, ends)
@@ -50,9 +54,16 @@ fn n_records_then_zeros_recover_n() {
     let (commits, ends) = journal_records(&path);
     assert_eq!(commits, N as usize);
     let (end, len) = *ends.last().unwrap();
-    assert!(len - end >= 2 << 20, "the writer keeps at least half its 4 MiB window zeroed ({end} of {len})");
+    assert!(
+        len - end >= 2 << 20,
+        "the writer keeps at least half its 4 MiB window zeroed ({end} of {len})"
+    );
     // Make it exactly the scenario: N records followed by 4 MiB of zeros.
-    let last = recovery::list(&omnibus::env::DefaultEnv::new(), &path.join("Journals")).unwrap().pop().unwrap().1;
+    let last = recovery::list(&omnibus::env::DefaultEnv::new(), &path.join("Journals"))
+        .unwrap()
+        .pop()
+        .unwrap()
+        .1;
     let f = std::fs::OpenOptions::new().write(true).open(&last).unwrap();
     f.set_len(end + (4 << 20)).unwrap();
     drop(f);
@@ -75,7 +86,10 @@ fn n_records_then_zeros_recover_n() {
     let r = s.begin_read().unwrap();
     assert_eq!(r.len(), N as u64 + 10);
     for i in 0..N + 10 {
-        assert_eq!(r.get(format!("k{i:04}")).unwrap(), Some(format!("v{i}").as_bytes()));
+        assert_eq!(
+            r.get(format!("k{i:04}")).unwrap(),
+            Some(format!("v{i}").as_bytes())
+        );
     }
     assert!(s.check().unwrap().is_ok());
 }

@@ -23,8 +23,17 @@ fn assert_same(snap: &ReadTransaction, model: &Model) {
     for (k, v) in model {
         let (gk, gv) = it.next().expect("snapshot ended early").unwrap();
         assert_eq!(gk, k.as_slice());
-        assert_eq!(gv.len(), v.len(), "value length of {:?}", String::from_utf8_lossy(k));
-        assert!(gv == v.as_slice(), "value of {:?}", String::from_utf8_lossy(k));
+        assert_eq!(
+            gv.len(),
+            v.len(),
+            "value length of {:?}",
+            String::from_utf8_lossy(k)
+        );
+        assert!(
+            gv == v.as_slice(),
+            "value of {:?}",
+            String::from_utf8_lossy(k)
+        );
     }
     assert!(it.next().is_none(), "snapshot has extra entries");
 }
@@ -55,7 +64,11 @@ fn run(seed: u64, rounds: usize, target_keys: u32, mode: FlushMode) {
     for round in 0..rounds {
         let mut w = s.begin_write().unwrap();
         let mut next = model.clone();
-        let ops = if next.len() < target_keys as usize { 2000 } else { 300 };
+        let ops = if next.len() < target_keys as usize {
+            2000
+        } else {
+            300
+        };
         for _ in 0..ops {
             match rng.random_range(0..10) {
                 0..=5 => {
@@ -102,7 +115,11 @@ fn run(seed: u64, rounds: usize, target_keys: u32, mode: FlushMode) {
                 assert_same(&snap, &m);
             }
             let report = s.check().unwrap();
-            assert!(report.is_ok(), "round {round}: {:?}", &report.problems[..report.problems.len().min(5)]);
+            assert!(
+                report.is_ok(),
+                "round {round}: {:?}",
+                &report.problems[..report.problems.len().min(5)]
+            );
             if rng.random_bool(0.5) {
                 s.close().unwrap();
             } else {
@@ -117,7 +134,11 @@ fn run(seed: u64, rounds: usize, target_keys: u32, mode: FlushMode) {
     }
     assert_same(&s.begin_read().unwrap(), &model);
     let report = s.check().unwrap();
-    assert!(report.is_ok(), "{:?}", &report.problems[..report.problems.len().min(5)]);
+    assert!(
+        report.is_ok(),
+        "{:?}",
+        &report.problems[..report.problems.len().min(5)]
+    );
 }
 
 #[test]

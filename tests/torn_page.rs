@@ -8,7 +8,10 @@ use omnibus::env::DefaultEnv;
 use omnibus::{FlushMode, Options, Storage};
 
 fn opts() -> Options {
-    Options { flush_mode: FlushMode::Manual, ..Options::default() }
+    Options {
+        flush_mode: FlushMode::Manual,
+        ..Options::default()
+    }
 }
 
 #[test]
@@ -29,7 +32,14 @@ fn torn_data_pages_are_repaired_from_the_journal() {
     let before = std::fs::read(&data).unwrap();
     {
         let env = Arc::new(HookedEnv::new(Arc::new(DefaultEnv::new())));
-        let s = Storage::open(&path, Options { env: env.clone(), ..opts() }).unwrap();
+        let s = Storage::open(
+            &path,
+            Options {
+                env: env.clone(),
+                ..opts()
+            },
+        )
+        .unwrap();
         let mut w = s.begin_write().unwrap();
         for i in (0..3000).step_by(3) {
             w.put(format!("key{i:05}"), value(i, 1)).unwrap();
@@ -47,7 +57,10 @@ fn torn_data_pages_are_repaired_from_the_journal() {
         let (a, b) = (p * 8192, p * 8192 + 4096);
         if after[a..a + 8192] != before[a..a + 8192] && after[b..b + 4096] != before[b..b + 4096] {
             after[b..b + 4096].copy_from_slice(&before[b..b + 4096]);
-            assert!(!omnibus::page::verify_checksum(&after[a..a + 8192]), "page {p} should now fail its checksum");
+            assert!(
+                !omnibus::page::verify_checksum(&after[a..a + 8192]),
+                "page {p} should now fail its checksum"
+            );
             torn += 1;
         }
     }
@@ -59,7 +72,10 @@ fn torn_data_pages_are_repaired_from_the_journal() {
     assert_eq!(r.len(), 3000);
     for i in 0..3000 {
         let gen = if i % 3 == 0 { 1 } else { 0 };
-        assert_eq!(r.get(format!("key{i:05}")).unwrap(), Some(value(i, gen).as_bytes()));
+        assert_eq!(
+            r.get(format!("key{i:05}")).unwrap(),
+            Some(value(i, gen).as_bytes())
+        );
     }
     let report = s.check().unwrap();
     assert!(report.is_ok(), "{:?}", report.problems);

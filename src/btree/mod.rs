@@ -56,7 +56,9 @@ pub(crate) fn get<'a>(state: &'a State, key: &[u8]) -> Result<Option<&'a [u8]>> 
                     None => Err(corrupt(state, p, "malformed leaf page")),
                     Some(Err(_)) => Ok(None),
                     Some(Ok(i)) => {
-                        let (_, val) = v.cell(i).ok_or_else(|| corrupt(state, p, "malformed leaf cell"))?;
+                        let (_, val) = v
+                            .cell(i)
+                            .ok_or_else(|| corrupt(state, p, "malformed leaf cell"))?;
                         value(state, val).map(Some)
                     }
                 };
@@ -82,7 +84,11 @@ pub struct Range<'a> {
 }
 
 impl<'a> Range<'a> {
-    pub(crate) fn new(state: &'a State, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Result<Range<'a>> {
+    pub(crate) fn new(
+        state: &'a State,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+    ) -> Result<Range<'a>> {
         let mut r = Range {
             state,
             stack: Vec::new(),
@@ -108,7 +114,9 @@ impl<'a> Range<'a> {
                             .child_index(k)
                             .ok_or_else(|| corrupt(state, p, "malformed branch page"))?,
                     };
-                    p = v.child(i).ok_or_else(|| corrupt(state, p, "malformed branch page"))?;
+                    p = v
+                        .child(i)
+                        .ok_or_else(|| corrupt(state, p, "malformed branch page"))?;
                     r.stack.push(Level::Branch(v, i));
                 }
                 PageKind::Leaf => {
@@ -150,13 +158,17 @@ impl<'a> Range<'a> {
             };
             if *i < v.keys() {
                 *i += 1;
-                let mut p = v.child(*i).ok_or_else(|| corrupt(self.state, 0, "malformed branch page"))?;
+                let mut p = v
+                    .child(*i)
+                    .ok_or_else(|| corrupt(self.state, 0, "malformed branch page"))?;
                 loop {
                     let (img, h) = self.state.page(p)?;
                     match h.kind {
                         PageKind::Branch => {
                             let v = BranchView::new(img, &h);
-                            let c = v.child(0).ok_or_else(|| corrupt(self.state, p, "malformed branch page"))?;
+                            let c = v
+                                .child(0)
+                                .ok_or_else(|| corrupt(self.state, p, "malformed branch page"))?;
                             self.stack.push(Level::Branch(v, 0));
                             p = c;
                         }
@@ -182,7 +194,9 @@ impl<'a> Range<'a> {
                 return Ok(None);
             };
             if *i < v.len() {
-                let (k, val) = v.cell(*i).ok_or_else(|| corrupt(self.state, *p, "malformed leaf cell"))?;
+                let (k, val) = v
+                    .cell(*i)
+                    .ok_or_else(|| corrupt(self.state, *p, "malformed leaf cell"))?;
                 *i += 1;
                 if self.past_end(k) {
                     return Ok(None);
@@ -253,16 +267,25 @@ struct Checker<'a> {
 impl<'a> Checker<'a> {
     fn problem(&mut self, page: u64, what: impl Into<String>) {
         if self.report.problems.len() < 1000 {
-            self.report
-                .problems
-                .push(Corruption { file: self.state.path().to_path_buf(), page: Some(page), offset: None, what: what.into() });
+            self.report.problems.push(Corruption {
+                file: self.state.path().to_path_buf(),
+                page: Some(page),
+                offset: None,
+                what: what.into(),
+            });
         }
     }
 
     fn mark(&mut self, start: u64, n: u64) {
         for p in start..start.saturating_add(n) {
             if p >= self.state.next_page {
-                self.problem(p, format!("page in use at or beyond next page {}", self.state.next_page));
+                self.problem(
+                    p,
+                    format!(
+                        "page in use at or beyond next page {}",
+                        self.state.next_page
+                    ),
+                );
                 return;
             }
             let (w, b) = ((p / 64) as usize, p % 64);
@@ -334,7 +357,9 @@ impl<'a> Checker<'a> {
                         if let Some((_, oh)) = self.page(page) {
                             if oh.kind != PageKind::Overflow {
                                 self.problem(page, "expected an overflow page");
-                            } else if (oh.run_pages as u64) < crate::page::overflow_run_pages(len as usize) as u64 {
+                            } else if (oh.run_pages as u64)
+                                < crate::page::overflow_run_pages(len as usize) as u64
+                            {
                                 self.problem(page, "overflow run shorter than its value");
                             } else {
                                 self.mark(page, oh.run_pages as u64);
@@ -384,7 +409,10 @@ pub(crate) fn check(state: &State) -> CheckReport {
     let words = (state.next_page as usize).div_ceil(64) + 1;
     let mut c = Checker {
         state,
-        report: CheckReport { txn_id: state.txn_id, ..Default::default() },
+        report: CheckReport {
+            txn_id: state.txn_id,
+            ..Default::default()
+        },
         used: vec![0; words],
         leaf_depth: None,
     };
@@ -404,9 +432,13 @@ pub(crate) fn check(state: &State) -> CheckReport {
                 c.problem(state.freedir, "expected a free-space directory page");
             } else {
                 let n = h.count as usize;
-                let pages: Vec<u64> = (0..n).filter_map(|i| crate::page::rd_u64(img, HEADER_LEN + 8 * i)).collect();
+                let pages: Vec<u64> = (0..n)
+                    .filter_map(|i| crate::page::rd_u64(img, HEADER_LEN + 8 * i))
+                    .collect();
                 for (idx, bp) in pages.into_iter().enumerate() {
-                    let Some((bimg, bh)) = c.page(bp) else { continue };
+                    let Some((bimg, bh)) = c.page(bp) else {
+                        continue;
+                    };
                     c.mark(bp, 1);
                     if bh.kind != PageKind::FreeBitmap {
                         c.problem(bp, "expected a free-space bitmap page");

@@ -171,7 +171,8 @@ impl StorageEnv for DefaultEnv {
 
     fn sync_dir(&self, path: &Path) -> EnvResult<()> {
         let dir = File::open(path).map_err(|e| EnvError::new("open dir", path, e))?;
-        dir.sync_all().map_err(|e| EnvError::new("fsync dir", path, e))
+        dir.sync_all()
+            .map_err(|e| EnvError::new("fsync dir", path, e))
     }
 
     fn list_dir(&self, path: &Path) -> EnvResult<Vec<String>> {

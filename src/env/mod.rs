@@ -140,7 +140,14 @@ const IOPRIO_WHO_PROCESS: i64 = 1;
 pub fn set_thread_io_priority(level: i64) -> std::io::Result<()> {
     // SAFETY: ioprio_set takes three integers and touches no memory of ours; `who = 0` with
     // IOPRIO_WHO_PROCESS means the calling thread.
-    let r = unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, (IOPRIO_CLASS_BE << IOPRIO_CLASS_SHIFT) | level) };
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_ioprio_set,
+            IOPRIO_WHO_PROCESS,
+            0,
+            (IOPRIO_CLASS_BE << IOPRIO_CLASS_SHIFT) | level,
+        )
+    };
     if r < 0 {
         return Err(std::io::Error::last_os_error());
     }

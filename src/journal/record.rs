@@ -135,7 +135,9 @@ fn longest_zero_run(img: &[u8]) -> (usize, usize) {
     let base = crate::page::HEADER_LEN;
     for (w, chunk) in img[base..].chunks_exact(8).enumerate() {
         let i = base + w * 8;
-        let zero = u64::from_ne_bytes([chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7]]) == 0;
+        let zero = u64::from_ne_bytes([
+            chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7],
+        ]) == 0;
         match (zero, cur_start) {
             (true, None) => cur_start = Some(i),
             (false, Some(s)) => {
@@ -176,7 +178,12 @@ pub struct OutRecord {
 
 impl OutRecord {
     /// A record whose body is `parts`.
-    pub fn new(kind: RecordKind, storage_id: u64, txn_id: u64, parts: Vec<std::sync::Arc<[u8]>>) -> OutRecord {
+    pub fn new(
+        kind: RecordKind,
+        storage_id: u64,
+        txn_id: u64,
+        parts: Vec<std::sync::Arc<[u8]>>,
+    ) -> OutRecord {
         let mut h = crc32fast::Hasher::new();
         let mut len = 0u64;
         for p in &parts {
@@ -213,7 +220,12 @@ impl OutRecord {
 }
 
 /// Builds a commit record from its meta and sealed page images `(page number, image)`.
-pub fn commit_record(storage_id: u64, txn_id: u64, meta: CommitMeta, images: &[(u64, std::sync::Arc<[u8]>)]) -> OutRecord {
+pub fn commit_record(
+    storage_id: u64,
+    txn_id: u64,
+    meta: CommitMeta,
+    images: &[(u64, std::sync::Arc<[u8]>)],
+) -> OutRecord {
     let mut fixed = Vec::with_capacity(COMMIT_FIXED + images.len() * 12);
     fixed.extend_from_slice(&meta.root.to_le_bytes());
     fixed.extend_from_slice(&meta.freedir.to_le_bytes());
@@ -223,8 +235,15 @@ pub fn commit_record(storage_id: u64, txn_id: u64, meta: CommitMeta, images: &[(
     let mut parts: Vec<std::sync::Arc<[u8]>> = Vec::with_capacity(images.len() * 2 + 1);
     parts.push(fixed.into());
     for (p, img) in images {
-        debug_assert!(crate::page::verify_checksum(img), "unsealed image for page {p}");
-        let (a, b) = if img.len() == PAGE_SIZE { longest_zero_run(img) } else { (0, 0) };
+        debug_assert!(
+            crate::page::verify_checksum(img),
+            "unsealed image for page {p}"
+        );
+        let (a, b) = if img.len() == PAGE_SIZE {
+            longest_zero_run(img)
+        } else {
+            (0, 0)
+        };
         if b - a >= MIN_TRIM {
             let mut part = Vec::with_capacity(16 + PAGE_SIZE - (b - a));
             part.extend_from_slice(&p.to_le_bytes());
@@ -336,11 +355,28 @@ mod tests {
     #[test]
     fn trimmed_images_roundtrip() {
         use crate::page::node::{LeafEntry, Node, Val};
-        let leaf = Node::Leaf(vec![LeafEntry { key: b"k".to_vec(), val: Val::Inline(b"v".to_vec()) }]).encode(7, 3);
+        let leaf = Node::Leaf(vec![LeafEntry {
+            key: b"k".to_vec(),
+            val: Val::Inline(b"v".to_vec()),
+        }])
+        .encode(7, 3);
         let full = crate::page::node::encode_overflow(&[9u8; 20_000], 9, 3);
-        let meta = CommitMeta { root: 7, freedir: 0, next_page: 20, entries: 1 };
-        let rec = commit_record(1, 3, meta, &[(7, leaf.clone().into()), (9, full.clone().into())]);
-        assert!(rec.body_len < (PAGE_SIZE as u64) * 4, "the leaf's free middle was not left out");
+        let meta = CommitMeta {
+            root: 7,
+            freedir: 0,
+            next_page: 20,
+            entries: 1,
+        };
+        let rec = commit_record(
+            1,
+            3,
+            meta,
+            &[(7, leaf.clone().into()), (9, full.clone().into())],
+        );
+        assert!(
+            rec.body_len < (PAGE_SIZE as u64) * 4,
+            "the leaf's free middle was not left out"
+        );
         let body: Vec<u8> = rec.parts.iter().flat_map(|p| p.iter().copied()).collect();
         let (m, imgs) = decode_commit(&body).unwrap();
         assert_eq!(m, meta);

@@ -188,14 +188,25 @@ impl Journal {
     /// numbered `first_no` (always a fresh file after open, so bytes after a torn tail of an
     /// older file are never overwritten and re-read). The file is pre-zeroed, synced, and the
     /// directory synced before this returns (DESIGN invariant 6).
-    pub fn open(env: Arc<dyn StorageEnv>, owner: u64, owner_dir: &Path, first_no: u64, cfg: JournalConfig) -> Result<Arc<Journal>> {
+    pub fn open(
+        env: Arc<dyn StorageEnv>,
+        owner: u64,
+        owner_dir: &Path,
+        first_no: u64,
+        cfg: JournalConfig,
+    ) -> Result<Arc<Journal>> {
         let dir = owner_dir.join(crate::storage::JOURNALS_DIR);
         let j = Arc::new(Journal::new(env, owner, owner_dir, cfg));
         // Leftover pool files from an earlier session are ready to use; others are removed.
         for name in j.env.list_dir(&dir)? {
             if name.ends_with(POOL_SUFFIX) {
                 let p = dir.join(&name);
-                let ok = j.env.open(&p, OpenMode::Existing).and_then(|f| f.len()).map(|l| l == cfg.file_size).unwrap_or(false);
+                let ok = j
+                    .env
+                    .open(&p, OpenMode::Existing)
+                    .and_then(|f| f.len())
+                    .map(|l| l == cfg.file_size)
+                    .unwrap_or(false);
                 if ok && cfg.pool_files > 0 {
                     lock(&j.pool.ready).push_back(p);
                 } else {
@@ -215,7 +226,13 @@ impl Journal {
 
     fn new(env: Arc<dyn StorageEnv>, owner: u64, owner_dir: &Path, cfg: JournalConfig) -> Journal {
         let mut storages = HashMap::new();
-        storages.insert(owner, StorageDir { dir: owner_dir.to_path_buf(), rel: String::new() });
+        storages.insert(
+            owner,
+            StorageDir {
+                dir: owner_dir.to_path_buf(),
+                rel: String::new(),
+            },
+        );
         Journal {
             env,
             dir: owner_dir.join(crate::storage::JOURNALS_DIR),
@@ -257,7 +274,16 @@ impl Journal {
 
     /// A journal that refuses every commit (storages opened read-only).
     pub fn open_read_only(env: Arc<dyn StorageEnv>, owner: u64, owner_dir: &Path) -> Arc<Journal> {
-        let j = Journal::new(env, owner, owner_dir, JournalConfig { file_size: 0, prezero: Prezero::default(), pool_files: 0 });
+        let j = Journal::new(
+            env,
+            owner,
+            owner_dir,
+            JournalConfig {
+                file_size: 0,
+                prezero: Prezero::default(),
+                pool_files: 0,
+            },
+        );
         lock(&j.shared).poisoned = Some("opened read-only".into());
         Arc::new(j)
     }
@@ -277,7 +303,13 @@ impl Journal {
     /// highest txn id of its records in each (`files`, from its recovery scan).
     pub fn register(&self, sid: u64, dir: &Path, rel: &str, files: &BTreeMap<u64, u64>) {
         let mut io = lock(&self.io);
-        io.storages.insert(sid, StorageDir { dir: dir.to_path_buf(), rel: rel.to_string() });
+        io.storages.insert(
+            sid,
+            StorageDir {
+                dir: dir.to_path_buf(),
+                rel: rel.to_string(),
+            },
+        );
         for (no, max) in files {
             let m = io.entries.entry(*no).or_default().entry(sid).or_insert(0);
             *m = (*m).max(*max);
@@ -302,7 +334,8 @@ impl Journal {
             l.retain(|(s, _)| *s != sid);
         }
         let current = io.no;
-        io.entries.retain(|no, per| *no == current || !per.is_empty());
+        io.entries
+            .retain(|no, per| *no == current || !per.is_empty());
     }
 
     /// Counters since open.
@@ -388,7 +421,10 @@ impl Journal {
         if let Some(cause) = self.poisoned() {
             return Err(Error::Poisoned { cause });
         }
-        let batch: Vec<Waiting> = records.into_iter().map(|record| Waiting { ticket: 0, record }).collect();
+        let batch: Vec<Waiting> = records
+            .into_iter()
+            .map(|record| Waiting { ticket: 0, record })
+            .collect();
         let r = self.write_batch(&batch);
         if let Err(e) = &r {
             self.poison(e.to_string());
@@ -399,20 +435,32 @@ impl Journal {
     fn write_batch(&self, batch: &[Waiting]) -> Result<u64> {
         let mut io = lock(&self.io);
         // Room for the records, link records and padding.
-        let est: u64 = batch.iter().map(|w| w.record.total_len() + RECORD_HEADER_LEN as u64 + 512).sum::<u64>() + 2 * BATCH_ALIGN;
+        let est: u64 = batch
+            .iter()
+            .map(|w| w.record.total_len() + RECORD_HEADER_LEN as u64 + 512)
+            .sum::<u64>()
+            + 2 * BATCH_ALIGN;
         if io.pos > 0 && io.pos + est > self.file_size {
             let next = io.no + 1;
             self.new_file(&mut io, next, est)?;
         }
         let links = self.link_batch(&mut io, batch)?;
-        let records: Vec<&OutRecord> = links.iter().chain(batch.iter().map(|w| &w.record)).collect();
+        let records: Vec<&OutRecord> = links
+            .iter()
+            .chain(batch.iter().map(|w| &w.record))
+            .collect();
         let body: u64 = records.iter().map(|r| r.total_len()).sum();
         let pad = padding_for(io.pos + body);
         let len = body + pad.as_ref().map_or(0, |p| p.total_len());
         debug_assert_eq!((io.pos + len) % BATCH_ALIGN, 0);
         let end = io.pos + len;
         self.ensure_zeroed(&mut io, end)?;
-        let headers: Vec<[u8; RECORD_HEADER_LEN]> = records.iter().copied().chain(pad.iter()).map(|r| r.header(io.no)).collect();
+        let headers: Vec<[u8; RECORD_HEADER_LEN]> = records
+            .iter()
+            .copied()
+            .chain(pad.iter())
+            .map(|r| r.header(io.no))
+            .collect();
         let mut slices: Vec<IoSlice<'_>> = Vec::new();
         for (r, h) in records.iter().copied().chain(pad.iter()).zip(&headers) {
             slices.push(IoSlice::new(h));
@@ -429,7 +477,10 @@ impl Journal {
         io.file.sync_data()?;
         self.fdatasyncs.fetch_add(1, Ordering::Relaxed);
         io.pos += len;
-        if self.pool.target > 0 && io.pos > self.file_size / 2 && !self.pool.wanted.swap(true, Ordering::AcqRel) {
+        if self.pool.target > 0
+            && io.pos > self.file_size / 2
+            && !self.pool.wanted.swap(true, Ordering::AcqRel)
+        {
             self.pool.cv.notify_all();
         }
         let no = io.no;
@@ -439,7 +490,8 @@ impl Journal {
             *m = (*m).max(w.record.txn_id);
         }
         self.batches.fetch_add(1, Ordering::Relaxed);
-        self.commits.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        self.commits
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
         self.bytes.fetch_add(len, Ordering::Relaxed);
         Ok(no)
     }
@@ -457,7 +509,9 @@ impl Journal {
                 continue;
             }
             // A storage dropped while its commit was queued: its directory is going away.
-            let Some(sd) = io.storages.get(&sid).cloned() else { continue };
+            let Some(sd) = io.storages.get(&sid).cloned() else {
+                continue;
+            };
             let to = sd.dir.join(crate::storage::JOURNALS_DIR).join(&name);
             match self.env.link(&self.dir.join(&name), &to) {
                 Ok(()) => {}
@@ -472,7 +526,12 @@ impl Journal {
             let mut body = Vec::with_capacity(8 + sd.rel.len());
             body.extend_from_slice(&sid.to_le_bytes());
             body.extend_from_slice(sd.rel.as_bytes());
-            out.push(OutRecord::new(super::record::RecordKind::Link, sid, 0, vec![body.into()]));
+            out.push(OutRecord::new(
+                super::record::RecordKind::Link,
+                sid,
+                0,
+                vec![body.into()],
+            ));
         }
         Ok(out)
     }
@@ -485,7 +544,9 @@ impl Journal {
             Prezero::Off => return Ok(()),
         };
         // Keep at least half the window zeroed past the write position; refill to a whole one.
-        if end + ahead / 2 <= io.zeroed_end || (end <= io.zeroed_end && io.zeroed_end >= self.file_size) {
+        if end + ahead / 2 <= io.zeroed_end
+            || (end <= io.zeroed_end && io.zeroed_end >= self.file_size)
+        {
             return Ok(());
         }
         let target = (end + ahead).div_ceil(BATCH_ALIGN) * BATCH_ALIGN;
@@ -498,7 +559,11 @@ impl Journal {
     /// a new file zeroed here (room for at least `need` bytes); then syncs the directory.
     fn new_file(&self, io: &mut Io, no: u64, need: u64) -> Result<()> {
         let path = self.dir.join(super::file_name(no));
-        let pooled = if need <= self.file_size { lock(&self.pool.ready).pop_front() } else { None };
+        let pooled = if need <= self.file_size {
+            lock(&self.pool.ready).pop_front()
+        } else {
+            None
+        };
         let (file, zeroed) = match pooled {
             Some(p) => {
                 self.pool.cv.notify_all();
@@ -529,7 +594,11 @@ impl Journal {
         io.zeroed_end = zeroed;
         self.env.sync_dir(&self.dir)?;
         self.dir_syncs.fetch_add(1, Ordering::Relaxed);
-        io.entries.entry(no).or_default().entry(self.owner).or_insert(0);
+        io.entries
+            .entry(no)
+            .or_default()
+            .entry(self.owner)
+            .or_insert(0);
         io.created.insert(no);
         Ok(())
     }
@@ -550,8 +619,13 @@ impl Journal {
             .collect();
         for no in &done {
             self.make_links_durable(&mut io, *no)?;
-            let Some(sd) = io.storages.get(&sid).cloned() else { break };
-            let path = sd.dir.join(crate::storage::JOURNALS_DIR).join(super::file_name(*no));
+            let Some(sd) = io.storages.get(&sid).cloned() else {
+                break;
+            };
+            let path = sd
+                .dir
+                .join(crate::storage::JOURNALS_DIR)
+                .join(super::file_name(*no));
             let last = io.entries.get(no).map(|p| p.len() == 1).unwrap_or(true);
             // Recycle only a file this journal created in this session whose only name is the
             // one being removed: a file from an earlier session may still be hard-linked from
@@ -561,10 +635,17 @@ impl Journal {
                 && sid == self.owner
                 && io.created.contains(no)
                 && lock(&self.pool.ready).len() < self.pool.target
-                && std::fs::metadata(&path).map(|m| std::os::unix::fs::MetadataExt::nlink(&m) == 1).unwrap_or(false);
+                && std::fs::metadata(&path)
+                    .map(|m| std::os::unix::fs::MetadataExt::nlink(&m) == 1)
+                    .unwrap_or(false);
             let r = if recycle {
                 let to = self.dir.join(format!("{no:016}{POOL_SUFFIX}"));
-                let ok = self.env.open(&path, OpenMode::Existing).and_then(|f| f.len()).map(|l| l == self.file_size).unwrap_or(false);
+                let ok = self
+                    .env
+                    .open(&path, OpenMode::Existing)
+                    .and_then(|f| f.len())
+                    .map(|l| l == self.file_size)
+                    .unwrap_or(false);
                 if ok {
                     self.env.rename(&path, &to).map(|()| {
                         lock(&self.pool.ready).push_back(to);
@@ -601,8 +682,11 @@ impl Journal {
             if io.dir_synced.get(&sid).is_some_and(|s| *s > made) {
                 continue;
             }
-            let Some(sd) = io.storages.get(&sid).cloned() else { continue };
-            self.env.sync_dir(&sd.dir.join(crate::storage::JOURNALS_DIR))?;
+            let Some(sd) = io.storages.get(&sid).cloned() else {
+                continue;
+            };
+            self.env
+                .sync_dir(&sd.dir.join(crate::storage::JOURNALS_DIR))?;
             self.dir_syncs.fetch_add(1, Ordering::Relaxed);
             let seq = io.seq;
             io.seq += 1;
@@ -615,7 +699,9 @@ impl Journal {
     /// one: flushing it lets that file go (bounded retention, DESIGN invariant 11).
     pub fn pins_old_file(&self, sid: u64) -> bool {
         let io = lock(&self.io);
-        io.entries.iter().any(|(no, per)| *no != io.no && per.contains_key(&sid))
+        io.entries
+            .iter()
+            .any(|(no, per)| *no != io.no && per.contains_key(&sid))
     }
 
     /// The number of the current journal file.
@@ -644,12 +730,14 @@ fn start_pool(j: &Arc<Journal>) {
     let dir = j.dir.clone();
     let size = j.file_size;
     let mut k = j.current_no() * 1000;
-    let h = std::thread::Builder::new().name("omnibus-journal-pool".into()).spawn(move || {
-        if let Err(e) = crate::env::set_thread_io_priority(7) {
-            tracing::debug!(error = %e, "ioprio_set failed for the journal pool thread");
-        }
-        pool_loop(&pool, &*env, &dir, size, &mut k)
-    });
+    let h = std::thread::Builder::new()
+        .name("omnibus-journal-pool".into())
+        .spawn(move || {
+            if let Err(e) = crate::env::set_thread_io_priority(7) {
+                tracing::debug!(error = %e, "ioprio_set failed for the journal pool thread");
+            }
+            pool_loop(&pool, &*env, &dir, size, &mut k)
+        });
     if let Ok(h) = h {
         *lock(&j.pool.thread) = Some(h);
     }
@@ -665,11 +753,14 @@ fn pool_loop(pool: &Pool, env: &dyn StorageEnv, dir: &Path, size: u64, k: &mut u
             drop(g);
             *k += 1;
             let p = dir.join(format!("pool-{k:016}{POOL_SUFFIX}"));
-            let r = env.open(&p, OpenMode::CreateNew).map_err(Error::from).and_then(|f| {
-                write_zeros(&*f, 0, size)?;
-                f.sync_data()?;
-                Ok(())
-            });
+            let r = env
+                .open(&p, OpenMode::CreateNew)
+                .map_err(Error::from)
+                .and_then(|f| {
+                    write_zeros(&*f, 0, size)?;
+                    f.sync_data()?;
+                    Ok(())
+                });
             match r {
                 Ok(()) => lock(&pool.ready).push_back(p),
                 Err(e) => {
@@ -684,7 +775,9 @@ fn pool_loop(pool: &Pool, env: &dyn StorageEnv, dir: &Path, size: u64, k: &mut u
         if pool.stop.load(Ordering::Acquire) {
             return;
         }
-        let _ = pool.cv.wait_timeout(g, std::time::Duration::from_millis(200));
+        let _ = pool
+            .cv
+            .wait_timeout(g, std::time::Duration::from_millis(200));
     }
 }
 

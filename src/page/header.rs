@@ -17,7 +17,9 @@
 
 use std::path::Path;
 
-use super::{rd_u32, rd_u64, seal, verify_checksum, wr_u32, wr_u64, zeroed, PageHeader, PageKind, PAGE_SIZE};
+use super::{
+    rd_u32, rd_u64, seal, verify_checksum, wr_u32, wr_u64, zeroed, PageHeader, PageKind, PAGE_SIZE,
+};
 use crate::error::{Error, Result};
 
 /// `OMNIBUS\0`.
@@ -143,7 +145,12 @@ pub fn choose(p0: &[u8], p1: &[u8], path: &Path) -> Result<(Header, u64)> {
         });
     }
     if s.iter().any(|s| *s == Slot::Damaged) {
-        return Err(Error::corruption(path, Some(0), None, "both header pages fail their checksum"));
+        return Err(Error::corruption(
+            path,
+            Some(0),
+            None,
+            "both header pages fail their checksum",
+        ));
     }
     Err(Error::NotAStorage {
         path: path.to_path_buf(),
@@ -183,6 +190,9 @@ mod tests {
         let mut v = h(1).encode(0);
         wr_u32(&mut v, 40, 99);
         seal(&mut v);
-        assert!(matches!(choose(&v, &z, p), Err(Error::FormatVersion { found: 99, .. })));
+        assert!(matches!(
+            choose(&v, &z, p),
+            Err(Error::FormatVersion { found: 99, .. })
+        ));
     }
 }

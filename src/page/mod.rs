@@ -193,7 +193,9 @@ mod tests {
         assert!(check_image(&p, 9, Path::new("x")).is_ok());
         assert!(check_image(&p, 8, Path::new("x")).is_err());
         p[5000] ^= 1;
-        assert!(check_image(&p, 9, Path::new("x")).unwrap_err().is_corruption());
+        assert!(check_image(&p, 9, Path::new("x"))
+            .unwrap_err()
+            .is_corruption());
     }
 
     #[test]

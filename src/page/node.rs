@@ -260,8 +260,12 @@ impl Node {
     pub fn decode(page: &[u8], h: &PageHeader) -> Option<Node> {
         let n = Node::decode_unchecked(page, h)?;
         let keys_ok = match &n {
-            Node::Leaf(es) => es.iter().all(|e| !e.key.is_empty() && e.key.len() <= crate::MAX_KEY_LEN),
-            Node::Branch { keys, .. } => keys.iter().all(|k| !k.is_empty() && k.len() <= crate::MAX_KEY_LEN),
+            Node::Leaf(es) => es
+                .iter()
+                .all(|e| !e.key.is_empty() && e.key.len() <= crate::MAX_KEY_LEN),
+            Node::Branch { keys, .. } => keys
+                .iter()
+                .all(|k| !k.is_empty() && k.len() <= crate::MAX_KEY_LEN),
         };
         (keys_ok && n.fits()).then_some(n)
     }
@@ -299,7 +303,11 @@ impl Node {
     ///
     /// Panics if the node does not fit (the writer splits before encoding: an invariant).
     pub fn encode(&self, page_number: u64, txn_id: u64) -> Box<[u8]> {
-        assert!(self.fits(), "node of {} bytes does not fit a page", self.body_size());
+        assert!(
+            self.fits(),
+            "node of {} bytes does not fit a page",
+            self.body_size()
+        );
         let mut p = super::zeroed(1);
         let mut end = PAGE_SIZE;
         let (kind, count) = match self {
@@ -405,7 +413,13 @@ mod tests {
         let v = LeafView::new(&img, &h);
         assert_eq!(v.search(b"key0010"), Some(Ok(10)));
         assert_eq!(v.search(b"key00105"), Some(Err(11)));
-        assert_eq!(v.cell(14).unwrap().1, ValRef::Overflow { page: 114, len: 99_999 });
+        assert_eq!(
+            v.cell(14).unwrap().1,
+            ValRef::Overflow {
+                page: 114,
+                len: 99_999
+            }
+        );
     }
 
     #[test]

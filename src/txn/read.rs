@@ -72,10 +72,17 @@ impl ReadTransaction {
     }
 
     /// The entries whose keys start with `prefix`, in key order.
-    pub fn prefix<'a>(&'a self, prefix: &[u8]) -> Result<impl Iterator<Item = Result<(&'a [u8], &'a [u8])>> + 'a> {
+    pub fn prefix<'a>(
+        &'a self,
+        prefix: &[u8],
+    ) -> Result<impl Iterator<Item = Result<(&'a [u8], &'a [u8])>> + 'a> {
         let end = prefix_end(prefix);
         let r = match &end {
-            Some(e) => Range::new(&self.state, Bound::Included(prefix), Bound::Excluded(e.as_slice()))?,
+            Some(e) => Range::new(
+                &self.state,
+                Bound::Included(prefix),
+                Bound::Excluded(e.as_slice()),
+            )?,
             None => Range::new(&self.state, Bound::Included(prefix), Bound::Unbounded)?,
         };
         Ok(r)

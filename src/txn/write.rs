@@ -83,7 +83,11 @@ pub(crate) fn check_put(key: &[u8], value: &[u8]) -> Result<()> {
 }
 
 impl WriteTransaction {
-    pub(crate) fn new(inner: Arc<Inner>, writer: WriterState, base: Arc<State>) -> WriteTransaction {
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        writer: WriterState,
+        base: Arc<State>,
+    ) -> WriteTransaction {
         WriteTransaction {
             txn_id: base.txn_id + 1,
             root: base.root,
@@ -197,8 +201,9 @@ impl WriteTransaction {
                 return Err(self.corrupt(self.base.freedir, "bad free-space directory page"));
             }
             for i in 0..h.count as usize {
-                let p = page::rd_u64(img, HEADER_LEN + 8 * i)
-                    .ok_or_else(|| self.corrupt(self.base.freedir, "bad free-space directory page"))?;
+                let p = page::rd_u64(img, HEADER_LEN + 8 * i).ok_or_else(|| {
+                    self.corrupt(self.base.freedir, "bad free-space directory page")
+                })?;
                 self.dir.push(p);
             }
         }
@@ -311,7 +316,9 @@ impl WriteTransaction {
         let (sep, right) = match node {
             Node::Leaf(es) => {
                 if es.len() < 2 {
-                    return Err(self.corrupt(0, "internal: splitting a leaf of fewer than 2 entries"));
+                    return Err(
+                        self.corrupt(0, "internal: splitting a leaf of fewer than 2 entries")
+                    );
                 }
                 let total: usize = es.iter().map(page::node::leaf_entry_size).sum();
                 let mut acc = 0;
@@ -330,7 +337,9 @@ impl WriteTransaction {
                 let total: usize = keys.iter().map(|k| page::node::branch_key_size(k)).sum();
                 let mut acc = 0;
                 if keys.len() < 3 {
-                    return Err(self.corrupt(0, "internal: splitting a branch of fewer than 3 keys"));
+                    return Err(
+                        self.corrupt(0, "internal: splitting a branch of fewer than 3 keys")
+                    );
                 }
                 let mut m = keys.len() / 2;
                 for (i, k) in keys.iter().enumerate() {
@@ -341,9 +350,17 @@ impl WriteTransaction {
                     }
                 }
                 let rkeys = keys.split_off(m + 1);
-                let sep = keys.pop().ok_or_else(|| self.corrupt(0, "internal: empty split"))?;
+                let sep = keys
+                    .pop()
+                    .ok_or_else(|| self.corrupt(0, "internal: empty split"))?;
                 let rchildren = children.split_off(m + 1);
-                (sep, Node::Branch { keys: rkeys, children: rchildren })
+                (
+                    sep,
+                    Node::Branch {
+                        keys: rkeys,
+                        children: rchildren,
+                    },
+                )
             }
         };
         debug_assert!(node.fits() && right.fits(), "split halves must fit");
@@ -353,7 +370,13 @@ impl WriteTransaction {
     }
 
     #[allow(clippy::type_complexity)]
-    fn insert_at(&mut self, page: u64, key: &[u8], val: Val, depth: usize) -> Result<(u64, Option<(Vec<u8>, u64)>, Option<Val>)> {
+    fn insert_at(
+        &mut self,
+        page: u64,
+        key: &[u8],
+        val: Val,
+        depth: usize,
+    ) -> Result<(u64, Option<(Vec<u8>, u64)>, Option<Val>)> {
         if depth > crate::btree::MAX_DEPTH {
             return Err(self.corrupt(page, "tree deeper than 32 levels"));
         }
@@ -364,7 +387,13 @@ impl WriteTransaction {
             match &mut node {
                 Node::Leaf(es) => match es.binary_search_by(|e| e.key.as_slice().cmp(key)) {
                     Ok(i) => old = Some(std::mem::replace(&mut es[i].val, val)),
-                    Err(i) => es.insert(i, LeafEntry { key: key.to_vec(), val }),
+                    Err(i) => es.insert(
+                        i,
+                        LeafEntry {
+                            key: key.to_vec(),
+                            val,
+                        },
+                    ),
                 },
                 Node::Branch { keys, children } => {
                     let i = keys.partition_point(|k| k.as_slice() <= key);
@@ -418,7 +447,12 @@ impl WriteTransaction {
     }
 
     /// Merges children `l` and `l + 1` of a branch when they fit in one page together.
-    fn try_merge(&mut self, keys: &mut Vec<Vec<u8>>, children: &mut Vec<u64>, l: usize) -> Result<()> {
+    fn try_merge(
+        &mut self,
+        keys: &mut Vec<Vec<u8>>,
+        children: &mut Vec<u64>,
+        l: usize,
+    ) -> Result<()> {
         let (lp, rp) = (children[l], children[l + 1]);
         let left = self.read_node(lp)?;
         let right = self.read_node(rp)?;
@@ -427,11 +461,23 @@ impl WriteTransaction {
                 a.extend(b);
                 Node::Leaf(a)
             }
-            (Node::Branch { keys: mut ak, children: mut ac }, Node::Branch { keys: bk, children: bc }) => {
+            (
+                Node::Branch {
+                    keys: mut ak,
+                    children: mut ac,
+                },
+                Node::Branch {
+                    keys: bk,
+                    children: bc,
+                },
+            ) => {
                 ak.push(keys[l].clone());
                 ak.extend(bk);
                 ac.extend(bc);
-                Node::Branch { keys: ak, children: ac }
+                Node::Branch {
+                    keys: ak,
+                    children: ac,
+                }
             }
             _ => return Err(self.corrupt(lp, "siblings of different kinds")),
         };
@@ -472,7 +518,10 @@ impl WriteTransaction {
             let n = page::overflow_run_pages(value.len()) as u64;
             let p = self.alloc(n)?;
             self.overflow.insert(p, value.to_vec());
-            Val::Overflow { page: p, len: value.len() as u64 }
+            Val::Overflow {
+                page: p,
+                len: value.len() as u64,
+            }
         };
         let root = if self.root == 0 {
             let p = self.alloc(1)?;
@@ -485,7 +534,13 @@ impl WriteTransaction {
         self.root = match split {
             Some((sep, right)) => {
                 let r = self.alloc(1)?;
-                self.nodes.insert(r, Node::Branch { keys: vec![sep], children: vec![nr, right] });
+                self.nodes.insert(
+                    r,
+                    Node::Branch {
+                        keys: vec![sep],
+                        children: vec![nr, right],
+                    },
+                );
                 r
             }
             None => nr,
@@ -563,13 +618,18 @@ impl WriteTransaction {
                                 None => Err(self.corrupt(p, "malformed leaf page")),
                                 Some(Err(_)) => Ok(None),
                                 Some(Ok(i)) => {
-                                    let (_, val) = v.cell(i).ok_or_else(|| self.corrupt(p, "malformed leaf cell"))?;
+                                    let (_, val) = v
+                                        .cell(i)
+                                        .ok_or_else(|| self.corrupt(p, "malformed leaf cell"))?;
                                     Ok(Some(self.value(&val.to_val())?))
                                 }
                             };
                         }
                         let v = crate::page::node::BranchView::new(img, &h);
-                        p = v.child_index(key).and_then(|i| v.child(i)).ok_or_else(|| self.corrupt(p, "malformed branch page"))?;
+                        p = v
+                            .child_index(key)
+                            .and_then(|i| v.child(i))
+                            .ok_or_else(|| self.corrupt(p, "malformed branch page"))?;
                         continue;
                     }
                     return Err(self.corrupt(p, "expected a branch or leaf page"));
@@ -597,7 +657,10 @@ impl WriteTransaction {
                 if let Some(b) = self.overflow.get(page) {
                     return Ok(b.clone());
                 }
-                let vr = crate::page::node::ValRef::Overflow { page: *page, len: *len };
+                let vr = crate::page::node::ValRef::Overflow {
+                    page: *page,
+                    len: *len,
+                };
                 Ok(crate::btree::value(&self.base, vr)?.to_vec())
             }
         }
@@ -634,7 +697,8 @@ impl WriteTransaction {
         }
         self.load_fsm()?;
         let txn = self.txn_id;
-        let mut images: Vec<(u64, Arc<[u8]>)> = Vec::with_capacity(self.nodes.len() + self.bitmaps.len() + 1);
+        let mut images: Vec<(u64, Arc<[u8]>)> =
+            Vec::with_capacity(self.nodes.len() + self.bitmaps.len() + 1);
         for (&p, node) in &self.nodes {
             images.push((p, node.encode(p, txn).into()));
         }
@@ -644,7 +708,15 @@ impl WriteTransaction {
         for (&idx, words) in &self.bitmaps {
             let p = self.dir[idx];
             let mut img = page::zeroed(1);
-            PageHeader { kind: PageKind::FreeBitmap, count: 0, page_number: p, txn_id: txn, run_pages: 1, aux: idx as u32 }.write(&mut img);
+            PageHeader {
+                kind: PageKind::FreeBitmap,
+                count: 0,
+                page_number: p,
+                txn_id: txn,
+                run_pages: 1,
+                aux: idx as u32,
+            }
+            .write(&mut img);
             for (w, v) in words.iter().enumerate() {
                 page::wr_u64(&mut img, HEADER_LEN + 8 * w, *v);
             }
@@ -653,7 +725,15 @@ impl WriteTransaction {
         }
         if self.dir_dirty {
             let mut img = page::zeroed(1);
-            PageHeader { kind: PageKind::FreeDir, count: self.dir.len() as u16, page_number: self.dir_page, txn_id: txn, run_pages: 1, aux: 0 }.write(&mut img);
+            PageHeader {
+                kind: PageKind::FreeDir,
+                count: self.dir.len() as u16,
+                page_number: self.dir_page,
+                txn_id: txn,
+                run_pages: 1,
+                aux: 0,
+            }
+            .write(&mut img);
             for (i, v) in self.dir.iter().enumerate() {
                 page::wr_u64(&mut img, HEADER_LEN + 8 * i, *v);
             }
@@ -661,12 +741,24 @@ impl WriteTransaction {
             images.push((self.dir_page, img.into()));
         }
         images.sort_unstable_by_key(|(p, _)| *p);
-        debug_assert!(images.iter().all(|(p, img)| *p >= 2 && (*p + (img.len() / PAGE_SIZE) as u64) <= self.next_page));
-        let meta = CommitMeta { root: self.root, freedir: self.dir_page, next_page: self.next_page, entries: self.entries };
+        debug_assert!(images
+            .iter()
+            .all(|(p, img)| *p >= 2 && (*p + (img.len() / PAGE_SIZE) as u64) <= self.next_page));
+        let meta = CommitMeta {
+            root: self.root,
+            freedir: self.dir_page,
+            next_page: self.next_page,
+            entries: self.entries,
+        };
         // Grow the data file before anything is journaled: ENOSPC here loses nothing.
         self.inner.ensure_data_len(self.next_page)?;
         let record = commit_record(self.inner.storage_id, txn, meta, &images);
-        Ok(Some(PreparedCommit { txn: self, record: Some(record), meta, images }))
+        Ok(Some(PreparedCommit {
+            txn: self,
+            record: Some(record),
+            meta,
+            images,
+        }))
     }
 
     /// Discards every change (the same as dropping the transaction).    /// Discards every change (the same as dropping the transaction).
@@ -697,7 +789,14 @@ impl PreparedCommit {
 
     /// The journal record to write (once; later calls return an empty padding-free record).
     pub fn take_record(&mut self) -> OutRecord {
-        self.record.take().unwrap_or_else(|| OutRecord::new(crate::journal::record::RecordKind::Padding, 0, 0, vec![Arc::from(&[0u8][..])]))
+        self.record.take().unwrap_or_else(|| {
+            OutRecord::new(
+                crate::journal::record::RecordKind::Padding,
+                0,
+                0,
+                vec![Arc::from(&[0u8][..])],
+            )
+        })
     }
 
     /// The journal the record belongs in.
@@ -721,7 +820,12 @@ impl PreparedCommit {
         let freed = std::mem::take(&mut t.freed);
         let freed_pages: u64 = freed.iter().map(|(_, l)| l).sum();
         writer.alloc.pending_pages += freed_pages;
-        t.inner.publish_commit(t.txn_id, self.meta, std::mem::take(&mut self.images), &freed);
+        t.inner.publish_commit(
+            t.txn_id,
+            self.meta,
+            std::mem::take(&mut self.images),
+            &freed,
+        );
         writer.alloc.pending.push_back((t.txn_id, freed));
         t.taken.clear();
         t.inner.return_writer(writer);

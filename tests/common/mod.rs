@@ -10,7 +10,12 @@ use std::time::Duration;
 /// Starts `child_test` of the current test binary with `env_var` set to `dir`, lets it run for
 /// `run_for`, kills it with SIGKILL, and returns the `(storage index, key)` lines it printed
 /// (keys of 16 characters; other output is ignored).
-pub fn run_and_kill(child_test: &str, env_var: &str, dir: &Path, run_for: Duration) -> Vec<(usize, String)> {
+pub fn run_and_kill(
+    child_test: &str,
+    env_var: &str,
+    dir: &Path,
+    run_for: Duration,
+) -> Vec<(usize, String)> {
     let exe = std::env::current_exe().expect("test binary path");
     let mut child = Command::new(exe)
         .args(["--exact", child_test, "--nocapture", "--test-threads=1"])

@@ -23,19 +23,64 @@ use crate::feed::{self, FeedSender, Update};
 use crate::{fmt, CliResult, Fail};
 
 const COUNTRIES: [&str; 24] = [
-    "US", "DE", "FR", "GB", "IL", "JP", "BR", "IN", "CN", "CA", "AU", "ES", "IT", "NL", "SE", "PL", "MX", "AR", "ZA", "KR", "NO", "PT", "IE", "NZ",
+    "US", "DE", "FR", "GB", "IL", "JP", "BR", "IN", "CN", "CA", "AU", "ES", "IT", "NL", "SE", "PL",
+    "MX", "AR", "ZA", "KR", "NO", "PT", "IE", "NZ",
 ];
 const CITIES: [&str; 16] = [
-    "Springfield", "Riverton", "Lakeside", "Hadera", "Fairview", "Georgetown", "Madison", "Franklin", "Clinton", "Salem", "Bristol", "Ashland",
-    "Dover", "Milton", "Newport", "Oxford",
+    "Springfield",
+    "Riverton",
+    "Lakeside",
+    "Hadera",
+    "Fairview",
+    "Georgetown",
+    "Madison",
+    "Franklin",
+    "Clinton",
+    "Salem",
+    "Bristol",
+    "Ashland",
+    "Dover",
+    "Milton",
+    "Newport",
+    "Oxford",
 ];
 const SYLLABLES: [&str; 24] = [
-    "ka", "lo", "mi", "ra", "ten", "sa", "vo", "li", "an", "dre", "el", "ni", "jo", "ha", "ru", "be", "ta", "no", "is", "ca", "mel", "do", "fi", "gu",
+    "ka", "lo", "mi", "ra", "ten", "sa", "vo", "li", "an", "dre", "el", "ni", "jo", "ha", "ru",
+    "be", "ta", "no", "is", "ca", "mel", "do", "fi", "gu",
 ];
 const WORDS: [&str; 32] = [
-    "order", "basket", "shipping", "coffee", "garden", "review", "premium", "member", "discount", "weekly", "newsletter", "wishlist", "gift",
-    "returns", "tracking", "loyalty", "points", "books", "music", "kitchen", "outdoor", "sports", "toys", "fashion", "beauty", "health", "pets",
-    "travel", "office", "tools", "games", "electronics",
+    "order",
+    "basket",
+    "shipping",
+    "coffee",
+    "garden",
+    "review",
+    "premium",
+    "member",
+    "discount",
+    "weekly",
+    "newsletter",
+    "wishlist",
+    "gift",
+    "returns",
+    "tracking",
+    "loyalty",
+    "points",
+    "books",
+    "music",
+    "kitchen",
+    "outdoor",
+    "sports",
+    "toys",
+    "fashion",
+    "beauty",
+    "health",
+    "pets",
+    "travel",
+    "office",
+    "tools",
+    "games",
+    "electronics",
 ];
 /// Fields an index can extract.
 const FIELDS: [&str; 6] = ["name", "email", "country", "age", "last_login", "city"];
@@ -72,7 +117,13 @@ impl User {
             }
             about.push_str(WORDS[rng.random_range(0..WORDS.len())]);
         }
-        let name = format!("{}{} {}{}", first[..1].to_uppercase(), &first[1..], last[..1].to_uppercase(), &last[1..]);
+        let name = format!(
+            "{}{} {}{}",
+            first[..1].to_uppercase(),
+            &first[1..],
+            last[..1].to_uppercase(),
+            &last[1..]
+        );
         User {
             id: format!("users/{n:012}"),
             email: format!("{first}.{last}{}@example.com", n % 1000),
@@ -163,7 +214,10 @@ struct Report {
 }
 
 fn distribution(h: &Histogram<u64>) -> Vec<(f64, u64)> {
-    let mut v: Vec<(f64, u64)> = h.iter_quantiles(4).map(|it| (it.quantile_iterated_to() * 100.0, it.value_iterated_to())).collect();
+    let mut v: Vec<(f64, u64)> = h
+        .iter_quantiles(4)
+        .map(|it| (it.quantile_iterated_to() * 100.0, it.value_iterated_to()))
+        .collect();
     v.dedup_by(|a, b| a.0 == b.0);
     v
 }
@@ -187,21 +241,42 @@ async fn client(
         let u = User::generate(n);
         let doc = serde_json::to_vec(&u).expect("serializable");
         let t = Instant::now();
-        root.put(u.id.clone(), doc).await.map_err(|e| Fail::from(e).context("putting a document"))?;
+        root.put(u.id.clone(), doc)
+            .await
+            .map_err(|e| Fail::from(e).context("putting a document"))?;
         let _ = h.record(t.elapsed().as_micros() as u64);
         let acked = Instant::now();
         for (i, f) in feeds.iter().enumerate() {
             let put = Some((u.index_key(i), u.id.clone().into_bytes()));
-            if f.send(Update { acked, del: None, put }).await.is_err() {
+            if f.send(Update {
+                acked,
+                del: None,
+                put,
+            })
+            .await
+            .is_err()
+            {
                 return Err(Fail::io(format!("index {} stopped", index_name(i))));
             }
         }
     }
 }
 
-fn run_mode(a: &ShopArgs, mode: JournalArg, dir: &Path, seconds: Option<f64>) -> CliResult<ModeResult> {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    let tmp = dir.join(format!("omnibus-shop-{}-{}-{nanos}", mode.name(), std::process::id()));
+fn run_mode(
+    a: &ShopArgs,
+    mode: JournalArg,
+    dir: &Path,
+    seconds: Option<f64>,
+) -> CliResult<ModeResult> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let tmp = dir.join(format!(
+        "omnibus-shop-{}-{}-{nanos}",
+        mode.name(),
+        std::process::id()
+    ));
     std::fs::create_dir_all(&tmp).map_err(|e| Fail::io(format!("{}: {e}", tmp.display())))?;
     let r = run_mode_in(a, mode, &tmp, seconds);
     if a.keep {
@@ -212,10 +287,24 @@ fn run_mode(a: &ShopArgs, mode: JournalArg, dir: &Path, seconds: Option<f64>) ->
     r
 }
 
-fn run_mode_in(a: &ShopArgs, mode: JournalArg, tmp: &Path, seconds: Option<f64>) -> CliResult<ModeResult> {
+fn run_mode_in(
+    a: &ShopArgs,
+    mode: JournalArg,
+    tmp: &Path,
+    seconds: Option<f64>,
+) -> CliResult<ModeResult> {
     let setup = Instant::now();
-    let engine = Engine::start(EngineOptions { executors: a.cores, ..EngineOptions::default() })?;
-    let db = engine.blocking_open_database(tmp.join("shop.omnibus"), Options { journal_mode: mode.mode(), ..Options::default() })?;
+    let engine = Engine::start(EngineOptions {
+        executors: a.cores,
+        ..EngineOptions::default()
+    })?;
+    let db = engine.blocking_open_database(
+        tmp.join("shop.omnibus"),
+        Options {
+            journal_mode: mode.mode(),
+            ..Options::default()
+        },
+    )?;
     let root = db.root();
     let n_idx = a.indexes as usize;
     let mut handles = Vec::with_capacity(n_idx);
@@ -239,13 +328,29 @@ fn run_mode_in(a: &ShopArgs, mode: JournalArg, tmp: &Path, seconds: Option<f64>)
         let mut tasks = Vec::new();
         for (i, h) in handles.iter().enumerate() {
             let (tx, rx) = feed::channel();
-            tasks.push(tokio::spawn(feed::run_index(index_name(i), h.clone(), rx, tx.sent.clone(), false, Duration::from_millis(a.index_interval_ms))));
+            tasks.push(tokio::spawn(feed::run_index(
+                index_name(i),
+                h.clone(),
+                rx,
+                tx.sent.clone(),
+                false,
+                Duration::from_millis(a.index_interval_ms),
+            )));
             feeds.push(tx);
         }
         let feeds = Arc::new(feeds);
         let next = Arc::new(AtomicU64::new(0));
-        let clients: Vec<_> =
-            (0..a.clients).map(|_| tokio::spawn(client(root.clone(), feeds.clone(), next.clone(), limit, deadline))).collect();
+        let clients: Vec<_> = (0..a.clients)
+            .map(|_| {
+                tokio::spawn(client(
+                    root.clone(),
+                    feeds.clone(),
+                    next.clone(),
+                    limit,
+                    deadline,
+                ))
+            })
+            .collect();
         let mut lat = feed::histogram();
         let mut fail = None;
         for c in clients {
@@ -280,7 +385,9 @@ fn run_mode_in(a: &ShopArgs, mode: JournalArg, tmp: &Path, seconds: Option<f64>)
     drop(root);
     drop(db);
     let close = Instant::now();
-    engine.shutdown().map_err(|e| Fail::from(e).context("closing the database"))?;
+    engine
+        .shutdown()
+        .map_err(|e| Fail::from(e).context("closing the database"))?;
     let close_seconds = close.elapsed().as_secs_f64();
     let disk1 = fmt::process_write_bytes();
     let docs = lat.len();
@@ -289,7 +396,13 @@ fn run_mode_in(a: &ShopArgs, mode: JournalArg, tmp: &Path, seconds: Option<f64>)
     let fsyncs = end.journal_fdatasyncs - stats0.journal_fdatasyncs;
     let commits = end.commits - stats0.commits;
     let ms = |us: u64| us as f64 / 1000.0;
-    let per_doc = |b: u64| if docs > 0 { b as f64 / docs as f64 } else { 0.0 };
+    let per_doc = |b: u64| {
+        if docs > 0 {
+            b as f64 / docs as f64
+        } else {
+            0.0
+        }
+    };
     Ok(ModeResult {
         journal: mode.name(),
         documents: docs,
@@ -307,7 +420,11 @@ fn run_mode_in(a: &ShopArgs, mode: JournalArg, tmp: &Path, seconds: Option<f64>)
         fdatasyncs: fsyncs,
         fdatasyncs_per_s: fsyncs_clients as f64 / client_secs.max(1e-9),
         commits,
-        commits_per_fdatasync: if fsyncs > 0 { commits as f64 / fsyncs as f64 } else { 0.0 },
+        commits_per_fdatasync: if fsyncs > 0 {
+            commits as f64 / fsyncs as f64
+        } else {
+            0.0
+        },
         batches: end.batches - stats0.batches,
         journal_bytes_per_document: per_doc(end.journal_bytes - stats0.journal_bytes),
         disk_bytes_per_document: disk0.zip(disk1).map(|(a, b)| per_doc(b.saturating_sub(a))),
@@ -328,7 +445,9 @@ pub fn run(a: ShopArgs) -> CliResult {
         return Err(Fail::input("--docs must be at least 1"));
     }
     let seconds = match (a.seconds, a.docs) {
-        (Some(s), _) if !(s > 0.0 && s.is_finite()) => return Err(Fail::input("--seconds must be a positive number")),
+        (Some(s), _) if !(s > 0.0 && s.is_finite()) => {
+            return Err(Fail::input("--seconds must be a positive number"))
+        }
         (Some(s), _) => Some(s),
         (None, Some(_)) => None,
         (None, None) => Some(20.0),
@@ -340,7 +459,8 @@ pub fn run(a: ShopArgs) -> CliResult {
         }
     }
     let dir: PathBuf = a.dir.clone().unwrap_or_else(std::env::temp_dir);
-    std::fs::create_dir_all(&dir).map_err(|e| Fail::input(format!("--dir {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Fail::input(format!("--dir {}: {e}", dir.display())))?;
     let fs = fmt::fs_type(&dir);
     if fs == "tmpfs" && !a.allow_tmpfs {
         return Err(Fail::input(format!(
@@ -363,7 +483,8 @@ pub fn run(a: ShopArgs) -> CliResult {
     let mut results = Vec::new();
     for m in &modes {
         eprintln!("bench shop: running {} ...", m.name());
-        let r = run_mode(&a, *m, &dir, seconds).map_err(|f| f.context(format_args!("{} journal", m.name())))?;
+        let r = run_mode(&a, *m, &dir, seconds)
+            .map_err(|f| f.context(format_args!("{} journal", m.name())))?;
         eprintln!(
             "bench shop: {}: {} documents in {:.1} s ({:.0}/s), index catch-up {:.2} s, setup {:.1} s, close {:.1} s",
             m.name(),
@@ -383,17 +504,32 @@ pub fn run(a: ShopArgs) -> CliResult {
     );
     print_table(&results);
     if let Some(p) = &a.json {
-        let rep = Report { machine: machine.clone(), file_system: fs.clone(), dir: dir.display().to_string(), modes: results.clone() };
+        let rep = Report {
+            machine: machine.clone(),
+            file_system: fs.clone(),
+            dir: dir.display().to_string(),
+            modes: results.clone(),
+        };
         let text = serde_json::to_string_pretty(&rep).expect("serializable");
-        std::fs::write(p, text + "\n").map_err(|e| Fail::io(format!("--json {}: {e}", p.display())))?;
+        std::fs::write(p, text + "\n")
+            .map_err(|e| Fail::io(format!("--json {}: {e}", p.display())))?;
     }
     if let Some(p) = &a.plot {
         let series: Vec<(String, Vec<(f64, u64)>)> = results
             .iter()
-            .map(|r| (format!("{} journal: {:.0} docs/s", r.journal, r.documents_per_s), r.histogram.as_ref().map(plot_points).unwrap_or_default()))
+            .map(|r| {
+                (
+                    format!("{} journal: {:.0} docs/s", r.journal, r.documents_per_s),
+                    r.histogram.as_ref().map(plot_points).unwrap_or_default(),
+                )
+            })
             .collect();
-        let title = format!("omnibus bench shop: document commit latency, 1 + {} storages, {} clients", a.indexes, a.clients);
-        crate::plot::latency_png(p, &title, &series).map_err(|e| Fail::io(format!("--plot {}: {e}", p.display())))?;
+        let title = format!(
+            "omnibus bench shop: document commit latency, 1 + {} storages, {} clients",
+            a.indexes, a.clients
+        );
+        crate::plot::latency_png(p, &title, &series)
+            .map_err(|e| Fail::io(format!("--plot {}: {e}", p.display())))?;
     }
     Ok(())
 }
@@ -436,15 +572,61 @@ fn print_table(rs: &[ModeResult]) {
     type Get = fn(&ModeResult) -> f64;
     let rows: [(&str, Get, bool, usize); 13] = [
         ("documents/s", |r| r.documents_per_s, true, 0),
-        ("commit p50 (ms)", |r| r.commit_us_p50 as f64 / 1000.0, false, 2),
-        ("commit p99 (ms)", |r| r.commit_us_p99 as f64 / 1000.0, false, 2),
-        ("commit p99.9 (ms)", |r| r.commit_us_p999 as f64 / 1000.0, false, 2),
-        ("commit max (ms)", |r| r.commit_us_max as f64 / 1000.0, false, 2),
+        (
+            "commit p50 (ms)",
+            |r| r.commit_us_p50 as f64 / 1000.0,
+            false,
+            2,
+        ),
+        (
+            "commit p99 (ms)",
+            |r| r.commit_us_p99 as f64 / 1000.0,
+            false,
+            2,
+        ),
+        (
+            "commit p99.9 (ms)",
+            |r| r.commit_us_p999 as f64 / 1000.0,
+            false,
+            2,
+        ),
+        (
+            "commit max (ms)",
+            |r| r.commit_us_max as f64 / 1000.0,
+            false,
+            2,
+        ),
         ("fdatasyncs/s", |r| r.fdatasyncs_per_s, false, 0),
-        ("fdatasyncs per 1000 docs", |r| if r.documents > 0 { r.fdatasyncs as f64 * 1000.0 / r.documents as f64 } else { 0.0 }, false, 1),
-        ("commits per fdatasync", |r| r.commits_per_fdatasync, true, 1),
-        ("journal bytes/document", |r| r.journal_bytes_per_document, false, 0),
-        ("disk bytes/document", |r| r.disk_bytes_per_document.unwrap_or(0.0), false, 0),
+        (
+            "fdatasyncs per 1000 docs",
+            |r| {
+                if r.documents > 0 {
+                    r.fdatasyncs as f64 * 1000.0 / r.documents as f64
+                } else {
+                    0.0
+                }
+            },
+            false,
+            1,
+        ),
+        (
+            "commits per fdatasync",
+            |r| r.commits_per_fdatasync,
+            true,
+            1,
+        ),
+        (
+            "journal bytes/document",
+            |r| r.journal_bytes_per_document,
+            false,
+            0,
+        ),
+        (
+            "disk bytes/document",
+            |r| r.disk_bytes_per_document.unwrap_or(0.0),
+            false,
+            0,
+        ),
         ("index lag p99 (ms)", |r| r.index_lag_ms_p99, false, 1),
         ("index lag max (ms)", |r| r.index_lag_ms_max, false, 1),
         ("documents", |r| r.documents as f64, true, 0),
@@ -477,7 +659,11 @@ mod tests {
         let mut h = feed::histogram();
         let mut rng = SmallRng::seed_from_u64(7);
         for _ in 0..20_000 {
-            let v: u64 = if rng.random_ratio(1, 100) { rng.random_range(100_000..1_400_000) } else { rng.random_range(1_000..300_000) };
+            let v: u64 = if rng.random_ratio(1, 100) {
+                rng.random_range(100_000..1_400_000)
+            } else {
+                rng.random_range(1_000..300_000)
+            };
             h.record(v).unwrap();
         }
         let p = plot_points(&h);

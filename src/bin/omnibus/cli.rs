@@ -35,9 +35,11 @@ pub enum Command {
     #[command(long_about = STAT_LONG)]
     Stat(StatArgs),
     /// Verify every storage (checksums, key order, tree shape, free-space map).
-    #[command(long_about = "Verify every storage of the database: every page checksum, key order and bounds, equal \
+    #[command(
+        long_about = "Verify every storage of the database: every page checksum, key order and bounds, equal \
 leaf depth, overflow runs, and the free-space map.\n\nExit code 0 when every storage is sound; 2 with one message a \
-problem on stderr, naming the storage, the file and the page, when one is not.")]
+problem on stderr, naming the storage, the file and the page, when one is not."
+    )]
     Check(CheckArgs),
     /// Benchmarks.
     #[command(subcommand)]
@@ -163,7 +165,8 @@ pub struct StorageArg {
     pub storage: Option<String>,
 }
 
-const KEY_HELP: &str = "Keys and values are taken as UTF-8 text with escapes: \\\\ \\t \\n \\r and \\xHH \
+const KEY_HELP: &str =
+    "Keys and values are taken as UTF-8 text with escapes: \\\\ \\t \\n \\r and \\xHH \
 (any byte, e.g. \\x00); the same escapes `scan` prints.";
 
 #[derive(Debug, Args)]
@@ -221,7 +224,8 @@ pub struct ScanArgs {
     pub json: bool,
 }
 
-const STAT_LONG: &str = "Sizes and counters of every storage of the database (the root, then each index):
+const STAT_LONG: &str =
+    "Sizes and counters of every storage of the database (the root, then each index):
   txn             last committed and last flushed transaction ids
   entries         keys stored
   pages           used and free 8 KiB pages (free pages are reused before the file grows)

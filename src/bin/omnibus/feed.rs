@@ -33,10 +33,16 @@ impl IndexSpec {
     pub fn parse(spec: &str) -> Result<IndexSpec, String> {
         let fields: Vec<String> = spec.split(',').map(str::to_string).collect();
         if fields.iter().any(|f| f.is_empty()) {
-            return Err(format!("--index {spec:?}: an empty field name (write `a` or `a,b`)"));
+            return Err(format!(
+                "--index {spec:?}: an empty field name (write `a` or `a,b`)"
+            ));
         }
-        omnibus::database::validate_storage_name(spec).map_err(|e| format!("--index {spec:?}: {e}"))?;
-        Ok(IndexSpec { name: spec.to_string(), fields })
+        omnibus::database::validate_storage_name(spec)
+            .map_err(|e| format!("--index {spec:?}: {e}"))?;
+        Ok(IndexSpec {
+            name: spec.to_string(),
+            fields,
+        })
     }
 
     /// The index key of document `doc` with id `id`: the field values joined by [`SEP`], then
@@ -80,7 +86,11 @@ pub fn field_bytes(doc: &Map<String, Value>, field: &str) -> Option<Vec<u8>> {
         Value::Null => None,
         Value::String(s) => Some(s.as_bytes().to_vec()),
         Value::Number(n) => Some(n.to_string().into_bytes()),
-        Value::Bool(b) => Some(if *b { b"true".to_vec() } else { b"false".to_vec() }),
+        Value::Bool(b) => Some(if *b {
+            b"true".to_vec()
+        } else {
+            b"false".to_vec()
+        }),
         v => Some(serde_json::to_vec(v).unwrap_or_default()),
     }
 }
@@ -135,7 +145,13 @@ pub fn histogram() -> Histogram<u64> {
 /// Starts the feed of an index: the sender, and the receiver to give to [`run_index`].
 pub fn channel() -> (FeedSender, mpsc::Receiver<Update>) {
     let (tx, rx) = mpsc::channel(FEED_CAPACITY);
-    (FeedSender { tx, sent: Arc::new(AtomicU64::new(0)) }, rx)
+    (
+        FeedSender {
+            tx,
+            sent: Arc::new(AtomicU64::new(0)),
+        },
+        rx,
+    )
 }
 
 /// The index task: commits pending updates in batches until every sender is gone.
@@ -152,7 +168,14 @@ pub async fn run_index(
     skip_unchanged: bool,
     min_interval: Duration,
 ) -> Result<IndexReport, omnibus::Error> {
-    let mut rep = IndexReport { name, updates: 0, commits: 0, unchanged: 0, lag_us: histogram(), max_behind: 0 };
+    let mut rep = IndexReport {
+        name,
+        updates: 0,
+        commits: 0,
+        unchanged: 0,
+        lag_us: histogram(),
+        max_behind: 0,
+    };
     let mut buf = Vec::with_capacity(MAX_BATCH);
     let mut last: Option<Instant> = None;
     loop {
@@ -190,13 +213,18 @@ pub async fn run_index(
         }
         let now = Instant::now();
         for u in &buf {
-            let _ = rep.lag_us.record(now.saturating_duration_since(u.acked).as_micros() as u64);
+            let _ = rep
+                .lag_us
+                .record(now.saturating_duration_since(u.acked).as_micros() as u64);
         }
     }
 }
 
 /// `batch` without the operations that change nothing, judged in order.
-fn without_noops(handle: &StorageHandle, batch: WriteBatch) -> Result<(WriteBatch, u64), omnibus::Error> {
+fn without_noops(
+    handle: &StorageHandle,
+    batch: WriteBatch,
+) -> Result<(WriteBatch, u64), omnibus::Error> {
     let snap = handle.snapshot()?;
     let mut overlay: HashMap<&[u8], Option<&[u8]>> = HashMap::new();
     let mut out = WriteBatch::new();

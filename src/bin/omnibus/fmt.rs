@@ -14,7 +14,9 @@ pub fn escape(bytes: &[u8]) -> String {
                 '\t' => out.push_str("\\t"),
                 '\n' => out.push_str("\\n"),
                 '\r' => out.push_str("\\r"),
-                c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
+                c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                    out.push_str(&format!("\\x{:02x}", c as u32))
+                }
                 c => out.push(c),
             }
         }
@@ -42,13 +44,20 @@ pub fn unescape(s: &str) -> Result<Vec<u8>, String> {
             Some(b'n') => out.push(b'\n'),
             Some(b'r') => out.push(b'\r'),
             Some(b'x') => {
-                let hex = s.get(i + 2..i + 4).ok_or_else(|| format!("{s:?}: `\\x` needs two hex digits"))?;
-                let v = u8::from_str_radix(hex, 16).map_err(|_| format!("{s:?}: `\\x{hex}` is not a hex byte"))?;
+                let hex = s
+                    .get(i + 2..i + 4)
+                    .ok_or_else(|| format!("{s:?}: `\\x` needs two hex digits"))?;
+                let v = u8::from_str_radix(hex, 16)
+                    .map_err(|_| format!("{s:?}: `\\x{hex}` is not a hex byte"))?;
                 out.push(v);
                 i += 4;
                 continue;
             }
-            Some(_) | None => return Err(format!("{s:?}: unknown escape at byte {i} (use \\\\ \\t \\n \\r or \\xHH)")),
+            Some(_) | None => {
+                return Err(format!(
+                    "{s:?}: unknown escape at byte {i} (use \\\\ \\t \\n \\r or \\xHH)"
+                ))
+            }
         }
         i += 2;
     }
@@ -75,13 +84,17 @@ pub fn bytes(n: u64) -> String {
 /// when the kernel provides it.
 pub fn process_write_bytes() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/io").ok()?;
-    s.lines().find_map(|l| l.strip_prefix("write_bytes:")).and_then(|v| v.trim().parse().ok())
+    s.lines()
+        .find_map(|l| l.strip_prefix("write_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// The file system type of `path` (statfs magic number, named when known).
 pub fn fs_type(path: &Path) -> String {
     use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else { return "unknown".into() };
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return "unknown".into();
+    };
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: `c` is a NUL-terminated path and `st` a valid out-pointer.
     if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
@@ -110,17 +123,31 @@ pub fn fs_type(path: &Path) -> String {
 
 /// The machine in one line: CPU model and count, memory, kernel.
 pub fn machine() -> String {
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("model name").map(|r| r.trim_start_matches([' ', '\t', ':']).to_string())))
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|r| r.trim_start_matches([' ', '\t', ':']).to_string())
+            })
+        })
         .unwrap_or_else(|| "unknown CPU".into());
     let mem = std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("MemTotal:").and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())))
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("MemTotal:")
+                    .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
+            })
+        })
         .map(|kb| bytes(kb * 1024))
         .unwrap_or_else(|| "? memory".into());
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_else(|_| "?".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into());
     format!("{cpus} x {model}, {mem}, Linux {kernel}")
 }
 
@@ -130,7 +157,13 @@ mod tests {
 
     #[test]
     fn escape_round_trips() {
-        let cases: [&[u8]; 5] = [b"plain", b"a\tb\nc\\d\re", b"\x00\xff\xfe AD", "Sant Julià".as_bytes(), b"\x7f\x01"];
+        let cases: [&[u8]; 5] = [
+            b"plain",
+            b"a\tb\nc\\d\re",
+            b"\x00\xff\xfe AD",
+            "Sant Julià".as_bytes(),
+            b"\x7f\x01",
+        ];
         for c in cases {
             let e = escape(c);
             assert!(!e.contains('\t') && !e.contains('\n'));

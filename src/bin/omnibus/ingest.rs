@@ -38,7 +38,10 @@ struct Doc {
 
 enum Item {
     Doc(Doc),
-    Bad { line: u64, msg: String },
+    Bad {
+        line: u64,
+        msg: String,
+    },
     /// Reading the input failed (fatal).
     ReadFailed(String),
 }
@@ -62,17 +65,30 @@ fn doc_id(doc: &Map<String, Value>, id_field: Option<&str>, line: u64) -> Result
             None | Some(Value::Null) => return Err(format!("no id field `{f}`")),
             Some(Value::String(s)) => s.as_bytes().to_vec(),
             Some(Value::Number(n)) => n.to_string().into_bytes(),
-            Some(v) => return Err(format!("id field `{f}` is not a string or a number ({})", describe(v))),
+            Some(v) => {
+                return Err(format!(
+                    "id field `{f}` is not a string or a number ({})",
+                    describe(v)
+                ))
+            }
         },
     };
     if id.is_empty() || id.len() > MAX_KEY_LEN {
-        return Err(format!("id is {} bytes: keys are 1..={MAX_KEY_LEN} bytes", id.len()));
+        return Err(format!(
+            "id is {} bytes: keys are 1..={MAX_KEY_LEN} bytes",
+            id.len()
+        ));
     }
     Ok(id)
 }
 
 /// Checks and parses one line (already without its newline).
-fn parse_line(raw: &[u8], line: u64, id_field: Option<&str>, specs: &[IndexSpec]) -> Result<Option<Doc>, String> {
+fn parse_line(
+    raw: &[u8],
+    line: u64,
+    id_field: Option<&str>,
+    specs: &[IndexSpec],
+) -> Result<Option<Doc>, String> {
     let text = match std::str::from_utf8(raw) {
         Ok(t) => t.trim(),
         Err(e) => return Err(format!("not valid UTF-8 (byte offset {})", e.valid_up_to())),
@@ -81,9 +97,17 @@ fn parse_line(raw: &[u8], line: u64, id_field: Option<&str>, specs: &[IndexSpec]
         return Ok(None);
     }
     if text.len() > MAX_VALUE_LEN {
-        return Err(format!("document is {} bytes: the value limit is {MAX_VALUE_LEN} bytes", text.len()));
+        return Err(format!(
+            "document is {} bytes: the value limit is {MAX_VALUE_LEN} bytes",
+            text.len()
+        ));
     }
-    let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {}", e.to_string().replace(" at line 1 column ", " at column ")))?;
+    let v: Value = serde_json::from_str(text).map_err(|e| {
+        format!(
+            "not JSON: {}",
+            e.to_string().replace(" at line 1 column ", " at column ")
+        )
+    })?;
     let Value::Object(obj) = v else {
         return Err(format!("not a JSON object ({})", describe(&v)));
     };
@@ -93,23 +117,40 @@ fn parse_line(raw: &[u8], line: u64, id_field: Option<&str>, specs: &[IndexSpec]
         let k = s.key(&obj, &id);
         if let Some(k) = &k {
             if k.len() > MAX_KEY_LEN {
-                return Err(format!("index `{}` key is {} bytes: keys are 1..={MAX_KEY_LEN} bytes", s.name, k.len()));
+                return Err(format!(
+                    "index `{}` key is {} bytes: keys are 1..={MAX_KEY_LEN} bytes",
+                    s.name,
+                    k.len()
+                ));
             }
         }
         keys.push(k);
     }
-    Ok(Some(Doc { line, id, value: text.as_bytes().to_vec(), keys }))
+    Ok(Some(Doc {
+        line,
+        id,
+        value: text.as_bytes().to_vec(),
+        keys,
+    }))
 }
 
 /// The reader thread: every line in order, as documents or errors.
-fn read_input(mut r: impl BufRead, tx: mpsc::Sender<Item>, cap: usize, id_field: Option<String>, specs: Vec<IndexSpec>, pb: ProgressBar) {
+fn read_input(
+    mut r: impl BufRead,
+    tx: mpsc::Sender<Item>,
+    cap: usize,
+    id_field: Option<String>,
+    specs: Vec<IndexSpec>,
+    pb: ProgressBar,
+) {
     let mut buf = Vec::new();
     let mut line = 0u64;
     loop {
         let got = match read_line_capped(&mut r, &mut buf, cap) {
             Ok(g) => g,
             Err(e) => {
-                let _ = tx.blocking_send(Item::ReadFailed(format!("reading line {}: {e}", line + 1)));
+                let _ =
+                    tx.blocking_send(Item::ReadFailed(format!("reading line {}: {e}", line + 1)));
                 return;
             }
         };
@@ -148,8 +189,16 @@ struct Done {
 }
 
 /// One document: read the previous version, put, then feed the indexes.
-async fn ingest_doc(root: StorageHandle, specs: Arc<Vec<IndexSpec>>, feeds: Arc<Vec<FeedSender>>, d: Doc) -> (Option<u64>, Result<Outcome, Fail>) {
-    let prev: Option<Vec<u8>> = match root.snapshot().and_then(|s| s.get(&d.id).map(|v| v.map(<[u8]>::to_vec))) {
+async fn ingest_doc(
+    root: StorageHandle,
+    specs: Arc<Vec<IndexSpec>>,
+    feeds: Arc<Vec<FeedSender>>,
+    d: Doc,
+) -> (Option<u64>, Result<Outcome, Fail>) {
+    let prev: Option<Vec<u8>> = match root
+        .snapshot()
+        .and_then(|s| s.get(&d.id).map(|v| v.map(<[u8]>::to_vec)))
+    {
         Ok(p) => p,
         Err(e) => return (None, Err(e.into())),
     };
@@ -158,16 +207,21 @@ async fn ingest_doc(root: StorageHandle, specs: Arc<Vec<IndexSpec>>, feeds: Arc<
     } else {
         let t = Instant::now();
         if let Err(e) = root.put(d.id.clone(), d.value).await {
-            return (None, Err(Fail::from(e).context(format_args!("line {}: storing the document", d.line))));
+            return (
+                None,
+                Err(Fail::from(e).context(format_args!("line {}: storing the document", d.line))),
+            );
         }
         (Outcome::Stored, Some(t.elapsed().as_micros() as u64))
     };
     let acked = Instant::now();
     // The previous version's entries, to delete those that changed.
-    let old: Option<Map<String, Value>> = prev.and_then(|p| serde_json::from_slice::<Value>(&p).ok()).and_then(|v| match v {
-        Value::Object(o) => Some(o),
-        _ => None,
-    });
+    let old: Option<Map<String, Value>> = prev
+        .and_then(|p| serde_json::from_slice::<Value>(&p).ok())
+        .and_then(|v| match v {
+            Value::Object(o) => Some(o),
+            _ => None,
+        });
     for (i, (spec, new)) in specs.iter().zip(d.keys).enumerate() {
         let old_key = old.as_ref().and_then(|o| spec.key(o, &d.id));
         let del = old_key.filter(|k| Some(k) != new.as_ref());
@@ -176,7 +230,10 @@ async fn ingest_doc(root: StorageHandle, specs: Arc<Vec<IndexSpec>>, feeds: Arc<
             continue;
         }
         if feeds[i].send(Update { acked, del, put }).await.is_err() {
-            return (latency, Err(Fail::io(format!("index `{}` stopped", spec.name))));
+            return (
+                latency,
+                Err(Fail::io(format!("index `{}` stopped", spec.name))),
+            );
         }
     }
     (latency, Ok(outcome))
@@ -242,7 +299,15 @@ async fn dispatch(
     pb: ProgressBar,
     failed: Arc<AtomicBool>,
 ) -> Counts {
-    let mut c = Counts { documents: 0, stored: 0, unchanged: 0, bad: 0, latency: feed::histogram(), aborted_at: None, fatal: None };
+    let mut c = Counts {
+        documents: 0,
+        stored: 0,
+        unchanged: 0,
+        bad: 0,
+        latency: feed::histogram(),
+        aborted_at: None,
+        fatal: None,
+    };
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
     let mut in_flight: HashSet<Vec<u8>> = HashSet::new();
     let finish = |d: Done, c: &mut Counts, in_flight: &mut HashSet<Vec<u8>>| {
@@ -278,7 +343,9 @@ async fn dispatch(
             Item::Bad { line, msg } => {
                 c.bad += 1;
                 match on_error {
-                    OnError::Skip => pb.suspend(|| eprintln!("omnibus: line {line}: {msg} (skipped)")),
+                    OnError::Skip => {
+                        pb.suspend(|| eprintln!("omnibus: line {line}: {msg} (skipped)"))
+                    }
                     OnError::Abort => {
                         pb.suspend(|| eprintln!("omnibus: line {line}: {msg}"));
                         c.aborted_at = Some(line);
@@ -288,18 +355,26 @@ async fn dispatch(
             }
             Item::Doc(d) => {
                 while in_flight.len() >= window || in_flight.contains(&d.id) {
-                    let Some(done) = done_rx.recv().await else { break };
+                    let Some(done) = done_rx.recv().await else {
+                        break;
+                    };
                     finish(done, &mut c, &mut in_flight);
                 }
                 if c.fatal.is_some() {
                     break;
                 }
                 in_flight.insert(d.id.clone());
-                let (root, specs, feeds, tx) = (root.clone(), specs.clone(), feeds.clone(), done_tx.clone());
+                let (root, specs, feeds, tx) =
+                    (root.clone(), specs.clone(), feeds.clone(), done_tx.clone());
                 tokio::spawn(async move {
                     let (id, line) = (d.id.clone(), d.line);
                     let (latency_us, result) = ingest_doc(root, specs, feeds, d).await;
-                    let _ = tx.send(Done { id, line, latency_us, result });
+                    let _ = tx.send(Done {
+                        id,
+                        line,
+                        latency_us,
+                        result,
+                    });
                 });
             }
         }
@@ -315,7 +390,9 @@ async fn dispatch(
     // was read before a bad line is committed before the command returns.
     drop(items);
     while !in_flight.is_empty() {
-        let Some(done) = done_rx.recv().await else { break };
+        let Some(done) = done_rx.recv().await else {
+            break;
+        };
         finish(done, &mut c, &mut in_flight);
     }
     if c.fatal.is_some() {
@@ -328,7 +405,8 @@ fn open_input(a: &IngestArgs) -> CliResult<(Box<dyn Read + Send>, Option<u64>)> 
     if a.input.as_os_str() == "-" {
         return Ok((Box::new(std::io::stdin()), None));
     }
-    let f = std::fs::File::open(&a.input).map_err(|e| Fail::input(format!("{}: {e}", a.input.display())))?;
+    let f = std::fs::File::open(&a.input)
+        .map_err(|e| Fail::input(format!("{}: {e}", a.input.display())))?;
     let len = f.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
     Ok((Box::new(f), len))
 }
@@ -370,13 +448,24 @@ pub fn run(a: IngestArgs) -> CliResult {
         ProgressBar::hidden()
     };
 
-    let engine = Engine::start(EngineOptions { executors: a.cores, ..EngineOptions::default() })?;
-    let opts = Options { journal_mode: a.journal.mode(), ..Options::default() };
-    let db: DatabaseHandle = engine.blocking_open_database(&a.db, opts).map_err(|e| Fail::from(e).context(a.db.display()))?;
+    let engine = Engine::start(EngineOptions {
+        executors: a.cores,
+        ..EngineOptions::default()
+    })?;
+    let opts = Options {
+        journal_mode: a.journal.mode(),
+        ..Options::default()
+    };
+    let db: DatabaseHandle = engine
+        .blocking_open_database(&a.db, opts)
+        .map_err(|e| Fail::from(e).context(a.db.display()))?;
     let root = db.root();
     let mut handles = Vec::new();
     for s in &specs {
-        handles.push(db.blocking_storage(&s.name).map_err(|e| Fail::from(e).context(format_args!("index `{}`", s.name)))?);
+        handles.push(
+            db.blocking_storage(&s.name)
+                .map_err(|e| Fail::from(e).context(format_args!("index `{}`", s.name)))?,
+        );
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -391,10 +480,24 @@ pub fn run(a: IngestArgs) -> CliResult {
 
     let (item_tx, item_rx) = mpsc::channel::<Item>(4096);
     let reader = {
-        let (cap, idf, sp, pb) = (a.max_line_bytes as usize, a.id_field.clone(), specs.clone(), pb.clone());
+        let (cap, idf, sp, pb) = (
+            a.max_line_bytes as usize,
+            a.id_field.clone(),
+            specs.clone(),
+            pb.clone(),
+        );
         std::thread::Builder::new()
             .name("omnibus-reader".into())
-            .spawn(move || read_input(BufReader::with_capacity(1 << 20, input), item_tx, cap, idf, sp, pb))
+            .spawn(move || {
+                read_input(
+                    BufReader::with_capacity(1 << 20, input),
+                    item_tx,
+                    cap,
+                    idf,
+                    sp,
+                    pb,
+                )
+            })
             .map_err(|e| Fail::io(format!("starting the reader thread: {e}")))?
     };
     let specs = Arc::new(specs);
@@ -404,11 +507,28 @@ pub fn run(a: IngestArgs) -> CliResult {
         let mut tasks = Vec::new();
         for (s, h) in specs.iter().zip(&handles) {
             let (tx, rx) = feed::channel();
-            tasks.push(tokio::spawn(feed::run_index(s.name.clone(), h.clone(), rx, tx.sent.clone(), true, Duration::ZERO)));
+            tasks.push(tokio::spawn(feed::run_index(
+                s.name.clone(),
+                h.clone(),
+                rx,
+                tx.sent.clone(),
+                true,
+                Duration::ZERO,
+            )));
             feeds.push(tx);
         }
         let feeds = Arc::new(feeds);
-        let counts = dispatch(item_rx, root.clone(), specs.clone(), feeds.clone(), a.window as usize, a.on_error, pb.clone(), failed.clone()).await;
+        let counts = dispatch(
+            item_rx,
+            root.clone(),
+            specs.clone(),
+            feeds.clone(),
+            a.window as usize,
+            a.on_error,
+            pb.clone(),
+            failed.clone(),
+        )
+        .await;
         // Every document task has finished: dropping the last senders ends the index tasks once
         // they have committed everything pending (caught up).
         drop(feeds);
@@ -471,7 +591,11 @@ pub fn run(a: IngestArgs) -> CliResult {
         commit_latency_us_max: counts.latency.max(),
         commits,
         batches,
-        commits_per_batch: if batches > 0 { commits as f64 / batches as f64 } else { 0.0 },
+        commits_per_batch: if batches > 0 {
+            commits as f64 / batches as f64
+        } else {
+            0.0
+        },
         fdatasyncs: stats1.journal_fdatasyncs - stats0.journal_fdatasyncs,
         journal_bytes: stats1.journal_bytes - stats0.journal_bytes,
         disk_write_bytes: disk0.zip(disk1).map(|(a, b)| b.saturating_sub(a)),
@@ -518,11 +642,21 @@ fn print_summary(s: &Summary, json: bool) {
         "commit latency   p50 {} µs, p99 {} µs, max {} µs",
         s.commit_latency_us_p50, s.commit_latency_us_p99, s.commit_latency_us_max
     );
-    println!("commits          {} in {} batches ({:.1} commits per batch)", s.commits, s.batches, s.commits_per_batch);
+    println!(
+        "commits          {} in {} batches ({:.1} commits per batch)",
+        s.commits, s.batches, s.commits_per_batch
+    );
     println!("fdatasyncs       {}", s.fdatasyncs);
     match s.disk_write_bytes {
-        Some(d) => println!("bytes written    {} to journals; {} to disk in all", fmt::bytes(s.journal_bytes), fmt::bytes(d)),
-        None => println!("bytes written    {} to journals", fmt::bytes(s.journal_bytes)),
+        Some(d) => println!(
+            "bytes written    {} to journals; {} to disk in all",
+            fmt::bytes(s.journal_bytes),
+            fmt::bytes(d)
+        ),
+        None => println!(
+            "bytes written    {} to journals",
+            fmt::bytes(s.journal_bytes)
+        ),
     }
     println!(
         "index lag        max {:.1} ms (p99 {:.1} ms), at most {} documents behind",

@@ -12,26 +12,42 @@ use crate::{fmt, CliResult, Fail};
 
 /// Opens the database read-only (nothing is written; the journal is replayed in memory).
 fn open_read(db: &Path) -> CliResult<Database> {
-    let opts = Options { read_only: true, create: false, ..Options::default() };
-    Database::open(db, opts).map_err(|e| Fail::from(e).context(format_args!("opening {}", db.display())))
+    let opts = Options {
+        read_only: true,
+        create: false,
+        ..Options::default()
+    };
+    Database::open(db, opts)
+        .map_err(|e| Fail::from(e).context(format_args!("opening {}", db.display())))
 }
 
 fn open_write(db: &Path, create: bool) -> CliResult<Database> {
-    let opts = Options { create, ..Options::default() };
-    Database::open(db, opts).map_err(|e| Fail::from(e).context(format_args!("opening {}", db.display())))
+    let opts = Options {
+        create,
+        ..Options::default()
+    };
+    Database::open(db, opts)
+        .map_err(|e| Fail::from(e).context(format_args!("opening {}", db.display())))
 }
 
 fn storage_of(db: &Database, t: &StorageArg, create: bool) -> CliResult<Storage> {
-    let Some(name) = &t.storage else { return Ok(db.root()) };
+    let Some(name) = &t.storage else {
+        return Ok(db.root());
+    };
     if !create && !db.storages().contains(name) {
         let all = db.storages();
         return Err(Fail::input(format!(
             "{}: no storage `{name}` (storages: {})",
             t.db.display(),
-            if all.is_empty() { "none besides the root".to_string() } else { all.join(", ") }
+            if all.is_empty() {
+                "none besides the root".to_string()
+            } else {
+                all.join(", ")
+            }
         )));
     }
-    db.storage(name).map_err(|e| Fail::from(e).context(format_args!("storage `{name}`")))
+    db.storage(name)
+        .map_err(|e| Fail::from(e).context(format_args!("storage `{name}`")))
 }
 
 fn arg_bytes(what: &str, s: &str) -> CliResult<Vec<u8>> {
@@ -49,7 +65,9 @@ fn out(w: &mut impl Write, bytes: &[u8]) -> CliResult<bool> {
 
 fn flush_out(w: &mut impl Write) -> CliResult {
     match w.flush() {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Fail::io(format!("writing standard output: {e}"))),
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Fail::io(format!("writing standard output: {e}")))
+        }
         _ => Ok(()),
     }
 }
@@ -81,7 +99,8 @@ pub fn put(a: PutArgs) -> CliResult {
     w.put(&key, &value)?;
     w.commit()?;
     drop(s);
-    db.close().map_err(|e| Fail::from(e).context("closing the database"))
+    db.close()
+        .map_err(|e| Fail::from(e).context("closing the database"))
 }
 
 pub fn delete(a: DeleteArgs) -> CliResult {
@@ -92,7 +111,8 @@ pub fn delete(a: DeleteArgs) -> CliResult {
     let found = w.delete(&key)?;
     w.commit()?;
     drop(s);
-    db.close().map_err(|e| Fail::from(e).context("closing the database"))?;
+    db.close()
+        .map_err(|e| Fail::from(e).context("closing the database"))?;
     if a.json {
         println!("{}", json!({ "deleted": found }));
     } else {
@@ -102,7 +122,11 @@ pub fn delete(a: DeleteArgs) -> CliResult {
 }
 
 pub fn scan(a: ScanArgs) -> CliResult {
-    let prefix = a.prefix.as_deref().map(|p| arg_bytes("--prefix", p)).transpose()?;
+    let prefix = a
+        .prefix
+        .as_deref()
+        .map(|p| arg_bytes("--prefix", p))
+        .transpose()?;
     let db = open_read(&a.target.db)?;
     let s = storage_of(&db, &a.target, false)?;
     let r = s.begin_read()?;
@@ -184,7 +208,9 @@ fn storage_stat(name: &str, s: &Storage) -> StorageStat {
 fn named_storages(db: &Database) -> CliResult<Vec<(String, Storage)>> {
     let mut v = vec![("(root)".to_string(), db.root())];
     for n in db.storages() {
-        let s = db.storage(&n).map_err(|e| Fail::from(e).context(format_args!("storage `{n}`")))?;
+        let s = db
+            .storage(&n)
+            .map_err(|e| Fail::from(e).context(format_args!("storage `{n}`")))?;
         v.push((n, s));
     }
     Ok(v)
@@ -192,7 +218,10 @@ fn named_storages(db: &Database) -> CliResult<Vec<(String, Storage)>> {
 
 pub fn stat(a: StatArgs) -> CliResult {
     let db = open_read(&a.db)?;
-    let all: Vec<StorageStat> = named_storages(&db)?.iter().map(|(n, s)| storage_stat(n, s)).collect();
+    let all: Vec<StorageStat> = named_storages(&db)?
+        .iter()
+        .map(|(n, s)| storage_stat(n, s))
+        .collect();
     let d = db.stats();
     if a.json {
         let v = json!({
@@ -216,7 +245,10 @@ pub fn stat(a: StatArgs) -> CliResult {
     println!("database {} ({} storages)", a.db.display(), all.len());
     for s in &all {
         println!("storage {}", s.name);
-        println!("  txn        committed {}, flushed {}", s.last_committed_txn, s.last_flushed_txn);
+        println!(
+            "  txn        committed {}, flushed {}",
+            s.last_committed_txn, s.last_flushed_txn
+        );
         println!("  entries    {}", s.entries);
         println!("  pages      {} used, {} free", s.pages_used, s.pages_free);
         println!(
@@ -227,7 +259,11 @@ pub fn stat(a: StatArgs) -> CliResult {
             s.holes_punched_since_open
         );
         println!("  journals   {} files", s.journal_files);
-        println!("  scratch    {} pages ({}) unflushed", s.scratch_pages, fmt::bytes(s.scratch_bytes));
+        println!(
+            "  scratch    {} pages ({}) unflushed",
+            s.scratch_pages,
+            fmt::bytes(s.scratch_bytes)
+        );
     }
     println!(
         "database (this open: recovery only) {} commits in {} batches ({:.1} per batch), {} fdatasyncs, {} directory fsyncs, {} links made, {} journal files live",
@@ -239,11 +275,19 @@ pub fn stat(a: StatArgs) -> CliResult {
 /// Every storage of the database at `db` opened on its own (read-only), for `check` when the
 /// database as a whole does not open: each storage that does not open either is an error.
 fn open_each(db: &Path) -> CliResult<Vec<(String, Result<Storage, omnibus::Error>)>> {
-    let opts = Options { read_only: true, create: false, ..Options::default() };
+    let opts = Options {
+        read_only: true,
+        create: false,
+        ..Options::default()
+    };
     let mut v = vec![("(root)".to_string(), Storage::open(db, opts.clone()))];
     let idx = db.join(omnibus::database::INDEXES_DIR);
     let mut names: Vec<String> = match std::fs::read_dir(&idx) {
-        Ok(rd) => rd.filter_map(|e| e.ok()).filter_map(|e| e.file_name().into_string().ok()).filter(|n| !n.starts_with('.')).collect(),
+        Ok(rd) => rd
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| !n.starts_with('.'))
+            .collect(),
         Err(_) => Vec::new(),
     };
     names.sort();
@@ -259,7 +303,10 @@ pub fn check(a: CheckArgs) -> CliResult {
     let mut problems = 0;
     let mut reports = Vec::new();
     let storages: Vec<(String, Result<Storage, omnibus::Error>)> = match open_read(&a.db) {
-        Ok(db) => named_storages(&db)?.into_iter().map(|(n, s)| (n, Ok(s))).collect(),
+        Ok(db) => named_storages(&db)?
+            .into_iter()
+            .map(|(n, s)| (n, Ok(s)))
+            .collect(),
         Err(f) if f.code == 2 => {
             // Something is damaged: open each storage on its own to say which.
             eprintln!("omnibus: {}", f.msg);
@@ -283,14 +330,20 @@ pub fn check(a: CheckArgs) -> CliResult {
                 continue;
             }
         };
-        let r = s.check().map_err(|e| Fail::from(e).context(format_args!("checking storage `{name}`")))?;
+        let r = s
+            .check()
+            .map_err(|e| Fail::from(e).context(format_args!("checking storage `{name}`")))?;
         if !r.is_ok() {
             bad_storages += 1;
             problems += r.problems.len();
             for p in &r.problems {
                 let page = p.page.map(|n| format!(" page {n}")).unwrap_or_default();
                 let off = p.offset.map(|n| format!(" offset {n}")).unwrap_or_default();
-                eprintln!("omnibus: storage `{name}`: corruption in {}{page}{off}: {}", p.file.display(), p.what);
+                eprintln!(
+                    "omnibus: storage `{name}`: corruption in {}{page}{off}: {}",
+                    p.file.display(),
+                    p.what
+                );
             }
         }
         if a.json {
@@ -320,10 +373,16 @@ pub fn check(a: CheckArgs) -> CliResult {
         }
     }
     if a.json {
-        println!("{}", json!({ "db": a.db.display().to_string(), "ok": problems == 0, "storages": reports }));
+        println!(
+            "{}",
+            json!({ "db": a.db.display().to_string(), "ok": problems == 0, "storages": reports })
+        );
     }
     if problems > 0 {
-        return Err(Fail::io(format!("{problems} problems in {bad_storages} storages of {}", a.db.display())));
+        return Err(Fail::io(format!(
+            "{problems} problems in {bad_storages} storages of {}",
+            a.db.display()
+        )));
     }
     Ok(())
 }

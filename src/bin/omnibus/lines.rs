@@ -55,7 +55,11 @@ pub fn read_line_capped(r: &mut impl BufRead, buf: &mut Vec<u8>, cap: usize) -> 
             break;
         }
     }
-    Ok(if too_long { Line::TooLong(total) } else { Line::Read })
+    Ok(if too_long {
+        Line::TooLong(total)
+    } else {
+        Line::Read
+    })
 }
 
 #[cfg(test)]
@@ -69,7 +73,10 @@ mod tests {
         let mut b = Vec::new();
         assert_eq!(read_line_capped(&mut r, &mut b, 5).unwrap(), Line::Read);
         assert_eq!(b, b"ab");
-        assert_eq!(read_line_capped(&mut r, &mut b, 5).unwrap(), Line::TooLong(9));
+        assert_eq!(
+            read_line_capped(&mut r, &mut b, 5).unwrap(),
+            Line::TooLong(9)
+        );
         assert!(b.is_empty());
         assert_eq!(read_line_capped(&mut r, &mut b, 5).unwrap(), Line::Read);
         assert_eq!(b, b"");

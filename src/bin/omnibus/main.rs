@@ -29,16 +29,25 @@ pub struct Fail {
 
 impl Fail {
     pub fn input(msg: impl Into<String>) -> Fail {
-        Fail { code: 1, msg: msg.into() }
+        Fail {
+            code: 1,
+            msg: msg.into(),
+        }
     }
 
     pub fn io(msg: impl Into<String>) -> Fail {
-        Fail { code: 2, msg: msg.into() }
+        Fail {
+            code: 2,
+            msg: msg.into(),
+        }
     }
 
     /// Adds context in front of the message.
     pub fn context(self, what: impl std::fmt::Display) -> Fail {
-        Fail { code: self.code, msg: format!("{what}: {}", self.msg) }
+        Fail {
+            code: self.code,
+            msg: format!("{what}: {}", self.msg),
+        }
     }
 }
 
@@ -49,7 +58,10 @@ impl From<omnibus::Error> for Fail {
             E::Corruption(_) | E::Io { .. } | E::Poisoned { .. } | E::FormatVersion { .. } => 2,
             _ => 1,
         };
-        Fail { code, msg: e.to_string() }
+        Fail {
+            code,
+            msg: e.to_string(),
+        }
     }
 }
 
@@ -73,7 +85,9 @@ fn main() -> ExitCode {
         Err(e) => {
             use clap::error::ErrorKind;
             let code = match e.kind() {
-                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                ErrorKind::DisplayHelp
+                | ErrorKind::DisplayVersion
+                | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
                     if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
                         1
                     } else {

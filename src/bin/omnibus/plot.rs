@@ -17,7 +17,12 @@ const LEFT: u32 = 90;
 const RIGHT: u32 = 60;
 const TOP: u32 = 60;
 const BOTTOM: u32 = 60;
-const COLORS: [RGBColor; 4] = [RGBColor(0, 114, 178), RGBColor(213, 94, 0), RGBColor(0, 158, 115), RGBColor(204, 121, 167)];
+const COLORS: [RGBColor; 4] = [
+    RGBColor(0, 114, 178),
+    RGBColor(213, 94, 0),
+    RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
+];
 
 type Err = Box<dyn std::error::Error>;
 
@@ -25,7 +30,10 @@ type Err = Box<dyn std::error::Error>;
 fn text(buf: &mut [u8], x: i32, y: i32, s: &str, color: RGBColor, scale: i32) {
     let mut cx = x;
     for ch in s.chars() {
-        let glyph = font8x8::BASIC_FONTS.get(ch).or_else(|| font8x8::LATIN_FONTS.get(ch)).unwrap_or([0; 8]);
+        let glyph = font8x8::BASIC_FONTS
+            .get(ch)
+            .or_else(|| font8x8::LATIN_FONTS.get(ch))
+            .unwrap_or([0; 8]);
         for (row, bits) in glyph.iter().enumerate() {
             for col in 0..8 {
                 if bits & (1 << col) == 0 {
@@ -60,31 +68,56 @@ fn nines(q: f64) -> f64 {
 }
 
 /// Draws the series ((label, [(quantile 0..1, microseconds)])) to a PNG file at `path`.
-pub fn latency_png(path: &Path, title: &str, series: &[(String, Vec<(f64, u64)>)]) -> Result<(), Err> {
+pub fn latency_png(
+    path: &Path,
+    title: &str,
+    series: &[(String, Vec<(f64, u64)>)],
+) -> Result<(), Err> {
     let mut buf = vec![255u8; (W * H * 3) as usize];
-    let points: Vec<Vec<(f64, f64)>> =
-        series.iter().map(|(_, v)| v.iter().map(|(q, us)| (nines(*q), (*us).max(1) as f64 / 1000.0)).collect()).collect();
+    let points: Vec<Vec<(f64, f64)>> = series
+        .iter()
+        .map(|(_, v)| {
+            v.iter()
+                .map(|(q, us)| (nines(*q), (*us).max(1) as f64 / 1000.0))
+                .collect()
+        })
+        .collect();
     let all = points.iter().flatten();
-    let xmax = all.clone().map(|p| p.0).fold(1.0f64, f64::max).ceil().max(2.0);
+    let xmax = all
+        .clone()
+        .map(|p| p.0)
+        .fold(1.0f64, f64::max)
+        .ceil()
+        .max(2.0);
     let ymin_raw = all.clone().map(|p| p.1).fold(f64::INFINITY, f64::min);
     let ymax_raw = all.map(|p| p.1).fold(0.0f64, f64::max);
     let (ymin, ymax) = if ymax_raw > 0.0 {
-        (10f64.powf(ymin_raw.log10().floor()), 10f64.powf(ymax_raw.log10().ceil()).max(10f64.powf(ymin_raw.log10().floor() + 1.0)))
+        (
+            10f64.powf(ymin_raw.log10().floor()),
+            10f64
+                .powf(ymax_raw.log10().ceil())
+                .max(10f64.powf(ymin_raw.log10().floor() + 1.0)),
+        )
     } else {
         (0.01, 10.0)
     };
     let mut labels: Vec<(i32, i32, String, RGBColor, i32)> = Vec::new();
     {
-        let root: DrawingArea<BitMapBackend, Shift> = BitMapBackend::with_buffer(&mut buf, (W, H)).into_drawing_area();
+        let root: DrawingArea<BitMapBackend, Shift> =
+            BitMapBackend::with_buffer(&mut buf, (W, H)).into_drawing_area();
         root.fill(&WHITE)?;
         let area = root.margin(TOP, BOTTOM, LEFT, RIGHT);
-        let mut chart = ChartBuilder::on(&area).build_cartesian_2d(0f64..xmax, (ymin..ymax).log_scale())?;
+        let mut chart =
+            ChartBuilder::on(&area).build_cartesian_2d(0f64..xmax, (ymin..ymax).log_scale())?;
         let grid = RGBColor(220, 220, 220);
         let axis = RGBColor(60, 60, 60);
         // Vertical grid at each nine, horizontal at each power of ten (and 2x, 5x lightly).
         for n in 0..=(xmax as i64) {
             let x = n as f64;
-            chart.draw_series(std::iter::once(PathElement::new(vec![(x, ymin), (x, ymax)], grid)))?;
+            chart.draw_series(std::iter::once(PathElement::new(
+                vec![(x, ymin), (x, ymax)],
+                grid,
+            )))?;
             let (px, py) = chart.backend_coord(&(x, ymin));
             let label = match n {
                 0 => "0%".to_string(),
@@ -94,22 +127,36 @@ pub fn latency_png(path: &Path, title: &str, series: &[(String, Vec<(f64, u64)>)
         }
         let mut decade = ymin;
         while decade <= ymax * 1.0001 {
-            for (m, c) in [(1.0, grid), (2.0, RGBColor(240, 240, 240)), (5.0, RGBColor(240, 240, 240))] {
+            for (m, c) in [
+                (1.0, grid),
+                (2.0, RGBColor(240, 240, 240)),
+                (5.0, RGBColor(240, 240, 240)),
+            ] {
                 let y = decade * m;
                 if y > ymax * 1.0001 {
                     continue;
                 }
-                chart.draw_series(std::iter::once(PathElement::new(vec![(0.0, y), (xmax, y)], c)))?;
+                chart.draw_series(std::iter::once(PathElement::new(
+                    vec![(0.0, y), (xmax, y)],
+                    c,
+                )))?;
                 if m == 1.0 {
                     let (px, py) = chart.backend_coord(&(0.0, y));
-                    let label = if y >= 1.0 { format!("{y:.0}") } else { format!("{y}") };
+                    let label = if y >= 1.0 {
+                        format!("{y:.0}")
+                    } else {
+                        format!("{y}")
+                    };
                     labels.push((px - 8 - text_width(&label, 1), py - 4, label, axis, 1));
                 }
             }
             decade *= 10.0;
         }
         // Axes.
-        chart.draw_series(std::iter::once(PathElement::new(vec![(0.0, ymax), (0.0, ymin), (xmax, ymin)], axis.stroke_width(2))))?;
+        chart.draw_series(std::iter::once(PathElement::new(
+            vec![(0.0, ymax), (0.0, ymin), (xmax, ymin)],
+            axis.stroke_width(2),
+        )))?;
         for (i, pts) in points.iter().enumerate() {
             let c = COLORS[i % COLORS.len()];
             chart.draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(3)))?;
@@ -124,15 +171,36 @@ pub fn latency_png(path: &Path, title: &str, series: &[(String, Vec<(f64, u64)>)
         root.present()?;
     }
     text(&mut buf, LEFT as i32, 18, title, RGBColor(0, 0, 0), 1);
-    text(&mut buf, 8, (TOP - 16) as i32, "latency (ms, log scale)", RGBColor(60, 60, 60), 1);
+    text(
+        &mut buf,
+        8,
+        (TOP - 16) as i32,
+        "latency (ms, log scale)",
+        RGBColor(60, 60, 60),
+        1,
+    );
     let xl = "percentile (0% .. the slowest commit)";
-    text(&mut buf, (LEFT as i32 + (W - LEFT - RIGHT) as i32 / 2) - text_width(xl, 1) / 2, (H - 22) as i32, xl, RGBColor(60, 60, 60), 1);
+    text(
+        &mut buf,
+        (LEFT as i32 + (W - LEFT - RIGHT) as i32 / 2) - text_width(xl, 1) / 2,
+        (H - 22) as i32,
+        xl,
+        RGBColor(60, 60, 60),
+        1,
+    );
     for (x, y, s, c, sc) in labels {
         text(&mut buf, x, y, &s, c, sc);
     }
     for (i, (label, _)) in series.iter().enumerate() {
         let y = (TOP + 14 + 18 * i as u32) as i32;
-        text(&mut buf, (LEFT + 52) as i32, y, label, COLORS[i % COLORS.len()], 1);
+        text(
+            &mut buf,
+            (LEFT + 52) as i32,
+            y,
+            label,
+            COLORS[i % COLORS.len()],
+            1,
+        );
     }
     let file = std::fs::File::create(path)?;
     let mut enc = png::Encoder::new(std::io::BufWriter::new(file), W, H);
