@@ -17,6 +17,9 @@ use crate::Storage;
 /// Capacity of the shared reader mailbox (messages).
 pub const MAILBOX: usize = 4096;
 
+/// Owned `(key, value)` pairs answered by a range read.
+pub(crate) type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// The reader pool's API.
 pub(crate) enum ReadMsg {
     Get {
@@ -29,7 +32,7 @@ pub(crate) enum ReadMsg {
         start: Bound<Vec<u8>>,
         end: Bound<Vec<u8>>,
         limit: usize,
-        reply: flume::Sender<Result<Vec<(Vec<u8>, Vec<u8>)>>>,
+        reply: flume::Sender<Result<Entries>>,
     },
     MultiGet {
         storage: Storage,

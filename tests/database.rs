@@ -105,7 +105,7 @@ fn shared_journal_group_commits_across_storages_and_recovers() {
         },
     )
     .unwrap();
-    assert!(s.begin_read().unwrap().len() > 0);
+    assert!(!s.begin_read().unwrap().is_empty());
     assert!(s.check().unwrap().is_ok());
     drop(s);
     // And the database opens again after it.

@@ -65,6 +65,7 @@ pub enum OpenMode {
 }
 
 /// One open file. Offsets and lengths are in bytes.
+#[allow(clippy::len_without_is_empty)] // `len` is the file's length (fstat), not a collection's.
 pub trait EnvFile: Send + Sync + std::fmt::Debug {
     /// The path the file was opened with (for error messages).
     fn path(&self) -> &Path;

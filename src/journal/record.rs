@@ -264,9 +264,12 @@ pub fn commit_record(
     OutRecord::new(RecordKind::Commit, storage_id, txn_id, parts)
 }
 
+/// A commit body decoded: its meta and `(page number, image)` pairs.
+pub type DecodedCommit<'a> = (CommitMeta, Vec<(u64, std::borrow::Cow<'a, [u8]>)>);
+
 /// A decoded commit body: meta and `(page number, image)` pairs, borrowed from the body or
 /// rebuilt (trimmed pages). `None` when the body is malformed.
-pub fn decode_commit(body: &[u8]) -> Option<(CommitMeta, Vec<(u64, std::borrow::Cow<'_, [u8]>)>)> {
+pub fn decode_commit(body: &[u8]) -> Option<DecodedCommit<'_>> {
     let meta = CommitMeta {
         root: rd_u64(body, 0)?,
         freedir: rd_u64(body, 8)?,

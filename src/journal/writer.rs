@@ -158,7 +158,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-const ZEROS: [u8; 64 << 10] = [0u8; 64 << 10];
+static ZEROS: [u8; 64 << 10] = [0u8; 64 << 10];
 const POOL_SUFFIX: &str = ".zeroed";
 
 fn write_zeros(file: &dyn EnvFile, from: u64, to: u64) -> Result<()> {

@@ -144,7 +144,7 @@ pub fn choose(p0: &[u8], p1: &[u8], path: &Path) -> Result<(Header, u64)> {
             expected: FORMAT_VERSION,
         });
     }
-    if s.iter().any(|s| *s == Slot::Damaged) {
+    if s.contains(&Slot::Damaged) {
         return Err(Error::corruption(
             path,
             Some(0),

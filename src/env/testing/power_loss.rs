@@ -1602,10 +1602,7 @@ mod tests {
         img.zero(4091, 2);
         let page0 = &img.pages[&0];
         assert_eq!(&page0[4089..4096], &[0, 1, 0, 0, 1, 1, 0]);
-        assert!(img
-            .pages
-            .get(&1)
-            .map_or(true, |p| p.iter().all(|&b| b == 0)));
+        assert!(img.pages.get(&1).is_none_or(|p| p.iter().all(|&b| b == 0)));
         assert_eq!(
             sector_pieces(4000, 5000),
             vec![(4000, 96), (4096, 4096), (8192, 808)]
