@@ -607,7 +607,7 @@ impl WriteTransaction {
         }
         for _ in 0..=crate::btree::MAX_DEPTH {
             let node = match self.nodes.get(&p) {
-                Some(n) => n.clone(),
+                Some(n) => n,
                 None => {
                     // Not modified here: read the base snapshot without decoding whole pages.
                     let (img, h) = self.base.page(p)?;
