@@ -91,15 +91,9 @@ pub fn process_write_bytes() -> Option<u64> {
 
 /// The file system type of `path` (statfs magic number, named when known).
 pub fn fs_type(path: &Path) -> String {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+    let Ok(st) = rustix::fs::statfs(path) else {
         return "unknown".into();
     };
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a NUL-terminated path and `st` a valid out-pointer.
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return "unknown".into();
-    }
     let magic = st.f_type as u64;
     let name = match magic {
         0xEF53 => "ext4",
