@@ -5,14 +5,11 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn omnibus(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_omnibus"))
-        .args(args)
-        .output()
-        .expect("run omnibus")
-}
+#[path = "common/cli.rs"]
+mod cli_common;
+use cli_common::omnibus;
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()

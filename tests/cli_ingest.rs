@@ -4,27 +4,12 @@
 //! missing an indexed field.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn omnibus(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_omnibus"))
-        .args(args)
-        .output()
-        .expect("run omnibus")
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = omnibus(args);
-    assert!(
-        o.status.success(),
-        "omnibus {args:?} failed: {:?}\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).expect("utf-8 output")
-}
+#[path = "common/cli.rs"]
+mod cli_common;
+use cli_common::{ok, omnibus};
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cities_sample.jsonl")

@@ -1,27 +1,11 @@
 //! `omnibus get / put / delete / scan / stat / check`: escaping of keys and values, exit codes,
 //! `--help` everywhere, and `check` naming the storage, file and page of a corruption (exit 2).
 
-use std::process::{Command, Output};
-
 use serde_json::Value;
 
-fn omnibus(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_omnibus"))
-        .args(args)
-        .output()
-        .expect("run omnibus")
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = omnibus(args);
-    assert!(
-        o.status.success(),
-        "omnibus {args:?} failed: {:?}\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).expect("utf-8 output")
-}
+#[path = "common/cli.rs"]
+mod cli_common;
+use cli_common::{ok, omnibus};
 
 fn code(args: &[&str]) -> (Option<i32>, String) {
     let o = omnibus(args);

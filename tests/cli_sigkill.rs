@@ -5,28 +5,14 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 
-fn omnibus(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_omnibus"))
-        .args(args)
-        .output()
-        .expect("run omnibus")
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = omnibus(args);
-    assert!(
-        o.status.success(),
-        "omnibus {args:?} failed: {:?}\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).expect("utf-8 output")
-}
+#[path = "common/cli.rs"]
+mod cli_common;
+use cli_common::{ok, omnibus};
 
 fn entries(db: &str) -> BTreeMap<String, u64> {
     let v: Value = serde_json::from_str(&ok(&["stat", db, "--json"])).unwrap();

@@ -23,7 +23,9 @@ use omnibus::{FlushMode, Options, Prezero, Storage};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+#[path = "common/model.rs"]
+mod model;
+use model::{content, diff, Model};
 
 /// The workloads; every durable operation of each is a crash point, crashed after and before it,
 /// with and without losing unsynced directory entries (both at odd k, alternating at even k).
@@ -247,37 +249,6 @@ fn workload(
         }
     }
     s.close()
-}
-
-fn content(s: &Storage) -> Result<Model, String> {
-    let r = s.begin_read().map_err(|e| e.to_string())?;
-    let mut m = Model::new();
-    for kv in r.iter().map_err(|e| format!("iter: {e}"))? {
-        let (k, v) = kv.map_err(|e| format!("iterating the recovered storage: {e}"))?;
-        m.insert(k.to_vec(), v.to_vec());
-    }
-    if r.len() != m.len() as u64 {
-        return Err(format!(
-            "entry count {} disagrees with the {} keys iterated",
-            r.len(),
-            m.len()
-        ));
-    }
-    Ok(m)
-}
-
-fn diff(a: &Model, b: &Model) -> String {
-    let only_a = a.keys().filter(|k| !b.contains_key(*k)).count();
-    let only_b = b.keys().filter(|k| !a.contains_key(*k)).count();
-    let changed = a
-        .iter()
-        .filter(|(k, v)| b.get(*k).is_some_and(|w| w != *v))
-        .count();
-    format!(
-        "{} vs {} keys: {only_a} missing, {only_b} extra, {changed} with other values",
-        b.len(),
-        a.len()
-    )
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

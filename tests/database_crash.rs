@@ -37,7 +37,9 @@ use omnibus::{Database, FlushMode, JournalMode, Options, Prezero, Storage, Write
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+#[path = "common/model.rs"]
+mod model;
+use model::{content, diff, Model};
 
 const MODES: [CrashMode; 4] = [
     CrashMode::DropUnsynced,
@@ -453,37 +455,6 @@ fn inv5_workload(
 // ---------------------------------------------------------------------------------------------
 // Checking a crashed database
 // ---------------------------------------------------------------------------------------------
-
-fn content(s: &Storage) -> Result<Model, String> {
-    let r = s.begin_read().map_err(|e| e.to_string())?;
-    let mut m = Model::new();
-    for kv in r.iter().map_err(|e| format!("iter: {e}"))? {
-        let (k, v) = kv.map_err(|e| format!("iterating: {e}"))?;
-        m.insert(k.to_vec(), v.to_vec());
-    }
-    if r.len() != m.len() as u64 {
-        return Err(format!(
-            "entry count {} disagrees with the {} keys iterated",
-            r.len(),
-            m.len()
-        ));
-    }
-    Ok(m)
-}
-
-fn diff(want: &Model, got: &Model) -> String {
-    let missing = want.keys().filter(|k| !got.contains_key(*k)).count();
-    let extra = got.keys().filter(|k| !want.contains_key(*k)).count();
-    let changed = want
-        .iter()
-        .filter(|(k, v)| got.get(*k).is_some_and(|w| w != *v))
-        .count();
-    format!(
-        "{} keys, want {}: {missing} missing, {extra} extra, {changed} with other values",
-        got.len(),
-        want.len()
-    )
-}
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Verdict {
