@@ -250,8 +250,9 @@ impl Storage {
     /// depth, overflow runs, and the free-space map (every page in use or free, never both).
     /// Problems are listed in the report; `Err` only when the storage is closed.
     pub fn check(&self) -> Result<CheckReport> {
-        let r = self.begin_read()?;
-        drop(r);
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
         // Free-space pages are updated in place; holding the flush lock keeps the checked
         // state's free-space map from being overwritten by a newer flushed version meanwhile.
         let _flush = lock(&self.inner.flush_state);
