@@ -1,7 +1,7 @@
 //! `omnibus ingest` of real data (tests/fixtures/cities_sample.jsonl, 3,000 GeoNames places,
 //! CC BY 4.0, see tests/fixtures/README.md) with two indexes: document and index entry counts,
 //! prefix scans, `check`, re-running without duplicates, a changed indexed field, a document
-//! missing an indexed field.
+//! missing an indexed field, a database held open elsewhere (named once in the message).
 
 use std::path::{Path, PathBuf};
 
@@ -234,4 +234,27 @@ fn id_field_missing_index_fields_and_separate_journals() {
     assert_eq!(s["stored"], 0);
     assert_eq!(entries(db), e);
     assert!(omnibus(&["check", db]).status.success());
+}
+
+#[test]
+fn ingest_into_a_database_open_elsewhere_names_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("c.db");
+    let dbs = db.to_str().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, "{\"id\":\"a\"}\n").unwrap();
+    let args = ["ingest", dbs, "--input", input.to_str().unwrap()];
+    ok(&args);
+    let held = omnibus::Database::open(&db, omnibus::Options::default()).unwrap();
+    let o = omnibus(&args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "omnibus: {dbs}: already open (the LOCK file is held by another handle or process)\n"
+        )
+    );
+    held.close().unwrap();
+    ok(&args);
 }

@@ -1,5 +1,6 @@
 //! `omnibus get / put / delete / scan / stat / check`: escaping of keys and values, exit codes,
 //! `--help` everywhere, and `check` naming the storage, file and page of a corruption (exit 2).
+//! A database held open elsewhere is an input error (exit 1) whose message names the path once.
 
 use serde_json::Value;
 
@@ -168,4 +169,30 @@ fn check_names_storage_file_and_page_of_a_corruption() {
     assert!(err.contains("storage `tag`"), "names the storage: {err}");
     assert!(err.contains("data.pages"), "names the file: {err}");
     assert!(err.contains("page "), "names the page: {err}");
+}
+
+#[test]
+fn a_database_open_elsewhere_is_named_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("c.db");
+    let dbs = db.to_str().unwrap();
+    ok(&["put", dbs, "k", "v"]);
+    let held = omnibus::Database::open(&db, omnibus::Options::default()).unwrap();
+    let want = format!(
+        "omnibus: {dbs}: already open (the LOCK file is held by another handle or process)\n"
+    );
+    for args in [
+        vec!["put", dbs, "k", "v"],
+        vec!["delete", dbs, "k"],
+        vec!["get", dbs, "k"],
+        vec!["scan", dbs],
+        vec!["stat", dbs],
+        vec!["check", dbs],
+    ] {
+        let (c, err) = code(&args);
+        assert_eq!(c, Some(1), "{args:?}: {err}");
+        assert_eq!(err, want, "{args:?}");
+    }
+    held.close().unwrap();
+    assert_eq!(ok(&["get", dbs, "k"]), "v\n");
 }

@@ -458,7 +458,7 @@ pub fn run(a: IngestArgs) -> CliResult {
     };
     let db: DatabaseHandle = engine
         .blocking_open_database(&a.db, opts)
-        .map_err(|e| Fail::from(e).context(a.db.display()))?;
+        .map_err(|e| Fail::opening(e, &a.db))?;
     let root = db.root();
     let mut handles = Vec::new();
     for s in &specs {

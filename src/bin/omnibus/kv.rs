@@ -17,8 +17,7 @@ fn open_read(db: &Path) -> CliResult<Database> {
         create: false,
         ..Options::default()
     };
-    Database::open(db, opts)
-        .map_err(|e| Fail::from(e).context(format_args!("opening {}", db.display())))
+    Database::open(db, opts).map_err(|e| Fail::opening(e, db))
 }
 
 fn open_write(db: &Path, create: bool) -> CliResult<Database> {
@@ -26,8 +25,7 @@ fn open_write(db: &Path, create: bool) -> CliResult<Database> {
         create,
         ..Options::default()
     };
-    Database::open(db, opts)
-        .map_err(|e| Fail::from(e).context(format_args!("opening {}", db.display())))
+    Database::open(db, opts).map_err(|e| Fail::opening(e, db))
 }
 
 fn storage_of(db: &Database, t: &StorageArg, create: bool) -> CliResult<Storage> {

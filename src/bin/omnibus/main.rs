@@ -15,6 +15,7 @@ mod kv;
 mod lines;
 mod plot;
 
+use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -47,6 +48,28 @@ impl Fail {
         Fail {
             code: self.code,
             msg: format!("{what}: {}", self.msg),
+        }
+    }
+
+    /// A failure to open the database at `db`. An error that carries a path already names it
+    /// in its message (`c.db: already open ...`) and is kept as is; any other gets
+    /// `opening c.db: ` in front.
+    pub fn opening(e: omnibus::Error, db: &Path) -> Fail {
+        use omnibus::Error as E;
+        let names_a_path = matches!(
+            e,
+            E::NotAStorage { .. }
+                | E::FormatVersion { .. }
+                | E::Corruption(_)
+                | E::AlreadyOpen { .. }
+                | E::CrossDevice { .. }
+                | E::Io { .. }
+        );
+        let f = Fail::from(e);
+        if names_a_path {
+            f
+        } else {
+            f.context(format_args!("opening {}", db.display()))
         }
     }
 }
