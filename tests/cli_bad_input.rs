@@ -1,7 +1,8 @@
 //! `omnibus ingest` of malformed lines: not JSON, a JSON array, a truncated line, invalid UTF-8,
 //! a 100 MiB line, a missing id, a document over the value limit. Each gives its documented
 //! error with its line number; `--on-error skip` goes on (exit 0), `--on-error abort` stops
-//! (exit 1) with everything before the bad line committed and indexed.
+//! (exit 1) with everything before the bad line committed and indexed. A database path that is
+//! a file is an input error too.
 
 use std::io::Write;
 use std::path::Path;
@@ -213,4 +214,21 @@ fn usage_errors_exit_1() {
         assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
         assert!(!stderr(&o).is_empty(), "{args:?}");
     }
+}
+
+#[test]
+fn ingest_into_a_file_is_an_input_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, GOOD_A).unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"not a database").unwrap();
+    let f = file.to_str().unwrap();
+    let o = omnibus(&["ingest", f, "--input", input.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o),
+        format!("omnibus: {f}: not a directory (a database is a directory)\n")
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), b"not a database");
 }

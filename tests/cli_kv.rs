@@ -1,6 +1,7 @@
 //! `omnibus get / put / delete / scan / stat / check`: escaping of keys and values, exit codes,
 //! `--help` everywhere, and `check` naming the storage, file and page of a corruption (exit 2).
-//! A database held open elsewhere is an input error (exit 1) whose message names the path once.
+//! A database path that is a file, or a database held open elsewhere, is an input error
+//! (exit 1) whose message names the path once.
 
 use serde_json::Value;
 
@@ -169,6 +170,36 @@ fn check_names_storage_file_and_page_of_a_corruption() {
     assert!(err.contains("storage `tag`"), "names the storage: {err}");
     assert!(err.contains("data.pages"), "names the file: {err}");
     assert!(err.contains("page "), "names the page: {err}");
+}
+
+#[test]
+fn db_path_that_is_a_file_is_an_input_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"not a database").unwrap();
+    let f = file.to_str().unwrap();
+    let under = file.join("db");
+    let under = under.to_str().unwrap();
+    for (args, msg) in [
+        (vec!["put", f, "k", "v"], format!("{f}: not a directory")),
+        (vec!["delete", f, "k"], format!("{f}: not a directory")),
+        (vec!["get", f, "k"], format!("{f}: not a directory")),
+        (vec!["scan", f], format!("{f}: not a directory")),
+        (vec!["stat", f], format!("{f}: not a directory")),
+        (vec!["check", f], format!("{f}: not a directory")),
+        (
+            vec!["put", under, "k", "v"],
+            format!("{under}: a component of the path is not a directory"),
+        ),
+    ] {
+        let (c, err) = code(&args);
+        assert_eq!(c, Some(1), "{args:?}: {err}");
+        assert!(
+            err.starts_with(&format!("omnibus: {msg}")),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), b"not a database");
 }
 
 #[test]

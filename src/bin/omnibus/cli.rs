@@ -8,8 +8,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// branch storages of indexes, one shared write-ahead journal).
 ///
 /// Exit codes: 0 success; 1 usage or input error (bad arguments, a bad input line with
-/// `--on-error abort`, a missing storage, a database held by another process); 2 corruption or
-/// I/O failure. Every failure prints a message on stderr.
+/// `--on-error abort`, a missing storage, a database path that is not a directory, a database
+/// held by another process); 2 corruption or I/O failure. Every failure prints a message on
+/// stderr.
 #[derive(Debug, Parser)]
 #[command(name = "omnibus", version, propagate_version = true)]
 pub struct Cli {

@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use crate::cli::{IngestArgs, OnError};
 use crate::feed::{self, FeedSender, IndexReport, IndexSpec, Update};
 use crate::lines::{read_line_capped, Line};
-use crate::{fmt, CliResult, Fail};
+use crate::{db_dir, fmt, CliResult, Fail};
 
 /// A checked, parsed input line.
 struct Doc {
@@ -431,6 +431,7 @@ pub fn run(a: IngestArgs) -> CliResult {
     if a.cores == Some(0) {
         return Err(Fail::input("--cores must be at least 1"));
     }
+    db_dir(&a.db)?;
     let (input, input_len) = open_input(&a)?;
     let pb = if std::io::stderr().is_terminal() {
         let pb = match input_len {

@@ -8,10 +8,11 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::cli::{CheckArgs, DeleteArgs, GetArgs, PutArgs, ScanArgs, StatArgs, StorageArg};
-use crate::{fmt, CliResult, Fail};
+use crate::{db_dir, fmt, CliResult, Fail};
 
 /// Opens the database read-only (nothing is written; the journal is replayed in memory).
 fn open_read(db: &Path) -> CliResult<Database> {
+    db_dir(db)?;
     let opts = Options {
         read_only: true,
         create: false,
@@ -21,6 +22,7 @@ fn open_read(db: &Path) -> CliResult<Database> {
 }
 
 fn open_write(db: &Path, create: bool) -> CliResult<Database> {
+    db_dir(db)?;
     let opts = Options {
         create,
         ..Options::default()

@@ -74,6 +74,26 @@ impl Fail {
     }
 }
 
+/// Checks that the database path `db` is a directory, or missing: anything else is an input
+/// error (exit 1) instead of an I/O failure deep in the open. Returns whether it exists (true
+/// too when that cannot be told, e.g. without permission: the open then says what is wrong).
+pub fn db_dir(db: &Path) -> CliResult<bool> {
+    match std::fs::metadata(db) {
+        Ok(m) if m.is_dir() => Ok(true),
+        Ok(_) => Err(Fail::input(format!(
+            "{}: not a directory (a database is a directory)",
+            db.display()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => Err(Fail::input(format!(
+            "{}: a component of the path is not a directory",
+            db.display()
+        ))),
+        // Cannot tell (e.g. no permission): the open reports what is wrong.
+        Err(_) => Ok(true),
+    }
+}
+
 impl From<omnibus::Error> for Fail {
     fn from(e: omnibus::Error) -> Fail {
         use omnibus::Error as E;
