@@ -1,7 +1,8 @@
 //! `omnibus get / put / delete / scan / stat / check`: escaping of keys and values, exit codes,
 //! `--help` everywhere, and `check` naming the storage, file and page of a corruption (exit 2).
-//! A database path that is a file, or a database held open elsewhere, is an input error
-//! (exit 1) whose message names the path once.
+//! `put` creates a branch storage only with `--create`; `put` and `delete` print JSON with
+//! `--json`; a database path that is a file, or a database held open elsewhere, is an input
+//! error (exit 1) whose message names the path once.
 
 use serde_json::Value;
 
@@ -25,7 +26,7 @@ fn put_get_delete_scan_with_escapes() {
     ok(&["put", db, "plain", "value one"]);
     ok(&["put", db, "tab\\tkey", "line\\nbreak\\\\slash"]);
     ok(&["put", db, "bin\\x00\\xff", "\\x01\\x7f"]);
-    ok(&["put", db, "--storage", "idx", "Zürich", "ok"]);
+    ok(&["put", db, "--storage", "idx", "--create", "Zürich", "ok"]);
     assert_eq!(ok(&["get", db, "plain"]), "value one\n");
     assert_eq!(ok(&["get", db, "tab\\tkey"]), "line\nbreak\\slash\n");
     let o = omnibus(&["get", db, "bin\\x00\\xff"]);
@@ -170,6 +171,69 @@ fn check_names_storage_file_and_page_of_a_corruption() {
     assert!(err.contains("storage `tag`"), "names the storage: {err}");
     assert!(err.contains("data.pages"), "names the file: {err}");
     assert!(err.contains("page "), "names the page: {err}");
+}
+
+/// Storage names from `stat --json`.
+fn storages(db: &str) -> Vec<String> {
+    let st: Value = serde_json::from_str(&ok(&["stat", db, "--json"])).unwrap();
+    st["storages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn put_creates_a_storage_only_with_create() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let db = db.to_str().unwrap();
+    ok(&["put", db, "k", "root"]);
+
+    // An unknown storage is refused and nothing is created.
+    let (c, err) = code(&["put", db, "--storage", "idx", "k", "v"]);
+    assert_eq!(c, Some(1), "{err}");
+    assert_eq!(
+        err,
+        format!("omnibus: {db}: no storage `idx` (storages: none besides the root); `put --create` creates it\n")
+    );
+    assert_eq!(storages(db), ["(root)"]);
+
+    ok(&["put", db, "--storage", "idx", "--create", "k", "v"]);
+    assert_eq!(ok(&["get", db, "--storage", "idx", "k"]), "v\n");
+    // Once it exists, --create is not needed.
+    ok(&["put", db, "--storage", "idx", "k2", "v2"]);
+
+    // A typo lists the storages there are, for put and for delete.
+    let (c, err) = code(&["put", db, "--storage", "idxx", "k", "v"]);
+    assert_eq!(c, Some(1), "{err}");
+    assert!(
+        err.contains("no storage `idxx` (storages: idx); `put --create` creates it"),
+        "{err}"
+    );
+    let (c, err) = code(&["delete", db, "--storage", "idxx", "k"]);
+    assert_eq!(c, Some(1), "{err}");
+    assert!(err.contains("no storage `idxx` (storages: idx)"), "{err}");
+    assert_eq!(storages(db), ["(root)", "idx"]);
+
+    // No database there: neither the database nor the storage is made without --create.
+    let fresh = dir.path().join("fresh");
+    let fresh = fresh.to_str().unwrap();
+    let (c, err) = code(&["put", fresh, "--storage", "idx", "k", "v"]);
+    assert_eq!(c, Some(1), "{err}");
+    assert!(
+        err.contains("no database there, so no storage `idx`; `put --create` creates both"),
+        "{err}"
+    );
+    assert!(!std::path::Path::new(fresh).exists());
+    ok(&["put", fresh, "--storage", "idx", "--create", "k", "v"]);
+    assert_eq!(storages(fresh), ["(root)", "idx"]);
+
+    // --create means nothing without --storage: a usage error.
+    let (c, err) = code(&["put", db, "--create", "k", "v"]);
+    assert_eq!(c, Some(1), "{err}");
+    assert!(err.contains("--storage"), "{err}");
 }
 
 #[test]

@@ -25,7 +25,7 @@ pub enum Command {
     Ingest(IngestArgs),
     /// Print the value of KEY (raw bytes on stdout, nothing else).
     Get(GetArgs),
-    /// Store VALUE under KEY (one durable transaction).
+    /// Store VALUE under KEY (one durable transaction); --create makes a new --storage.
     Put(PutArgs),
     /// Remove KEY (one durable transaction); says whether it was present.
     Delete(DeleteArgs),
@@ -191,6 +191,10 @@ pub struct PutArgs {
     pub key: String,
     /// The value.
     pub value: String,
+    /// Create the --storage storage (and the database) when missing; without it, an unknown
+    /// storage is an error, so a mistyped name creates nothing.
+    #[arg(long, requires = "storage")]
+    pub create: bool,
 }
 
 #[derive(Debug, Args)]

@@ -30,14 +30,16 @@ fn open_write(db: &Path, create: bool) -> CliResult<Database> {
     Database::open(db, opts).map_err(|e| Fail::opening(e, db))
 }
 
-fn storage_of(db: &Database, t: &StorageArg, create: bool) -> CliResult<Storage> {
+/// The storage `t` names: the root, or a branch storage. A branch storage that does not exist
+/// is refused (exit 1) unless `create`; `hint` ends that message (how to create one, if any).
+fn storage_of(db: &Database, t: &StorageArg, create: bool, hint: &str) -> CliResult<Storage> {
     let Some(name) = &t.storage else {
         return Ok(db.root());
     };
     if !create && !db.storages().contains(name) {
         let all = db.storages();
         return Err(Fail::input(format!(
-            "{}: no storage `{name}` (storages: {})",
+            "{}: no storage `{name}` (storages: {}){hint}",
             t.db.display(),
             if all.is_empty() {
                 "none besides the root".to_string()
@@ -75,7 +77,7 @@ fn flush_out(w: &mut impl Write) -> CliResult {
 pub fn get(a: GetArgs) -> CliResult {
     let key = arg_bytes("KEY", &a.key)?;
     let db = open_read(&a.target.db)?;
-    let s = storage_of(&db, &a.target, false)?;
+    let s = storage_of(&db, &a.target, false, "")?;
     let r = s.begin_read()?;
     let Some(v) = r.get(&key)? else {
         return Err(Fail::input(format!("{}: not found", fmt::escape(&key))));
@@ -90,11 +92,23 @@ pub fn get(a: GetArgs) -> CliResult {
     flush_out(&mut o)
 }
 
+/// What `put --storage NAME` without `--create` says when NAME does not exist.
+const CREATE_HINT: &str = "; `put --create` creates it";
+
 pub fn put(a: PutArgs) -> CliResult {
     let key = arg_bytes("KEY", &a.key)?;
     let value = arg_bytes("VALUE", &a.value)?;
+    let exists = db_dir(&a.target.db)?;
+    // A missing database is created for the root storage (as before), but a branch storage is
+    // only ever created on request: a typo in --storage must not make a database either.
+    if let (Some(name), false, false) = (&a.target.storage, a.create, exists) {
+        return Err(Fail::input(format!(
+            "{}: no database there, so no storage `{name}`; `put --create` creates both",
+            a.target.db.display()
+        )));
+    }
     let db = open_write(&a.target.db, true)?;
-    let s = storage_of(&db, &a.target, true)?;
+    let s = storage_of(&db, &a.target, a.create, CREATE_HINT)?;
     let mut w = s.begin_write()?;
     w.put(&key, &value)?;
     w.commit()?;
@@ -106,7 +120,7 @@ pub fn put(a: PutArgs) -> CliResult {
 pub fn delete(a: DeleteArgs) -> CliResult {
     let key = arg_bytes("KEY", &a.key)?;
     let db = open_write(&a.target.db, false)?;
-    let s = storage_of(&db, &a.target, false)?;
+    let s = storage_of(&db, &a.target, false, "")?;
     let mut w = s.begin_write()?;
     let found = w.delete(&key)?;
     w.commit()?;
@@ -128,7 +142,7 @@ pub fn scan(a: ScanArgs) -> CliResult {
         .map(|p| arg_bytes("--prefix", p))
         .transpose()?;
     let db = open_read(&a.target.db)?;
-    let s = storage_of(&db, &a.target, false)?;
+    let s = storage_of(&db, &a.target, false, "")?;
     let r = s.begin_read()?;
     let limit = a.limit.unwrap_or(u64::MAX);
     let mut o = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
