@@ -237,6 +237,65 @@ fn put_creates_a_storage_only_with_create() {
 }
 
 #[test]
+fn put_and_delete_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let db = db.to_str().unwrap();
+    let json = |args: &[&str]| -> Value { serde_json::from_str(ok(args).trim()).unwrap() };
+
+    let j = json(&["put", db, "a\\tb", "value", "--json"]);
+    assert_eq!(
+        j,
+        serde_json::json!({
+            "storage": "(root)", "key": "a\\tb", "value_bytes": 5,
+            "replaced": false, "storage_created": false
+        })
+    );
+    assert_eq!(
+        json(&["put", db, "a\\tb", "v2", "--json"])["replaced"],
+        true
+    );
+    let j = json(&[
+        "put",
+        db,
+        "--storage",
+        "idx",
+        "--create",
+        "k",
+        "v",
+        "--json",
+    ]);
+    assert_eq!(j["storage"], "idx");
+    assert_eq!(j["storage_created"], true);
+    let j = json(&[
+        "put",
+        db,
+        "--storage",
+        "idx",
+        "--create",
+        "k",
+        "v",
+        "--json",
+    ]);
+    assert_eq!(j["storage_created"], false);
+    assert_eq!(j["replaced"], true);
+
+    let j = json(&["delete", db, "a\\tb", "--json"]);
+    assert_eq!(
+        j,
+        serde_json::json!({ "storage": "(root)", "key": "a\\tb", "deleted": true })
+    );
+    assert_eq!(json(&["delete", db, "a\\tb", "--json"])["deleted"], false);
+    let j = json(&["delete", db, "--storage", "idx", "k", "--json"]);
+    assert_eq!(
+        j,
+        serde_json::json!({ "storage": "idx", "key": "k", "deleted": true })
+    );
+    // Without --json put prints nothing.
+    assert_eq!(ok(&["put", db, "x", "y"]), "");
+}
+
+#[test]
 fn db_path_that_is_a_file_is_an_input_error() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("file");

@@ -195,6 +195,9 @@ pub struct PutArgs {
     /// storage is an error, so a mistyped name creates nothing.
     #[arg(long, requires = "storage")]
     pub create: bool,
+    /// Print {"storage":..,"key":..,"value_bytes":..,"replaced":..,"storage_created":..}.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -204,7 +207,7 @@ pub struct DeleteArgs {
     pub target: StorageArg,
     /// The key.
     pub key: String,
-    /// Print {"deleted":true|false}.
+    /// Print {"storage":..,"key":..,"deleted":true|false}.
     #[arg(long)]
     pub json: bool,
 }

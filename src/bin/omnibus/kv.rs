@@ -30,6 +30,11 @@ fn open_write(db: &Path, create: bool) -> CliResult<Database> {
     Database::open(db, opts).map_err(|e| Fail::opening(e, db))
 }
 
+/// `--storage` for the JSON output: the name, or `(root)` as in `stat` and `check`.
+fn storage_name(t: &StorageArg) -> &str {
+    t.storage.as_deref().unwrap_or("(root)")
+}
+
 /// The storage `t` names: the root, or a branch storage. A branch storage that does not exist
 /// is refused (exit 1) unless `create`; `hint` ends that message (how to create one, if any).
 fn storage_of(db: &Database, t: &StorageArg, create: bool, hint: &str) -> CliResult<Storage> {
@@ -108,13 +113,32 @@ pub fn put(a: PutArgs) -> CliResult {
         )));
     }
     let db = open_write(&a.target.db, true)?;
+    let created = a
+        .target
+        .storage
+        .as_ref()
+        .is_some_and(|n| !db.storages().contains(n));
     let s = storage_of(&db, &a.target, a.create, CREATE_HINT)?;
     let mut w = s.begin_write()?;
+    let replaced = a.json && w.get(&key)?.is_some();
     w.put(&key, &value)?;
     w.commit()?;
     drop(s);
     db.close()
-        .map_err(|e| Fail::from(e).context("closing the database"))
+        .map_err(|e| Fail::from(e).context("closing the database"))?;
+    if a.json {
+        println!(
+            "{}",
+            json!({
+                "storage": storage_name(&a.target),
+                "key": fmt::escape(&key),
+                "value_bytes": value.len(),
+                "replaced": replaced,
+                "storage_created": created,
+            })
+        );
+    }
+    Ok(())
 }
 
 pub fn delete(a: DeleteArgs) -> CliResult {
@@ -128,7 +152,14 @@ pub fn delete(a: DeleteArgs) -> CliResult {
     db.close()
         .map_err(|e| Fail::from(e).context("closing the database"))?;
     if a.json {
-        println!("{}", json!({ "deleted": found }));
+        println!(
+            "{}",
+            json!({
+                "storage": storage_name(&a.target),
+                "key": fmt::escape(&key),
+                "deleted": found,
+            })
+        );
     } else {
         println!("{}", if found { "deleted" } else { "not found" });
     }
