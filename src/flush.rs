@@ -12,10 +12,17 @@
 //! 6. Delete journal files that hold nothing unflushed.
 //!
 //! Any failed write or sync poisons the storage (DESIGN invariant 2).
+//!
+//! Background flushes ([`crate::FlushMode::Background`]) run on one flush-service thread per
+//! process (`omnibus-flush`, I/O priority best-effort 7) that serves every such storage, not a
+//! thread per storage: a database of 100+ storages costs one thread, and no per-storage thread
+//! sits in the way of the writers (each extra thread that reads the state pointer makes every
+//! commit's pointer swap slower: arc-swap's store walks every thread's debt slots).
 
 use std::io::IoSlice;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::freespace::{free_runs, RUN_PAGES};
@@ -58,6 +65,8 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushOutcome> {
     };
     let already = inner.current.load().flushed_txn;
     if target.txn_id > already {
+        // Pages freed up to here become reusable once this flush's header is durable.
+        inner.freed_unflushed.store(0, Ordering::Relaxed);
         let r = write_pages(inner, &target, already).and_then(|n| {
             out.pages_written = n;
             inner.data.sync_data()?;
@@ -181,4 +190,138 @@ fn punch(inner: &Inner, fs: &mut crate::storage::FlushState, target: &State) -> 
     }
     inner.holes_punched.fetch_add(n, Ordering::Relaxed);
     Ok(n)
+}
+
+// ---- the flush service ----------------------------------------------------------------------
+
+/// The process's background flush service: the storages it watches, and its wake-ups.
+struct Service {
+    state: Mutex<ServiceState>,
+    /// Wakes the service thread (a commit crossed a threshold, or a member joined).
+    wake: Condvar,
+    /// Signalled each time the service finishes with a member (for [`Membership::leave`]).
+    idle: Condvar,
+}
+
+#[derive(Default)]
+struct ServiceState {
+    members: Vec<(u64, Weak<Inner>, Duration)>,
+    next_key: u64,
+    signaled: bool,
+    /// The member being looked at now.
+    busy: Option<u64>,
+    thread: Option<std::thread::ThreadId>,
+}
+
+/// Most storages the service looks at per wake-up before it rechecks its signal (bounds the
+/// loop; the rest wait for the next round).
+const MAX_MEMBERS_PER_ROUND: usize = 1 << 16;
+
+fn service() -> &'static Service {
+    static SERVICE: OnceLock<Service> = OnceLock::new();
+    SERVICE.get_or_init(|| Service {
+        state: Mutex::new(ServiceState::default()),
+        wake: Condvar::new(),
+        idle: Condvar::new(),
+    })
+}
+
+/// Wakes the flush service: some storage crossed a flush threshold.
+pub(crate) fn signal_service() {
+    let svc = service();
+    lock(&svc.state).signaled = true;
+    svc.wake.notify_one();
+}
+
+/// A storage's place in the flush service; [`Membership::leave`] ends it.
+#[derive(Debug)]
+pub(crate) struct Membership {
+    key: u64,
+}
+
+impl Membership {
+    /// Adds `inner` (held weakly) to the service, which looks at it every `tick` and on
+    /// signals, and starts the service thread the first time.
+    pub(crate) fn join(inner: &Arc<Inner>, tick: Duration) -> Membership {
+        let svc = service();
+        let mut st = lock(&svc.state);
+        let key = st.next_key;
+        st.next_key += 1;
+        st.members.push((key, Arc::downgrade(inner), tick));
+        if st.thread.is_none() {
+            let spawned = std::thread::Builder::new()
+                .name("omnibus-flush".into())
+                .spawn(run_service);
+            match spawned {
+                Ok(h) => st.thread = Some(h.thread().id()),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot start the flush thread: flushes happen on close and flush() only")
+                }
+            }
+        }
+        drop(st);
+        svc.wake.notify_one();
+        Membership { key }
+    }
+
+    /// Leaves the service; returns once the service no longer flushes or holds the storage
+    /// (unless called on the service thread itself).
+    pub(crate) fn leave(self) {
+        let svc = service();
+        let mut st = lock(&svc.state);
+        st.members.retain(|(k, _, _)| *k != self.key);
+        let on_service = st.thread == Some(std::thread::current().id());
+        // Bounded: the service clears `busy` after one flush of this member.
+        while !on_service && st.busy == Some(self.key) {
+            st = svc.idle.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+fn run_service() {
+    if let Err(e) = crate::env::set_thread_io_priority(7) {
+        tracing::debug!(error = %e, "ioprio_set failed for the flush thread");
+    }
+    let svc = service();
+    loop {
+        let members: Vec<(u64, Weak<Inner>)> = {
+            let mut st = lock(&svc.state);
+            if !st.signaled {
+                let tick = st.members.iter().map(|m| m.2).min();
+                st = match tick {
+                    Some(t) => svc
+                        .wake
+                        .wait_timeout(st, t)
+                        .map(|(g, _)| g)
+                        .unwrap_or_else(|e| e.into_inner().0),
+                    None => svc.wake.wait(st).unwrap_or_else(|e| e.into_inner()),
+                };
+            }
+            st.signaled = false;
+            st.members
+                .iter()
+                .take(MAX_MEMBERS_PER_ROUND)
+                .map(|(k, w, _)| (*k, w.clone()))
+                .collect()
+        };
+        for (key, weak) in members {
+            {
+                let mut st = lock(&svc.state);
+                if !st.members.iter().any(|(k, _, _)| *k == key) {
+                    continue;
+                }
+                st.busy = Some(key);
+            }
+            if let Some(inner) = weak.upgrade() {
+                let live = !inner.closed.load(Ordering::Acquire) && inner.poisoned().is_none();
+                if live && (inner.needs_flush() || inner.journal.pins_old_file(inner.storage_id)) {
+                    if let Err(e) = flush(&inner) {
+                        tracing::warn!(path = %inner.path.display(), error = %e, "background flush failed");
+                    }
+                }
+            }
+            lock(&svc.state).busy = None;
+            svc.idle.notify_all();
+        }
+    }
 }

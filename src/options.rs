@@ -48,8 +48,9 @@ pub struct Options {
     pub journal_file_size: u64,
     /// How the journal tail is zeroed ahead of commits. Default: 4 MiB ahead (Dolt).
     pub journal_prezero: Prezero,
-    /// Flush when unflushed page images in the scratch table exceed this many bytes.
-    /// Default 64 MiB.
+    /// Flush when unflushed page images in the scratch table, plus the pages freed since the
+    /// last flush (8 KiB each: they wait for a durable header before reuse, so the data file
+    /// grows by them until a flush), exceed this many bytes. Default 64 MiB.
     pub flush_scratch_bytes: u64,
     /// Flush when the oldest unflushed commit is older than this. Default 5 s.
     pub flush_max_age: Duration,

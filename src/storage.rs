@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -101,6 +101,11 @@ pub struct StorageStats {
     pub holes_punched: u64,
     /// Flushes completed since open.
     pub flushes: u64,
+    /// Page images journaled by commits since open (a run of overflow pages counts once).
+    pub pages_journaled: u64,
+    /// Of [`StorageStats::pages_journaled`], those written as a page diff against the page
+    /// they were copied from instead of a full image (DESIGN invariant 9).
+    pub pages_journaled_as_diffs: u64,
     /// The journal writer's counters (commits, batches, fdatasyncs, ...).
     pub journal: JournalStats,
 }
@@ -123,12 +128,17 @@ pub(crate) struct Inner {
     pub journal: Arc<Journal>,
     poisoned: Mutex<Option<String>>,
     pub file_len: AtomicU64,
-    closed: AtomicBool,
+    pub closed: AtomicBool,
     pub holes_punched: AtomicU64,
+    /// Page images journaled since open, and those journaled as diffs.
+    pub pages_journaled: AtomicU64,
+    pub pages_journaled_as_diffs: AtomicU64,
     pub flushes: AtomicU64,
-    flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
-    flusher_signal: Arc<(Mutex<bool>, Condvar)>,
-    flusher_stop: Arc<AtomicBool>,
+    /// Pages freed by commits since the last flush began: they wait for a durable header
+    /// before reuse, so they count toward the flush threshold like scratch bytes.
+    pub freed_unflushed: AtomicU64,
+    /// Membership in the background flush service (`FlushMode::Background`).
+    flusher: Mutex<Option<crate::flush::Membership>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -482,10 +492,11 @@ impl Inner {
             file_len: AtomicU64::new(len),
             closed: AtomicBool::new(false),
             holes_punched: AtomicU64::new(0),
+            pages_journaled: AtomicU64::new(0),
+            pages_journaled_as_diffs: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
+            freed_unflushed: AtomicU64::new(0),
             flusher: Mutex::new(None),
-            flusher_signal: Arc::new((Mutex::new(false), Condvar::new())),
-            flusher_stop: Arc::new(AtomicBool::new(false)),
             opts,
         });
         inner.registry.register(&state);
@@ -494,7 +505,9 @@ impl Inner {
             // Write what was replayed to the data file and drop journal files fully flushed.
             crate::flush::flush(&inner)?;
             if inner.opts.flush_mode == FlushMode::Background {
-                start_flusher(&inner);
+                let tick = (inner.opts.flush_max_age / 4)
+                    .clamp(Duration::from_millis(10), Duration::from_millis(200));
+                *lock(&inner.flusher) = Some(crate::flush::Membership::join(&inner, tick));
             }
         }
         Ok(inner)
@@ -545,9 +558,12 @@ impl Inner {
             self.return_writer(writer);
             return Err(e);
         }
-        // Pages freed by transactions no live snapshot predates can be reused now.
+        // Pages freed by transaction t are reused once no live snapshot predates t and a
+        // durable header reaches t: until then t's journal record may name them as the base
+        // of a page diff, which recovery reads from the data file (DESIGN invariant 9).
         if let Some(oldest) = self.registry.oldest_live() {
-            writer.alloc.release(oldest.txn_id);
+            let flushed = self.current.load().flushed_txn;
+            writer.alloc.release(oldest.txn_id.min(flushed));
         }
         let base = self.current.load_full();
         Ok(WriteTransaction::new(self.clone(), writer, base))
@@ -654,7 +670,8 @@ impl Inner {
 
     pub fn needs_flush(&self) -> bool {
         let s = self.current.load();
-        s.scratch_bytes >= self.opts.flush_scratch_bytes
+        let freed = self.freed_unflushed.load(Ordering::Relaxed) * PAGE_SIZE as u64;
+        s.scratch_bytes + freed >= self.opts.flush_scratch_bytes
             || s.dirty_since
                 .is_some_and(|t| t.elapsed() >= self.opts.flush_max_age)
     }
@@ -670,9 +687,7 @@ impl Inner {
                 }
             }
             FlushMode::Background => {
-                let (m, cv) = &*self.flusher_signal;
-                *lock(m) = true;
-                cv.notify_one();
+                crate::flush::signal_service();
             }
             FlushMode::Manual => {}
         }
@@ -695,23 +710,17 @@ impl Inner {
             scratch_bytes: s.scratch_bytes,
             scratch_pages: s.scratch.len() as u64,
             holes_punched: self.holes_punched.load(Ordering::Relaxed),
+            pages_journaled: self.pages_journaled.load(Ordering::Relaxed),
+            pages_journaled_as_diffs: self.pages_journaled_as_diffs.load(Ordering::Relaxed),
             flushes: self.flushes.load(Ordering::Relaxed),
             journal: self.journal.stats(),
         }
     }
 
     fn stop_flusher(&self) {
-        self.flusher_stop.store(true, Ordering::Release);
-        {
-            let (m, cv) = &*self.flusher_signal;
-            *lock(m) = true;
-            cv.notify_all();
-        }
-        let handle = lock(&self.flusher).take();
-        if let Some(h) = handle {
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
+        let membership = lock(&self.flusher).take();
+        if let Some(m) = membership {
+            m.leave();
         }
     }
 }
@@ -731,61 +740,6 @@ impl Inner {
             }
         }
         self.closed.store(true, Ordering::Release);
-    }
-}
-
-/// The background flusher of one storage: wakes on a signal from a commit or every quarter of
-/// `flush_max_age`, flushes when a threshold is crossed. Holds only a weak reference.
-fn start_flusher(inner: &Arc<Inner>) {
-    let weak: Weak<Inner> = Arc::downgrade(inner);
-    let signal = inner.flusher_signal.clone();
-    let stop = inner.flusher_stop.clone();
-    let tick =
-        (inner.opts.flush_max_age / 4).clamp(Duration::from_millis(10), Duration::from_millis(200));
-    let h = std::thread::Builder::new()
-        .name("omnibus-flush".into())
-        .spawn(move || {
-            if let Err(e) = crate::env::set_thread_io_priority(7) {
-                tracing::debug!(error = %e, "ioprio_set failed for the flusher thread");
-            }
-            flusher_loop(&weak, &signal, &stop, tick)
-        });
-    if let Ok(h) = h {
-        *lock(&inner.flusher) = Some(h);
-    }
-}
-
-fn flusher_loop(
-    weak: &Weak<Inner>,
-    signal: &(Mutex<bool>, Condvar),
-    stop: &AtomicBool,
-    tick: Duration,
-) {
-    loop {
-        {
-            // Wait without holding the storage, so dropping the last handle closes it.
-            let (m, cv) = signal;
-            let mut sig = lock(m);
-            if !*sig {
-                sig = cv
-                    .wait_timeout(sig, tick)
-                    .map(|(g, _)| g)
-                    .unwrap_or_else(|e| e.into_inner().0);
-            }
-            *sig = false;
-        }
-        if stop.load(Ordering::Acquire) {
-            return;
-        }
-        let Some(inner) = weak.upgrade() else { return };
-        if inner.closed.load(Ordering::Acquire) || inner.poisoned().is_some() {
-            return;
-        }
-        if inner.needs_flush() || inner.journal.pins_old_file(inner.storage_id) {
-            if let Err(e) = crate::flush::flush(&inner) {
-                tracing::warn!(error = %e, "background flush failed");
-            }
-        }
     }
 }
 
@@ -997,7 +951,28 @@ fn recover(
             let (meta, images) =
                 decode_commit(body).ok_or_else(|| bad("malformed commit record".into()))?;
             let mut scratch = state.scratch.clone();
-            for (p, img) in images {
+            for (p, rec) in images {
+                // A diff's base: its latest replayed image, else the data file as of the header
+                // (intact: its reuse waited for a durable header past this transaction).
+                let mapping = &state.mapping;
+                let mut base_err = None;
+                let img = rec
+                    .rebuild(|b| match scratch.get(&b) {
+                        Some(sp) => Some(&sp.image[..]),
+                        None => match mapping.page(b, false) {
+                            Ok((img, _)) => Some(img),
+                            Err(e) => {
+                                base_err = Some(format!("its base page {b}: {e}"));
+                                None
+                            }
+                        },
+                    })
+                    .ok_or_else(|| {
+                        let why = base_err
+                            .take()
+                            .unwrap_or_else(|| "it does not fit its base".into());
+                        bad(format!("page {p} is journaled as a page diff, and {why}"))
+                    })?;
                 page::check_image(&img, p, &data_path)?;
                 let image: Arc<[u8]> = Arc::from(&*img);
                 // Replay does not know the pages each commit freed (`publish_commit` drops them

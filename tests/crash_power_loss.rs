@@ -119,7 +119,7 @@ fn workload_opts(env: Arc<dyn StorageEnv>, w: Workload) -> Options {
         } else {
             Prezero::Ahead(64 << 10)
         },
-        journal_file_size: 256 << 10,
+        journal_file_size: 64 << 10,
         flush_on_close: w.flush_on_close,
         journal_pool_files: if w.pool { 1 } else { 0 },
         ..Options::default()

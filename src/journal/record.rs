@@ -15,10 +15,17 @@
 //! images × one of:
 //!   page number u64 | run pages u32              | run pages × 8192 bytes of sealed image
 //!   page number u64 | 0x8000_0001 u32 | a u16 | b u16 | bytes 0..a | bytes b..8192
+//!   page number u64 | 0x8000_0002 u32 | base page u64 | n u16 | n × (offset u16 | len u16 | bytes)
 //! ```
 //! The second form is a whole single page whose bytes `a..b` are zeros (the free middle of a
 //! leaf or branch page, the unused tail of a bitmap page): still a full image, with the zeros
-//! left out. Recovery rebuilds the 8 KiB page and checks its own checksum.
+//! left out. The third is a page diff (DESIGN invariant 9): the page is the image of `base page`
+//! (the page it was copied from, as of the transaction before this one) with the `n` byte
+//! ranges replaced. Its base is a committed page that this transaction frees and that stays
+//! unwritten until a durable header passes this transaction (the allocator defers its reuse),
+//! so recovery finds it intact in the scratch table it is rebuilding or in the data file, and a
+//! torn flush of the new page is repaired from base + diff. Recovery rebuilds each page and
+//! checks its own checksum, which also catches a wrong base.
 //! Padding body (kind 2): zeros, written so that a batch ends on a 4 KiB boundary.
 //! Link body (kind 3): storage id u64 | UTF-8 path of the storage directory relative to the root.
 
@@ -124,6 +131,60 @@ pub struct CommitMeta {
 const COMMIT_FIXED: usize = 8 * 4 + 4;
 /// Run-pages flag of a single page stored without its longest run of zeros.
 const TRIMMED: u32 = 0x8000_0000;
+/// Run-pages value of a single page stored as a diff of a base page.
+const DIFF: u32 = 0x8000_0002;
+/// Most ranges in one page diff.
+const MAX_DIFF_RANGES: usize = u16::MAX as usize;
+
+/// The byte ranges `(start, end)` where `new` differs from `base` (two single pages), found a
+/// word (8 bytes) at a time, so a range may include a few equal bytes at its edges.
+pub fn diff_ranges(base: &[u8], new: &[u8]) -> Vec<(usize, usize)> {
+    debug_assert!(base.len() == PAGE_SIZE && new.len() == PAGE_SIZE);
+    const BLOCK: usize = 64;
+    let word = |b: &[u8], at: usize| {
+        u64::from_ne_bytes([
+            b[at],
+            b[at + 1],
+            b[at + 2],
+            b[at + 3],
+            b[at + 4],
+            b[at + 5],
+            b[at + 6],
+            b[at + 7],
+        ])
+    };
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    let mut open: Option<usize> = None;
+    let len = base.len().min(new.len()) / BLOCK * BLOCK;
+    let mut at = 0;
+    while at < len {
+        // Equal 64-byte blocks are skipped whole (most of a page is unchanged).
+        if open.is_none() && base[at..at + BLOCK] == new[at..at + BLOCK] {
+            at += BLOCK;
+            continue;
+        }
+        for w in (at..at + BLOCK).step_by(8) {
+            match (word(base, w) == word(new, w), open) {
+                (false, None) => open = Some(w),
+                (true, Some(s)) => {
+                    out.push((s, w));
+                    open = None;
+                }
+                _ => {}
+            }
+        }
+        at += BLOCK;
+    }
+    if let Some(s) = open {
+        out.push((s, len));
+    }
+    out
+}
+
+/// Bytes a page diff with `ranges` takes in a record (after the 12-byte page prefix).
+fn diff_len(ranges: &[(usize, usize)]) -> usize {
+    8 + 2 + ranges.iter().map(|(a, b)| 4 + b - a).sum::<usize>()
+}
 /// Zero runs shorter than this are kept (not worth 4 bytes of offsets).
 const MIN_TRIM: usize = 64;
 
@@ -174,6 +235,10 @@ pub struct OutRecord {
     pub body_crc: u32,
     /// Total body length.
     pub body_len: u64,
+    /// Page images in a commit record, and how many of them are diffs (0 for other kinds).
+    pub pages: u32,
+    /// See `pages`.
+    pub page_diffs: u32,
 }
 
 impl OutRecord {
@@ -197,6 +262,8 @@ impl OutRecord {
             parts,
             body_crc: h.finalize(),
             body_len: len,
+            pages: 0,
+            page_diffs: 0,
         }
     }
 
@@ -220,11 +287,15 @@ impl OutRecord {
 }
 
 /// Builds a commit record from its meta and sealed page images `(page number, image)`.
-pub fn commit_record(
+/// `base_of(p)` names the page that page `p` was copied from and that page's image, when the
+/// transaction freed it (see the module doc): the page is then journaled as a diff against it
+/// when that is smaller than its (trimmed) full image.
+pub fn commit_record<'b>(
     storage_id: u64,
     txn_id: u64,
     meta: CommitMeta,
     images: &[(u64, std::sync::Arc<[u8]>)],
+    base_of: impl Fn(u64) -> Option<(u64, &'b [u8])>,
 ) -> OutRecord {
     let mut fixed = Vec::with_capacity(COMMIT_FIXED + images.len() * 12);
     fixed.extend_from_slice(&meta.root.to_le_bytes());
@@ -234,16 +305,41 @@ pub fn commit_record(
     fixed.extend_from_slice(&(images.len() as u32).to_le_bytes());
     let mut parts: Vec<std::sync::Arc<[u8]>> = Vec::with_capacity(images.len() * 2 + 1);
     parts.push(fixed.into());
+    let mut page_diffs = 0u32;
     for (p, img) in images {
         debug_assert!(
             crate::page::verify_checksum(img),
             "unsealed image for page {p}"
         );
-        let (a, b) = if img.len() == PAGE_SIZE {
-            longest_zero_run(img)
-        } else {
-            (0, 0)
+        let diff = match base_of(*p) {
+            Some((bp, base)) if img.len() == PAGE_SIZE && base.len() == PAGE_SIZE => {
+                Some((bp, diff_ranges(base, img)))
+            }
+            _ => None,
         };
+        // The zero-run scan only when a diff is missing or not obviously smaller.
+        let (a, b) = match &diff {
+            Some((_, r)) if diff_len(r) <= PAGE_SIZE / 8 => (0, 0),
+            _ if img.len() == PAGE_SIZE => longest_zero_run(img),
+            _ => (0, 0),
+        };
+        let full_len = img.len() - if b - a >= MIN_TRIM { b - a - 4 } else { 0 };
+        let diff = diff.filter(|(_, r)| r.len() <= MAX_DIFF_RANGES && diff_len(r) < full_len);
+        if let Some((bp, ranges)) = diff {
+            let mut part = Vec::with_capacity(12 + diff_len(&ranges));
+            part.extend_from_slice(&p.to_le_bytes());
+            part.extend_from_slice(&DIFF.to_le_bytes());
+            part.extend_from_slice(&bp.to_le_bytes());
+            part.extend_from_slice(&(ranges.len() as u16).to_le_bytes());
+            for &(s, e) in &ranges {
+                part.extend_from_slice(&(s as u16).to_le_bytes());
+                part.extend_from_slice(&((e - s) as u16).to_le_bytes());
+                part.extend_from_slice(&img[s..e]);
+            }
+            parts.push(part.into());
+            page_diffs += 1;
+            continue;
+        }
         if b - a >= MIN_TRIM {
             let mut part = Vec::with_capacity(16 + PAGE_SIZE - (b - a));
             part.extend_from_slice(&p.to_le_bytes());
@@ -261,14 +357,59 @@ pub fn commit_record(
         parts.push(std::sync::Arc::from(&pre[..]));
         parts.push(img.clone());
     }
-    OutRecord::new(RecordKind::Commit, storage_id, txn_id, parts)
+    let mut rec = OutRecord::new(RecordKind::Commit, storage_id, txn_id, parts);
+    rec.pages = images.len() as u32;
+    rec.page_diffs = page_diffs;
+    rec
 }
 
-/// A commit body decoded: its meta and `(page number, image)` pairs.
-pub type DecodedCommit<'a> = (CommitMeta, Vec<(u64, std::borrow::Cow<'a, [u8]>)>);
+/// One page of a decoded commit body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PageRecord<'a> {
+    /// The whole image (a page or an overflow run), borrowed from the body or rebuilt from a
+    /// trimmed page.
+    Full(std::borrow::Cow<'a, [u8]>),
+    /// The image of page `base` with `ranges` `(offset, bytes)` replaced.
+    Diff {
+        /// The page this one was copied from.
+        base: u64,
+        /// Replaced byte ranges, in offset order.
+        ranges: Vec<(usize, &'a [u8])>,
+    },
+}
 
-/// A decoded commit body: meta and `(page number, image)` pairs, borrowed from the body or
-/// rebuilt (trimmed pages). `None` when the body is malformed.
+impl PageRecord<'_> {
+    /// The page's image, reading the base of a diff with `base_image`. `None` when a diff does
+    /// not fit its base (a base that is not one page, or a range past the page's end).
+    pub fn rebuild<'s>(
+        self,
+        base_image: impl FnOnce(u64) -> Option<&'s [u8]>,
+    ) -> Option<std::borrow::Cow<'s, [u8]>>
+    where
+        Self: 's,
+    {
+        match self {
+            PageRecord::Full(img) => Some(img),
+            PageRecord::Diff { base, ranges } => {
+                let mut img = base_image(base)?.to_vec();
+                if img.len() != PAGE_SIZE {
+                    return None;
+                }
+                for (at, bytes) in ranges {
+                    img.get_mut(at..at.checked_add(bytes.len())?)?
+                        .copy_from_slice(bytes);
+                }
+                Some(std::borrow::Cow::Owned(img))
+            }
+        }
+    }
+}
+
+/// A commit body decoded: its meta and `(page number, page record)` pairs.
+pub type DecodedCommit<'a> = (CommitMeta, Vec<(u64, PageRecord<'a>)>);
+
+/// A decoded commit body: meta and `(page number, page record)` pairs, borrowed from the body
+/// or rebuilt (trimmed pages). `None` when the body is malformed.
 pub fn decode_commit(body: &[u8]) -> Option<DecodedCommit<'_>> {
     let meta = CommitMeta {
         root: rd_u64(body, 0)?,
@@ -283,6 +424,21 @@ pub fn decode_commit(body: &[u8]) -> Option<DecodedCommit<'_>> {
         let p = rd_u64(body, at)?;
         let run = rd_u32(body, at + 8)?;
         at += 12;
+        if run == DIFF {
+            let base = rd_u64(body, at)?;
+            let n = crate::page::rd_u16(body, at + 8)? as usize;
+            at += 10;
+            let mut ranges = Vec::with_capacity(n);
+            for _ in 0..n {
+                let off = crate::page::rd_u16(body, at)? as usize;
+                let len = crate::page::rd_u16(body, at + 2)? as usize;
+                at += 4;
+                ranges.push((off, body.get(at..at.checked_add(len)?)?));
+                at += len;
+            }
+            images.push((p, PageRecord::Diff { base, ranges }));
+            continue;
+        }
         if run & TRIMMED != 0 {
             if run != TRIMMED | 1 {
                 return None;
@@ -299,13 +455,13 @@ pub fn decode_commit(body: &[u8]) -> Option<DecodedCommit<'_>> {
             at += a;
             img[b..].copy_from_slice(body.get(at..at.checked_add(tail)?)?);
             at += tail;
-            images.push((p, std::borrow::Cow::Owned(img)));
+            images.push((p, PageRecord::Full(std::borrow::Cow::Owned(img))));
             continue;
         }
         let len = (run as usize).checked_mul(PAGE_SIZE)?;
         let img = body.get(at..at.checked_add(len)?)?;
         at += len;
-        images.push((p, std::borrow::Cow::Borrowed(img)));
+        images.push((p, PageRecord::Full(std::borrow::Cow::Borrowed(img))));
     }
     if at != body.len() {
         return None;
@@ -375,6 +531,7 @@ mod tests {
             3,
             meta,
             &[(7, leaf.clone().into()), (9, full.clone().into())],
+            |_| None,
         );
         assert!(
             rec.body_len < (PAGE_SIZE as u64) * 4,
@@ -383,9 +540,61 @@ mod tests {
         let body: Vec<u8> = rec.parts.iter().flat_map(|p| p.iter().copied()).collect();
         let (m, imgs) = decode_commit(&body).unwrap();
         assert_eq!(m, meta);
-        assert_eq!(&*imgs[0].1, &leaf[..]);
-        assert_eq!(&*imgs[1].1, &full[..]);
+        let full_of = |r: &PageRecord<'_>| match r {
+            PageRecord::Full(img) => img.to_vec(),
+            PageRecord::Diff { .. } => panic!("expected a full image"),
+        };
+        assert_eq!(full_of(&imgs[0].1), &leaf[..]);
+        assert_eq!(full_of(&imgs[1].1), &full[..]);
         assert!(decode_commit(&body[..body.len() - 1]).is_none());
+    }
+
+    #[test]
+    fn page_diff_roundtrip_is_small_and_needs_its_base() {
+        use crate::page::node::{LeafEntry, Node, Val};
+        let entry = |i: u32| LeafEntry {
+            key: format!("key{i:05}").into_bytes(),
+            val: Val::Inline(vec![i as u8; 40]),
+        };
+        let old = Node::Leaf((0..60).map(|i| entry(i * 2)).collect());
+        let base = old.encode(7, 3);
+        let mut es = match old {
+            Node::Leaf(es) => es,
+            _ => unreachable!(),
+        };
+        es.insert(30, entry(59));
+        let new = Node::Leaf(es).encode_on(&base, 12, 4);
+        let meta = CommitMeta {
+            root: 12,
+            freedir: 0,
+            next_page: 20,
+            entries: 61,
+        };
+        let rec = commit_record(1, 4, meta, &[(12, new.clone().into())], |p| {
+            (p == 12).then_some((7, &base[..]))
+        });
+        assert!(
+            rec.body_len < 400,
+            "a one-cell insert journaled {} bytes",
+            rec.body_len
+        );
+        let body: Vec<u8> = rec.parts.iter().flat_map(|p| p.iter().copied()).collect();
+        let (_, mut imgs) = decode_commit(&body).unwrap();
+        let (p, r) = imgs.pop().unwrap();
+        assert_eq!(p, 12);
+        assert!(matches!(r, PageRecord::Diff { base: 7, .. }));
+        let rebuilt = r
+            .clone()
+            .rebuild(|b| (b == 7).then_some(&base[..]))
+            .unwrap();
+        assert_eq!(&*rebuilt, &new[..]);
+        // A wrong base rebuilds a page whose checksum fails.
+        let other = Node::Leaf(vec![entry(1)]).encode(7, 3);
+        let wrong = r.clone().rebuild(|_| Some(&other[..])).unwrap();
+        assert!(!crate::page::verify_checksum(&wrong));
+        // A missing base, or one that is not a page, rebuilds nothing.
+        assert!(r.clone().rebuild(|_| None).is_none());
+        assert!(r.rebuild(|_| Some(&other[..100])).is_none());
     }
 
     #[test]

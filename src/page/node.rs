@@ -299,7 +299,8 @@ impl Node {
         }
     }
 
-    /// Encodes into a fresh page image for `page_number`, written by `txn_id`, sealed.
+    /// Encodes into a fresh page image for `page_number`, written by `txn_id`, sealed: cells
+    /// packed toward the end of the page in key order.
     ///
     /// Panics if the node does not fit (the writer splits before encoding: an invariant).
     pub fn encode(&self, page_number: u64, txn_id: u64) -> Box<[u8]> {
@@ -309,52 +310,95 @@ impl Node {
             self.body_size()
         );
         let mut p = super::zeroed(1);
-        let mut end = PAGE_SIZE;
-        let (kind, count) = match self {
-            Node::Leaf(es) => {
-                for (i, e) in es.iter().enumerate() {
-                    let vbytes = match &e.val {
-                        Val::Inline(v) => v.len(),
-                        Val::Overflow { .. } => 8,
+        let placed = self.place(&mut p, None, page_number, txn_id);
+        debug_assert!(placed, "a node that fits always packs into an empty page");
+        p
+    }
+
+    /// Encodes the node as an edit of `base`, the image of the page it was copied from
+    /// (same kind): every cell whose key is in `base` with a cell of the same size keeps its
+    /// offset, new cells take the free gap below the lowest kept cell, and the slot array is
+    /// rewritten. So the image differs from `base` only in the header, the slots from the first
+    /// changed position on, and the new or changed cells: the journal stores that difference
+    /// (`journal::record`, page diffs) instead of 8 KiB. Cells of removed entries stay behind
+    /// as unreferenced bytes until the page is next packed.
+    ///
+    /// Falls back to [`Node::encode`] (packed) when the gap is too small or `base` is not a
+    /// node page of the same kind. Panics if the node does not fit (as `encode`).
+    pub fn encode_on(&self, base: &[u8], page_number: u64, txn_id: u64) -> Box<[u8]> {
+        let mut p: Box<[u8]> = base.into();
+        if base.len() == PAGE_SIZE && self.place(&mut p, Some(base), page_number, txn_id) {
+            return p;
+        }
+        self.encode(page_number, txn_id)
+    }
+
+    /// Lays the node out in `p` (a zeroed page, or a copy of `base`), writes its header and
+    /// seals it. Returns false, with `p` partly written, when the cells do not fit around the
+    /// cells kept from `base`.
+    fn place(&self, p: &mut [u8], base: Option<&[u8]>, page_number: u64, txn_id: u64) -> bool {
+        let base_h = base.and_then(PageHeader::read);
+        let (kind, count, slots_at) = match self {
+            Node::Leaf(es) => (PageKind::Leaf, es.len(), HEADER_LEN),
+            Node::Branch { keys, .. } => (PageKind::Branch, keys.len(), BRANCH_BODY_START),
+        };
+        let base = match (base, base_h) {
+            (Some(b), Some(h)) if h.kind == kind => Some((b, h)),
+            (Some(_), _) => return false,
+            _ => None,
+        };
+        // Offsets of the cells kept from `base` (same key, same cell size), in entry order.
+        let mut offs: Vec<Option<usize>> = vec![None; count];
+        let mut low = PAGE_SIZE;
+        if let Some((b, h)) = base {
+            let mut j = 0;
+            let base_count = h.count as usize;
+            for (i, off) in offs.iter_mut().enumerate() {
+                let (key, size) = self.cell_shape(i);
+                // Both sides are in key order: a merge walk, bounded by the two counts.
+                while j < base_count {
+                    let Some((bk, bsize, boff)) = base_cell(b, &h, j) else {
+                        return false;
                     };
-                    let size = LEAF_CELL_FIXED + e.key.len() + vbytes;
-                    end -= size;
-                    wr_u16(&mut p, HEADER_LEN + 2 * i, end as u16);
-                    wr_u16(&mut p, end, e.key.len() as u16);
-                    let mut at = end + LEAF_CELL_FIXED;
-                    match &e.val {
-                        Val::Inline(v) => {
-                            p[end + 2] = 0;
-                            wr_u32(&mut p, end + 3, v.len() as u32);
-                            p[at..at + e.key.len()].copy_from_slice(&e.key);
-                            at += e.key.len();
-                            p[at..at + v.len()].copy_from_slice(v);
+                    match bk.cmp(key) {
+                        std::cmp::Ordering::Less => j += 1,
+                        std::cmp::Ordering::Equal => {
+                            if bsize == size {
+                                *off = Some(boff);
+                                low = low.min(boff);
+                            }
+                            j += 1;
+                            break;
                         }
-                        Val::Overflow { page, len } => {
-                            p[end + 2] = 1;
-                            wr_u32(&mut p, end + 3, *len as u32);
-                            wr_u64(&mut p, at, *page);
-                            at += 8;
-                            p[at..at + e.key.len()].copy_from_slice(&e.key);
-                        }
+                        std::cmp::Ordering::Greater => break,
                     }
                 }
-                (PageKind::Leaf, es.len())
             }
-            Node::Branch { keys, children } => {
-                debug_assert_eq!(children.len(), keys.len() + 1);
-                wr_u64(&mut p, HEADER_LEN, children[0]);
-                for (i, k) in keys.iter().enumerate() {
-                    end -= BRANCH_CELL_FIXED + k.len();
-                    wr_u16(&mut p, BRANCH_BODY_START + 2 * i, end as u16);
-                    wr_u16(&mut p, end, k.len() as u16);
-                    wr_u64(&mut p, end + 2, children[i + 1]);
-                    p[end + BRANCH_CELL_FIXED..end + BRANCH_CELL_FIXED + k.len()]
-                        .copy_from_slice(k);
+        }
+        let slot_end = slots_at + 2 * count;
+        let mut end = low;
+        for (i, off) in offs.iter_mut().enumerate() {
+            if off.is_none() {
+                let size = self.cell_shape(i).1;
+                if end < slot_end + size {
+                    return false;
                 }
-                (PageKind::Branch, keys.len())
+                end -= size;
+                *off = Some(end);
             }
-        };
+        }
+        if end < slot_end {
+            return false;
+        }
+        for (i, off) in offs.iter().enumerate() {
+            let Some(off) = *off else { return false };
+            debug_assert!(off >= slot_end && off + self.cell_shape(i).1 <= PAGE_SIZE);
+            wr_u16(p, slots_at + 2 * i, off as u16);
+            self.write_cell(p, i, off);
+        }
+        if let Node::Branch { children, .. } = self {
+            wr_u64(p, HEADER_LEN, children[0]);
+        }
         PageHeader {
             kind,
             count: count as u16,
@@ -363,9 +407,175 @@ impl Node {
             run_pages: 1,
             aux: 0,
         }
-        .write(&mut p);
-        super::seal(&mut p);
-        p
+        .write(p);
+        super::seal(p);
+        true
+    }
+
+    /// Key and cell size (bytes, slot excluded) of entry `i`.
+    fn cell_shape(&self, i: usize) -> (&[u8], usize) {
+        match self {
+            Node::Leaf(es) => {
+                let e = &es[i];
+                (&e.key, leaf_entry_size(e) - 2)
+            }
+            Node::Branch { keys, .. } => (&keys[i], branch_key_size(&keys[i]) - 2),
+        }
+    }
+
+    /// Writes the cell of entry `i` at byte `off`.
+    fn write_cell(&self, p: &mut [u8], i: usize, off: usize) {
+        match self {
+            Node::Leaf(es) => write_leaf_cell(p, off, &es[i].key, &es[i].val),
+            Node::Branch { keys, children } => {
+                let k = &keys[i];
+                wr_u16(p, off, k.len() as u16);
+                wr_u64(p, off + 2, children[i + 1]);
+                p[off + BRANCH_CELL_FIXED..off + BRANCH_CELL_FIXED + k.len()].copy_from_slice(k);
+            }
+        }
+    }
+}
+
+/// Why an in-place edit of a page image did not happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EditError {
+    /// The cell does not fit in the page's free gap: decode the page and edit the node.
+    NoRoom,
+    /// The page is malformed.
+    Malformed,
+}
+
+/// Bytes of page body a checked leaf or branch page's live cells take (slots included, as
+/// [`Node::body_size`]); `None` when malformed.
+pub fn page_body_size(page: &[u8], h: &PageHeader) -> Option<usize> {
+    let mut total = if h.kind == PageKind::Branch { 8 } else { 0 };
+    for j in 0..h.count as usize {
+        total += 2 + base_cell(page, h, j)?.1;
+    }
+    Some(total)
+}
+
+/// Lowest cell offset of a leaf or branch page (the end of its free gap).
+fn lowest_cell(page: &[u8], slots_at: usize, count: usize) -> Option<usize> {
+    let mut low = PAGE_SIZE;
+    for j in 0..count {
+        low = low.min(rd_u16(page, slots_at + 2 * j)? as usize);
+    }
+    Some(low)
+}
+
+/// Inserts or replaces `key` with `val` in a dirty leaf image without decoding it (the
+/// writer's fast path): a same-size replacement is written over the old cell, anything else
+/// takes the free gap below the lowest cell, and the slot array shifts by one slot. The header
+/// count is updated; the checksum is not (the image is sealed at commit). Returns the old value
+/// (`Val::Inline` of no bytes for an inline one: only overflow values need freeing).
+pub fn leaf_put_in_place(page: &mut [u8], key: &[u8], val: &Val) -> Result<Option<Val>, EditError> {
+    let h = PageHeader::read(page).ok_or(EditError::Malformed)?;
+    if h.kind != PageKind::Leaf {
+        return Err(EditError::Malformed);
+    }
+    let count = h.count as usize;
+    let view = LeafView::new(page, &h);
+    let found = view.search(key).ok_or(EditError::Malformed)?;
+    let size = LEAF_CELL_FIXED
+        + key.len()
+        + match val {
+            Val::Inline(v) => v.len(),
+            Val::Overflow { .. } => 8,
+        };
+    let low = lowest_cell(page, HEADER_LEN, count).ok_or(EditError::Malformed)?;
+    let (old, off, i) = match found {
+        Ok(i) => {
+            let (_, v) = view.cell(i).ok_or(EditError::Malformed)?;
+            let (_, old_size, old_off) = base_cell(page, &h, i).ok_or(EditError::Malformed)?;
+            let old = match v {
+                ValRef::Inline(_) => Val::Inline(Vec::new()),
+                ValRef::Overflow { page, len } => Val::Overflow { page, len },
+            };
+            let off = if old_size == size {
+                old_off
+            } else if low >= HEADER_LEN + 2 * count + size {
+                low - size
+            } else {
+                return Err(EditError::NoRoom);
+            };
+            (Some(old), off, i)
+        }
+        Err(i) => {
+            if low < HEADER_LEN + 2 * (count + 1) + size {
+                return Err(EditError::NoRoom);
+            }
+            let slots = HEADER_LEN + 2 * i..HEADER_LEN + 2 * count;
+            page.copy_within(slots, HEADER_LEN + 2 * i + 2);
+            wr_u16(page, 6, (count + 1) as u16);
+            (None, low - size, i)
+        }
+    };
+    wr_u16(page, HEADER_LEN + 2 * i, off as u16);
+    write_leaf_cell(page, off, key, val);
+    Ok(old)
+}
+
+/// Sets child `i` (0 = leftmost) of a dirty branch image in place.
+pub fn branch_set_child(page: &mut [u8], i: usize, child: u64) -> Result<(), EditError> {
+    let h = PageHeader::read(page).ok_or(EditError::Malformed)?;
+    if h.kind != PageKind::Branch || i > h.count as usize {
+        return Err(EditError::Malformed);
+    }
+    let at = if i == 0 {
+        HEADER_LEN
+    } else {
+        rd_u16(page, BRANCH_BODY_START + 2 * (i - 1)).ok_or(EditError::Malformed)? as usize + 2
+    };
+    if at + 8 > PAGE_SIZE {
+        return Err(EditError::Malformed);
+    }
+    wr_u64(page, at, child);
+    Ok(())
+}
+
+/// Writes a leaf cell for `key` and `val` at byte `off`.
+fn write_leaf_cell(p: &mut [u8], off: usize, key: &[u8], val: &Val) {
+    wr_u16(p, off, key.len() as u16);
+    let mut at = off + LEAF_CELL_FIXED;
+    match val {
+        Val::Inline(v) => {
+            p[off + 2] = 0;
+            wr_u32(p, off + 3, v.len() as u32);
+            p[at..at + key.len()].copy_from_slice(key);
+            at += key.len();
+            p[at..at + v.len()].copy_from_slice(v);
+        }
+        Val::Overflow { page, len } => {
+            p[off + 2] = 1;
+            wr_u32(p, off + 3, *len as u32);
+            wr_u64(p, at, *page);
+            at += 8;
+            p[at..at + key.len()].copy_from_slice(key);
+        }
+    }
+}
+
+/// Key, cell size (bytes, slot excluded) and offset of cell `j` of a base page; `None` when
+/// the page is malformed there.
+fn base_cell<'a>(page: &'a [u8], h: &PageHeader, j: usize) -> Option<(&'a [u8], usize, usize)> {
+    match h.kind {
+        PageKind::Leaf => {
+            let off = rd_u16(page, HEADER_LEN + 2 * j)? as usize;
+            let (k, v) = LeafView::new(page, h).cell(j)?;
+            let vbytes = match v {
+                ValRef::Inline(b) => b.len(),
+                ValRef::Overflow { .. } => 8,
+            };
+            Some((k, LEAF_CELL_FIXED + k.len() + vbytes, off))
+        }
+        PageKind::Branch => {
+            let off = rd_u16(page, BRANCH_BODY_START + 2 * j)? as usize;
+            let k = BranchView::new(page, h).key(j)?;
+            Some((k, BRANCH_CELL_FIXED + k.len(), off))
+        }
+        _ => None,
     }
 }
 

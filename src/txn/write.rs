@@ -8,6 +8,7 @@
 //! journal writer, and publishes the new state once the record is durable.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
@@ -35,6 +36,11 @@ pub struct WriteTransaction {
     entries: u64,
     next_page: u64,
     nodes: HashMap<u64, Node>,
+    /// Dirty node pages still in page form, edited in place (the fast path: no decode). A
+    /// dirty page number is in `nodes` or in `pages`, never both.
+    pages: HashMap<u64, Arc<[u8]>>,
+    /// Dirty page -> the committed page it was copied from (its diff base in the journal).
+    bases: HashMap<u64, u64>,
     overflow: HashMap<u64, Vec<u8>>,
     // Free-space map.
     fsm_loaded: bool,
@@ -98,6 +104,8 @@ impl WriteTransaction {
             writer: Some(writer),
             base,
             nodes: HashMap::new(),
+            pages: HashMap::new(),
+            bases: HashMap::new(),
             overflow: HashMap::new(),
             fsm_loaded: false,
             dir_dirty: false,
@@ -165,6 +173,8 @@ impl WriteTransaction {
             p
         };
         self.allocated.insert(p, n);
+        self.bases.remove(&p);
+        self.pages.remove(&p);
         Ok(p)
     }
 
@@ -267,40 +277,78 @@ impl WriteTransaction {
 
     // ---- nodes ------------------------------------------------------------------------------
 
+    /// The image of node page `p` as this transaction sees it (a dirty page or the base), with
+    /// its header checked to be a leaf or branch. Not for pages in `nodes`.
+    fn node_page(&self, p: u64) -> Result<(&[u8], PageHeader)> {
+        let (img, h) = match self.pages.get(&p) {
+            Some(img) => (
+                &img[..],
+                PageHeader::read(img).ok_or_else(|| self.corrupt(p, "bad dirty page"))?,
+            ),
+            None => self.base.page(p)?,
+        };
+        if !matches!(h.kind, PageKind::Leaf | PageKind::Branch) {
+            return Err(self.corrupt(p, "expected a branch or leaf page"));
+        }
+        Ok((img, h))
+    }
+
     fn read_node(&self, p: u64) -> Result<Node> {
         if let Some(n) = self.nodes.get(&p) {
             return Ok(n.clone());
         }
-        let (img, h) = self.base.page(p)?;
-        if !matches!(h.kind, PageKind::Leaf | PageKind::Branch) {
-            return Err(self.corrupt(p, "expected a branch or leaf page"));
-        }
+        let (img, h) = self.node_page(p)?;
         Node::decode(img, &h).ok_or_else(|| self.corrupt(p, "malformed node page"))
     }
 
-    /// Returns the page number of a private (dirty) copy of node `p`.
+    /// Returns the page number of a private (dirty) copy of node `p`: a copy of its image,
+    /// edited in place until an edit needs the decoded [`Node`].
     fn cow(&mut self, p: u64) -> Result<u64> {
-        if self.nodes.contains_key(&p) {
+        if self.nodes.contains_key(&p) || self.pages.contains_key(&p) {
             return Ok(p);
         }
-        let node = self.read_node(p)?;
+        // No decode here: in-place edits are bounds-checked, and a page that reaches the node
+        // path is decoded (and validated) then.
+        let (img, _) = self.node_page(p)?;
+        let image: Arc<[u8]> = Arc::from(img);
         let new = self.alloc(1)?;
-        self.nodes.insert(new, node);
+        self.pages.insert(new, image);
+        self.bases.insert(new, p);
         self.free(p, 1)?;
         Ok(new)
     }
 
+    /// Removes dirty node `p` from the transaction's maps, decoding it if in page form.
     fn take_node(&mut self, p: u64) -> Result<Node> {
-        self.nodes
-            .remove(&p)
-            .ok_or_else(|| self.corrupt(p, "internal: dirty node missing"))
+        if let Some(n) = self.nodes.remove(&p) {
+            return Ok(n);
+        }
+        let node = self.read_node(p);
+        if self.pages.remove(&p).is_none() {
+            return Err(self.corrupt(p, "internal: dirty node missing"));
+        }
+        node
+    }
+
+    /// The unique image of dirty page `p`, to edit in place.
+    fn page_mut(&mut self, p: u64) -> Result<&mut [u8]> {
+        match self.pages.get_mut(&p).and_then(Arc::get_mut) {
+            Some(img) => Ok(img),
+            None => Err(Error::corruption(
+                self.base.path(),
+                Some(p),
+                None,
+                "internal: dirty page missing or shared",
+            )),
+        }
     }
 
     fn node_size(&self, p: u64) -> Result<usize> {
         if let Some(n) = self.nodes.get(&p) {
             return Ok(n.body_size());
         }
-        Ok(self.read_node(p)?.body_size())
+        let (img, h) = self.node_page(p)?;
+        page::node::page_body_size(img, &h).ok_or_else(|| self.corrupt(p, "malformed node page"))
     }
 
     fn free_value(&mut self, v: &Val) -> Result<()> {
@@ -381,21 +429,77 @@ impl WriteTransaction {
             return Err(self.corrupt(page, "tree deeper than 32 levels"));
         }
         let p = self.cow(page)?;
-        let mut node = self.take_node(p)?;
+        let mut val = Some(val);
         let mut old = None;
+        // Fast path: a dirty page in page form is edited in place. A branch whose child split
+        // falls through to the node path with the child's answer.
+        let mut child_done: Option<(usize, u64, Option<(Vec<u8>, u64)>)> = None;
+        if self.pages.contains_key(&p) {
+            let (img, h) = self.node_page(p)?;
+            if h.kind == PageKind::Leaf {
+                let Some(v) = val.as_ref() else {
+                    return Err(self.corrupt(p, "internal: value missing"));
+                };
+                let v = v.clone();
+                match page::node::leaf_put_in_place(self.page_mut(p)?, key, &v) {
+                    Ok(o) => return Ok((p, None, o)),
+                    Err(page::node::EditError::NoRoom) => {}
+                    Err(page::node::EditError::Malformed) => {
+                        return Err(self.corrupt(p, "malformed leaf page"))
+                    }
+                }
+            } else {
+                let bv = page::node::BranchView::new(img, &h);
+                let (i, c) = bv
+                    .child_index(key)
+                    .and_then(|i| Some((i, bv.child(i)?)))
+                    .ok_or_else(|| self.corrupt(p, "malformed branch page"))?;
+                let Some(v) = val.take() else {
+                    return Err(self.corrupt(p, "internal: value missing"));
+                };
+                let (nc, split, o) = self.insert_at(c, key, v, depth + 1)?;
+                if split.is_none() {
+                    page::node::branch_set_child(self.page_mut(p)?, i, nc)
+                        .map_err(|_| self.corrupt(p, "malformed branch page"))?;
+                    return Ok((p, None, o));
+                }
+                old = o;
+                child_done = Some((i, nc, split));
+            }
+        }
+        let mut node = self.take_node(p)?;
         let r = (|| -> Result<()> {
-            match &mut node {
-                Node::Leaf(es) => match es.binary_search_by(|e| e.key.as_slice().cmp(key)) {
-                    Ok(i) => old = Some(std::mem::replace(&mut es[i].val, val)),
-                    Err(i) => es.insert(
-                        i,
-                        LeafEntry {
-                            key: key.to_vec(),
-                            val,
-                        },
-                    ),
-                },
-                Node::Branch { keys, children } => {
+            match (&mut node, child_done) {
+                (Node::Branch { keys, children }, Some((i, nc, split))) => {
+                    if i >= children.len() {
+                        return Err(self.corrupt(p, "malformed branch page"));
+                    }
+                    children[i] = nc;
+                    if let Some((sep, right)) = split {
+                        keys.insert(i, sep);
+                        children.insert(i + 1, right);
+                    }
+                }
+                (_, Some(_)) => return Err(self.corrupt(p, "internal: branch became a leaf")),
+                (Node::Leaf(es), None) => {
+                    let val = val
+                        .take()
+                        .ok_or_else(|| self.corrupt(p, "internal: value missing"))?;
+                    match es.binary_search_by(|e| e.key.as_slice().cmp(key)) {
+                        Ok(i) => old = Some(std::mem::replace(&mut es[i].val, val)),
+                        Err(i) => es.insert(
+                            i,
+                            LeafEntry {
+                                key: key.to_vec(),
+                                val,
+                            },
+                        ),
+                    }
+                }
+                (Node::Branch { keys, children }, None) => {
+                    let val = val
+                        .take()
+                        .ok_or_else(|| self.corrupt(p, "internal: value missing"))?;
                     let i = keys.partition_point(|k| k.as_slice() <= key);
                     let (nc, split, o) = self.insert_at(children[i], key, val, depth + 1)?;
                     children[i] = nc;
@@ -485,8 +589,10 @@ impl WriteTransaction {
             return Ok(());
         }
         let nl = self.cow(lp)?;
+        self.pages.remove(&nl);
         self.nodes.insert(nl, merged);
         self.nodes.remove(&rp);
+        self.pages.remove(&rp);
         self.free(rp, 1)?;
         children[l] = nl;
         keys.remove(l);
@@ -609,8 +715,9 @@ impl WriteTransaction {
             let node = match self.nodes.get(&p) {
                 Some(n) => n,
                 None => {
-                    // Not modified here: read the base snapshot without decoding whole pages.
-                    let (img, h) = self.base.page(p)?;
+                    // A page image (dirty in page form, or the base snapshot's): read it
+                    // without decoding the whole page.
+                    let (img, h) = self.node_page(p)?;
                     if h.kind == PageKind::Leaf || h.kind == PageKind::Branch {
                         if h.kind == PageKind::Leaf {
                             let v = crate::page::node::LeafView::new(img, &h);
@@ -697,10 +804,42 @@ impl WriteTransaction {
         }
         self.load_fsm()?;
         let txn = self.txn_id;
+        let base_state = self.base.clone();
+        // Dirty page -> (base page, base image) for the nodes copied from a committed page.
+        let mut bases: HashMap<u64, (u64, &[u8])> = HashMap::with_capacity(self.bases.len());
         let mut images: Vec<(u64, Arc<[u8]>)> =
             Vec::with_capacity(self.nodes.len() + self.bitmaps.len() + 1);
         for (&p, node) in &self.nodes {
-            images.push((p, node.encode(p, txn).into()));
+            let image = match self.bases.get(&p) {
+                Some(&b) => {
+                    let (base_img, _) = base_state.page(b)?;
+                    bases.insert(p, (b, base_img));
+                    node.encode_on(base_img, p, txn)
+                }
+                None => node.encode(p, txn),
+            };
+            images.push((p, image.into()));
+        }
+        for (p, mut image) in std::mem::take(&mut self.pages) {
+            let Some(&b) = self.bases.get(&p) else {
+                return Err(self.corrupt(p, "internal: dirty page without a base"));
+            };
+            let (base_img, _) = base_state.page(b)?;
+            bases.insert(p, (b, base_img));
+            let Some(img) = Arc::get_mut(&mut image) else {
+                return Err(self.corrupt(p, "internal: dirty page shared"));
+            };
+            let h = PageHeader::read(img).ok_or_else(|| self.corrupt(p, "bad dirty page"))?;
+            PageHeader {
+                page_number: p,
+                txn_id: txn,
+                run_pages: 1,
+                aux: 0,
+                ..h
+            }
+            .write(img);
+            page::seal(img);
+            images.push((p, image));
         }
         for (&p, value) in &self.overflow {
             images.push((p, encode_overflow(value, p, txn).into()));
@@ -752,8 +891,13 @@ impl WriteTransaction {
         };
         // Grow the data file before anything is journaled: ENOSPC here loses nothing.
         self.inner.ensure_data_len(self.next_page)?;
-        let record = commit_record(self.inner.storage_id, txn, meta, &images);
+        let record = commit_record(self.inner.storage_id, txn, meta, &images, |p| {
+            bases.get(&p).copied()
+        });
+        drop(bases);
+        let journaled = (record.pages as u64, record.page_diffs as u64);
         Ok(Some(PreparedCommit {
+            journaled,
             txn: self,
             record: Some(record),
             meta,
@@ -773,6 +917,8 @@ pub struct PreparedCommit {
     record: Option<OutRecord>,
     meta: CommitMeta,
     images: Vec<(u64, Arc<[u8]>)>,
+    /// Page images in the record, and how many are diffs.
+    journaled: (u64, u64),
 }
 
 impl std::fmt::Debug for PreparedCommit {
@@ -814,12 +960,21 @@ impl PreparedCommit {
         }
         let t = &mut self.txn;
         let mut writer = t.writer.take().ok_or(Error::Closed)?;
+        t.inner
+            .pages_journaled
+            .fetch_add(self.journaled.0, Ordering::Relaxed);
+        t.inner
+            .pages_journaled_as_diffs
+            .fetch_add(self.journaled.1, Ordering::Relaxed);
         for (s, l) in t.local_free.iter() {
             writer.alloc.reusable.insert(s, l);
         }
         let freed = std::mem::take(&mut t.freed);
         let freed_pages: u64 = freed.iter().map(|(_, l)| l).sum();
         writer.alloc.pending_pages += freed_pages;
+        t.inner
+            .freed_unflushed
+            .fetch_add(freed_pages, Ordering::Relaxed);
         t.inner.publish_commit(
             t.txn_id,
             self.meta,
