@@ -157,12 +157,25 @@ pub(crate) fn bit(words: &[u64], p: u64) -> bool {
 }
 
 /// Sets bit `p` of `words` to `free`.
+#[cfg(test)]
 pub(crate) fn set_bit(words: &mut [u64], p: u64, free: bool) {
     let i = (p % BITS_PER_BITMAP) as usize;
     if free {
         words[i / 64] |= 1 << (i % 64);
     } else {
         words[i / 64] &= !(1 << (i % 64));
+    }
+}
+
+/// Sets bit `p` (relative to its bitmap) of a bitmap page body `body` (bytes after the page
+/// header) to `free`. The same bit as [`set_bit`] on the body read as little-endian words:
+/// bit `i` is bit `i % 8` of byte `i / 8`.
+pub(crate) fn set_bit_in_body(body: &mut [u8], p: u64, free: bool) {
+    let i = (p % BITS_PER_BITMAP) as usize;
+    if free {
+        body[i / 8] |= 1 << (i % 8);
+    } else {
+        body[i / 8] &= !(1 << (i % 8));
     }
 }
 
@@ -213,6 +226,30 @@ mod tests {
         assert_eq!(a.reusable.pages(), 1);
         a.release(100);
         assert_eq!(a.reusable.pages(), 3);
+    }
+
+    #[test]
+    fn body_bits_are_little_endian_word_bits() {
+        let mut words = vec![0u64; WORDS];
+        let mut body = vec![0u8; WORDS * 8];
+        for (p, free) in [
+            (0u64, true),
+            (7, true),
+            (8, true),
+            (63, true),
+            (64, true),
+            (65_279, true),
+            (8, false),
+        ] {
+            set_bit(&mut words, p, free);
+            set_bit_in_body(&mut body, p, free);
+        }
+        let from_body: Vec<u64> = body
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(from_body, words);
+        assert!(bit(&words, 7) && !bit(&words, 8) && bit(&words, 65_279));
     }
 
     #[test]

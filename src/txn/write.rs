@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::freespace::{self, Extents, BITS_PER_BITMAP, DIR_CAPACITY, WORDS};
+use crate::freespace::{self, Extents, BITS_PER_BITMAP, DIR_CAPACITY};
 use crate::journal::record::{commit_record, CommitMeta, OutRecord};
 use crate::page::node::{encode_overflow, fits_inline, LeafEntry, Node, Val};
 use crate::page::{self, PageHeader, PageKind, HEADER_LEN, PAGE_SIZE};
@@ -47,7 +47,8 @@ pub struct WriteTransaction {
     dir_page: u64,
     dir_dirty: bool,
     dir: Vec<u64>,
-    bitmaps: HashMap<usize, Vec<u64>>,
+    /// Dirty bitmap pages by index: page images edited in place (sealed at commit).
+    bitmaps: HashMap<usize, Arc<[u8]>>,
     // Allocation bookkeeping.
     taken: Vec<(u64, u64)>,
     local_free: Extents,
@@ -192,8 +193,8 @@ impl WriteTransaction {
         for q in p..p + n {
             let idx = (q / BITS_PER_BITMAP) as usize;
             self.bitmap(idx)?;
-            if let Some(w) = self.bitmaps.get_mut(&idx) {
-                freespace::set_bit(w, q, free);
+            if let Some(img) = self.bitmaps.get_mut(&idx).and_then(Arc::get_mut) {
+                freespace::set_bit_in_body(&mut img[HEADER_LEN..], q, free);
             }
         }
         Ok(())
@@ -257,16 +258,16 @@ impl WriteTransaction {
             if h.kind != PageKind::FreeBitmap {
                 return Err(self.corrupt(p, "expected a free-space bitmap page"));
             }
-            let words: Vec<u64> = (0..WORDS)
-                .map(|w| page::rd_u64(img, HEADER_LEN + 8 * w).unwrap_or(0))
-                .collect();
-            self.bitmaps.insert(idx, words);
+            if img.len() != PAGE_SIZE {
+                return Err(self.corrupt(p, "free-space bitmap page of a bad length"));
+            }
+            self.bitmaps.insert(idx, Arc::from(img));
         } else {
             // Bounded by DIR_CAPACITY: each turn adds one bitmap.
             while self.dir.len() <= idx {
                 let i = self.dir.len();
                 self.dir.push(0);
-                self.bitmaps.insert(i, vec![0u64; WORDS]);
+                self.bitmaps.insert(i, Arc::from(page::zeroed(1)));
                 self.touch_dir()?;
                 let new = self.alloc(1)?;
                 self.dir[i] = new;
@@ -844,9 +845,11 @@ impl WriteTransaction {
         for (&p, value) in &self.overflow {
             images.push((p, encode_overflow(value, p, txn).into()));
         }
-        for (&idx, words) in &self.bitmaps {
+        for (idx, mut image) in std::mem::take(&mut self.bitmaps) {
             let p = self.dir[idx];
-            let mut img = page::zeroed(1);
+            let Some(img) = Arc::get_mut(&mut image) else {
+                return Err(self.corrupt(p, "internal: dirty bitmap page shared"));
+            };
             PageHeader {
                 kind: PageKind::FreeBitmap,
                 count: 0,
@@ -855,12 +858,9 @@ impl WriteTransaction {
                 run_pages: 1,
                 aux: idx as u32,
             }
-            .write(&mut img);
-            for (w, v) in words.iter().enumerate() {
-                page::wr_u64(&mut img, HEADER_LEN + 8 * w, *v);
-            }
-            page::seal(&mut img);
-            images.push((p, img.into()));
+            .write(img);
+            page::seal(img);
+            images.push((p, image));
         }
         if self.dir_dirty {
             let mut img = page::zeroed(1);
