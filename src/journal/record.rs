@@ -594,6 +594,38 @@ mod tests {
     }
 
     #[test]
+    fn diff_ranges_cover_exactly_the_changed_words() {
+        // Deterministic edits at word edges, block edges and the page ends.
+        let base: Vec<u8> = (0..PAGE_SIZE).map(|i| (i * 7 % 251) as u8).collect();
+        for edits in [
+            vec![],
+            vec![0],
+            vec![PAGE_SIZE - 1],
+            vec![63, 64],
+            vec![7, 8, 100, 4095, 4096, 8000],
+            (0..PAGE_SIZE).step_by(9).collect(),
+        ] {
+            let mut new = base.clone();
+            for &at in &edits {
+                new[at] ^= 0x5a;
+            }
+            let ranges = diff_ranges(&base, &new);
+            let mut rebuilt = base.clone();
+            for &(s, e) in &ranges {
+                assert!(s < e && e <= PAGE_SIZE && s % 8 == 0 && e % 8 == 0);
+                rebuilt[s..e].copy_from_slice(&new[s..e]);
+            }
+            assert_eq!(rebuilt, new, "edits {edits:?}");
+            // Each range starts and ends on a changed word: no equal word at either edge.
+            for &(s, e) in &ranges {
+                assert_ne!(base[s..s + 8], new[s..s + 8]);
+                assert_ne!(base[e - 8..e], new[e - 8..e]);
+            }
+            assert_eq!(ranges.is_empty(), edits.is_empty());
+        }
+    }
+
+    #[test]
     fn padding_reaches_boundary() {
         for pos in [1u64, 100, 4000, 4048, 4095, 8191] {
             let p = padding_for(pos).unwrap();
