@@ -255,30 +255,22 @@ fn put_and_delete_json() {
         json(&["put", db, "a\\tb", "v2", "--json"])["replaced"],
         true
     );
-    let j = json(&[
-        "put",
-        db,
-        "--storage",
-        "idx",
-        "--create",
-        "k",
-        "v",
-        "--json",
-    ]);
-    assert_eq!(j["storage"], "idx");
-    assert_eq!(j["storage_created"], true);
-    let j = json(&[
-        "put",
-        db,
-        "--storage",
-        "idx",
-        "--create",
-        "k",
-        "v",
-        "--json",
-    ]);
-    assert_eq!(j["storage_created"], false);
-    assert_eq!(j["replaced"], true);
+    // The first put creates the storage; the second finds both storage and key.
+    for first in [true, false] {
+        let j = json(&[
+            "put",
+            db,
+            "--storage",
+            "idx",
+            "--create",
+            "k",
+            "v",
+            "--json",
+        ]);
+        assert_eq!(j["storage"], "idx");
+        assert_eq!(j["storage_created"], first);
+        assert_eq!(j["replaced"], !first);
+    }
 
     let j = json(&["delete", db, "a\\tb", "--json"]);
     assert_eq!(

@@ -123,21 +123,25 @@ pub fn put(a: PutArgs) -> CliResult {
     let replaced = a.json && w.get(&key)?.is_some();
     w.put(&key, &value)?;
     w.commit()?;
+    close_write(db, s)?;
+    if a.json {
+        let report = json!({
+            "storage": storage_name(&a.target),
+            "key": fmt::escape(&key),
+            "value_bytes": value.len(),
+            "replaced": replaced,
+            "storage_created": created,
+        });
+        println!("{report}");
+    }
+    Ok(())
+}
+
+/// Ends a write command: drops the storage handle and closes the database (flushing it).
+fn close_write(db: omnibus::Database, s: omnibus::Storage) -> CliResult {
     drop(s);
     db.close()
         .map_err(|e| Fail::from(e).context("closing the database"))?;
-    if a.json {
-        println!(
-            "{}",
-            json!({
-                "storage": storage_name(&a.target),
-                "key": fmt::escape(&key),
-                "value_bytes": value.len(),
-                "replaced": replaced,
-                "storage_created": created,
-            })
-        );
-    }
     Ok(())
 }
 
@@ -148,18 +152,14 @@ pub fn delete(a: DeleteArgs) -> CliResult {
     let mut w = s.begin_write()?;
     let found = w.delete(&key)?;
     w.commit()?;
-    drop(s);
-    db.close()
-        .map_err(|e| Fail::from(e).context("closing the database"))?;
+    close_write(db, s)?;
     if a.json {
-        println!(
-            "{}",
-            json!({
-                "storage": storage_name(&a.target),
-                "key": fmt::escape(&key),
-                "deleted": found,
-            })
-        );
+        let report = json!({
+            "storage": storage_name(&a.target),
+            "key": fmt::escape(&key),
+            "deleted": found,
+        });
+        println!("{report}");
     } else {
         println!("{}", if found { "deleted" } else { "not found" });
     }
