@@ -73,6 +73,10 @@ pub struct JournalStats {
 struct Waiting {
     ticket: u64,
     record: OutRecord,
+    /// The committer's own condition variable (used with `Journal::shared`): the leader wakes
+    /// exactly the committers of the batch it wrote, and the first queued one to lead next,
+    /// instead of every waiting thread.
+    wake: Option<Arc<Condvar>>,
 }
 
 #[derive(Default)]
@@ -135,7 +139,6 @@ pub struct Journal {
     file_size: u64,
     prezero: Prezero,
     shared: Mutex<Shared>,
-    cv: Condvar,
     io: Mutex<Io>,
     pool: Arc<Pool>,
     commits: AtomicU64,
@@ -240,7 +243,6 @@ impl Journal {
             file_size: cfg.file_size,
             prezero: cfg.prezero,
             shared: Mutex::new(Shared::default()),
-            cv: Condvar::new(),
             io: Mutex::new(Io {
                 file: Arc::new(NoFile),
                 no: 0,
@@ -381,7 +383,12 @@ impl Journal {
         }
         let ticket = g.next_ticket;
         g.next_ticket += 1;
-        g.queue.push(Waiting { ticket, record });
+        let wake = Arc::new(Condvar::new());
+        g.queue.push(Waiting {
+            ticket,
+            record,
+            wake: Some(wake.clone()),
+        });
         // Bounded: each turn either finds this ticket answered, writes a batch (which answers
         // every ticket it took, this one included), or waits for the leader's notification.
         loop {
@@ -407,10 +414,14 @@ impl Journal {
                     g.done.insert(w.ticket, result.clone());
                 }
                 g.leader = false;
-                self.cv.notify_all();
+                for w in batch.iter().chain(g.queue.first()) {
+                    if let Some(cv) = &w.wake {
+                        cv.notify_one();
+                    }
+                }
                 continue;
             }
-            g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+            g = wake.wait(g).unwrap_or_else(|e| e.into_inner());
         }
     }
 
@@ -423,7 +434,11 @@ impl Journal {
         }
         let batch: Vec<Waiting> = records
             .into_iter()
-            .map(|record| Waiting { ticket: 0, record })
+            .map(|record| Waiting {
+                ticket: 0,
+                record,
+                wake: None,
+            })
             .collect();
         let r = self.write_batch(&batch);
         if let Err(e) = &r {
