@@ -416,7 +416,7 @@ impl WriteTransaction {
         };
         debug_assert!(node.fits() && right.fits(), "split halves must fit");
         let r = self.alloc(1)?;
-        self.nodes.insert(r, right);
+        self.park(r, right)?;
         Ok((sep, r))
     }
 
@@ -520,9 +520,29 @@ impl WriteTransaction {
             Ok(()) => None,
             Err(e) => Some(Err(e)),
         };
-        self.nodes.insert(p, node);
         let split = split.transpose()?;
+        self.park(p, node)?;
         Ok((p, split, old))
+    }
+
+    /// Puts dirty node `p` back: a leaf as a page image (laid out on its base when it has one,
+    /// so its diff stays small), so the next puts into it take the in-place fast path; a branch
+    /// stays decoded (its next edits are child pointer updates).
+    fn park(&mut self, p: u64, node: Node) -> Result<()> {
+        if !matches!(node, Node::Leaf(_)) || !node.fits() {
+            self.nodes.insert(p, node);
+            return Ok(());
+        }
+        let image = match self.bases.get(&p) {
+            Some(&b) => {
+                let base = self.base.clone();
+                let (base_img, _) = base.page(b)?;
+                node.encode_on(base_img, p, self.txn_id)
+            }
+            None => node.encode(p, self.txn_id),
+        };
+        self.pages.insert(p, Arc::from(image));
+        Ok(())
     }
 
     fn delete_at(&mut self, page: u64, key: &[u8], depth: usize) -> Result<(u64, Option<Val>)> {
@@ -824,11 +844,12 @@ impl WriteTransaction {
             images.push((p, image.into()));
         }
         for (p, mut image) in std::mem::take(&mut self.pages) {
-            let Some(&b) = self.bases.get(&p) else {
-                return Err(self.corrupt(p, "internal: dirty page without a base"));
-            };
-            let (base_img, _) = base_state.page(b)?;
-            bases.insert(p, (b, base_img));
+            // A page copied from a committed page is journaled as a diff against it; a new
+            // page (a split's right half, a new root leaf) has no base.
+            if let Some(&b) = self.bases.get(&p) {
+                let (base_img, _) = base_state.page(b)?;
+                bases.insert(p, (b, base_img));
+            }
             let Some(img) = Arc::get_mut(&mut image) else {
                 return Err(self.corrupt(p, "internal: dirty page shared"));
             };
