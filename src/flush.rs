@@ -70,9 +70,8 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushOutcome> {
         let r = write_pages(inner, &target, already).and_then(|n| {
             out.pages_written = n;
             inner.data.sync_data()?;
-            let slot = 1 - fs.header_slot;
             let h = Header {
-                sequence: fs.header_seq + 1,
+                sequence: fs.header_seq,
                 storage_id: inner.storage_id,
                 flushed_txn: target.txn_id,
                 root: target.root,
@@ -80,12 +79,13 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushOutcome> {
                 next_page: target.next_page,
                 entries: target.entries,
             };
-            let img = h.encode(slot);
-            debug_assert!(crate::page::verify_checksum(&img));
-            inner.data.write_all_at(&img, slot * PAGE_SIZE as u64)?;
-            inner.data.sync_data()?;
-            fs.header_seq += 1;
-            fs.header_slot = slot;
+            // The older slot first, then the other: once the flush is done both slots hold
+            // this header, so one damaged header page loses nothing (its twin is identical).
+            // Journal files and freed pages are released only after both writes, so while the
+            // flush runs the older header stays a complete fallback.
+            for _ in 0..2 {
+                write_header(inner, &mut fs, h)?;
+            }
             Ok(())
         });
         if let Err(e) = r {
@@ -111,6 +111,68 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushOutcome> {
     let flushed = inner.current.load().flushed_txn;
     out.journals_deleted = inner.journal.release(inner.storage_id, flushed)?.len() as u64;
     Ok(out)
+}
+
+/// Writes `h` (with the next sequence number) into the slot that does not hold the newest
+/// header, then `fdatasync`s. Errors are the caller's to poison on.
+fn write_header(inner: &Inner, fs: &mut crate::storage::FlushState, h: Header) -> Result<()> {
+    let slot = 1 - fs.header_slot;
+    let h = Header {
+        sequence: fs.header_seq + 1,
+        ..h
+    };
+    let img = h.encode(slot);
+    debug_assert!(crate::page::verify_checksum(&img));
+    inner.data.write_all_at(&img, slot * PAGE_SIZE as u64)?;
+    inner.data.sync_data()?;
+    fs.header_seq += 1;
+    fs.header_slot = slot;
+    Ok(())
+}
+
+/// Makes the other header slot a copy of the newest header if it is not one already (damaged,
+/// torn, or older: a database written before both slots were kept equal, or a crash between
+/// a flush's two header writes). Called when a storage is opened for writing, after its first
+/// flush. A damaged slot is logged. Errors poison the storage.
+pub(crate) fn mirror_header(inner: &Inner) -> Result<()> {
+    use crate::page::header::{decode, Slot};
+    let mut fs = lock(&inner.flush_state);
+    let cur = fs.header_slot;
+    let mut pages = [crate::page::zeroed(1), crate::page::zeroed(1)];
+    for (slot, p) in pages.iter_mut().enumerate() {
+        inner
+            .data
+            .read_exact_at(p, slot as u64 * PAGE_SIZE as u64)?;
+    }
+    let Slot::Valid(newest) = decode(&pages[cur as usize], cur) else {
+        return Err(Error::corruption(
+            &*inner.data_path,
+            Some(cur),
+            None,
+            "the header page in use no longer decodes",
+        ));
+    };
+    let same = |o: &Header| {
+        Header {
+            sequence: newest.sequence,
+            ..*o
+        } == newest
+    };
+    match decode(&pages[1 - cur as usize], 1 - cur) {
+        Slot::Valid(o) if same(&o) => return Ok(()),
+        Slot::Valid(_) => {}
+        other => tracing::warn!(
+            path = %inner.data_path.display(),
+            slot = 1 - cur,
+            state = ?other,
+            "a header page was damaged or torn: rewriting it from its twin"
+        ),
+    }
+    if let Err(e) = write_header(inner, &mut fs, newest) {
+        inner.poison(&e);
+        return Err(e);
+    }
+    Ok(())
 }
 
 /// Writes the target's unflushed scratch pages (txn > `already`), merging adjacent ones.

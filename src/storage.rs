@@ -361,6 +361,23 @@ impl Inner {
         };
         let names = env.list_dir(&path)?;
         let has_data = names.iter().any(|n| n == DATA_FILE);
+        // Journal files exist only after a storage's header pages were durable (creation syncs
+        // them first): a missing, empty or headerless data file next to them is damage, not a
+        // storage to create or a directory to refuse as foreign.
+        let journaled = || -> Result<bool> {
+            Ok(env.exists(&journals_dir) && !recovery::list(&*env, &journals_dir)?.is_empty())
+        };
+        let damaged = |what: &str| {
+            Error::corruption(
+                &*data_path,
+                None,
+                None,
+                format!("{what}, but {} holds journal files", journals_dir.display()),
+            )
+        };
+        if !has_data && journaled()? {
+            return Err(damaged("the data file is missing"));
+        }
         if !has_data {
             let foreign: Vec<&String> = names
                 .iter()
@@ -397,6 +414,9 @@ impl Inner {
             tracing::warn!(path = %path.display(), "creation crashed before the header pages were durable: creating again");
             len = 0;
         }
+        if len == 0 && journaled()? {
+            return Err(damaged("the data file is empty"));
+        }
         if len == 0 {
             if opts.read_only {
                 return Err(Error::NotAStorage {
@@ -409,12 +429,22 @@ impl Inner {
             len = 2 * PAGE_SIZE as u64;
         }
         if len < 2 * PAGE_SIZE as u64 {
+            if journaled()? {
+                return Err(damaged(&format!(
+                    "the data file is {len} bytes, shorter than its two header pages"
+                )));
+            }
             return Err(Error::NotAStorage {
                 path,
                 reason: format!("{DATA_FILE} is {len} bytes, shorter than its two header pages"),
             });
         }
-        let (hdr, slot) = read_header(&*data, &data_path)?;
+        let (hdr, slot) = match read_header(&*data, &data_path) {
+            Err(Error::NotAStorage { .. }) if journaled()? => {
+                return Err(damaged("neither header page is an omnibus header"))
+            }
+            r => r?,
+        };
         if !env.exists(&journals_dir) {
             if opts.read_only {
                 return Err(Error::NotAStorage {
@@ -502,8 +532,10 @@ impl Inner {
         inner.registry.register(&state);
         if !inner.opts.read_only {
             inner.ensure_data_len(state.next_page)?;
-            // Write what was replayed to the data file and drop journal files fully flushed.
+            // Write what was replayed to the data file and drop journal files fully flushed;
+            // then make both header slots hold the newest header.
             crate::flush::flush(&inner)?;
+            crate::flush::mirror_header(&inner)?;
             if inner.opts.flush_mode == FlushMode::Background {
                 let tick = (inner.opts.flush_max_age / 4)
                     .clamp(Duration::from_millis(10), Duration::from_millis(200));

@@ -103,14 +103,18 @@ fn data_file_with_bad_magic_is_not_a_storage() {
             "a failed open changed the file"
         );
     }
-    // A real storage whose magic was overwritten in both header pages.
+    // A real storage whose magic was overwritten in both header pages: its journal files
+    // show it was a storage, so this is damage (Corruption), not a foreign file.
     let (path, data) = make_storage(dir.path());
     let mut bytes = std::fs::read(&data).unwrap();
     for slot in 0..2 {
         bytes[slot * PAGE + 32..slot * PAGE + 40].copy_from_slice(b"NOTOMNI\0");
     }
     std::fs::write(&data, &bytes).unwrap();
-    expect_not_a_storage(Storage::open(&path, opts()), "overwritten magic");
+    match Storage::open(&path, opts()) {
+        Err(Error::Corruption(c)) => assert!(c.to_string().contains("journal files"), "{c}"),
+        other => panic!("overwritten magic: expected Corruption, got {other:?}"),
+    }
     assert_eq!(
         std::fs::read(&data).unwrap(),
         bytes,
@@ -201,5 +205,53 @@ fn other_format_version_is_refused() {
         }) => assert_ne!(expected, 99),
         Err(e) => panic!("expected FormatVersion, got {e}"),
         Ok(_) => panic!("a data file of format version 99 opened"),
+    }
+}
+
+// Regression: a fresh user truncated the root's data.pages to 0 bytes (and, in another try,
+// removed it) in a database that held 171,075 documents; the next `omnibus put` created an
+// empty storage there and exited 0, and `check` passed. Journal files exist only after a
+// storage's header pages were durable, so next to them a missing, empty or short data file is
+// damage.
+#[test]
+fn missing_empty_or_short_data_file_next_to_journals_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, Option<u64>); 3] =
+        [("removed", None), ("empty", Some(0)), ("short", Some(4096))];
+    for (what, len) in cases {
+        std::fs::create_dir(dir.path().join(what)).unwrap();
+        let (path, data) = make_storage(&dir.path().join(what));
+        assert!(
+            std::fs::read_dir(path.join("Journals")).unwrap().count() > 0,
+            "a closed storage keeps its current journal file"
+        );
+        match len {
+            None => std::fs::remove_file(&data).unwrap(),
+            Some(n) => std::fs::File::options()
+                .write(true)
+                .open(&data)
+                .unwrap()
+                .set_len(n)
+                .unwrap(),
+        }
+        for read_only in [false, true] {
+            match Storage::open(
+                &path,
+                Options {
+                    read_only,
+                    ..opts()
+                },
+            ) {
+                Err(Error::Corruption(c)) => {
+                    assert!(c.to_string().contains("journal files"), "{what}: {c}")
+                }
+                other => panic!("{what}: expected Corruption, got {other:?}"),
+            }
+        }
+        assert_eq!(
+            std::fs::metadata(&data).ok().map(|m| m.len()),
+            len,
+            "{what}: the open re-created or changed the data file"
+        );
     }
 }
