@@ -2,14 +2,24 @@
 //!
 //! A file is read record by record from offset 0. The first record whose header does not
 //! decode (zeros, torn, another file's number) or whose body fails its checksum ends that
-//! file: nothing after it in that file is read. Padding records are skipped.
+//! file: no record after it in that file is replayed. Padding records are skipped.
+//!
+//! A damaged record followed by later *synced* batches is corruption, not a torn tail, and is
+//! reported: when the scan stops on bytes that are not zeros, the rest of the file is searched
+//! at 4 KiB batch starts for valid records. A batch holds at most one record of a storage (its
+//! writer is held until the commit is published), and a batch is written only after the one
+//! before it was synced; so a valid record of storage S with txn id `t + 2` or more, where `t`
+//! is S's last good record before the stop, proves that the batch holding `t + 1` (the damaged
+//! region) was synced: [`Error::Corruption`]. A torn last batch never shows such a gap.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::record::{RecordHeader, RecordKind, RECORD_HEADER_LEN};
+use std::collections::HashMap;
+
+use super::record::{RecordHeader, RecordKind, BATCH_ALIGN, RECORD_HEADER_LEN};
 use crate::env::{EnvFile, OpenMode, StorageEnv};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Journal files in `dir`, sorted by number. Other names are ignored.
 pub fn list(env: &dyn StorageEnv, dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
@@ -41,8 +51,41 @@ pub fn scan(
 ) -> Result<ScanEnd> {
     let file: Arc<dyn EnvFile> = env.open(path, OpenMode::Existing)?;
     let len = file.len()?;
-    let mut pos = 0u64;
     let mut records = 0u64;
+    // Last good txn id of each storage, for the damage check after the stop.
+    let mut last: HashMap<u64, u64> = HashMap::new();
+    let pos = read_records(&*file, len, no, 0, |h, body, at| {
+        records += 1;
+        if h.kind == RecordKind::Commit {
+            last.insert(h.storage_id, h.txn_id);
+        }
+        if h.kind != RecordKind::Padding {
+            f(h, body, at)?;
+        }
+        Ok(())
+    })?;
+    let mut hbuf = [0u8; RECORD_HEADER_LEN];
+    let stopped_on_garbage = pos + RECORD_HEADER_LEN as u64 <= len
+        && file.read_exact_at(&mut hbuf, pos).is_ok()
+        && hbuf.iter().any(|&b| b != 0);
+    if stopped_on_garbage {
+        check_nothing_synced_after(&*file, len, no, pos, &last, path)?;
+    }
+    Ok(ScanEnd {
+        offset: pos,
+        records,
+    })
+}
+
+/// Reads valid records from `pos` on, calling `f(header, body, offset)` for each (padding
+/// too), and returns the offset of the first byte not taken as a record.
+fn read_records(
+    file: &dyn EnvFile,
+    len: u64,
+    no: u64,
+    mut pos: u64,
+    mut f: impl FnMut(&RecordHeader, &[u8], u64) -> Result<()>,
+) -> Result<u64> {
     let mut hbuf = [0u8; RECORD_HEADER_LEN];
     let mut body = Vec::new();
     // Bounded: every turn advances `pos` by at least one header, and `pos` never passes `len`.
@@ -60,14 +103,48 @@ pub fn scan(
         if crc32fast::hash(&body) != h.body_crc {
             break;
         }
-        records += 1;
-        if h.kind != RecordKind::Padding {
-            f(&h, &body, pos)?;
-        }
+        f(&h, &body, pos)?;
         pos = body_at + h.body_len;
     }
-    Ok(ScanEnd {
-        offset: pos,
-        records,
-    })
+    Ok(pos)
+}
+
+/// After a scan stopped on damaged bytes at `stop`: searches the rest of the file, at 4 KiB
+/// batch starts, for a valid commit record of a storage whose txn id skips past the one after
+/// its last good record (see the module doc); that is corruption of a synced batch.
+fn check_nothing_synced_after(
+    file: &dyn EnvFile,
+    len: u64,
+    no: u64,
+    stop: u64,
+    last: &HashMap<u64, u64>,
+    path: &Path,
+) -> Result<()> {
+    let mut at = (stop / BATCH_ALIGN + 1) * BATCH_ALIGN;
+    let mut found: Option<(u64, u64, u64)> = None;
+    // Bounded: `at` grows by at least one 4 KiB block a turn and stops at `len`.
+    while found.is_none() && at + RECORD_HEADER_LEN as u64 <= len {
+        let end = read_records(file, len, no, at, |h, _, _| {
+            if h.kind == RecordKind::Commit && found.is_none() {
+                if let Some(&t) = last.get(&h.storage_id) {
+                    if h.txn_id >= t.saturating_add(2) {
+                        found = Some((h.storage_id, t, h.txn_id));
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        at = (end.max(at) / BATCH_ALIGN + 1) * BATCH_ALIGN;
+    }
+    match found {
+        None => Ok(()),
+        Some((sid, t, later)) => Err(Error::corruption(
+            path,
+            None,
+            Some(stop),
+            format!(
+                "a damaged journal record is followed by synced commits: storage {sid:#x} has txn {t} before it and txn {later} after it"
+            ),
+        )),
+    }
 }
