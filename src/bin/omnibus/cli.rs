@@ -279,7 +279,10 @@ the index storages follow from the change feed of the documents storage (each in
 field, or a hash of several fields, of every document and commits what is pending as one batch).
 
 Each journal mode of --journal runs one after the other in the same run, each in a fresh directory \
-under --dir (on the real disk: a tmpfs is refused, it has no fdatasync to measure). The table gives \
+under --dir, or without --dir under a temporary directory created in the current directory (the \
+system temp directory if the current one is not writable) and deleted at the end. It must be on a \
+real disk: a tmpfs is refused (it has no fdatasync to measure) unless --allow-tmpfs. The --json and \
+--plot files' directories are checked before the run. The table gives \
 both modes and the gain of shared over separate (shared/separate for rates, separate/shared for \
 latencies and costs; above 1 means shared is better): documents/s, document commit latency \
 p50/p99/p99.9/max, fdatasyncs/s, commits per fdatasync, bytes written per document, index lag p99.";
@@ -313,10 +316,12 @@ pub struct ShopArgs {
     /// Draw both modes' commit latency distributions to FILE (PNG).
     #[arg(long, value_name = "FILE.png")]
     pub plot: Option<PathBuf>,
-    /// Where the temporary databases go [default: the system temp directory].
+    /// Where the temporary databases go [default: a temporary directory created in the current
+    /// directory, deleted at the end; the system temp directory if the current one is not
+    /// writable].
     #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// Allow --dir on a tmpfs (numbers then say nothing about a disk).
+    /// Allow a tmpfs (numbers then say nothing about a disk).
     #[arg(long)]
     pub allow_tmpfs: bool,
     /// Keep the databases instead of deleting them.
