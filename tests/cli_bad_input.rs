@@ -232,3 +232,21 @@ fn ingest_into_a_file_is_an_input_error() {
     );
     assert_eq!(std::fs::read(&file).unwrap(), b"not a database");
 }
+
+#[test]
+fn input_that_is_a_directory_is_an_input_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let input = dir.path().join("in");
+    std::fs::create_dir(&input).unwrap();
+    let o = ingest(db.to_str().unwrap(), &input, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "omnibus: --input {}: is a directory (give a JSON Lines file, or - for standard input)\n",
+            input.display()
+        )
+    );
+    assert!(!db.exists(), "no database is made for a bad --input");
+}

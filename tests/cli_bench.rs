@@ -100,3 +100,155 @@ fn bench_shop_usage_errors() {
         );
     }
 }
+
+/// The tiny sizes of these tests: 2 indexes, 50 documents per mode, 4 clients.
+const TINY: [&str; 8] = [
+    "--indexes",
+    "2",
+    "--docs",
+    "50",
+    "--clients",
+    "4",
+    "--journal",
+    "shared",
+];
+
+fn is_tmpfs(p: &std::path::Path) -> bool {
+    let out = Command::new("stat")
+        .args(["-f", "-c", "%T"])
+        .arg(p)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim() == "tmpfs"
+}
+
+/// A directory on the disk the tests build on (not the system temp directory, which may be a
+/// tmpfs).
+fn disk_tempdir() -> tempfile::TempDir {
+    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    assert!(!is_tmpfs(d.path()), "the target directory is on a tmpfs");
+    d
+}
+
+#[test]
+fn bench_shop_without_dir_works_under_the_current_directory() {
+    let shm = std::path::Path::new("/dev/shm");
+    if !shm.is_dir() || !is_tmpfs(shm) {
+        eprintln!("skipped: no tmpfs at /dev/shm");
+        return;
+    }
+    let cwd = disk_tempdir();
+    // The system temp directory is a tmpfs: the default must not use it.
+    let o = Command::new(env!("CARGO_BIN_EXE_omnibus"))
+        .args(["bench", "shop"])
+        .args(TINY)
+        .current_dir(cwd.path())
+        .env("TMPDIR", shm)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    // It ran under the current directory ...
+    let cwd_abs = std::fs::canonicalize(cwd.path()).unwrap();
+    let fs_line = out
+        .lines()
+        .find(|l| l.starts_with("machine:"))
+        .unwrap_or_else(|| panic!("no machine line in\n{out}"));
+    assert!(
+        fs_line.contains(&format!("({}/omnibus-shop-", cwd_abs.display())),
+        "{fs_line}"
+    );
+    assert!(!fs_line.contains("tmpfs"), "{fs_line}");
+    // ... and left nothing there.
+    let left: Vec<_> = std::fs::read_dir(cwd.path()).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn bench_shop_refuses_a_tmpfs_naming_dir_only_when_given() {
+    let shm = std::path::Path::new("/dev/shm");
+    if !shm.is_dir() || !is_tmpfs(shm) {
+        eprintln!("skipped: no tmpfs at /dev/shm");
+        return;
+    }
+    // The current directory on a tmpfs, no --dir: refused, without naming --dir.
+    let cwd = tempfile::tempdir_in(shm).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_omnibus"))
+        .args(["bench", "shop"])
+        .args(TINY)
+        .current_dir(cwd.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with("omnibus: the temporary directory ") && err.contains("is on a tmpfs"),
+        "{err}"
+    );
+    assert!(!err.contains("--dir"), "{err}");
+    assert!(!err.contains("running"), "{err}");
+    assert_eq!(std::fs::read_dir(cwd.path()).unwrap().count(), 0);
+
+    // --dir on a tmpfs: refused, naming it.
+    let d = cwd.path().join("given");
+    let o = Command::new(env!("CARGO_BIN_EXE_omnibus"))
+        .args(["bench", "shop"])
+        .args(TINY)
+        .arg("--dir")
+        .arg(&d)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with(&format!("omnibus: --dir {} is on a tmpfs", d.display())),
+        "{err}"
+    );
+}
+
+#[test]
+fn bench_shop_checks_json_and_plot_paths_before_running() {
+    let dir = disk_tempdir();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let missing = "/nonexistent/dir/x.png".to_string();
+    let under_file = format!("{}/x.json", file.display());
+    let a_dir = dir.path().display().to_string();
+    for (opt, path, says) in [
+        (
+            "--plot",
+            missing.as_str(),
+            "directory /nonexistent/dir does not exist".to_string(),
+        ),
+        (
+            "--json",
+            "/nonexistent/dir/x.json",
+            "directory /nonexistent/dir does not exist".to_string(),
+        ),
+        (
+            "--json",
+            under_file.as_str(),
+            format!("{} is not a directory", file.display()),
+        ),
+        (
+            "--plot",
+            a_dir.as_str(),
+            "is a directory (give a file name)".to_string(),
+        ),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_omnibus"))
+            .args(["bench", "shop"])
+            .args(TINY)
+            .arg("--dir")
+            .arg(dir.path())
+            .args([opt, path])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{opt} {path}: {err}");
+        assert_eq!(err, format!("omnibus: {opt} {path}: {says}\n"));
+    }
+    // Nothing ran: only the file is there.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}

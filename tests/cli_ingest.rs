@@ -258,3 +258,52 @@ fn ingest_into_a_database_open_elsewhere_names_it_once() {
     held.close().unwrap();
     ok(&args);
 }
+
+/// A storage write failure in the middle of an ingest (files capped at 16 MiB by RLIMIT_FSIZE,
+/// SIGXFSZ ignored, so a write past it fails with EFBIG): exit 2, and the message names the
+/// line once (`line N: storing the document: ...`).
+#[test]
+fn a_write_failure_names_the_line_once() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("c.db");
+    let input = dir.path().join("in.jsonl");
+    let mut text = String::new();
+    let pad = "x".repeat(900);
+    for i in 0..40_000 {
+        text.push_str(&format!("{{\"id\":\"d{i:06}\",\"pad\":\"{pad}\"}}\n"));
+    }
+    std::fs::write(&input, text).unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_omnibus"));
+    cmd.arg("ingest").arg(&db).arg("--input").arg(&input).args([
+        "--id-field",
+        "id",
+        "--window",
+        "16",
+    ]);
+    // SAFETY: between fork and exec only async-signal-safe calls (signal, setrlimit).
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let lim = libc::rlimit {
+                rlim_cur: 16 << 20,
+                rlim_max: 16 << 20,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let o = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let msg = err.lines().last().unwrap_or_default();
+    let rest = msg
+        .strip_prefix("omnibus: line ")
+        .unwrap_or_else(|| panic!("{err}"));
+    let (n, rest) = rest.split_once(": ").unwrap_or_else(|| panic!("{err}"));
+    assert!(n.parse::<u64>().is_ok(), "{err}");
+    assert!(!rest.contains("line "), "the line is named twice: {err}");
+    assert!(rest.starts_with("storing the document: "), "{err}");
+}

@@ -342,3 +342,34 @@ fn a_database_open_elsewhere_is_named_once() {
     held.close().unwrap();
     assert_eq!(ok(&["get", dbs, "k"]), "v\n");
 }
+
+#[test]
+fn get_reports_a_bad_key_like_put() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let db = db.to_str().unwrap();
+    ok(&["put", db, "k", "v"]);
+    let long = "k".repeat(1025);
+    for (key, says) in [
+        ("", "omnibus: key is empty: keys are 1..=1024 bytes\n"),
+        (
+            long.as_str(),
+            "omnibus: key is 1025 bytes: the limit is 1024 bytes\n",
+        ),
+    ] {
+        for cmd in ["get", "put", "delete"] {
+            let mut args = vec![cmd, db, key];
+            if cmd == "put" {
+                args.push("v");
+            }
+            let (c, err) = code(&args);
+            assert_eq!(c, Some(1), "{cmd}: {err}");
+            assert_eq!(err, says, "{cmd}");
+        }
+    }
+    // At the limit it is an ordinary lookup.
+    let max = "k".repeat(1024);
+    let (c, err) = code(&["get", db, &max]);
+    assert_eq!(c, Some(1), "{err}");
+    assert!(err.ends_with(": not found\n"), "{err}");
+}

@@ -458,15 +458,33 @@ pub fn run(a: ShopArgs) -> CliResult {
             modes.push(*m);
         }
     }
-    let dir: PathBuf = a.dir.clone().unwrap_or_else(std::env::temp_dir);
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| Fail::input(format!("--dir {}: {e}", dir.display())))?;
+    // Checked before the run, so a bad path fails now instead of after the whole benchmark.
+    if let Some(p) = &a.json {
+        writable_parent("--json", p)?;
+    }
+    if let Some(p) = &a.plot {
+        writable_parent("--plot", p)?;
+    }
+    let base = base_dir(&a)?;
+    let dir: PathBuf = base.path().to_path_buf();
     let fs = fmt::fs_type(&dir);
     if fs == "tmpfs" && !a.allow_tmpfs {
-        return Err(Fail::input(format!(
-            "--dir {} is on a tmpfs: fdatasync costs nothing there; give a directory on a disk with --dir (or --allow-tmpfs)",
-            dir.display()
-        )));
+        let msg = match &base {
+            BaseDir::Given(_) => format!(
+                "--dir {} is on a tmpfs: fdatasync costs nothing there; give a directory on a disk with --dir (or --allow-tmpfs)",
+                dir.display()
+            ),
+            BaseDir::Temp { fallback, .. } => format!(
+                "the temporary directory {} is on a tmpfs{}: fdatasync costs nothing there; run it from a writable directory on a disk (or pass --allow-tmpfs)",
+                dir.display(),
+                if *fallback {
+                    " (the current directory is not writable, so the system temp directory was used)"
+                } else {
+                    ""
+                }
+            ),
+        };
+        return Err(Fail::input(msg));
     }
     let machine = fmt::machine();
     let amount = match seconds {
@@ -530,6 +548,124 @@ pub fn run(a: ShopArgs) -> CliResult {
         );
         crate::plot::latency_png(p, &title, &series)
             .map_err(|e| Fail::io(format!("--plot {}: {e}", p.display())))?;
+    }
+    Ok(())
+}
+
+/// Where the per-mode databases go: `--dir`, or a temporary directory (deleted at the end
+/// unless `--keep`) under the current directory, or under the system temp directory when the
+/// current directory is not writable.
+enum BaseDir {
+    Given(PathBuf),
+    Temp {
+        dir: Option<tempfile::TempDir>,
+        path: PathBuf,
+        /// The current directory was not writable: this is under the system temp directory.
+        fallback: bool,
+        keep: bool,
+    },
+}
+
+impl BaseDir {
+    fn path(&self) -> &Path {
+        match self {
+            BaseDir::Given(p) => p,
+            BaseDir::Temp { path, .. } => path,
+        }
+    }
+}
+
+impl Drop for BaseDir {
+    fn drop(&mut self) {
+        if let BaseDir::Temp { dir, keep, .. } = self {
+            if *keep {
+                // Left in place with the per-mode directories inside it (each reported).
+                if let Some(d) = dir.take() {
+                    let _ = d.keep();
+                }
+            }
+            // Otherwise the TempDir deletes itself when dropped.
+        }
+    }
+}
+
+fn base_dir(a: &ShopArgs) -> CliResult<BaseDir> {
+    if let Some(d) = &a.dir {
+        std::fs::create_dir_all(d)
+            .map_err(|e| Fail::input(format!("--dir {}: {e}", d.display())))?;
+        return Ok(BaseDir::Given(d.clone()));
+    }
+    let builder = || {
+        let mut b = tempfile::Builder::new();
+        b.prefix("omnibus-shop-");
+        b
+    };
+    let (t, fallback) = match builder().tempdir_in(".") {
+        Ok(t) => (t, false),
+        Err(_) => {
+            let tmp = std::env::temp_dir();
+            let t = builder().tempdir_in(&tmp).map_err(|e| {
+                Fail::io(format!(
+                    "creating a temporary directory: not in the current directory (not writable) nor in {}: {e}",
+                    tmp.display()
+                ))
+            })?;
+            (t, true)
+        }
+    };
+    // An absolute path for the messages and the report.
+    let path = std::fs::canonicalize(t.path()).unwrap_or_else(|_| t.path().to_path_buf());
+    Ok(BaseDir::Temp {
+        dir: Some(t),
+        path,
+        fallback,
+        keep: a.keep,
+    })
+}
+
+/// Checks that `file`'s directory exists and is writable, so that writing `file` after the
+/// run does not fail (`opt` names the option in the message).
+fn writable_parent(opt: &str, file: &Path) -> CliResult {
+    let parent = match file.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if file.is_dir() {
+        return Err(Fail::input(format!(
+            "{opt} {}: is a directory (give a file name)",
+            file.display()
+        )));
+    }
+    match std::fs::metadata(parent) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(Fail::input(format!(
+                "{opt} {}: {} is not a directory",
+                file.display(),
+                parent.display()
+            )))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Fail::input(format!(
+                "{opt} {}: directory {} does not exist",
+                file.display(),
+                parent.display()
+            )))
+        }
+        Err(e) => {
+            return Err(Fail::input(format!(
+                "{opt} {}: directory {}: {e}",
+                file.display(),
+                parent.display()
+            )))
+        }
+    }
+    if rustix::fs::access(parent, rustix::fs::Access::WRITE_OK).is_err() {
+        return Err(Fail::input(format!(
+            "{opt} {}: directory {} is not writable",
+            file.display(),
+            parent.display()
+        )));
     }
     Ok(())
 }

@@ -25,7 +25,8 @@ pub enum Command {
     Ingest(IngestArgs),
     /// Print the value of KEY (raw bytes on stdout, nothing else).
     Get(GetArgs),
-    /// Store VALUE under KEY (one durable transaction); --create makes a new --storage.
+    /// Store VALUE under KEY (one durable transaction; creates a missing database); --create
+    /// makes a new --storage.
     Put(PutArgs),
     /// Remove KEY (one durable transaction); says whether it was present.
     Delete(DeleteArgs),
@@ -82,7 +83,8 @@ pub enum OnError {
 const INGEST_LONG: &str = "Load JSON Lines (one JSON object a line) into the database DB, through the actor runtime.
 
 Each document is stored in the root storage under its id: the value of --id-field (a string, or a \
-number written as in the input), or, without --id-field, the line number zero-padded to 12 digits \
+number in serde_json's text form, not as written in the input: 1e2 becomes 100.0 and integers \
+beyond 64 bits lose precision, so use string ids for exact keys), or, without --id-field, the line number zero-padded to 12 digits \
 (so keys sort, and re-running the same file stores the same keys). The stored value is the line as \
 read (surrounding whitespace trimmed). Many puts are in flight at once (--window) so the storage \
 actor merges them into few transactions.
@@ -90,12 +92,15 @@ actor merges them into few transactions.
 Each --index SPEC (a field name, or several joined by `,`, e.g. `country,admin1`) is kept in its own \
 branch storage named SPEC. An entry's key is the field values joined by a 0x00 byte, then 0x00, then \
 the document id; its value is the document id. So `scan --storage country --prefix 'AD\\x00'` lists \
-the documents whose country is AD. Field values: a string as is, a number or boolean as written in \
-JSON, an array or object as compact JSON; a missing or null field, or a value holding a NUL byte \
+the documents whose country is AD. Field values: a string as is, a number in serde_json's text form (as ids), a boolean as \
+true or false, an array or object as compact JSON; a missing or null field, or a value holding a NUL byte \
 (its key would be ambiguous), leaves the document out of that index. A dotted name (`a.b`) reaches into nested objects when no top-level field has that name. \
 Index storages follow the committed documents asynchronously (a change feed: once a document's put \
 is acknowledged, its entries go on a bounded channel per index, and each index commits what is \
 pending as one batch); the command returns when every index has caught up.
+
+Only the indexes given with --index are maintained: re-running on an existing database without \
+all of its index specs leaves the unlisted ones stale, and `put`/`delete` never update indexes.
 
 Re-running an ingest stores no duplicates: a document already stored with the same bytes is not \
 written again, and one whose indexed fields changed has its old index entries deleted (the previous \
@@ -191,8 +196,9 @@ pub struct PutArgs {
     pub key: String,
     /// The value.
     pub value: String,
-    /// Create the --storage storage (and the database) when missing; without it, an unknown
-    /// storage is an error, so a mistyped name creates nothing.
+    /// Create the --storage storage, and the database if it is missing too. Needed only with
+    /// --storage: without it, an unknown storage is an error, so a mistyped name creates
+    /// nothing. A plain put (the root storage) creates a missing database without --create.
     #[arg(long, requires = "storage")]
     pub create: bool,
     /// Print {"storage":..,"key":..,"value_bytes":..,"replaced":..,"storage_created":..}.
@@ -279,7 +285,10 @@ the index storages follow from the change feed of the documents storage (each in
 field, or a hash of several fields, of every document and commits what is pending as one batch).
 
 Each journal mode of --journal runs one after the other in the same run, each in a fresh directory \
-under --dir (on the real disk: a tmpfs is refused, it has no fdatasync to measure). The table gives \
+under --dir, or without --dir under a temporary directory created in the current directory (the \
+system temp directory if the current one is not writable) and deleted at the end. It must be on a \
+real disk: a tmpfs is refused (it has no fdatasync to measure) unless --allow-tmpfs. The --json and \
+--plot files' directories are checked before the run. The table gives \
 both modes and the gain of shared over separate (shared/separate for rates, separate/shared for \
 latencies and costs; above 1 means shared is better): documents/s, document commit latency \
 p50/p99/p99.9/max, fdatasyncs/s, commits per fdatasync, bytes written per document, index lag p99.";
@@ -313,10 +322,12 @@ pub struct ShopArgs {
     /// Draw both modes' commit latency distributions to FILE (PNG).
     #[arg(long, value_name = "FILE.png")]
     pub plot: Option<PathBuf>,
-    /// Where the temporary databases go [default: the system temp directory].
+    /// Where the temporary databases go [default: a temporary directory created in the current
+    /// directory, deleted at the end; the system temp directory if the current one is not
+    /// writable].
     #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// Allow --dir on a tmpfs (numbers then say nothing about a disk).
+    /// Allow a tmpfs (numbers then say nothing about a disk).
     #[arg(long)]
     pub allow_tmpfs: bool,
     /// Keep the databases instead of deleting them.

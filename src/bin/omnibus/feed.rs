@@ -79,8 +79,9 @@ fn lookup<'a>(doc: &'a Map<String, Value>, field: &str) -> Option<&'a Value> {
     Some(cur)
 }
 
-/// A field's value as index key bytes: a string as is, a number or boolean as written in JSON,
-/// an array or object as compact JSON; `None` when missing or null.
+/// A field's value as index key bytes: a string as is, a number in serde_json's text form (`1e2`
+/// is `100.0`), a boolean as `true`/`false`, an array or object as compact JSON; `None` when
+/// missing or null.
 pub fn field_bytes(doc: &Map<String, Value>, field: &str) -> Option<Vec<u8>> {
     match lookup(doc, field)? {
         Value::Null => None,

@@ -188,7 +188,14 @@ struct Done {
     result: Result<Outcome, Fail>,
 }
 
-/// One document: read the previous version, put, then feed the indexes.
+/// The fatal failure of the document of input line `line`. [`ingest_doc`]'s errors do not
+/// name the line: it is put in front here, once.
+fn doc_failed(line: u64, f: Fail) -> Fail {
+    f.context(format_args!("line {line}"))
+}
+
+/// One document: read the previous version, put, then feed the indexes. Its errors do not name
+/// the line (see [`doc_failed`]).
 async fn ingest_doc(
     root: StorageHandle,
     specs: Arc<Vec<IndexSpec>>,
@@ -200,17 +207,19 @@ async fn ingest_doc(
         .and_then(|s| s.get(&d.id).map(|v| v.map(<[u8]>::to_vec)))
     {
         Ok(p) => p,
-        Err(e) => return (None, Err(e.into())),
+        Err(e) => {
+            return (
+                None,
+                Err(Fail::from(e).context("reading its stored version")),
+            )
+        }
     };
     let (outcome, latency) = if prev.as_deref() == Some(&d.value[..]) {
         (Outcome::Unchanged, None)
     } else {
         let t = Instant::now();
         if let Err(e) = root.put(d.id.clone(), d.value).await {
-            return (
-                None,
-                Err(Fail::from(e).context(format_args!("line {}: storing the document", d.line))),
-            );
+            return (None, Err(Fail::from(e).context("storing the document")));
         }
         (Outcome::Stored, Some(t.elapsed().as_micros() as u64))
     };
@@ -325,7 +334,7 @@ async fn dispatch(
             }
             Err(f) => {
                 if c.fatal.is_none() {
-                    c.fatal = Some(f.context(format_args!("document of line {}", d.line)));
+                    c.fatal = Some(doc_failed(d.line, f));
                 }
             }
         }
@@ -404,6 +413,13 @@ async fn dispatch(
 fn open_input(a: &IngestArgs) -> CliResult<(Box<dyn Read + Send>, Option<u64>)> {
     if a.input.as_os_str() == "-" {
         return Ok((Box::new(std::io::stdin()), None));
+    }
+    // A directory opens fine but fails the first read: say so now, naming it.
+    if std::fs::metadata(&a.input).is_ok_and(|m| m.is_dir()) {
+        return Err(Fail::input(format!(
+            "--input {}: is a directory (give a JSON Lines file, or - for standard input)",
+            a.input.display()
+        )));
     }
     let f = std::fs::File::open(&a.input)
         .map_err(|e| Fail::input(format!("{}: {e}", a.input.display())))?;

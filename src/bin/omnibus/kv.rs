@@ -79,8 +79,25 @@ fn flush_out(w: &mut impl Write) -> CliResult {
     }
 }
 
+/// Checks KEY against the key limits, with the same error (and exit code 1) as `put`: a key
+/// no storage can hold is not merely "not found".
+fn check_key(key: &[u8]) -> CliResult {
+    if key.is_empty() {
+        return Err(omnibus::Error::EmptyKey.into());
+    }
+    if key.len() > omnibus::MAX_KEY_LEN {
+        return Err(omnibus::Error::KeyTooLarge {
+            len: key.len(),
+            max: omnibus::MAX_KEY_LEN,
+        }
+        .into());
+    }
+    Ok(())
+}
+
 pub fn get(a: GetArgs) -> CliResult {
     let key = arg_bytes("KEY", &a.key)?;
+    check_key(&key)?;
     let db = open_read(&a.target.db)?;
     let s = storage_of(&db, &a.target, false, "")?;
     let r = s.begin_read()?;
