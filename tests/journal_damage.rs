@@ -4,7 +4,10 @@
 // without an error. A damaged record followed by later synced batches is now corruption; a
 // damaged *last* batch still reads as the torn tail of a crash.
 
-use omnibus::{Error, FlushMode, Options, Storage};
+#[path = "common/damage.rs"]
+mod damage;
+
+use omnibus::{FlushMode, Options, Storage};
 
 const COMMITS: u32 = 50;
 
@@ -52,20 +55,12 @@ fn a_damaged_record_before_synced_batches_is_corruption() {
     let (path, journal, starts) = journaled(dir.path());
     // The open wrote nothing before the first commit's batch: batch i starts at starts[i].
     damage(&journal, starts[20] + 100);
-    for read_only in [true, false] {
-        match Storage::open(
-            &path,
-            Options {
-                read_only,
-                ..opts()
-            },
-        ) {
-            Err(Error::Corruption(c)) => {
-                assert!(c.to_string().contains("followed by synced commits"), "{c}")
-            }
-            other => panic!("expected Corruption, got {other:?}"),
-        }
-    }
+    damage::expect_corruption(
+        &path,
+        &opts(),
+        "followed by synced commits",
+        "middle damage",
+    );
 }
 
 #[test]
