@@ -5,8 +5,8 @@
 //! file: no record after it in that file is replayed. Padding records are skipped.
 //!
 //! A damaged record followed by later *synced* batches is corruption, not a torn tail, and is
-//! reported: when the scan stops on bytes that are not zeros, the rest of the file is searched
-//! at 4 KiB batch starts for valid records. A batch holds at most one record of a storage (its
+//! reported: when the scan stops on bytes that are not zeros, the next 16 MiB of the file are
+//! searched at 4 KiB batch starts for valid records. A batch holds at most one record of a storage (its
 //! writer is held until the commit is published), and a batch is written only after the one
 //! before it was synced; so a valid record of storage S with txn id `t + 2` or more, where `t`
 //! is S's last good record before the stop, proves that the batch holding `t + 1` (the damaged
@@ -109,9 +109,16 @@ fn read_records(
     Ok(pos)
 }
 
-/// After a scan stopped on damaged bytes at `stop`: searches the rest of the file, at 4 KiB
-/// batch starts, for a valid commit record of a storage whose txn id skips past the one after
-/// its last good record (see the module doc); that is corruption of a synced batch.
+/// How far past a damaged record the scan looks for later synced batches (bytes). The batch
+/// after a damaged one starts within that batch's length of it; bounding the search keeps an
+/// open cheap when the stop is the end of a recycled file's new records (the stale records
+/// after it carry another journal number and are never taken).
+const LOOKAHEAD: u64 = 16 << 20;
+
+/// After a scan stopped on damaged bytes at `stop`: searches the next [`LOOKAHEAD`] bytes of
+/// the file, at 4 KiB batch starts, for a valid commit record of a storage whose txn id skips
+/// past the one after its last good record (see the module doc); that is corruption of a
+/// synced batch.
 fn check_nothing_synced_after(
     file: &dyn EnvFile,
     len: u64,
@@ -121,9 +128,10 @@ fn check_nothing_synced_after(
     path: &Path,
 ) -> Result<()> {
     let mut at = (stop / BATCH_ALIGN + 1) * BATCH_ALIGN;
+    let limit = len.min(stop.saturating_add(LOOKAHEAD));
     let mut found: Option<(u64, u64, u64)> = None;
-    // Bounded: `at` grows by at least one 4 KiB block a turn and stops at `len`.
-    while found.is_none() && at + RECORD_HEADER_LEN as u64 <= len {
+    // Bounded: `at` grows by at least one 4 KiB block a turn and stops at `limit`.
+    while found.is_none() && at + RECORD_HEADER_LEN as u64 <= limit {
         let end = read_records(file, len, no, at, |h, _, _| {
             if h.kind == RecordKind::Commit && found.is_none() {
                 if let Some(&t) = last.get(&h.storage_id) {
