@@ -440,13 +440,12 @@ impl WriteTransaction {
         if self.pages.contains_key(&p) {
             let (img, h) = self.node_page(p)?;
             if h.kind == PageKind::Leaf {
-                let Some(v) = val.as_ref() else {
+                let Some(v) = val.take() else {
                     return Err(self.corrupt(p, "internal: value missing"));
                 };
-                let v = v.clone();
                 match page::node::leaf_put_in_place(self.page_mut(p)?, key, &v) {
                     Ok(o) => return Ok((p, None, o)),
-                    Err(page::node::EditError::NoRoom) => {}
+                    Err(page::node::EditError::NoRoom) => val = Some(v),
                     Err(page::node::EditError::Malformed) => {
                         return Err(self.corrupt(p, "malformed leaf page"))
                     }
