@@ -5,8 +5,9 @@
 //! file: no record after it in that file is replayed. Padding records are skipped.
 //!
 //! A damaged record followed by later *synced* batches is corruption, not a torn tail, and is
-//! reported: when the scan stops on bytes that are not zeros, the next 16 MiB of the file are
-//! searched at 4 KiB batch starts for valid records. A batch holds at most one record of a storage (its
+//! reported: when the scan stops, the next 16 MiB of the file (256 KiB when it stopped on
+//! zeros, the normal end of a pre-zeroed file) are searched at 4 KiB batch starts for valid
+//! records. A batch holds at most one record of a storage (its
 //! writer is held until the commit is published), and a batch is written only after the one
 //! before it was synced; so a valid record of storage S with txn id `t + 2` or more, where `t`
 //! is S's last good record before the stop, proves that the batch holding `t + 1` (the damaged
@@ -65,11 +66,15 @@ pub fn scan(
         Ok(())
     })?;
     let mut hbuf = [0u8; RECORD_HEADER_LEN];
-    let stopped_on_garbage = pos + RECORD_HEADER_LEN as u64 <= len
-        && file.read_exact_at(&mut hbuf, pos).is_ok()
-        && hbuf.iter().any(|&b| b != 0);
-    if stopped_on_garbage {
-        check_nothing_synced_after(&*file, len, no, pos, &last, path)?;
+    if pos + RECORD_HEADER_LEN as u64 <= len && file.read_exact_at(&mut hbuf, pos).is_ok() {
+        // Zeros are the normal end of a pre-zeroed file: look only a little way past them (a
+        // zeroed record header followed by later batches); anything else, further.
+        let window = if hbuf.iter().all(|&b| b == 0) {
+            ZERO_LOOKAHEAD
+        } else {
+            LOOKAHEAD
+        };
+        check_nothing_synced_after(&*file, len, no, pos, window, &last, path)?;
     }
     Ok(ScanEnd {
         offset: pos,
@@ -115,8 +120,10 @@ fn read_records(
 /// after it carry another journal number and are never taken).
 const LOOKAHEAD: u64 = 16 << 20;
 
-/// After a scan stopped on damaged bytes at `stop`: searches the next [`LOOKAHEAD`] bytes of
-/// the file, at 4 KiB batch starts, for a valid commit record of a storage whose txn id skips
+/// The same past a stop on zeros (bytes): the normal end of every journal file, so kept short.
+const ZERO_LOOKAHEAD: u64 = 256 << 10;
+
+/// After a scan stopped at `stop`: searches the next `window` bytes of the file, at 4 KiB batch starts, for a valid commit record of a storage whose txn id skips
 /// past the one after its last good record (see the module doc); that is corruption of a
 /// synced batch.
 fn check_nothing_synced_after(
@@ -124,11 +131,15 @@ fn check_nothing_synced_after(
     len: u64,
     no: u64,
     stop: u64,
+    window: u64,
     last: &HashMap<u64, u64>,
     path: &Path,
 ) -> Result<()> {
+    if last.is_empty() {
+        return Ok(());
+    }
     let mut at = (stop / BATCH_ALIGN + 1) * BATCH_ALIGN;
-    let limit = len.min(stop.saturating_add(LOOKAHEAD));
+    let limit = len.min(stop.saturating_add(window));
     let mut found: Option<(u64, u64, u64)> = None;
     // Bounded: `at` grows by at least one 4 KiB block a turn and stops at `limit`.
     while found.is_none() && at + RECORD_HEADER_LEN as u64 <= limit {
