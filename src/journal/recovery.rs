@@ -5,7 +5,7 @@
 //! file: no record after it in that file is replayed. Padding records are skipped.
 //!
 //! A damaged record followed by later *synced* batches is corruption, not a torn tail, and is
-//! reported: when the scan stops, the next 16 MiB of the file (256 KiB when it stopped on
+//! reported: when the scan stops, the next 4 MiB of the file (256 KiB when it stopped on
 //! zeros, the normal end of a pre-zeroed file) are searched at 4 KiB batch starts for valid
 //! records. A batch holds at most one record of a storage (its
 //! writer is held until the commit is published), and a batch is written only after the one
@@ -118,7 +118,7 @@ fn read_records(
 /// after a damaged one starts within that batch's length of it; bounding the search keeps an
 /// open cheap when the stop is the end of a recycled file's new records (the stale records
 /// after it carry another journal number and are never taken).
-const LOOKAHEAD: u64 = 16 << 20;
+const LOOKAHEAD: u64 = 4 << 20;
 
 /// The same past a stop on zeros (bytes): the normal end of every journal file, so kept short.
 const ZERO_LOOKAHEAD: u64 = 256 << 10;
