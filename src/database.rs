@@ -172,6 +172,10 @@ impl Database {
         let data_path = path.join(DATA_FILE);
         let fresh = !env.exists(&data_path);
         if fresh {
+            if let Some(e) = crate::storage::missing_data_file_is_damage(&*env, &path, &data_path)?
+            {
+                return Err(e);
+            }
             let names = env.list_dir(&path)?;
             if let Some(n) = names
                 .iter()
@@ -202,6 +206,15 @@ impl Database {
             JournalMode::Shared if !opts.read_only => {
                 let data = env.open(&data_path, OpenMode::Create)?;
                 let len = data.len()?;
+                if len == 0 && crate::storage::journal_files_exist(&*env, &path.join(JOURNALS_DIR))?
+                {
+                    return Err(Error::corruption(
+                        &data_path,
+                        None,
+                        None,
+                        "the data file is empty, but Journals/ holds journal files",
+                    ));
+                }
                 // A new root, or one whose creation crashed before anything was committed.
                 if len == 0
                     || crate::storage::unfinished_creation(

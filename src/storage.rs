@@ -361,22 +361,12 @@ impl Inner {
         };
         let names = env.list_dir(&path)?;
         let has_data = names.iter().any(|n| n == DATA_FILE);
-        // Journal files exist only after a storage's header pages were durable (creation syncs
-        // them first): a missing, empty or headerless data file next to them is damage, not a
-        // storage to create or a directory to refuse as foreign.
-        let journaled = || -> Result<bool> {
-            Ok(env.exists(&journals_dir) && !recovery::list(&*env, &journals_dir)?.is_empty())
-        };
-        let damaged = |what: &str| {
-            Error::corruption(
-                &*data_path,
-                None,
-                None,
-                format!("{what}, but {} holds journal files", journals_dir.display()),
-            )
-        };
-        if !has_data && journaled()? {
-            return Err(damaged("the data file is missing"));
+        let journaled = || journal_files_exist(&*env, &journals_dir);
+        let damaged = |what: &str| damaged_data_file(&data_path, &journals_dir, what);
+        if !has_data {
+            if let Some(e) = missing_data_file_is_damage(&*env, &path, &data_path)? {
+                return Err(e);
+            }
         }
         if !has_data {
             let foreign: Vec<&String> = names
@@ -840,6 +830,58 @@ pub(crate) fn init_files(
 }
 
 /// Reads both header pages of `data` and returns the newest valid one and its slot.
+/// True when `journals_dir` holds journal files. They exist only after a storage's header pages
+/// were durable (creation syncs them first), so next to them a missing, empty or headerless
+/// data file is damage, not a storage to create.
+pub(crate) fn journal_files_exist(env: &dyn StorageEnv, journals_dir: &Path) -> Result<bool> {
+    Ok(env.exists(journals_dir) && !recovery::list(env, journals_dir)?.is_empty())
+}
+
+/// The corruption error for a damaged data file found next to journal files.
+fn damaged_data_file(data_path: &Path, journals_dir: &Path, what: &str) -> Error {
+    Error::corruption(
+        data_path,
+        None,
+        None,
+        format!("{what}, but {} holds journal files", journals_dir.display()),
+    )
+}
+
+/// With no data file in `dir`: `Some(Error::Corruption)` when the directory shows that the
+/// storage existed: journal files in its `Journals/`, or (a database root) branch storages
+/// with data files under `Indexes/` (branches are created only after the root).
+pub(crate) fn missing_data_file_is_damage(
+    env: &dyn StorageEnv,
+    dir: &Path,
+    data_path: &Path,
+) -> Result<Option<Error>> {
+    let journals_dir = dir.join(JOURNALS_DIR);
+    if journal_files_exist(env, &journals_dir)? {
+        return Ok(Some(damaged_data_file(
+            data_path,
+            &journals_dir,
+            "the data file is missing",
+        )));
+    }
+    let indexes = dir.join(crate::database::INDEXES_DIR);
+    if env.exists(&indexes) {
+        for n in env.list_dir(&indexes)? {
+            if env.exists(&indexes.join(&n).join(DATA_FILE)) {
+                return Ok(Some(Error::corruption(
+                    data_path,
+                    None,
+                    None,
+                    format!(
+                        "the data file is missing, but {} holds storages with data",
+                        indexes.display()
+                    ),
+                )));
+            }
+        }
+    }
+    Ok(None)
+}
+
 pub(crate) fn read_header(data: &dyn EnvFile, data_path: &Path) -> Result<(Header, u64)> {
     let mut p0 = page::zeroed(1);
     let mut p1 = page::zeroed(1);

@@ -245,3 +245,31 @@ fn missing_empty_or_short_data_file_next_to_journals_is_corruption() {
         );
     }
 }
+
+// Second fresh-user trial: with the root's data.pages and journal removed from a database
+// whose indexes held 171,075 entries, `omnibus put` created an empty root and exited 0.
+#[test]
+fn a_database_root_without_its_data_file_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    {
+        let db = omnibus::Database::open(&path, opts()).unwrap();
+        let idx = db.storage("idx").unwrap();
+        let mut w = idx.begin_write().unwrap();
+        w.put("k", "v").unwrap();
+        w.commit().unwrap();
+        db.close().unwrap();
+    }
+    std::fs::remove_file(path.join("data.pages")).unwrap();
+    for entry in std::fs::read_dir(path.join("Journals")).unwrap() {
+        std::fs::remove_file(entry.unwrap().path()).unwrap();
+    }
+    match omnibus::Database::open(&path, opts()) {
+        Err(Error::Corruption(c)) => assert!(c.to_string().contains("holds storages"), "{c}"),
+        other => panic!("expected Corruption, got {other:?}"),
+    }
+    assert!(
+        !path.join("data.pages").exists(),
+        "the open re-created the root"
+    );
+}
