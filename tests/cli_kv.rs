@@ -171,6 +171,23 @@ fn check_names_storage_file_and_page_of_a_corruption() {
     assert!(err.contains("storage `tag`"), "names the storage: {err}");
     assert!(err.contains("data.pages"), "names the file: {err}");
     assert!(err.contains("page "), "names the page: {err}");
+
+    // A storage that does not open at all (both header pages damaged) is named, and its error
+    // is printed once (not again as the database's own open error).
+    for slot in 0..2 {
+        for b in &mut bytes[slot * 8192 + 100..slot * 8192 + 140] {
+            *b ^= 0x5a;
+        }
+    }
+    std::fs::write(&data, &bytes).unwrap();
+    let (c, err) = code(&["check", dbs]);
+    assert_eq!(c, Some(2), "{err}");
+    assert!(err.contains("storage `tag`"), "names the storage: {err}");
+    assert_eq!(
+        err.matches("both header pages fail").count(),
+        1,
+        "the open error is printed once: {err}"
+    );
 }
 
 /// Storage names from `stat --json`.

@@ -364,6 +364,8 @@ pub fn check(a: CheckArgs) -> CliResult {
     let mut bad_storages = 0;
     let mut problems = 0;
     let mut reports = Vec::new();
+    // Why the database as a whole did not open, if it did not.
+    let mut db_error = None;
     let storages: Vec<(String, Result<Storage, omnibus::Error>)> = match open_read(&a.db) {
         Ok(db) => named_storages(&db)?
             .into_iter()
@@ -371,7 +373,7 @@ pub fn check(a: CheckArgs) -> CliResult {
             .collect(),
         Err(f) if f.code == 2 => {
             // Something is damaged: open each storage on its own to say which.
-            eprintln!("omnibus: {}", f.msg);
+            db_error = Some(f.msg);
             open_each(&a.db)?
         }
         Err(f) => return Err(f),
@@ -433,6 +435,12 @@ pub fn check(a: CheckArgs) -> CliResult {
                 r.depth
             );
         }
+    }
+    // The database-level error is printed only when no storage's own error explains it (it
+    // repeats one of them otherwise).
+    if let (Some(msg), 0) = (&db_error, bad_storages) {
+        eprintln!("omnibus: {msg}");
+        problems += 1;
     }
     if a.json {
         println!(
