@@ -1,5 +1,5 @@
 //! The copy-on-write B+tree, read side: point lookups, ordered range cursors and the structural
-//! check, all over one immutable [`State`] (a snapshot). The write side (copy-on-write updates,
+//! check, all over one immutable `State` (a snapshot). The write side (copy-on-write updates,
 //! splits, merges) is in `txn/write.rs`.
 //!
 //! Readers work on page bytes directly ([`LeafView`], [`BranchView`]): keys and values are
