@@ -138,11 +138,29 @@ fn check_nothing_synced_after(
     if last.is_empty() {
         return Ok(());
     }
-    let mut at = (stop / BATCH_ALIGN + 1) * BATCH_ALIGN;
+    let first = (stop / BATCH_ALIGN + 1) * BATCH_ALIGN;
     let limit = len.min(stop.saturating_add(window));
+    if first + RECORD_HEADER_LEN as u64 > limit {
+        return Ok(());
+    }
+    // The window in one read: a batch start is only worth a closer look when it holds a header
+    // that decodes for this file.
+    let mut buf = vec![0u8; (limit - first) as usize];
+    file.read_exact_at(&mut buf, first)?;
+    let decodes_here = |at: u64| {
+        let i = (at - first) as usize;
+        buf.get(i..i + RECORD_HEADER_LEN)
+            .and_then(RecordHeader::decode)
+            .is_some_and(|h| h.journal_no == no)
+    };
+    let mut at = first;
     let mut found: Option<(u64, u64, u64)> = None;
     // Bounded: `at` grows by at least one 4 KiB block a turn and stops at `limit`.
     while found.is_none() && at + RECORD_HEADER_LEN as u64 <= limit {
+        if !decodes_here(at) {
+            at += BATCH_ALIGN;
+            continue;
+        }
         let end = read_records(file, len, no, at, |h, _, _| {
             if h.kind == RecordKind::Commit && found.is_none() {
                 if let Some(&t) = last.get(&h.storage_id) {
