@@ -206,13 +206,13 @@ impl Database {
             JournalMode::Shared if !opts.read_only => {
                 let data = env.open(&data_path, OpenMode::Create)?;
                 let len = data.len()?;
-                if len == 0 && crate::storage::journal_files_exist(&*env, &path.join(JOURNALS_DIR))?
-                {
-                    return Err(Error::corruption(
+                // The same rule as `Storage::open` (this path creates the root itself).
+                let journals = path.join(JOURNALS_DIR);
+                if len == 0 && crate::storage::journal_files_exist(&*env, &journals)? {
+                    return Err(crate::storage::damaged_data_file(
                         &data_path,
-                        None,
-                        None,
-                        "the data file is empty, but Journals/ holds journal files",
+                        &journals,
+                        "the data file is empty",
                     ));
                 }
                 // A new root, or one whose creation crashed before anything was committed.

@@ -838,7 +838,7 @@ pub(crate) fn journal_files_exist(env: &dyn StorageEnv, journals_dir: &Path) -> 
 }
 
 /// The corruption error for a damaged data file found next to journal files.
-fn damaged_data_file(data_path: &Path, journals_dir: &Path, what: &str) -> Error {
+pub(crate) fn damaged_data_file(data_path: &Path, journals_dir: &Path, what: &str) -> Error {
     Error::corruption(
         data_path,
         None,
