@@ -104,6 +104,9 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushOutcome> {
         };
         inner.publish_flush(target.txn_id, mapping);
         inner.flushes.fetch_add(1, Ordering::Relaxed);
+        inner
+            .pages_flushed
+            .fetch_add(out.pages_written, Ordering::Relaxed);
     }
     if fs.punching && target.txn_id <= inner.current.load().flushed_txn {
         out.runs_punched = punch(inner, &mut fs, &target)?;

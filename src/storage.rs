@@ -101,6 +101,9 @@ pub struct StorageStats {
     pub holes_punched: u64,
     /// Flushes completed since open.
     pub flushes: u64,
+    /// Pages (8 KiB) written to the data file by flushes since open, headers not counted.
+    /// Images of pages freed before a flush's target are not written.
+    pub pages_flushed: u64,
     /// Page images journaled by commits since open (a run of overflow pages counts once).
     pub pages_journaled: u64,
     /// Of [`StorageStats::pages_journaled`], those written as a page diff against the page
@@ -134,6 +137,7 @@ pub(crate) struct Inner {
     pub pages_journaled: AtomicU64,
     pub pages_journaled_as_diffs: AtomicU64,
     pub flushes: AtomicU64,
+    pub pages_flushed: AtomicU64,
     /// Pages freed by commits since the last flush began: they wait for a durable header
     /// before reuse, so they count toward the flush threshold like scratch bytes.
     pub freed_unflushed: AtomicU64,
@@ -515,6 +519,7 @@ impl Inner {
             pages_journaled: AtomicU64::new(0),
             pages_journaled_as_diffs: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
+            pages_flushed: AtomicU64::new(0),
             freed_unflushed: AtomicU64::new(0),
             flusher: Mutex::new(None),
             opts,
@@ -639,7 +644,7 @@ impl Inner {
         }
         for (p, image) in images {
             bytes += image.len() as u64;
-            if let Some(old) = scratch.insert(p, Arc::new(ScratchPage { txn, image })) {
+            if let Some(old) = scratch.insert(p, ScratchPage { txn, image }) {
                 bytes -= old.image.len() as u64;
             }
         }
@@ -735,6 +740,7 @@ impl Inner {
             pages_journaled: self.pages_journaled.load(Ordering::Relaxed),
             pages_journaled_as_diffs: self.pages_journaled_as_diffs.load(Ordering::Relaxed),
             flushes: self.flushes.load(Ordering::Relaxed),
+            pages_flushed: self.pages_flushed.load(Ordering::Relaxed),
             journal: self.journal.stats(),
         }
     }
@@ -1062,10 +1068,10 @@ fn recover(
                 state.scratch_bytes += image.len() as u64;
                 if let Some(old) = scratch.insert(
                     p,
-                    Arc::new(ScratchPage {
+                    ScratchPage {
                         txn: h.txn_id,
                         image,
-                    }),
+                    },
                 ) {
                     state.scratch_bytes -= old.image.len() as u64;
                 }

@@ -140,39 +140,58 @@ const MAX_DIFF_RANGES: usize = u16::MAX as usize;
 /// word (8 bytes) at a time, so a range may include a few equal bytes at its edges.
 pub fn diff_ranges(base: &[u8], new: &[u8]) -> Vec<(usize, usize)> {
     debug_assert!(base.len() == PAGE_SIZE && new.len() == PAGE_SIZE);
+    // Three levels: 512-byte spans compared with one `memcmp` each (most of a page is
+    // unchanged), then 64-byte blocks (the XOR of their words folded with OR, vector code), then
+    // words. A range stays open across unequal spans and blocks and closes at the first equal
+    // word, span or block, so the result is the word-level answer.
+    const SPAN: usize = 512;
     const BLOCK: usize = 64;
     let word = |c: &[u8]| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8]));
     let mut out: Vec<(usize, usize)> = Vec::new();
     let mut open: Option<usize> = None;
-    let len = base.len().min(new.len()) / BLOCK * BLOCK;
-    for (i, (a, b)) in base[..len]
-        .chunks_exact(BLOCK)
-        .zip(new[..len].chunks_exact(BLOCK))
+    let len = base.len().min(new.len()) / SPAN * SPAN;
+    for (s, (sa, sb)) in base[..len]
+        .chunks_exact(SPAN)
+        .zip(new[..len].chunks_exact(SPAN))
         .enumerate()
     {
-        // Equal 64-byte blocks are skipped whole (most of a page is unchanged): the XOR of
-        // their words folded with OR, which compiles to vector code without a memcmp call.
-        let differs = a
-            .chunks_exact(8)
-            .zip(b.chunks_exact(8))
-            .fold(0u64, |acc, (x, y)| acc | (word(x) ^ word(y)));
-        if open.is_none() && differs == 0 {
+        if sa == sb {
+            if let Some(o) = open.take() {
+                out.push((o, s * SPAN));
+            }
             continue;
         }
-        for (j, (x, y)) in a.chunks_exact(8).zip(b.chunks_exact(8)).enumerate() {
-            let at = i * BLOCK + j * 8;
-            match (word(x) == word(y), open) {
-                (false, None) => open = Some(at),
-                (true, Some(s)) => {
-                    out.push((s, at));
-                    open = None;
+        for (i, (a, b)) in sa
+            .chunks_exact(BLOCK)
+            .zip(sb.chunks_exact(BLOCK))
+            .enumerate()
+        {
+            let at_block = s * SPAN + i * BLOCK;
+            let differs = a
+                .chunks_exact(8)
+                .zip(b.chunks_exact(8))
+                .fold(0u64, |acc, (x, y)| acc | (word(x) ^ word(y)));
+            if differs == 0 {
+                if let Some(o) = open.take() {
+                    out.push((o, at_block));
                 }
-                _ => {}
+                continue;
+            }
+            for (j, (x, y)) in a.chunks_exact(8).zip(b.chunks_exact(8)).enumerate() {
+                let at = at_block + j * 8;
+                match (word(x) == word(y), open) {
+                    (false, None) => open = Some(at),
+                    (true, Some(o)) => {
+                        out.push((o, at));
+                        open = None;
+                    }
+                    _ => {}
+                }
             }
         }
     }
-    if let Some(s) = open {
-        out.push((s, len));
+    if let Some(o) = open {
+        out.push((o, len));
     }
     out
 }
@@ -185,48 +204,110 @@ fn diff_len(ranges: &[(usize, usize)]) -> usize {
 const MIN_TRIM: usize = 64;
 
 /// The longest run of zero 8-byte words in `img[HEADER_LEN..]`, as a byte range `(start, end)`
-/// (word-aligned: a few zero bytes at its edges may stay in; scanning words is ~8x faster
-/// than bytes on the commit path).
+/// (word-aligned: a few zero bytes at its edges may stay in; the first of equal runs wins).
+/// One pass builds a bit mask of the zero words, 8 words at a time (a block of zeros is one
+/// vector OR-fold), a second walks the mask's runs with `trailing_zeros`.
 fn longest_zero_run(img: &[u8]) -> (usize, usize) {
-    const BLOCK: usize = 64;
-    let word = |c: &[u8]| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8]));
-    let (mut best, mut cur_start) = ((0, 0), None);
+    const MAX_WORDS: usize = PAGE_SIZE / 8;
     let base = crate::page::HEADER_LEN;
-    let end = base + (img.len() - base) / 8 * 8;
-    let mut i = base;
-    // Bounded: `i` advances by a word or a block each turn up to `end`.
-    while i < end {
-        // A run in progress crosses whole zero blocks without looking at each word.
-        if cur_start.is_some()
-            && i % BLOCK == 0
-            && i + BLOCK <= end
-            && img[i..i + BLOCK]
+    let words = (img.len().saturating_sub(base) / 8).min(MAX_WORDS);
+    let body = &img[base..base + words * 8];
+    let word = |c: &[u8]| u64::from_ne_bytes(c.try_into().unwrap_or([1; 8]));
+    let mut mask = [0u64; MAX_WORDS / 64];
+    let mut blocks = body.chunks_exact(64);
+    for (k, block) in blocks.by_ref().enumerate() {
+        let bits: u64 = if block.chunks_exact(8).fold(0u64, |acc, c| acc | word(c)) == 0 {
+            0xff
+        } else {
+            block
                 .chunks_exact(8)
-                .fold(0u64, |acc, c| acc | word(c))
-                == 0
-        {
-            i += BLOCK;
-            continue;
-        }
-        let zero = word(&img[i..i + 8]) == 0;
-        match (zero, cur_start) {
-            (true, None) => cur_start = Some(i),
-            (false, Some(s)) => {
-                if i - s > best.1 - best.0 {
-                    best = (s, i);
-                }
-                cur_start = None;
+                .enumerate()
+                .fold(0u64, |acc, (j, c)| acc | (((word(c) == 0) as u64) << j))
+        };
+        mask[k / 8] |= bits << ((k % 8) * 8);
+    }
+    let done = words / 8 * 8;
+    for (j, c) in blocks.remainder().chunks_exact(8).enumerate() {
+        let i = done + j;
+        mask[i / 64] |= ((word(c) == 0) as u64) << (i % 64);
+    }
+    // The next word index at or after `i` whose mask bit equals `bit` (or `words`).
+    let next = |i: usize, bit: bool| -> usize {
+        let pick = |w: usize| match mask.get(w) {
+            Some(&v) if bit => v,
+            Some(&v) => !v,
+            None => 0,
+        };
+        let mut w = i / 64;
+        let mut m = pick(w) & (u64::MAX << (i % 64));
+        // Bounded: `w` advances to the end of the mask.
+        while w < mask.len() {
+            if m != 0 {
+                return (w * 64 + m.trailing_zeros() as usize).min(words);
             }
-            _ => {}
+            w += 1;
+            m = pick(w);
         }
-        i += 8;
+        words
+    };
+    let mut best = (0usize, 0usize);
+    let mut i = 0;
+    // Bounded: `i` strictly advances each turn (a run ends after it starts).
+    while i < words {
+        let start = next(i, true);
+        if start >= words {
+            break;
+        }
+        let end = next(start, false);
+        if end - start > best.1 - best.0 {
+            best = (start, end);
+        }
+        i = end;
     }
-    if let Some(s) = cur_start {
-        if end - s > best.1 - best.0 {
-            best = (s, end);
+    if best.1 == best.0 {
+        return (0, 0);
+    }
+    (base + best.0 * 8, base + best.1 * 8)
+}
+
+/// One piece of a record body: a shared page image (written by `pwritev` without copying), bytes
+/// owned by the record (headers of diffs, trimmed pages), or zeros (padding).
+#[derive(Debug, Clone)]
+pub enum Part {
+    /// A sealed page image shared with the scratch table.
+    Shared(std::sync::Arc<[u8]>),
+    /// Bytes built for this record.
+    Owned(Vec<u8>),
+    /// This many zero bytes (at most [`MAX_ZERO_PART`]).
+    Zeros(usize),
+}
+
+/// Most bytes a [`Part::Zeros`] stands for (a padding record's body is under two batch
+/// alignments).
+pub const MAX_ZERO_PART: usize = 2 * BATCH_ALIGN as usize;
+static ZERO_PART: [u8; MAX_ZERO_PART] = [0u8; MAX_ZERO_PART];
+
+impl std::ops::Deref for Part {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Part::Shared(a) => a,
+            Part::Owned(v) => v,
+            Part::Zeros(n) => &ZERO_PART[..(*n).min(MAX_ZERO_PART)],
         }
     }
-    best
+}
+
+impl From<Vec<u8>> for Part {
+    fn from(v: Vec<u8>) -> Part {
+        Part::Owned(v)
+    }
+}
+
+impl From<std::sync::Arc<[u8]>> for Part {
+    fn from(a: std::sync::Arc<[u8]>) -> Part {
+        Part::Shared(a)
+    }
 }
 
 /// A record ready to be written: header fields except the journal number, and body parts.
@@ -240,7 +321,7 @@ pub struct OutRecord {
     /// Transaction id.
     pub txn_id: u64,
     /// Body parts written back to back.
-    pub parts: Vec<std::sync::Arc<[u8]>>,
+    pub parts: Vec<Part>,
     /// crc32 of the concatenated parts.
     pub body_crc: u32,
     /// Total body length.
@@ -253,12 +334,7 @@ pub struct OutRecord {
 
 impl OutRecord {
     /// A record whose body is `parts`.
-    pub fn new(
-        kind: RecordKind,
-        storage_id: u64,
-        txn_id: u64,
-        parts: Vec<std::sync::Arc<[u8]>>,
-    ) -> OutRecord {
+    pub fn new(kind: RecordKind, storage_id: u64, txn_id: u64, parts: Vec<Part>) -> OutRecord {
         let mut h = crc32fast::Hasher::new();
         let mut len = 0u64;
         for p in &parts {
@@ -307,14 +383,15 @@ pub fn commit_record<'b>(
     images: &[(u64, std::sync::Arc<[u8]>)],
     base_of: impl Fn(u64) -> Option<(u64, &'b [u8])>,
 ) -> OutRecord {
-    let mut fixed = Vec::with_capacity(COMMIT_FIXED + images.len() * 12);
-    fixed.extend_from_slice(&meta.root.to_le_bytes());
-    fixed.extend_from_slice(&meta.freedir.to_le_bytes());
-    fixed.extend_from_slice(&meta.next_page.to_le_bytes());
-    fixed.extend_from_slice(&meta.entries.to_le_bytes());
-    fixed.extend_from_slice(&(images.len() as u32).to_le_bytes());
-    let mut parts: Vec<std::sync::Arc<[u8]>> = Vec::with_capacity(images.len() * 2 + 1);
-    parts.push(fixed.into());
+    // Everything but whole page images goes into one owned buffer (one allocation for a
+    // commit of diffs); a whole image is a shared part of its own.
+    let mut parts: Vec<Part> = Vec::with_capacity(3);
+    let mut cur: Vec<u8> = Vec::with_capacity(4096);
+    cur.extend_from_slice(&meta.root.to_le_bytes());
+    cur.extend_from_slice(&meta.freedir.to_le_bytes());
+    cur.extend_from_slice(&meta.next_page.to_le_bytes());
+    cur.extend_from_slice(&meta.entries.to_le_bytes());
+    cur.extend_from_slice(&(images.len() as u32).to_le_bytes());
     let mut page_diffs = 0u32;
     for (p, img) in images {
         debug_assert!(
@@ -336,36 +413,34 @@ pub fn commit_record<'b>(
         let full_len = img.len() - if b - a >= MIN_TRIM { b - a - 4 } else { 0 };
         let diff = diff.filter(|(_, r)| r.len() <= MAX_DIFF_RANGES && diff_len(r) < full_len);
         if let Some((bp, ranges)) = diff {
-            let mut part = Vec::with_capacity(12 + diff_len(&ranges));
-            part.extend_from_slice(&p.to_le_bytes());
-            part.extend_from_slice(&DIFF.to_le_bytes());
-            part.extend_from_slice(&bp.to_le_bytes());
-            part.extend_from_slice(&(ranges.len() as u16).to_le_bytes());
+            cur.extend_from_slice(&p.to_le_bytes());
+            cur.extend_from_slice(&DIFF.to_le_bytes());
+            cur.extend_from_slice(&bp.to_le_bytes());
+            cur.extend_from_slice(&(ranges.len() as u16).to_le_bytes());
             for &(s, e) in &ranges {
-                part.extend_from_slice(&(s as u16).to_le_bytes());
-                part.extend_from_slice(&((e - s) as u16).to_le_bytes());
-                part.extend_from_slice(&img[s..e]);
+                cur.extend_from_slice(&(s as u16).to_le_bytes());
+                cur.extend_from_slice(&((e - s) as u16).to_le_bytes());
+                cur.extend_from_slice(&img[s..e]);
             }
-            parts.push(part.into());
             page_diffs += 1;
             continue;
         }
         if b - a >= MIN_TRIM {
-            let mut part = Vec::with_capacity(16 + PAGE_SIZE - (b - a));
-            part.extend_from_slice(&p.to_le_bytes());
-            part.extend_from_slice(&(TRIMMED | 1).to_le_bytes());
-            part.extend_from_slice(&(a as u16).to_le_bytes());
-            part.extend_from_slice(&(b as u16).to_le_bytes());
-            part.extend_from_slice(&img[..a]);
-            part.extend_from_slice(&img[b..]);
-            parts.push(part.into());
+            cur.extend_from_slice(&p.to_le_bytes());
+            cur.extend_from_slice(&(TRIMMED | 1).to_le_bytes());
+            cur.extend_from_slice(&(a as u16).to_le_bytes());
+            cur.extend_from_slice(&(b as u16).to_le_bytes());
+            cur.extend_from_slice(&img[..a]);
+            cur.extend_from_slice(&img[b..]);
             continue;
         }
-        let mut pre = [0u8; 12];
-        wr_u64(&mut pre, 0, *p);
-        wr_u32(&mut pre, 8, (img.len() / PAGE_SIZE) as u32);
-        parts.push(std::sync::Arc::from(&pre[..]));
-        parts.push(img.clone());
+        cur.extend_from_slice(&p.to_le_bytes());
+        cur.extend_from_slice(&((img.len() / PAGE_SIZE) as u32).to_le_bytes());
+        parts.push(Part::Owned(std::mem::take(&mut cur)));
+        parts.push(Part::Shared(img.clone()));
+    }
+    if !cur.is_empty() {
+        parts.push(Part::Owned(cur));
     }
     let mut rec = OutRecord::new(RecordKind::Commit, storage_id, txn_id, parts);
     rec.pages = images.len() as u32;
@@ -490,8 +565,14 @@ pub fn padding_for(pos: u64) -> Option<OutRecord> {
     if gap < RECORD_HEADER_LEN as u64 + 1 {
         gap += BATCH_ALIGN;
     }
-    let body = vec![0u8; (gap - RECORD_HEADER_LEN as u64) as usize];
-    Some(OutRecord::new(RecordKind::Padding, 0, 0, vec![body.into()]))
+    let body = (gap - RECORD_HEADER_LEN as u64) as usize;
+    debug_assert!(body <= MAX_ZERO_PART);
+    Some(OutRecord::new(
+        RecordKind::Padding,
+        0,
+        0,
+        vec![Part::Zeros(body)],
+    ))
 }
 
 #[cfg(test)]
@@ -618,6 +699,9 @@ mod tests {
             vec![63, 64],
             vec![7, 8, 100, 4095, 4096, 8000],
             (0..PAGE_SIZE).step_by(9).collect(),
+            // Across 512-byte span edges, and a range over whole spans.
+            vec![504, 511, 512, 1023, 1024, 1535],
+            (500..1700).collect(),
         ] {
             let mut new = base.clone();
             for &at in &edits {
@@ -636,6 +720,10 @@ mod tests {
                 assert_ne!(base[e - 8..e], new[e - 8..e]);
             }
             assert_eq!(ranges.is_empty(), edits.is_empty());
+            // Ranges are in order and maximal: an equal word separates two of them.
+            for w in ranges.windows(2) {
+                assert!(w[0].1 < w[1].0, "{ranges:?}");
+            }
         }
     }
 
@@ -672,6 +760,9 @@ mod tests {
             vec![63, 64, 65, 200, 8191],
             (0..PAGE_SIZE).step_by(700).collect(),
             (32..PAGE_SIZE).step_by(8).collect(),
+            (100..PAGE_SIZE).step_by(977).chain(3000..3100).collect(),
+            vec![PAGE_SIZE - 8, PAGE_SIZE - 1],
+            (0..64).map(|i| 48 + i * 129).collect(),
         ] {
             let mut img = vec![0u8; PAGE_SIZE];
             img[..32].fill(0xff);

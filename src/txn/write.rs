@@ -7,9 +7,20 @@
 //! node, overflow run and free-space page into sealed images, hands one journal record to the
 //! journal writer, and publishes the new state once the record is durable.
 
-// The transaction's page maps are hashed with ahash (keys are page numbers the writer made,
-// not attacker input; SipHash's cost showed in commit profiles).
-use ahash::AHashMap as HashMap;
+// The transaction's page maps are hashed with ahash under fixed seeds: keys are page numbers
+// the writer made, not attacker input, and SipHash, like drawing random seeds for each of a
+// transaction's maps, showed in one-put commit profiles.
+type HashMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
+
+/// An empty transaction map (no allocation until the first insert).
+fn map<K, V>() -> HashMap<K, V> {
+    HashMap::with_hasher(ahash::RandomState::with_seeds(
+        0x243f_6a88_85a3_08d3,
+        0x1319_8a2e_0370_7344,
+        0xa409_3822_299f_31d0,
+        0x082e_fa98_ec4e_6c89,
+    ))
+}
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -106,17 +117,17 @@ impl WriteTransaction {
             inner,
             writer: Some(writer),
             base,
-            nodes: HashMap::new(),
-            pages: HashMap::new(),
-            bases: HashMap::new(),
-            overflow: HashMap::new(),
+            nodes: map(),
+            pages: map(),
+            bases: map(),
+            overflow: map(),
             fsm_loaded: false,
             dir_dirty: false,
             dir: Vec::new(),
-            bitmaps: HashMap::new(),
+            bitmaps: map(),
             taken: Vec::new(),
             local_free: Extents::default(),
-            allocated: HashMap::new(),
+            allocated: map(),
             freed: Vec::new(),
             failed: None,
             changed: false,
@@ -828,7 +839,8 @@ impl WriteTransaction {
         let txn = self.txn_id;
         let base_state = self.base.clone();
         // Dirty page -> (base page, base image) for the nodes copied from a committed page.
-        let mut bases: HashMap<u64, (u64, &[u8])> = HashMap::with_capacity(self.bases.len());
+        let mut bases: HashMap<u64, (u64, &[u8])> = map();
+        bases.reserve(self.bases.len());
         let mut images: Vec<(u64, Arc<[u8]>)> =
             Vec::with_capacity(self.nodes.len() + self.bitmaps.len() + 1);
         for (&p, node) in &self.nodes {
@@ -842,7 +854,7 @@ impl WriteTransaction {
             };
             images.push((p, image.into()));
         }
-        for (p, mut image) in std::mem::take(&mut self.pages) {
+        for (p, mut image) in std::mem::replace(&mut self.pages, map()) {
             // A page copied from a committed page is journaled as a diff against it; a new
             // page (a split's right half, a new root leaf) has no base.
             if let Some(&b) = self.bases.get(&p) {
@@ -867,7 +879,7 @@ impl WriteTransaction {
         for (&p, value) in &self.overflow {
             images.push((p, encode_overflow(value, p, txn).into()));
         }
-        for (idx, mut image) in std::mem::take(&mut self.bitmaps) {
+        for (idx, mut image) in std::mem::replace(&mut self.bitmaps, map()) {
             let p = self.dir[idx];
             let Some(img) = Arc::get_mut(&mut image) else {
                 return Err(self.corrupt(p, "internal: dirty bitmap page shared"));
@@ -927,7 +939,7 @@ impl WriteTransaction {
         }))
     }
 
-    /// Discards every change (the same as dropping the transaction).    /// Discards every change (the same as dropping the transaction).
+    /// Discards every change (the same as dropping the transaction).
     pub fn abort(self) {}
 }
 
@@ -962,7 +974,7 @@ impl PreparedCommit {
                 crate::journal::record::RecordKind::Padding,
                 0,
                 0,
-                vec![Arc::from(&[0u8][..])],
+                vec![crate::journal::record::Part::Zeros(1)],
             )
         })
     }
