@@ -109,6 +109,11 @@ struct Io {
     storages: HashMap<u64, StorageDir>,
     /// Journal number -> links made to it in this session: (storage id, sequence when made).
     links: HashMap<u64, Vec<(u64, u64)>>,
+    /// Journal number -> entries of it removed from branch storages' `Journals/` in this
+    /// session: (storage id, sequence when removed). Until that directory is fsynced, a power
+    /// loss can bring the entry back, so the file is not recycled before (its new contents would
+    /// be read under the old name).
+    unlinked: HashMap<u64, Vec<(u64, u64)>>,
     /// Storage id -> sequence of the last `fsync` of its `Journals/` directory.
     dir_synced: HashMap<u64, u64>,
     /// Orders links and directory syncs (invariant 5: a sync covers the links made before it).
@@ -251,6 +256,7 @@ impl Journal {
                 entries: BTreeMap::new(),
                 storages,
                 links: HashMap::new(),
+                unlinked: HashMap::new(),
                 dir_synced: HashMap::new(),
                 seq: 1,
                 created: Default::default(),
@@ -335,9 +341,16 @@ impl Journal {
         for l in io.links.values_mut() {
             l.retain(|(s, _)| *s != sid);
         }
+        for u in io.unlinked.values_mut() {
+            u.retain(|(s, _)| *s != sid);
+        }
         let current = io.no;
         io.entries
             .retain(|no, per| *no == current || !per.is_empty());
+        let Io {
+            entries, unlinked, ..
+        } = &mut *io;
+        unlinked.retain(|no, u| !u.is_empty() && entries.contains_key(no));
     }
 
     /// Counters since open.
@@ -662,6 +675,7 @@ impl Journal {
                     .map(|l| l == self.file_size)
                     .unwrap_or(false);
                 if ok {
+                    self.make_unlinks_durable(&mut io, *no)?;
                     self.env.rename(&path, &to).map(|()| {
                         lock(&self.pool.ready).push_back(to);
                         self.files_recycled.fetch_add(1, Ordering::Relaxed);
@@ -677,11 +691,17 @@ impl Journal {
                 Err(e) if e.source.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e.into()),
             }
+            if sid != self.owner {
+                let seq = io.seq;
+                io.seq += 1;
+                io.unlinked.entry(*no).or_default().push((sid, seq));
+            }
             if let Some(per) = io.entries.get_mut(no) {
                 per.remove(&sid);
                 if per.is_empty() {
                     io.entries.remove(no);
                     io.links.remove(no);
+                    io.unlinked.remove(no);
                     io.created.remove(no);
                 }
             }
@@ -697,6 +717,29 @@ impl Journal {
             if io.dir_synced.get(&sid).is_some_and(|s| *s > made) {
                 continue;
             }
+            let Some(sd) = io.storages.get(&sid).cloned() else {
+                continue;
+            };
+            self.env
+                .sync_dir(&sd.dir.join(crate::storage::JOURNALS_DIR))?;
+            self.dir_syncs.fetch_add(1, Ordering::Relaxed);
+            let seq = io.seq;
+            io.seq += 1;
+            io.dir_synced.insert(sid, seq);
+        }
+        Ok(())
+    }
+
+    /// Fsyncs the `Journals/` of every (still registered) storage whose entry for file `no` was
+    /// removed after that directory's last fsync: before the file is recycled, no power loss
+    /// may bring such an entry back to name the file's new contents.
+    fn make_unlinks_durable(&self, io: &mut Io, no: u64) -> Result<()> {
+        let unlinked = io.unlinked.get(&no).cloned().unwrap_or_default();
+        for (sid, removed) in unlinked {
+            if io.dir_synced.get(&sid).is_some_and(|s| *s > removed) {
+                continue;
+            }
+            // A dropped storage's directory is gone with every entry in it.
             let Some(sd) = io.storages.get(&sid).cloned() else {
                 continue;
             };
