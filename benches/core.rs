@@ -971,6 +971,13 @@ fn bench_prezero(cfg: &Config, root: &Path) -> PrezeroResults {
         jw.fdatasyncs - jw0.fdatasyncs,
         jp.fdatasyncs - jp0.fdatasyncs,
     );
+    println!(
+        "  Ahead(4 MiB) zeroing in the timed loop: {} KiB by the background thread, {} KiB inline in {} batches; {} batches waited for a background window",
+        fmt_int((ja.background_zero_bytes - ja0.background_zero_bytes) >> 10),
+        fmt_int((ja.inline_zero_bytes - ja0.inline_zero_bytes) >> 10),
+        ja.inline_zeroings - ja0.inline_zeroings,
+        ja.zeroing_waits - ja0.zeroing_waits,
+    );
     println!();
     table("Ahead(4 MiB)", &[&l_a, &l_w, &l_p, &l_o]);
     if l_a.p(0.5) > 1e6 {

@@ -202,3 +202,100 @@ fn old_journal_files_are_released() {
         assert!(n <= 1, "branch idx{i} still has {n} journal links");
     }
 }
+
+/// A released journal file is recycled (renamed into the pool and later overwritten as a new
+/// journal file) only after every branch `Journals/` whose entry for it was removed has been
+/// fsynced since: otherwise a power loss could bring the branch's entry back, naming the new
+/// contents under the old journal number (recovery then sees a damaged record followed by old
+/// records and reports corruption).
+#[test]
+fn a_journal_file_is_recycled_only_after_branch_unlinks_are_durable() {
+    use omnibus::env::testing::{HookedEnv, OpKind};
+    use omnibus::env::DefaultEnv;
+    use std::collections::{HashMap, HashSet};
+    use std::path::PathBuf;
+    use std::sync::Mutex;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let env = Arc::new(HookedEnv::new(Arc::new(DefaultEnv::new())));
+    // Branch `Journals/` -> file names removed from it since its last fsync.
+    let pending: Arc<Mutex<HashMap<PathBuf, HashSet<String>>>> = Arc::default();
+    let recycled = Arc::new(Mutex::new(Vec::<String>::new()));
+    let violations = Arc::new(Mutex::new(Vec::<String>::new()));
+    let (p2, r2, v2) = (pending.clone(), recycled.clone(), violations.clone());
+    let name = |p: &std::path::Path| {
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    env.set_hook(Box::new(move |op| {
+        let mut pending = p2.lock().unwrap();
+        match op.kind {
+            OpKind::Remove if op.path.components().any(|c| c.as_os_str() == "Indexes") => {
+                if let Some(parent) = op.path.parent() {
+                    pending
+                        .entry(parent.to_path_buf())
+                        .or_default()
+                        .insert(name(op.path));
+                }
+            }
+            OpKind::SyncDir => {
+                pending.remove(op.path);
+            }
+            OpKind::Rename if op.to.is_some_and(|t| name(t).ends_with(".zeroed")) => {
+                let n = name(op.path);
+                for (d, names) in pending.iter() {
+                    if names.contains(&n) {
+                        v2.lock().unwrap().push(format!(
+                            "{n} recycled while its removal from {} is not durable",
+                            d.display()
+                        ));
+                    }
+                }
+                r2.lock().unwrap().push(n);
+            }
+            _ => {}
+        }
+        None
+    }));
+    let db = Database::open(
+        &path,
+        Options {
+            env: env.clone(),
+            flush_mode: FlushMode::Manual,
+            journal_file_size: 64 << 10,
+            journal_prezero: omnibus::Prezero::WholeFile,
+            journal_pool_files: 1,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let b = db.storage("b").unwrap();
+    let root = db.root();
+    let value = vec![7u8; 3000];
+    // Bounded: rounds of commits through a few journal files, then flushes (the branch
+    // releases its entries, then the root releases and may recycle), until a file is recycled.
+    for round in 0..200u32 {
+        for (i, s) in [&b, &root, &root, &root].into_iter().enumerate() {
+            for k in 0..6u32 {
+                let mut w = s.begin_write().unwrap();
+                w.put(format!("r{round:03}-{i}-{k}"), &value).unwrap();
+                w.commit().unwrap();
+            }
+        }
+        b.flush().unwrap();
+        root.flush().unwrap();
+        if recycled.lock().unwrap().len() >= 3 {
+            break;
+        }
+    }
+    let v = violations.lock().unwrap().clone();
+    assert!(v.is_empty(), "{v:?}");
+    assert!(
+        !recycled.lock().unwrap().is_empty(),
+        "no journal file was recycled"
+    );
+    drop((b, root, db));
+    env.clear();
+}

@@ -6,21 +6,41 @@
 //! record to end on a 4 KiB boundary, writes them with `pwritev` and calls `fdatasync`, then
 //! answers every caller of the batch (leader/follower group commit, as RocksDB's write groups).
 //!
-//! Pre-zeroing (Dolt's trick): the file is written with zeros ahead of the write position, by
-//! [`Prezero::Ahead`] bytes at a time (default 4 MiB), or whole when it is created
-//! ([`Prezero::WholeFile`]), so a commit overwrites allocated blocks and its `fdatasync` has no
-//! file-size or extent metadata to flush.
+//! Pre-zeroing (Dolt's trick): the file is written with zeros ahead of the write position so a
+//! commit overwrites allocated, already synced blocks and its `fdatasync` has no file-size or
+//! extent metadata to flush:
+//! - [`Prezero::WholeFile`]: the whole file is zeroed when it is created (or taken whole from
+//!   the pool of pre-zeroed files).
+//! - [`Prezero::Ahead`] (default 4 MiB): a new file is zeroed for one window; after that, zeros
+//!   are written *ahead of need by the background*: when a batch ends within half a window of
+//!   the zeroed end, the writer asks the process's one pre-zeroing thread (`omnibus-prezero`,
+//!   lazily started, a bounded queue of weak references to each journal's zeroing control)
+//!   for the next window and does not wait. That thread writes zeros only in
+//!   `[zeroed_end, zeroed_end + window)` (capped at the file size), through its own descriptor
+//!   of the journal file (so the writer's `fdatasync` still sees any writeback error on its
+//!   own descriptor: Linux reports one once per open file description), 256 KiB at a time,
+//!   each chunk `fdatasync`ed before it is published as the new zeroed end. The writer never
+//!   writes at or past the zeroed end while a range is claimed (`busy`); a batch that must
+//!   write past it waits for the range in flight, and if the zeros are still short it zeroes
+//!   inline as the fallback (counted in [`JournalStats::inline_zeroings`]; those zeros are
+//!   covered by the batch's `fdatasync`). A rotation stops the claimed range after its chunk
+//!   in flight, waits for it and resets the control for the new file; dropping the journal
+//!   does the same and closes the control, so the thread never writes into a file after it is
+//!   released, renamed into the pool, or the journal is gone.
 //!
 //! Fail-stop: a failed write or sync poisons the journal; that batch and every later commit get
-//! an error, and a failed `fdatasync` is never retried (DESIGN invariant 2).
+//! an error, and a failed `fdatasync` is never retried (DESIGN invariant 2). A failed background
+//! zero write or sync poisons the journal the same way: the next batch returns that error.
 //!
-//! Only this type writes or syncs journal files (architecture invariant).
+//! Only this module writes or syncs journal files (architecture invariant): the batch writer
+//! (records, padding, a new file's first zeros, fallback zeros) and, beyond the zeroed end only,
+//! the background pre-zeroing thread and the pool thread (whole `.zeroed` files).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::IoSlice;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 
 use super::record::{padding_for, OutRecord, BATCH_ALIGN, RECORD_HEADER_LEN};
 use crate::env::{EnvFile, OpenMode, StorageEnv};
@@ -54,7 +74,8 @@ pub struct JournalStats {
     pub batches: u64,
     /// Bytes of records and padding written.
     pub bytes: u64,
-    /// `fdatasync` calls on journal files (batches and pre-zeroing).
+    /// `fdatasync` calls on journal files (batches, new files, and the background pre-zeroing
+    /// of this journal's windows).
     pub fdatasyncs: u64,
     /// `fsync` calls on the journal directory.
     pub dir_syncs: u64,
@@ -68,6 +89,17 @@ pub struct JournalStats {
     pub files_recycled: u64,
     /// Pre-zeroed files ready in the pool.
     pub pool_ready: u64,
+    /// Bytes of zeros written (and synced) ahead of the write position by the background
+    /// pre-zeroing thread ([`Prezero::Ahead`]), off the commit path.
+    pub background_zero_bytes: u64,
+    /// Bytes of zeros written inside a batch because the background had not zeroed far enough
+    /// ([`Prezero::Ahead`] fallback; covered by that batch's `fdatasync`). A new file's first
+    /// window is not counted here (see `files_created`).
+    pub inline_zero_bytes: u64,
+    /// Batches that zeroed inline (the fallback counted in `inline_zero_bytes`).
+    pub inline_zeroings: u64,
+    /// Batches that waited for a background window in flight before writing.
+    pub zeroing_waits: u64,
 }
 
 struct Waiting {
@@ -101,7 +133,6 @@ struct Io {
     file: Arc<dyn EnvFile>,
     no: u64,
     pos: u64,
-    zeroed_end: u64,
     /// Journal number -> storage id -> highest txn id of that storage in the file, for every
     /// storage whose directory holds an entry (the owner's name or a hard link) for the file.
     entries: BTreeMap<u64, HashMap<u64, u64>>,
@@ -109,6 +140,11 @@ struct Io {
     storages: HashMap<u64, StorageDir>,
     /// Journal number -> links made to it in this session: (storage id, sequence when made).
     links: HashMap<u64, Vec<(u64, u64)>>,
+    /// Journal number -> entries of it removed from branch storages' `Journals/` in this
+    /// session: (storage id, sequence when removed). Until that directory is fsynced, a power
+    /// loss can bring the entry back, so the file is not recycled before (its new contents would
+    /// be read under the old name).
+    unlinked: HashMap<u64, Vec<(u64, u64)>>,
     /// Storage id -> sequence of the last `fsync` of its `Journals/` directory.
     dir_synced: HashMap<u64, u64>,
     /// Orders links and directory syncs (invariant 5: a sync covers the links made before it).
@@ -141,6 +177,8 @@ pub struct Journal {
     shared: Mutex<Shared>,
     io: Mutex<Io>,
     pool: Arc<Pool>,
+    /// The zeroed end of the current file and the background pre-zeroing of it.
+    zero: Arc<ZeroCtl>,
     commits: AtomicU64,
     batches: AtomicU64,
     bytes: AtomicU64,
@@ -149,6 +187,9 @@ pub struct Journal {
     files_created: AtomicU64,
     links_made: AtomicU64,
     files_recycled: AtomicU64,
+    inline_zero_bytes: AtomicU64,
+    inline_zeroings: AtomicU64,
+    zeroing_waits: AtomicU64,
 }
 
 impl std::fmt::Debug for Journal {
@@ -236,6 +277,18 @@ impl Journal {
                 rel: String::new(),
             },
         );
+        let zero = Arc::new(ZeroCtl {
+            env: env.clone(),
+            window: match cfg.prezero {
+                Prezero::Ahead(a) => a.max(BATCH_ALIGN).div_ceil(BATCH_ALIGN) * BATCH_ALIGN,
+                Prezero::WholeFile | Prezero::Off => 0,
+            },
+            cap: cfg.file_size,
+            state: Mutex::new(ZeroState::default()),
+            cv: Condvar::new(),
+            bytes: AtomicU64::new(0),
+            fdatasyncs: AtomicU64::new(0),
+        });
         Journal {
             env,
             dir: owner_dir.join(crate::storage::JOURNALS_DIR),
@@ -247,10 +300,10 @@ impl Journal {
                 file: Arc::new(NoFile),
                 no: 0,
                 pos: 0,
-                zeroed_end: 0,
                 entries: BTreeMap::new(),
                 storages,
                 links: HashMap::new(),
+                unlinked: HashMap::new(),
                 dir_synced: HashMap::new(),
                 seq: 1,
                 created: Default::default(),
@@ -263,6 +316,7 @@ impl Journal {
                 target: cfg.pool_files,
                 thread: Mutex::new(None),
             }),
+            zero,
             commits: AtomicU64::new(0),
             batches: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
@@ -271,6 +325,9 @@ impl Journal {
             files_created: AtomicU64::new(0),
             links_made: AtomicU64::new(0),
             files_recycled: AtomicU64::new(0),
+            inline_zero_bytes: AtomicU64::new(0),
+            inline_zeroings: AtomicU64::new(0),
+            zeroing_waits: AtomicU64::new(0),
         }
     }
 
@@ -335,9 +392,16 @@ impl Journal {
         for l in io.links.values_mut() {
             l.retain(|(s, _)| *s != sid);
         }
+        for u in io.unlinked.values_mut() {
+            u.retain(|(s, _)| *s != sid);
+        }
         let current = io.no;
         io.entries
             .retain(|no, per| *no == current || !per.is_empty());
+        let Io {
+            entries, unlinked, ..
+        } = &mut *io;
+        unlinked.retain(|no, u| !u.is_empty() && entries.contains_key(no));
     }
 
     /// Counters since open.
@@ -347,19 +411,31 @@ impl Journal {
             commits: self.commits.load(Ordering::Relaxed),
             batches: self.batches.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
-            fdatasyncs: self.fdatasyncs.load(Ordering::Relaxed),
+            fdatasyncs: self.fdatasyncs.load(Ordering::Relaxed)
+                + self.zero.fdatasyncs.load(Ordering::Relaxed),
             dir_syncs: self.dir_syncs.load(Ordering::Relaxed),
             files_created: self.files_created.load(Ordering::Relaxed),
             links_made: self.links_made.load(Ordering::Relaxed),
             files_live: io.entries.len() as u64,
             files_recycled: self.files_recycled.load(Ordering::Relaxed),
             pool_ready: lock(&self.pool.ready).len() as u64,
+            background_zero_bytes: self.zero.bytes.load(Ordering::Relaxed),
+            inline_zero_bytes: self.inline_zero_bytes.load(Ordering::Relaxed),
+            inline_zeroings: self.inline_zeroings.load(Ordering::Relaxed),
+            zeroing_waits: self.zeroing_waits.load(Ordering::Relaxed),
         }
     }
 
-    /// The poisoning failure, if a write or sync failed.
+    /// The poisoning failure, if a write or sync failed (a batch's, or the background
+    /// pre-zeroing's of this journal).
     pub fn poisoned(&self) -> Option<String> {
-        lock(&self.shared).poisoned.clone()
+        let p = lock(&self.shared).poisoned.clone();
+        p.or_else(|| {
+            lock(&self.zero.state)
+                .failed
+                .as_ref()
+                .map(|e| format!("background pre-zeroing of the journal failed: {e}"))
+        })
     }
 
     /// Marks the journal failed (used when a sibling failure must stop commits).
@@ -449,6 +525,10 @@ impl Journal {
 
     fn write_batch(&self, batch: &[Waiting]) -> Result<u64> {
         let mut io = lock(&self.io);
+        // A failed background zero write or sync fails this batch (fail-stop, invariant 2).
+        if let Some(e) = &lock(&self.zero.state).failed {
+            return Err(e.clone());
+        }
         // Room for the records, link records and padding.
         let est: u64 = batch
             .iter()
@@ -551,22 +631,76 @@ impl Journal {
         Ok(out)
     }
 
-    /// Writes zeros so that `[pos, end)` and some room after it is pre-zeroed.
+    /// Makes sure `[pos, end)` is pre-zeroed before the batch writes it, and keeps zeros ahead:
+    /// with [`Prezero::Ahead`] by asking the background for the next window (see the module
+    /// doc), zeroing inline only when the background has not got far enough; with
+    /// [`Prezero::WholeFile`] inline (a file shorter than a batch needs).
     fn ensure_zeroed(&self, io: &mut Io, end: u64) -> Result<()> {
-        let ahead = match self.prezero {
-            Prezero::Ahead(a) => a.max(BATCH_ALIGN),
-            Prezero::WholeFile => self.file_size.max(BATCH_ALIGN),
-            Prezero::Off => return Ok(()),
-        };
-        // Keep at least half the window zeroed past the write position; refill to a whole one.
-        if end + ahead / 2 <= io.zeroed_end
-            || (end <= io.zeroed_end && io.zeroed_end >= self.file_size)
-        {
-            return Ok(());
+        match self.prezero {
+            Prezero::Ahead(_) => self.zero_ahead(io, end),
+            Prezero::WholeFile => {
+                let ahead = self.file_size.max(BATCH_ALIGN);
+                let mut st = lock(&self.zero.state);
+                if end + ahead / 2 <= st.zeroed_end
+                    || (end <= st.zeroed_end && st.zeroed_end >= self.file_size)
+                {
+                    return Ok(());
+                }
+                let target = (end + ahead).div_ceil(BATCH_ALIGN) * BATCH_ALIGN;
+                write_zeros(&*io.file, st.zeroed_end, target)?;
+                st.zeroed_end = target;
+                Ok(())
+            }
+            Prezero::Off => Ok(()),
         }
-        let target = (end + ahead).div_ceil(BATCH_ALIGN) * BATCH_ALIGN;
-        write_zeros(&*io.file, io.zeroed_end, target)?;
-        io.zeroed_end = target;
+    }
+
+    /// [`Prezero::Ahead`]: see the module doc. Called with the `io` lock held, so this writer
+    /// is the only one that requests windows or claims a range inline.
+    fn zero_ahead(&self, io: &mut Io, end: u64) -> Result<()> {
+        let ctl = &*self.zero;
+        let window = ctl.window;
+        let mut st = lock(&ctl.state);
+        if end > st.zeroed_end && st.busy.is_some() {
+            self.zeroing_waits.fetch_add(1, Ordering::Relaxed);
+            // Bounded: the background publishes each synced chunk of its one claimed range and
+            // clears `busy` at its end (also when its job fails or panics: `Claim`'s drop),
+            // notifying each time.
+            while end > st.zeroed_end && st.busy.is_some() {
+                st = ctl.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        if let Some(e) = &st.failed {
+            return Err(e.clone());
+        }
+        if end > st.zeroed_end {
+            // The fallback, as before background zeroing: zeros up to a window past the batch,
+            // through the writer's descriptor, covered by this batch's fdatasync. The range is
+            // claimed so the background cannot start on it meanwhile.
+            let from = st.zeroed_end;
+            let to = (end + window).div_ceil(BATCH_ALIGN) * BATCH_ALIGN;
+            st.requested = false;
+            st.busy = Some((from, to));
+            drop(st);
+            let r = write_zeros(&*io.file, from, to);
+            st = lock(&ctl.state);
+            st.busy = None;
+            ctl.cv.notify_all();
+            r?;
+            st.zeroed_end = to;
+            self.inline_zero_bytes
+                .fetch_add(to - from, Ordering::Relaxed);
+            self.inline_zeroings.fetch_add(1, Ordering::Relaxed);
+        }
+        // Keep at least half a window zeroed past the batch: ask for the next one early, so it
+        // is written and synced while this batch and the next ones are.
+        let ahead_end = st.busy.map_or(st.zeroed_end, |(_, to)| to);
+        if end + window / 2 > ahead_end && ahead_end < ctl.cap {
+            st.requested = true;
+            if !st.queued {
+                st.queued = queue_zeroing(&self.zero);
+            }
+        }
         Ok(())
     }
 
@@ -574,6 +708,18 @@ impl Journal {
     /// a new file zeroed here (room for at least `need` bytes); then syncs the directory.
     fn new_file(&self, io: &mut Io, no: u64, need: u64) -> Result<()> {
         let path = self.dir.join(super::file_name(no));
+        {
+            // The background may be zeroing the current file: let it finish; no new range
+            // starts until the control names the new file (only this writer requests one).
+            let mut st = lock(&self.zero.state);
+            st.requested = false;
+            st.stop = true;
+            // Bounded: the background stops after the chunk in flight.
+            while st.busy.is_some() {
+                st = self.zero.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+            st.stop = false;
+        }
         let pooled = if need <= self.file_size {
             lock(&self.pool.ready).pop_front()
         } else {
@@ -606,7 +752,12 @@ impl Journal {
         io.file = file;
         io.no = no;
         io.pos = 0;
-        io.zeroed_end = zeroed;
+        {
+            let mut st = lock(&self.zero.state);
+            st.path = path;
+            st.zeroed_end = zeroed;
+            st.requested = false;
+        }
         self.env.sync_dir(&self.dir)?;
         self.dir_syncs.fetch_add(1, Ordering::Relaxed);
         io.entries
@@ -662,6 +813,7 @@ impl Journal {
                     .map(|l| l == self.file_size)
                     .unwrap_or(false);
                 if ok {
+                    self.make_unlinks_durable(&mut io, *no)?;
                     self.env.rename(&path, &to).map(|()| {
                         lock(&self.pool.ready).push_back(to);
                         self.files_recycled.fetch_add(1, Ordering::Relaxed);
@@ -677,11 +829,17 @@ impl Journal {
                 Err(e) if e.source.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e.into()),
             }
+            if sid != self.owner {
+                let seq = io.seq;
+                io.seq += 1;
+                io.unlinked.entry(*no).or_default().push((sid, seq));
+            }
             if let Some(per) = io.entries.get_mut(no) {
                 per.remove(&sid);
                 if per.is_empty() {
                     io.entries.remove(no);
                     io.links.remove(no);
+                    io.unlinked.remove(no);
                     io.created.remove(no);
                 }
             }
@@ -697,6 +855,29 @@ impl Journal {
             if io.dir_synced.get(&sid).is_some_and(|s| *s > made) {
                 continue;
             }
+            let Some(sd) = io.storages.get(&sid).cloned() else {
+                continue;
+            };
+            self.env
+                .sync_dir(&sd.dir.join(crate::storage::JOURNALS_DIR))?;
+            self.dir_syncs.fetch_add(1, Ordering::Relaxed);
+            let seq = io.seq;
+            io.seq += 1;
+            io.dir_synced.insert(sid, seq);
+        }
+        Ok(())
+    }
+
+    /// Fsyncs the `Journals/` of every (still registered) storage whose entry for file `no` was
+    /// removed after that directory's last fsync: before the file is recycled, no power loss
+    /// may bring such an entry back to name the file's new contents.
+    fn make_unlinks_durable(&self, io: &mut Io, no: u64) -> Result<()> {
+        let unlinked = io.unlinked.get(&no).cloned().unwrap_or_default();
+        for (sid, removed) in unlinked {
+            if io.dir_synced.get(&sid).is_some_and(|s| *s > removed) {
+                continue;
+            }
+            // A dropped storage's directory is gone with every entry in it.
             let Some(sd) = io.storages.get(&sid).cloned() else {
                 continue;
             };
@@ -727,6 +908,16 @@ impl Journal {
 
 impl Drop for Journal {
     fn drop(&mut self) {
+        {
+            // No background zeroing of this journal's file after this: close the control and
+            // wait out a range in flight (bounded: one window).
+            let mut st = lock(&self.zero.state);
+            st.closed = true;
+            st.requested = false;
+            while st.busy.is_some() {
+                st = self.zero.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+        }
         {
             let _g = lock(&self.pool.ready);
             self.pool.stop.store(true, Ordering::Release);
@@ -793,6 +984,237 @@ fn pool_loop(pool: &Pool, env: &dyn StorageEnv, dir: &Path, size: u64, k: &mut u
         let _ = pool
             .cv
             .wait_timeout(g, std::time::Duration::from_millis(200));
+    }
+}
+
+// ---- background pre-zeroing ([`Prezero::Ahead`]) ----------------------------------------------
+
+/// Name of the process's pre-zeroing thread.
+const PREZERO_THREAD: &str = "omnibus-prezero";
+
+/// Bytes the background zeroes and `fdatasync`s at a time, publishing each synced chunk: a
+/// batch's `fdatasync` that runs meanwhile also writes back the file's dirty zeros (and commits
+/// their block allocation), so few dirty zeros at a time keep that cost small for the commits
+/// that overlap, and each chunk is usable as soon as it is synced.
+const ZERO_CHUNK: u64 = 256 << 10;
+
+/// Most journals queued for the pre-zeroing thread at once (DESIGN invariant 10). Each journal
+/// is queued at most once; a request that finds the queue full is queued again by its writer's
+/// next batch, and a writer that catches up meanwhile zeroes inline.
+const MAX_ZERO_QUEUE: usize = 4096;
+
+/// One journal's zeroed end and its background pre-zeroing: shared (as `Arc`, queued as `Weak`)
+/// with the pre-zeroing thread. Its own lock, never the `io` lock held during batches: the
+/// thread takes no other lock of the journal.
+struct ZeroCtl {
+    /// The environment the thread opens the journal file through (its own descriptor).
+    env: Arc<dyn StorageEnv>,
+    /// Bytes zeroed per background request (the [`Prezero::Ahead`] window, 4 KiB-aligned;
+    /// 0 for the other modes, which never request).
+    window: u64,
+    /// The background zeroes no further than this (bytes: the configured journal file size).
+    cap: u64,
+    state: Mutex<ZeroState>,
+    /// Signalled whenever `busy` is cleared.
+    cv: Condvar,
+    /// Bytes of zeros the background wrote and synced for this journal.
+    bytes: AtomicU64,
+    /// `fdatasync` calls the background made for this journal.
+    fdatasyncs: AtomicU64,
+}
+
+#[derive(Default)]
+struct ZeroState {
+    /// The current journal file (the background opens it again by this path).
+    path: PathBuf,
+    /// Bytes `[0, zeroed_end)` of the current file are records or zeros and allocated; the
+    /// writer writes only below it. The background publishes a chunk only after its
+    /// `fdatasync`; the writer's inline fallback zeros are synced by that batch's `fdatasync`.
+    zeroed_end: u64,
+    /// `[from, to)` claimed for zeroing (by the background, or by the writer's inline
+    /// fallback); `from` is `zeroed_end`, so it never overlaps what the writer writes.
+    busy: Option<(u64, u64)>,
+    /// The writer wants the next window zeroed.
+    requested: bool,
+    /// An entry for this control is in the service's queue.
+    queued: bool,
+    /// The journal is dropped: no more zeroing.
+    closed: bool,
+    /// A rotation waits for the claimed range: stop after the chunk in flight.
+    stop: bool,
+    /// A background zero write or sync failed: the journal is poisoned with this error.
+    failed: Option<Error>,
+}
+
+/// Clears a claimed range however the background job ends (a panicking environment included:
+/// then the journal is poisoned, so no writer waits forever or writes over a torn range).
+struct Claim<'a> {
+    ctl: &'a ZeroCtl,
+    done: bool,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut st = lock(&self.ctl.state);
+        st.busy = None;
+        if st.failed.is_none() {
+            st.failed = Some(Error::Io {
+                op: "pre-zero",
+                path: st.path.clone(),
+                source: std::io::Error::other("the background pre-zeroing job panicked"),
+            });
+        }
+        drop(st);
+        self.ctl.cv.notify_all();
+    }
+}
+
+impl ZeroCtl {
+    /// One background job: zeros `[zeroed_end, zeroed_end + window)` (capped) of the current
+    /// file through a descriptor of its own, `fdatasync`s it, then publishes the new zeroed end;
+    /// a failure poisons the journal instead. Does nothing unless requested.
+    fn zero_next_window(&self) {
+        let (path, from, to) = {
+            let mut st = lock(&self.state);
+            st.queued = false;
+            if !st.requested || st.busy.is_some() || st.closed || st.failed.is_some() {
+                return;
+            }
+            st.requested = false;
+            let from = st.zeroed_end;
+            let to = from.saturating_add(self.window).min(self.cap);
+            if to <= from {
+                return;
+            }
+            st.busy = Some((from, to));
+            (st.path.clone(), from, to)
+        };
+        let mut claim = Claim {
+            ctl: self,
+            done: false,
+        };
+        let file = match self.env.open(&path, OpenMode::Existing) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                self.fail(&path, e.into());
+                None
+            }
+        };
+        let mut at = from;
+        // Bounded: advances by one chunk a turn until `to`; stops at an error, or when a
+        // rotation or the journal's drop asks (they wait for `busy` to clear).
+        while let Some(f) = &file {
+            let next = at.saturating_add(ZERO_CHUNK).min(to);
+            if let Err(e) = write_zeros(&**f, at, next).and_then(|()| Ok(f.sync_data()?)) {
+                self.fail(&path, e);
+                break;
+            }
+            self.fdatasyncs.fetch_add(1, Ordering::Relaxed);
+            self.bytes.fetch_add(next - at, Ordering::Relaxed);
+            let mut st = lock(&self.state);
+            debug_assert_eq!(st.zeroed_end, at, "the zeroed end moved under a claim");
+            // Published only now that the chunk is synced: the writer may use it.
+            st.zeroed_end = next;
+            at = next;
+            if at >= to || st.closed || st.stop {
+                break;
+            }
+            st.busy = Some((at, to));
+            drop(st);
+            self.cv.notify_all();
+        }
+        // The descriptor is closed before the claim is cleared.
+        drop(file);
+        let mut st = lock(&self.state);
+        st.busy = None;
+        claim.done = true;
+        drop(st);
+        self.cv.notify_all();
+    }
+
+    /// Poisons the journal with a failed background write or sync (the first failure wins).
+    fn fail(&self, path: &Path, e: Error) {
+        tracing::error!(path = %path.display(), error = %e, "background pre-zeroing of the journal failed: the journal is poisoned");
+        let mut st = lock(&self.state);
+        if st.failed.is_none() {
+            st.failed = Some(e);
+        }
+    }
+}
+
+/// The process's pre-zeroing service: journals waiting for a window, and the thread's wake-up.
+struct ZeroService {
+    state: Mutex<ZeroQueue>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct ZeroQueue {
+    jobs: VecDeque<Weak<ZeroCtl>>,
+    started: bool,
+    /// The thread could not be started: writers zero inline.
+    unavailable: bool,
+}
+
+fn zero_service() -> &'static ZeroService {
+    static SERVICE: OnceLock<ZeroService> = OnceLock::new();
+    SERVICE.get_or_init(|| ZeroService {
+        state: Mutex::new(ZeroQueue::default()),
+        wake: Condvar::new(),
+    })
+}
+
+/// Queues `ctl` for the pre-zeroing thread, starting the thread the first time. False when the
+/// queue is full or the thread cannot be started.
+fn queue_zeroing(ctl: &Arc<ZeroCtl>) -> bool {
+    let svc = zero_service();
+    let mut q = lock(&svc.state);
+    if q.unavailable || q.jobs.len() >= MAX_ZERO_QUEUE {
+        return false;
+    }
+    if !q.started {
+        // Default I/O priority on purpose: the zeros are on the path of the next commits.
+        let spawned = std::thread::Builder::new()
+            .name(PREZERO_THREAD.into())
+            .spawn(run_zero_service);
+        match spawned {
+            Ok(_) => q.started = true,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the journal pre-zeroing thread: commits zero the journal inline");
+                q.unavailable = true;
+                return false;
+            }
+        }
+    }
+    q.jobs.push_back(Arc::downgrade(ctl));
+    drop(q);
+    svc.wake.notify_one();
+    true
+}
+
+fn run_zero_service() {
+    let svc = zero_service();
+    loop {
+        let job = {
+            let mut q = lock(&svc.state);
+            // Bounded: each wake-up pops a job or waits again.
+            loop {
+                if let Some(j) = q.jobs.pop_front() {
+                    break j;
+                }
+                q = svc.wake.wait(q).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        // Held only for this one job: a dropped journal is skipped, and `Journal::drop` waits
+        // out a job in flight.
+        if let Some(ctl) = job.upgrade() {
+            // A panicking environment poisons that journal (`Claim`) and the thread goes on.
+            let _ =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ctl.zero_next_window()));
+        }
     }
 }
 
