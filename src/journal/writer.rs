@@ -459,7 +459,12 @@ impl Journal {
         }
         let ticket = g.next_ticket;
         g.next_ticket += 1;
-        let wake = Arc::new(Condvar::new());
+        // Each committing thread waits on its own condition variable (kept per thread, so a
+        // commit allocates none).
+        thread_local! {
+            static WAKE: Arc<Condvar> = Arc::new(Condvar::new());
+        }
+        let wake = WAKE.with(Arc::clone);
         g.queue.push(Waiting {
             ticket,
             record,
@@ -486,16 +491,21 @@ impl Journal {
                         g.poisoned = Some(e.to_string());
                     }
                 }
-                for w in &batch {
-                    g.done.insert(w.ticket, result.clone());
-                }
                 g.leader = false;
-                for w in batch.iter().chain(g.queue.first()) {
-                    if let Some(cv) = &w.wake {
-                        cv.notify_one();
+                // The leader answers the others of its batch and wakes them, and the first
+                // queued committer to lead next; its own answer it returns (no wake-up call).
+                for w in &batch {
+                    if w.ticket != ticket {
+                        g.done.insert(w.ticket, result.clone());
+                        if let Some(cv) = &w.wake {
+                            cv.notify_one();
+                        }
                     }
                 }
-                continue;
+                if let Some(cv) = g.queue.first().and_then(|w| w.wake.as_ref()) {
+                    cv.notify_one();
+                }
+                return result;
             }
             g = wake.wait(g).unwrap_or_else(|e| e.into_inner());
         }
@@ -597,7 +607,8 @@ impl Journal {
     fn link_batch(&self, io: &mut Io, batch: &[Waiting]) -> Result<Vec<OutRecord>> {
         let mut out = Vec::new();
         let no = io.no;
-        let name = super::file_name(no);
+        // Named only when a link is made (most batches make none).
+        let mut name = None;
         for w in batch {
             let sid = w.record.storage_id;
             if sid == self.owner || io.entries.get(&no).is_some_and(|e| e.contains_key(&sid)) {
@@ -607,8 +618,9 @@ impl Journal {
             let Some(sd) = io.storages.get(&sid).cloned() else {
                 continue;
             };
-            let to = sd.dir.join(crate::storage::JOURNALS_DIR).join(&name);
-            match self.env.link(&self.dir.join(&name), &to) {
+            let name = name.get_or_insert_with(|| super::file_name(no));
+            let to = sd.dir.join(crate::storage::JOURNALS_DIR).join(&*name);
+            match self.env.link(&self.dir.join(&*name), &to) {
                 Ok(()) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
                 Err(e) => return Err(e.into()),
