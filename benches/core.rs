@@ -1029,24 +1029,24 @@ fn main() {
     if let Some(c) = &commit {
         let (o, r) = (&c.omnibus, &c.raw);
         let (mean, med) = (o.rate() / r.rate(), o.rate_p50() / r.rate_p50());
+        // The target is the rate (commits per second, issue 2); the ratio at the median latency
+        // is printed beside it because a fixed CPU cost weighs more against a fast disk.
         println!(
-            "  commit:  omnibus {:.0}/s (p50 {}) vs raw pwrite+fdatasync of {} B {:.0}/s (p50 {}) = {:.2} of raw by mean, {:.2} by median (target >= 0.8): {}",
+            "  commit:  omnibus {:.0}/s (p50 {}) vs raw pwrite+fdatasync of {} B {:.0}/s (p50 {}) = {:.2} of the raw rate (commits/s; target >= 0.8): {}; at the median latency {:.2}",
             o.rate(),
             fmt_ns(o.p(0.5)),
             fmt_int(c.bytes_per_commit),
             r.rate(),
             fmt_ns(r.p(0.5)),
             mean,
-            med,
             if r.p(0.5) > 1e6 {
                 "INCONCLUSIVE (disk throttled: raw median over 1 ms)"
-            } else if mean >= 0.8 && med >= 0.8 {
+            } else if mean >= 0.8 {
                 "MET"
-            } else if mean >= 0.8 || med >= 0.8 {
-                "MET BY ONE MEASURE ONLY"
             } else {
                 "NOT MET"
-            }
+            },
+            med,
         );
     }
     if let Some(p) = &prezero {
