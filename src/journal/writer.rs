@@ -863,21 +863,7 @@ impl Journal {
     /// directory's last fsync (one fsync covers every link made before it).
     fn make_links_durable(&self, io: &mut Io, no: u64) -> Result<()> {
         let links = io.links.get(&no).cloned().unwrap_or_default();
-        for (sid, made) in links {
-            if io.dir_synced.get(&sid).is_some_and(|s| *s > made) {
-                continue;
-            }
-            let Some(sd) = io.storages.get(&sid).cloned() else {
-                continue;
-            };
-            self.env
-                .sync_dir(&sd.dir.join(crate::storage::JOURNALS_DIR))?;
-            self.dir_syncs.fetch_add(1, Ordering::Relaxed);
-            let seq = io.seq;
-            io.seq += 1;
-            io.dir_synced.insert(sid, seq);
-        }
-        Ok(())
+        self.sync_dirs_after(io, links)
     }
 
     /// Fsyncs the `Journals/` of every (still registered) storage whose entry for file `no` was
@@ -885,11 +871,17 @@ impl Journal {
     /// may bring such an entry back to name the file's new contents.
     fn make_unlinks_durable(&self, io: &mut Io, no: u64) -> Result<()> {
         let unlinked = io.unlinked.get(&no).cloned().unwrap_or_default();
-        for (sid, removed) in unlinked {
-            if io.dir_synced.get(&sid).is_some_and(|s| *s > removed) {
+        self.sync_dirs_after(io, unlinked)
+    }
+
+    /// For each `(storage, sequence)` of a directory change, fsyncs that storage's `Journals/`
+    /// unless a sync after the change covered it already. A dropped storage (no longer
+    /// registered) is skipped: its directory is gone with every entry in it.
+    fn sync_dirs_after(&self, io: &mut Io, changes: Vec<(u64, u64)>) -> Result<()> {
+        for (sid, changed) in changes {
+            if io.dir_synced.get(&sid).is_some_and(|s| *s > changed) {
                 continue;
             }
-            // A dropped storage's directory is gone with every entry in it.
             let Some(sd) = io.storages.get(&sid).cloned() else {
                 continue;
             };
