@@ -372,16 +372,50 @@ impl OutRecord {
     }
 }
 
+/// The committed page a dirty page was copied from (and the transaction freed): the base of
+/// its page diff.
+#[derive(Debug, Clone, Copy)]
+pub struct DiffBase<'b> {
+    /// The base's page number.
+    pub page: u64,
+    /// The base's image (8 KiB).
+    pub image: &'b [u8],
+    /// Byte ranges of the dirty page written since it was copied, besides the header, when the
+    /// writer tracked its edits (in-place edits only); `None` to compare the page with the base.
+    pub written: Option<&'b [std::ops::Range<usize>]>,
+}
+
+/// The diff ranges of a page whose edits were tracked: the header (rewritten at every commit)
+/// and the written ranges, sorted, clamped to the page, and merged where they overlap or lie
+/// within 4 bytes (a range's own cost in the record).
+fn written_ranges(written: &[std::ops::Range<usize>]) -> Vec<(usize, usize)> {
+    let mut rs: Vec<(usize, usize)> = std::iter::once(0..crate::page::HEADER_LEN)
+        .chain(written.iter().cloned())
+        .map(|r| (r.start.min(PAGE_SIZE), r.end.min(PAGE_SIZE)))
+        .filter(|(a, b)| a < b)
+        .collect();
+    rs.sort_unstable();
+    let mut out: Vec<(usize, usize)> = Vec::with_capacity(rs.len());
+    for (a, b) in rs {
+        match out.last_mut() {
+            Some(last) if a <= last.1 + 4 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
 /// Builds a commit record from its meta and sealed page images `(page number, image)`.
-/// `base_of(p)` names the page that page `p` was copied from and that page's image, when the
-/// transaction freed it (see the module doc): the page is then journaled as a diff against it
-/// when that is smaller than its (trimmed) full image.
+/// `base_of(p)` names the page that page `p` was copied from, when the transaction freed it
+/// (see the module doc): the page is then journaled as a diff against it when that is smaller
+/// than its (trimmed) full image. The diff's ranges are the tracked written ranges when the
+/// base has them, else found by comparing the page with the base ([`diff_ranges`]).
 pub fn commit_record<'b>(
     storage_id: u64,
     txn_id: u64,
     meta: CommitMeta,
     images: &[(u64, std::sync::Arc<[u8]>)],
-    base_of: impl Fn(u64) -> Option<(u64, &'b [u8])>,
+    base_of: impl Fn(u64) -> Option<DiffBase<'b>>,
 ) -> OutRecord {
     // Everything but whole page images goes into one owned buffer (one allocation for a
     // commit of diffs); a whole image is a shared part of its own.
@@ -399,8 +433,24 @@ pub fn commit_record<'b>(
             "unsealed image for page {p}"
         );
         let diff = match base_of(*p) {
-            Some((bp, base)) if img.len() == PAGE_SIZE && base.len() == PAGE_SIZE => {
-                Some((bp, diff_ranges(base, img)))
+            Some(b) if img.len() == PAGE_SIZE && b.image.len() == PAGE_SIZE => {
+                let ranges = match b.written {
+                    Some(w) => written_ranges(w),
+                    None => diff_ranges(b.image, img),
+                };
+                // Tracked ranges must cover every changed byte: checked in debug builds (the
+                // test suite) by rebuilding the page from its base.
+                debug_assert!(
+                    {
+                        let mut rebuilt = b.image.to_vec();
+                        for &(s, e) in &ranges {
+                            rebuilt[s..e].copy_from_slice(&img[s..e]);
+                        }
+                        rebuilt[..] == img[..]
+                    },
+                    "page {p}: diff ranges {ranges:?} miss a change"
+                );
+                Some((b.page, ranges))
             }
             _ => None,
         };
@@ -641,6 +691,19 @@ mod tests {
     }
 
     #[test]
+    fn written_ranges_add_the_header_and_merge_close_ranges() {
+        // Out of order, overlapping, 4 bytes apart (merged), 5 apart (kept apart), empty, and
+        // past the page end (clamped).
+        let w = [100..110, 40..50, 45..60, 64..70, 75..80, 200..200, 8180..9000];
+        assert_eq!(
+            written_ranges(&w),
+            vec![(0, 32), (40, 70), (75, 80), (100, 110), (8180, PAGE_SIZE)]
+        );
+        assert_eq!(written_ranges(&[]), vec![(0, 32)]);
+        assert_eq!(written_ranges(&[20..40]), vec![(0, 40)]);
+    }
+
+    #[test]
     fn page_diff_roundtrip_is_small_and_needs_its_base() {
         use crate::page::node::{LeafEntry, Node, Val};
         let entry = |i: u32| LeafEntry {
@@ -662,7 +725,11 @@ mod tests {
             entries: 61,
         };
         let rec = commit_record(1, 4, meta, &[(12, new.clone().into())], |p| {
-            (p == 12).then_some((7, &base[..]))
+            (p == 12).then_some(DiffBase {
+                page: 7,
+                image: &base[..],
+                written: None,
+            })
         });
         assert!(
             rec.body_len < 400,

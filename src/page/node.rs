@@ -465,12 +465,22 @@ fn lowest_cell(page: &[u8], slots_at: usize, count: usize) -> Option<usize> {
     Some(low)
 }
 
+/// Byte ranges of a page image that one in-place edit wrote (some may be empty): the edit's
+/// journal diff is these ranges plus the page header, found without comparing the page with
+/// its base.
+pub type Touched = [std::ops::Range<usize>; 3];
+
 /// Inserts or replaces `key` with `val` in a dirty leaf image without decoding it (the
 /// writer's fast path): a same-size replacement is written over the old cell, anything else
 /// takes the free gap below the lowest cell, and the slot array shifts by one slot. The header
 /// count is updated; the checksum is not (the image is sealed at commit). Returns the old value
-/// (`Val::Inline` of no bytes for an inline one: only overflow values need freeing).
-pub fn leaf_put_in_place(page: &mut [u8], key: &[u8], val: &Val) -> Result<Option<Val>, EditError> {
+/// (`Val::Inline` of no bytes for an inline one: only overflow values need freeing) and the
+/// byte ranges written besides the header.
+pub fn leaf_put_in_place(
+    page: &mut [u8],
+    key: &[u8],
+    val: &Val,
+) -> Result<(Option<Val>, Touched), EditError> {
     let h = PageHeader::read(page).ok_or(EditError::Malformed)?;
     if h.kind != PageKind::Leaf {
         return Err(EditError::Malformed);
@@ -485,7 +495,7 @@ pub fn leaf_put_in_place(page: &mut [u8], key: &[u8], val: &Val) -> Result<Optio
             Val::Overflow { .. } => 8,
         };
     let low = lowest_cell(page, HEADER_LEN, count).ok_or(EditError::Malformed)?;
-    let (old, off, i) = match found {
+    let (old, off, i, slots) = match found {
         Ok(i) => {
             let (_, v) = view.cell(i).ok_or(EditError::Malformed)?;
             let (_, old_size, old_off) = base_cell(page, &h, i).ok_or(EditError::Malformed)?;
@@ -500,7 +510,12 @@ pub fn leaf_put_in_place(page: &mut [u8], key: &[u8], val: &Val) -> Result<Optio
             } else {
                 return Err(EditError::NoRoom);
             };
-            (Some(old), off, i)
+            (
+                Some(old),
+                off,
+                i,
+                HEADER_LEN + 2 * i..HEADER_LEN + 2 * i + 2,
+            )
         }
         Err(i) => {
             if low < HEADER_LEN + 2 * (count + 1) + size {
@@ -509,16 +524,22 @@ pub fn leaf_put_in_place(page: &mut [u8], key: &[u8], val: &Val) -> Result<Optio
             let slots = HEADER_LEN + 2 * i..HEADER_LEN + 2 * count;
             page.copy_within(slots, HEADER_LEN + 2 * i + 2);
             wr_u16(page, 6, (count + 1) as u16);
-            (None, low - size, i)
+            (
+                None,
+                low - size,
+                i,
+                HEADER_LEN + 2 * i..HEADER_LEN + 2 * (count + 1),
+            )
         }
     };
     wr_u16(page, HEADER_LEN + 2 * i, off as u16);
     write_leaf_cell(page, off, key, val);
-    Ok(old)
+    // The count lives in the header, which every diff carries.
+    Ok((old, [slots, off..off + size, 0..0]))
 }
 
-/// Sets child `i` (0 = leftmost) of a dirty branch image in place.
-pub fn branch_set_child(page: &mut [u8], i: usize, child: u64) -> Result<(), EditError> {
+/// Sets child `i` (0 = leftmost) of a dirty branch image in place; returns the bytes written.
+pub fn branch_set_child(page: &mut [u8], i: usize, child: u64) -> Result<Touched, EditError> {
     let h = PageHeader::read(page).ok_or(EditError::Malformed)?;
     if h.kind != PageKind::Branch || i > h.count as usize {
         return Err(EditError::Malformed);
@@ -532,7 +553,7 @@ pub fn branch_set_child(page: &mut [u8], i: usize, child: u64) -> Result<(), Edi
         return Err(EditError::Malformed);
     }
     wr_u64(page, at, child);
-    Ok(())
+    Ok([at..at + 8, 0..0, 0..0])
 }
 
 /// Writes a leaf cell for `key` and `val` at byte `off`.

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::freespace::{self, Extents, BITS_PER_BITMAP, DIR_CAPACITY};
-use crate::journal::record::{commit_record, CommitMeta, OutRecord};
+use crate::journal::record::{commit_record, CommitMeta, DiffBase, OutRecord};
 use crate::page::node::{encode_overflow, fits_inline, LeafEntry, Node, Val};
 use crate::page::{self, PageHeader, PageKind, HEADER_LEN, PAGE_SIZE};
 use crate::state::State;
@@ -34,6 +34,9 @@ use crate::storage::{Inner, WriterState};
 
 /// Below this many body bytes a node is merged with a sibling when both fit in one page.
 const UNDERFULL: usize = page::BODY_LEN / 4;
+
+/// Most written ranges tracked for one dirty page; past it the page is diffed at commit.
+const MAX_TOUCHED: usize = 48;
 
 /// The single write transaction of a storage. Changes are private until [`commit`] returns;
 /// dropping the transaction, or [`abort`], discards them.
@@ -54,6 +57,11 @@ pub struct WriteTransaction {
     pages: HashMap<u64, Arc<[u8]>>,
     /// Dirty page -> the committed page it was copied from (its diff base in the journal).
     bases: HashMap<u64, u64>,
+    /// Dirty pages in `pages` edited only in place since their copy from the base: the byte
+    /// ranges written (besides the header), so the commit journals them as the page's diff
+    /// without comparing it with its base. A page that went through the decoded `Node` (or
+    /// collected more than [`MAX_TOUCHED`] ranges) has no entry and is diffed.
+    touched: HashMap<u64, Vec<std::ops::Range<usize>>>,
     overflow: HashMap<u64, Vec<u8>>,
     // Free-space map.
     fsm_loaded: bool,
@@ -120,6 +128,7 @@ impl WriteTransaction {
             nodes: map(),
             pages: map(),
             bases: map(),
+            touched: map(),
             overflow: map(),
             fsm_loaded: false,
             dir_dirty: false,
@@ -188,7 +197,7 @@ impl WriteTransaction {
         };
         self.allocated.insert(p, n);
         self.bases.remove(&p);
-        self.pages.remove(&p);
+        self.forget_page(p);
         Ok(p)
     }
 
@@ -327,6 +336,7 @@ impl WriteTransaction {
         let image: Arc<[u8]> = Arc::from(img);
         let new = self.alloc(1)?;
         self.pages.insert(new, image);
+        self.touched.insert(new, Vec::new());
         self.bases.insert(new, p);
         self.free(p, 1)?;
         Ok(new)
@@ -338,10 +348,27 @@ impl WriteTransaction {
             return Ok(n);
         }
         let node = self.read_node(p);
-        if self.pages.remove(&p).is_none() {
+        if self.forget_page(p).is_none() {
             return Err(self.corrupt(p, "internal: dirty node missing"));
         }
         node
+    }
+
+    /// Drops dirty page `p`'s page-form image (and what was tracked of its edits).
+    fn forget_page(&mut self, p: u64) -> Option<Arc<[u8]>> {
+        self.touched.remove(&p);
+        self.pages.remove(&p)
+    }
+
+    /// Records the ranges an in-place edit wrote to dirty page `p` (see `touched`).
+    fn touch(&mut self, p: u64, ranges: page::node::Touched) {
+        if let Some(t) = self.touched.get_mut(&p) {
+            if t.len() + ranges.len() > MAX_TOUCHED {
+                self.touched.remove(&p);
+                return;
+            }
+            t.extend(ranges.into_iter().filter(|r| !r.is_empty()));
+        }
     }
 
     /// The unique image of dirty page `p`, to edit in place.
@@ -455,7 +482,10 @@ impl WriteTransaction {
                     return Err(self.corrupt(p, "internal: value missing"));
                 };
                 match page::node::leaf_put_in_place(self.page_mut(p)?, key, &v) {
-                    Ok(o) => return Ok((p, None, o)),
+                    Ok((o, touched)) => {
+                        self.touch(p, touched);
+                        return Ok((p, None, o));
+                    }
                     Err(page::node::EditError::NoRoom) => val = Some(v),
                     Err(page::node::EditError::Malformed) => {
                         return Err(self.corrupt(p, "malformed leaf page"))
@@ -472,8 +502,9 @@ impl WriteTransaction {
                 };
                 let (nc, split, o) = self.insert_at(c, key, v, depth + 1)?;
                 if split.is_none() {
-                    page::node::branch_set_child(self.page_mut(p)?, i, nc)
+                    let touched = page::node::branch_set_child(self.page_mut(p)?, i, nc)
                         .map_err(|_| self.corrupt(p, "malformed branch page"))?;
+                    self.touch(p, touched);
                     return Ok((p, None, o));
                 }
                 old = o;
@@ -551,6 +582,8 @@ impl WriteTransaction {
             }
             None => node.encode(p, self.txn_id),
         };
+        // Re-encoded: no record of what changed, the commit diffs it.
+        self.touched.remove(&p);
         self.pages.insert(p, Arc::from(image));
         Ok(())
     }
@@ -622,10 +655,10 @@ impl WriteTransaction {
             return Ok(());
         }
         let nl = self.cow(lp)?;
-        self.pages.remove(&nl);
+        self.forget_page(nl);
         self.nodes.insert(nl, merged);
         self.nodes.remove(&rp);
-        self.pages.remove(&rp);
+        self.forget_page(rp);
         self.free(rp, 1)?;
         children[l] = nl;
         keys.remove(l);
@@ -838,8 +871,10 @@ impl WriteTransaction {
         self.load_fsm()?;
         let txn = self.txn_id;
         let base_state = self.base.clone();
-        // Dirty page -> (base page, base image) for the nodes copied from a committed page.
-        let mut bases: HashMap<u64, (u64, &[u8])> = map();
+        // Dirty page -> its diff base, for the nodes copied from a committed page (with the
+        // ranges written since, for a page edited only in place).
+        let touched = std::mem::replace(&mut self.touched, map());
+        let mut bases: HashMap<u64, DiffBase<'_>> = map();
         bases.reserve(self.bases.len());
         let mut images: Vec<(u64, Arc<[u8]>)> =
             Vec::with_capacity(self.nodes.len() + self.bitmaps.len() + 1);
@@ -847,7 +882,14 @@ impl WriteTransaction {
             let image = match self.bases.get(&p) {
                 Some(&b) => {
                     let (base_img, _) = base_state.page(b)?;
-                    bases.insert(p, (b, base_img));
+                    bases.insert(
+                        p,
+                        DiffBase {
+                            page: b,
+                            image: base_img,
+                            written: None,
+                        },
+                    );
                     node.encode_on(base_img, p, txn)
                 }
                 None => node.encode(p, txn),
@@ -859,7 +901,14 @@ impl WriteTransaction {
             // page (a split's right half, a new root leaf) has no base.
             if let Some(&b) = self.bases.get(&p) {
                 let (base_img, _) = base_state.page(b)?;
-                bases.insert(p, (b, base_img));
+                bases.insert(
+                    p,
+                    DiffBase {
+                        page: b,
+                        image: base_img,
+                        written: touched.get(&p).map(|w| &w[..]),
+                    },
+                );
             }
             let Some(img) = Arc::get_mut(&mut image) else {
                 return Err(self.corrupt(p, "internal: dirty page shared"));
