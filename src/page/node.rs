@@ -556,6 +556,46 @@ pub fn branch_set_child(page: &mut [u8], i: usize, child: u64) -> Result<Touched
     Ok([at..at + 8, 0..0, 0..0])
 }
 
+/// Inserts separator `sep` with right child `right` after child `i` of a dirty branch image,
+/// and sets child `i` to `left` (a child that split into `left` and `right`), without decoding
+/// the page (the writer's fast path for a split below): the new cell takes the free gap below
+/// the lowest cell and the slot array shifts by one slot. Returns the byte ranges written
+/// besides the header, or [`EditError::NoRoom`] when the cell does not fit.
+pub fn branch_insert_in_place(
+    page: &mut [u8],
+    i: usize,
+    left: u64,
+    sep: &[u8],
+    right: u64,
+) -> Result<Touched, EditError> {
+    let h = PageHeader::read(page).ok_or(EditError::Malformed)?;
+    let count = h.count as usize;
+    if h.kind != PageKind::Branch || i > count || sep.len() > u16::MAX as usize {
+        return Err(EditError::Malformed);
+    }
+    let size = BRANCH_CELL_FIXED + sep.len();
+    let low = lowest_cell(page, BRANCH_BODY_START, count).ok_or(EditError::Malformed)?;
+    if low < BRANCH_BODY_START + 2 * (count + 1) + size {
+        return Err(EditError::NoRoom);
+    }
+    // Child `i` is the leftmost child or sits in the cell of slot `i - 1`: the slot shift
+    // below (slots `i..`) does not move it.
+    let [child, _, _] = branch_set_child(page, i, left)?;
+    let slots = BRANCH_BODY_START + 2 * i..BRANCH_BODY_START + 2 * count;
+    page.copy_within(slots, BRANCH_BODY_START + 2 * i + 2);
+    let off = low - size;
+    wr_u16(page, BRANCH_BODY_START + 2 * i, off as u16);
+    wr_u16(page, off, sep.len() as u16);
+    wr_u64(page, off + 2, right);
+    page[off + BRANCH_CELL_FIXED..off + size].copy_from_slice(sep);
+    wr_u16(page, 6, (count + 1) as u16);
+    Ok([
+        child,
+        BRANCH_BODY_START + 2 * i..BRANCH_BODY_START + 2 * (count + 1),
+        off..off + size,
+    ])
+}
+
 /// Writes a leaf cell for `key` and `val` at byte `off`.
 fn write_leaf_cell(p: &mut [u8], off: usize, key: &[u8], val: &Val) {
     wr_u16(p, off, key.len() as u16);
@@ -651,6 +691,66 @@ mod tests {
                 len: 99_999
             }
         );
+    }
+
+    #[test]
+    fn branch_insert_in_place_matches_the_decoded_edit() {
+        // A split of child i into (left, right) with separator sep: in place on the image, and
+        // on the decoded node; both must decode alike, and the touched ranges (plus the header)
+        // must cover every changed byte. Then fill the page until the edit reports NoRoom.
+        let keys: Vec<Vec<u8>> = (0..40u32)
+            .map(|k| format!("k{:05}", k * 10).into_bytes())
+            .collect();
+        let children: Vec<u64> = (0..41u64).map(|c| 1000 + c).collect();
+        for i in [0usize, 1, 17, 39, 40] {
+            let mut n = Node::Branch {
+                keys: keys.clone(),
+                children: children.clone(),
+            };
+            let base = n.encode(9, 1);
+            let mut img = base.clone();
+            let sep = if i == 0 {
+                b"j".to_vec()
+            } else {
+                let mut k = keys[i - 1].clone();
+                k.push(b'5');
+                k
+            };
+            let touched = branch_insert_in_place(&mut img, i, 7, &sep, 8).unwrap();
+            if let Node::Branch { keys, children } = &mut n {
+                children[i] = 7;
+                keys.insert(i, sep.clone());
+                children.insert(i + 1, 8);
+            }
+            let h = PageHeader::read(&img).unwrap();
+            assert_eq!(Node::decode(&img, &h).unwrap(), n, "child {i}");
+            let mut rebuilt = base.clone();
+            for r in std::iter::once(0..HEADER_LEN).chain(touched) {
+                rebuilt[r.clone()].copy_from_slice(&img[r]);
+            }
+            assert_eq!(rebuilt, img, "child {i}: touched ranges miss a change");
+        }
+        let mut img = Node::Branch {
+            keys: keys.clone(),
+            children: children.clone(),
+        }
+        .encode(9, 1);
+        let mut added = 0;
+        // Bounded: each turn adds a ~1 KiB key until the page is full.
+        loop {
+            let sep = vec![b'z'; 1000 + added];
+            match branch_insert_in_place(&mut img, 40 + added, 5, &sep, 6) {
+                Ok(_) => added += 1,
+                Err(e) => {
+                    assert_eq!(e, EditError::NoRoom);
+                    break;
+                }
+            }
+            assert!(added < 10);
+        }
+        assert!(added >= 5, "{added} keys of ~1 KiB fit");
+        let h = PageHeader::read(&img).unwrap();
+        assert!(Node::decode(&img, &h).is_some());
     }
 
     #[test]

@@ -501,11 +501,21 @@ impl WriteTransaction {
                     return Err(self.corrupt(p, "internal: value missing"));
                 };
                 let (nc, split, o) = self.insert_at(c, key, v, depth + 1)?;
-                if split.is_none() {
-                    let touched = page::node::branch_set_child(self.page_mut(p)?, i, nc)
-                        .map_err(|_| self.corrupt(p, "malformed branch page"))?;
-                    self.touch(p, touched);
-                    return Ok((p, None, o));
+                let edit = match &split {
+                    None => page::node::branch_set_child(self.page_mut(p)?, i, nc),
+                    Some((sep, right)) => {
+                        page::node::branch_insert_in_place(self.page_mut(p)?, i, nc, sep, *right)
+                    }
+                };
+                match edit {
+                    Ok(touched) => {
+                        self.touch(p, touched);
+                        return Ok((p, None, o));
+                    }
+                    Err(page::node::EditError::NoRoom) => {}
+                    Err(page::node::EditError::Malformed) => {
+                        return Err(self.corrupt(p, "malformed branch page"))
+                    }
                 }
                 old = o;
                 child_done = Some((i, nc, split));
