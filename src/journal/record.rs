@@ -380,29 +380,38 @@ pub struct DiffBase<'b> {
     pub page: u64,
     /// The base's image (8 KiB).
     pub image: &'b [u8],
-    /// Byte ranges of the dirty page written since it was copied, besides the header, when the
-    /// writer tracked its edits (in-place edits only); `None` to compare the page with the base.
-    pub written: Option<&'b [std::ops::Range<usize>]>,
+    /// Byte ranges `(start, end)` of the dirty page written since it was copied, besides the
+    /// header, when the writer tracked its edits (in-place edits only); `None` to compare the
+    /// page with the base.
+    pub written: Option<&'b [(u16, u16)]>,
 }
 
 /// The diff ranges of a page whose edits were tracked: the header (rewritten at every commit)
-/// and the written ranges, sorted, clamped to the page, and merged where they overlap or lie
-/// within 4 bytes (a range's own cost in the record).
-fn written_ranges(written: &[std::ops::Range<usize>]) -> Vec<(usize, usize)> {
-    let mut rs: Vec<(usize, usize)> = std::iter::once(0..crate::page::HEADER_LEN)
-        .chain(written.iter().cloned())
-        .map(|r| (r.start.min(PAGE_SIZE), r.end.min(PAGE_SIZE)))
-        .filter(|(a, b)| a < b)
-        .collect();
+/// and the written `(start, end)` ranges, sorted, clamped to the page, and merged where they
+/// overlap or lie within 4 bytes (a range's own cost in the record).
+fn written_ranges(written: &[(u16, u16)]) -> Vec<(usize, usize)> {
+    let mut rs: Vec<(usize, usize)> = Vec::with_capacity(written.len() + 1);
+    rs.push((0, crate::page::HEADER_LEN));
+    rs.extend(
+        written
+            .iter()
+            .map(|&(a, b)| ((a as usize).min(PAGE_SIZE), (b as usize).min(PAGE_SIZE)))
+            .filter(|(a, b)| a < b),
+    );
     rs.sort_unstable();
-    let mut out: Vec<(usize, usize)> = Vec::with_capacity(rs.len());
-    for (a, b) in rs {
-        match out.last_mut() {
-            Some(last) if a <= last.1 + 4 => last.1 = last.1.max(b),
-            _ => out.push((a, b)),
+    // Merged in place: `n` ranges kept so far.
+    let mut n = 0;
+    for k in 0..rs.len() {
+        let (a, b) = rs[k];
+        if n > 0 && a <= rs[n - 1].1 + 4 {
+            rs[n - 1].1 = rs[n - 1].1.max(b);
+        } else {
+            rs[n] = (a, b);
+            n += 1;
         }
     }
-    out
+    rs.truncate(n);
+    rs
 }
 
 /// Builds a commit record from its meta and sealed page images `(page number, image)`.
@@ -694,13 +703,21 @@ mod tests {
     fn written_ranges_add_the_header_and_merge_close_ranges() {
         // Out of order, overlapping, 4 bytes apart (merged), 5 apart (kept apart), empty, and
         // past the page end (clamped).
-        let w = [100..110, 40..50, 45..60, 64..70, 75..80, 200..200, 8180..9000];
+        let w = [
+            (100, 110),
+            (40, 50),
+            (45, 60),
+            (64, 70),
+            (75, 80),
+            (200, 200),
+            (8180, 9000),
+        ];
         assert_eq!(
             written_ranges(&w),
             vec![(0, 32), (40, 70), (75, 80), (100, 110), (8180, PAGE_SIZE)]
         );
         assert_eq!(written_ranges(&[]), vec![(0, 32)]);
-        assert_eq!(written_ranges(&[20..40, 36..38]), vec![(0, 40)]);
+        assert_eq!(written_ranges(&[(20, 40), (36, 38)]), vec![(0, 40)]);
     }
 
     #[test]

@@ -36,7 +36,21 @@ use crate::storage::{Inner, WriterState};
 const UNDERFULL: usize = page::BODY_LEN / 4;
 
 /// Most written ranges tracked for one dirty page; past it the page is diffed at commit.
-const MAX_TOUCHED: usize = 48;
+const MAX_TOUCHED: usize = 12;
+
+/// The byte ranges `(start, end)` in-place edits wrote to one dirty page, stored inline (no
+/// allocation per page).
+#[derive(Debug, Default, Clone, Copy)]
+struct Touches {
+    ranges: [(u16, u16); MAX_TOUCHED],
+    len: usize,
+}
+
+impl Touches {
+    fn as_slice(&self) -> &[(u16, u16)] {
+        &self.ranges[..self.len.min(MAX_TOUCHED)]
+    }
+}
 
 /// The single write transaction of a storage. Changes are private until [`commit`] returns;
 /// dropping the transaction, or [`abort`], discards them.
@@ -61,7 +75,7 @@ pub struct WriteTransaction {
     /// ranges written (besides the header), so the commit journals them as the page's diff
     /// without comparing it with its base. A page that went through the decoded `Node` (or
     /// collected more than [`MAX_TOUCHED`] ranges) has no entry and is diffed.
-    touched: HashMap<u64, Vec<std::ops::Range<usize>>>,
+    touched: HashMap<u64, Touches>,
     overflow: HashMap<u64, Vec<u8>>,
     // Free-space map.
     fsm_loaded: bool,
@@ -336,7 +350,7 @@ impl WriteTransaction {
         let image: Arc<[u8]> = Arc::from(img);
         let new = self.alloc(1)?;
         self.pages.insert(new, image);
-        self.touched.insert(new, Vec::new());
+        self.touched.insert(new, Touches::default());
         self.bases.insert(new, p);
         self.free(p, 1)?;
         Ok(new)
@@ -363,11 +377,14 @@ impl WriteTransaction {
     /// Records the ranges an in-place edit wrote to dirty page `p` (see `touched`).
     fn touch(&mut self, p: u64, ranges: page::node::Touched) {
         if let Some(t) = self.touched.get_mut(&p) {
-            if t.len() + ranges.len() > MAX_TOUCHED {
-                self.touched.remove(&p);
-                return;
+            for r in ranges.into_iter().filter(|r| !r.is_empty()) {
+                if t.len >= MAX_TOUCHED || r.end > PAGE_SIZE {
+                    self.touched.remove(&p);
+                    return;
+                }
+                t.ranges[t.len] = (r.start as u16, r.end as u16);
+                t.len += 1;
             }
-            t.extend(ranges.into_iter().filter(|r| !r.is_empty()));
         }
     }
 
@@ -916,7 +933,7 @@ impl WriteTransaction {
                     DiffBase {
                         page: b,
                         image: base_img,
-                        written: touched.get(&p).map(|w| &w[..]),
+                        written: touched.get(&p).map(Touches::as_slice),
                     },
                 );
             }
