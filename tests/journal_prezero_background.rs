@@ -323,9 +323,48 @@ fn background_failure_poisons(kind: OpKind, nth: u64, op: &str) {
 }
 
 #[test]
-fn failed_background_zero_write_poisons_and_reopen_recovers() {
-    // The second window's write: the first one succeeded, commits used it.
-    background_failure_poisons(OpKind::Write, 2, "pwrite");
+fn failed_background_zero_write_falls_back_to_inline_zeroing() {
+    // A failed background write (a full disk, a bad block) published nothing: the background
+    // stops for this file, commits zero inline when they need room, nothing is poisoned.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let env = Arc::new(HookedEnv::new(Arc::new(DefaultEnv::new())));
+    let fired = fail_background(&env, OpKind::Write, 2, Fault::Eio);
+    let s = Storage::open(&path, opts(env.clone(), 16 << 20)).unwrap();
+    let n = 600;
+    for i in 0..n {
+        commit(&s, i).unwrap();
+    }
+    assert!(fired.load(Ordering::SeqCst), "the fault never fired");
+    assert!(!s.is_poisoned());
+    let j = s.stats().journal;
+    assert!(j.inline_zeroings > 0, "{j:?}");
+    drop(s);
+    env.clear();
+    assert_all(&path, n);
+}
+
+#[test]
+fn a_full_disk_reaches_the_committer_as_no_space() {
+    // Regression (fresh-user trial): with background pre-zeroing, ENOSPC from the zero writes
+    // poisoned the journal from the background thread, and every caller got `Poisoned` with
+    // the error as text: `is_no_space()` was false everywhere. The journal file's writes past
+    // 256 KiB fail with ENOSPC on any thread, as on a full disk.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let env = Arc::new(HookedEnv::new(Arc::new(DefaultEnv::new())));
+    env.set_hook(Box::new(|op| {
+        let journal = op.path.to_string_lossy().contains("Journals");
+        (journal && op.kind == OpKind::Write && op.offset + op.len > 256 << 10)
+            .then_some(Fault::Enospc)
+    }));
+    let s = Storage::open(&path, opts(env.clone(), 16 << 20)).unwrap();
+    let (acked, err) = commit_until_error(&s, 2000);
+    assert!(acked > 10, "{acked}");
+    assert!(err.is_no_space(), "{err:?}");
+    drop(s);
+    env.clear();
+    assert_all(&path, acked);
 }
 
 #[test]
@@ -378,4 +417,26 @@ fn dropping_the_storage_waits_out_background_zeroing() {
     );
     env.clear();
     assert_all(&path, i);
+}
+
+#[test]
+fn a_window_larger_than_a_journal_file_is_capped_at_the_file() {
+    // Fresh-user trial: `Ahead(1 GiB)` with 1 MiB journal files zeroed every new file to
+    // 1 GiB, inside the commit that started it. A window is capped at one file: every journal
+    // file stays within two file sizes (a batch may end a window past the file's nominal end).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let env: Arc<dyn StorageEnv> = Arc::new(DefaultEnv::new());
+    let s = Storage::open(&path, opts_window(env, 1 << 20, 64 << 20)).unwrap();
+    let n = 700;
+    for i in 0..n {
+        commit(&s, i).unwrap();
+    }
+    assert!(s.stats().journal_files >= 2, "{:?}", s.stats());
+    for e in std::fs::read_dir(path.join("Journals")).unwrap() {
+        let len = e.unwrap().metadata().unwrap().len();
+        assert!(len <= 2 << 20, "a journal file of {len} bytes");
+    }
+    drop(s);
+    assert_all(&path, n);
 }

@@ -279,8 +279,11 @@ impl Journal {
         );
         let zero = Arc::new(ZeroCtl {
             env: env.clone(),
+            // A window is at most one journal file (a larger one would zero every file that far).
             window: match cfg.prezero {
-                Prezero::Ahead(a) => a.max(BATCH_ALIGN).div_ceil(BATCH_ALIGN) * BATCH_ALIGN,
+                Prezero::Ahead(a) => {
+                    a.min(cfg.file_size).max(BATCH_ALIGN).div_ceil(BATCH_ALIGN) * BATCH_ALIGN
+                }
                 Prezero::WholeFile | Prezero::Off => 0,
             },
             cap: cfg.file_size,
@@ -707,7 +710,7 @@ impl Journal {
         // Keep at least half a window zeroed past the batch: ask for the next one early, so it
         // is written and synced while this batch and the next ones are.
         let ahead_end = st.busy.map_or(st.zeroed_end, |(_, to)| to);
-        if end + window / 2 > ahead_end && ahead_end < ctl.cap {
+        if end + window / 2 > ahead_end && ahead_end < ctl.cap && !st.off {
             st.requested = true;
             if !st.queued {
                 st.queued = queue_zeroing(&self.zero);
@@ -749,7 +752,7 @@ impl Journal {
                 let f = self.env.open(&path, OpenMode::CreateNew)?;
                 self.files_created.fetch_add(1, Ordering::Relaxed);
                 let first = match self.prezero {
-                    Prezero::Ahead(a) => a.max(need),
+                    Prezero::Ahead(a) => a.min(self.file_size).max(need),
                     Prezero::WholeFile => self.file_size.max(need),
                     Prezero::Off => 0,
                 };
@@ -769,6 +772,7 @@ impl Journal {
             st.path = path;
             st.zeroed_end = zeroed;
             st.requested = false;
+            st.off = false;
         }
         self.env.sync_dir(&self.dir)?;
         self.dir_syncs.fetch_add(1, Ordering::Relaxed);
@@ -1046,8 +1050,13 @@ struct ZeroState {
     closed: bool,
     /// A rotation waits for the claimed range: stop after the chunk in flight.
     stop: bool,
-    /// A background zero write or sync failed: the journal is poisoned with this error.
+    /// A background `fdatasync` failed: the journal is poisoned with this error.
     failed: Option<Error>,
+    /// A background open or zero write failed (a full disk, say): no more background windows
+    /// for this file; the writer zeros inline when it needs room, and the commit that needs it
+    /// gets the error itself (`ENOSPC` as [`Error::is_no_space`]). Nothing was published, so
+    /// nothing is lost; reset for the next file.
+    off: bool,
 }
 
 /// Clears a claimed range however the background job ends (a panicking environment included:
@@ -1084,7 +1093,7 @@ impl ZeroCtl {
         let (path, from, to) = {
             let mut st = lock(&self.state);
             st.queued = false;
-            if !st.requested || st.busy.is_some() || st.closed || st.failed.is_some() {
+            if !st.requested || st.busy.is_some() || st.closed || st.failed.is_some() || st.off {
                 return;
             }
             st.requested = false;
@@ -1103,7 +1112,7 @@ impl ZeroCtl {
         let file = match self.env.open(&path, OpenMode::Existing) {
             Ok(f) => Some(f),
             Err(e) => {
-                self.fail(&path, e.into());
+                self.give_up(&path, e.into());
                 None
             }
         };
@@ -1112,8 +1121,12 @@ impl ZeroCtl {
         // rotation or the journal's drop asks (they wait for `busy` to clear).
         while let Some(f) = &file {
             let next = at.saturating_add(ZERO_CHUNK).min(to);
-            if let Err(e) = write_zeros(&**f, at, next).and_then(|()| Ok(f.sync_data()?)) {
-                self.fail(&path, e);
+            if let Err(e) = write_zeros(&**f, at, next) {
+                self.give_up(&path, e);
+                break;
+            }
+            if let Err(e) = f.sync_data() {
+                self.fail(&path, e.into());
                 break;
             }
             self.fdatasyncs.fetch_add(1, Ordering::Relaxed);
@@ -1139,7 +1152,13 @@ impl ZeroCtl {
         self.cv.notify_all();
     }
 
-    /// Poisons the journal with a failed background write or sync (the first failure wins).
+    /// Stops background zeroing of the current file after a failed open or write (see `off`).
+    fn give_up(&self, path: &Path, e: Error) {
+        tracing::warn!(path = %path.display(), error = %e, "background pre-zeroing of the journal stopped: commits zero inline");
+        lock(&self.state).off = true;
+    }
+
+    /// Poisons the journal with a failed background sync (the first failure wins).
     fn fail(&self, path: &Path, e: Error) {
         tracing::error!(path = %path.display(), error = %e, "background pre-zeroing of the journal failed: the journal is poisoned");
         let mut st = lock(&self.state);
