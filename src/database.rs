@@ -493,7 +493,7 @@ fn relink(env: &dyn StorageEnv, root: &Path) -> Result<()> {
     }
     for (no, file) in recovery::list(env, &dir)? {
         let mut wanted: Vec<String> = Vec::new();
-        recovery::scan(env, &file, no, |h, body, _| {
+        recovery::scan(env, &file, no, &[], |h, body, _| {
             if h.kind == RecordKind::Link {
                 if let Some(rel) = body.get(8..).and_then(|b| std::str::from_utf8(b).ok()) {
                     wanted.push(rel.to_string());

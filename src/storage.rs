@@ -1008,7 +1008,8 @@ fn recover(
     let data_path = state.path().to_path_buf();
     for (no, path) in recovery::list(env, dir)? {
         let mut per: HashMap<u64, u64> = HashMap::new();
-        recovery::scan(env, &path, no, |h, body, offset| {
+        let known = [(storage_id, state.txn_id)];
+        recovery::scan(env, &path, no, &known, |h, body, offset| {
             if h.kind != RecordKind::Commit {
                 return Ok(());
             }

@@ -95,3 +95,77 @@ fn a_zeroed_record_header_before_synced_batches_is_corruption() {
         "zeroed header",
     );
 }
+
+/// The journal files of the storage at `path`, oldest first.
+fn journal_files(path: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(path.join("Journals"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "journal"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn put(s: &Storage, key: &str, value: &[u8]) {
+    let mut w = s.begin_write().unwrap();
+    w.put(key, value).unwrap();
+    w.commit().unwrap();
+}
+
+#[test]
+fn damage_to_the_first_record_of_the_newest_file_is_corruption() {
+    // Regression (third fresh-user trial): the check compared later records only with the ones
+    // read before the damage in the same file, so a damaged *first* record of a file (its
+    // storage's txn t+1, after t in the file before) let the open drop every later synced
+    // commit of the file without an error. The txn each storage reached in earlier files now
+    // counts too.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let s = Storage::open(&path, opts()).unwrap();
+    for i in 0..20 {
+        put(&s, &format!("x{i:02}"), b"first session");
+    }
+    drop(s);
+    // The reopen starts a new journal file; its first record is the next commit.
+    let s = Storage::open(&path, opts()).unwrap();
+    for i in 0..10 {
+        put(&s, &format!("y{i:02}"), b"second session");
+    }
+    drop(s);
+    let newest = journal_files(&path).pop().unwrap();
+    damage(&newest, 100);
+    damage::expect_corruption(
+        &path,
+        &opts(),
+        "followed by synced commits",
+        "first record of the newest file",
+    );
+}
+
+#[test]
+fn a_damaged_record_larger_than_the_lookahead_is_corruption() {
+    // Regression (third fresh-user trial): the search for later batches went 4 MiB past the
+    // damaged record; a bit flipped inside a 6 MB value's record dropped that commit and the 10
+    // synced after it. A record whose header is intact is now searched past its claimed end.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let s = Storage::open(&path, opts()).unwrap();
+    for i in 0..10 {
+        put(&s, &format!("a{i:02}"), b"before");
+    }
+    let big_at = s.stats().journal.bytes;
+    put(&s, "big", &vec![0x5au8; 6 << 20]);
+    for i in 0..10 {
+        put(&s, &format!("z{i:02}"), b"after");
+    }
+    drop(s);
+    let journal = journal_files(&path).pop().unwrap();
+    damage(&journal, big_at + (3 << 20));
+    damage::expect_corruption(
+        &path,
+        &opts(),
+        "followed by synced commits",
+        "inside a 6 MB record",
+    );
+}

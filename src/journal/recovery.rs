@@ -43,22 +43,27 @@ pub struct ScanEnd {
 }
 
 /// Reads the records of journal file `no` at `path` in order and calls `f(header, body)` for
-/// each commit or link record. `f` may stop the scan early by returning an error.
+/// each commit or link record. `f` may stop the scan early by returning an error. `known`:
+/// `(storage, txn)` pairs already known to be durable before this file (the txn a storage's
+/// recovery reached in its earlier files), so that damage to a storage's first record in this
+/// file is told from a torn tail too.
 pub fn scan(
     env: &dyn StorageEnv,
     path: &Path,
     no: u64,
+    known: &[(u64, u64)],
     mut f: impl FnMut(&RecordHeader, &[u8], u64) -> Result<()>,
 ) -> Result<ScanEnd> {
     let file: Arc<dyn EnvFile> = env.open(path, OpenMode::Existing)?;
     let len = file.len()?;
     let mut records = 0u64;
     // Last good txn id of each storage, for the damage check after the stop.
-    let mut last: HashMap<u64, u64> = HashMap::new();
+    let mut last: HashMap<u64, u64> = known.iter().copied().collect();
     let pos = read_records(&*file, len, no, 0, |h, body, at| {
         records += 1;
         if h.kind == RecordKind::Commit {
-            last.insert(h.storage_id, h.txn_id);
+            let t = last.entry(h.storage_id).or_insert(0);
+            *t = (*t).max(h.txn_id);
         }
         if h.kind != RecordKind::Padding {
             f(h, body, at)?;
@@ -74,7 +79,17 @@ pub fn scan(
         } else {
             LOOKAHEAD
         };
-        check_nothing_synced_after(&*file, len, no, pos, window, &last, path)?;
+        check_nothing_synced_after(&*file, len, no, pos, pos, window, &last, path)?;
+        // A record whose header is intact but whose body fails its checksum: the batch after
+        // it starts after its claimed end, which may be far past the window (a large value).
+        if let Some(h) = RecordHeader::decode(&hbuf).filter(|h| h.journal_no == no) {
+            let end = pos
+                .saturating_add(RECORD_HEADER_LEN as u64)
+                .saturating_add(h.body_len);
+            if end > pos.saturating_add(window) && end < len {
+                check_nothing_synced_after(&*file, len, no, pos, end, LOOKAHEAD, &last, path)?;
+            }
+        }
     }
     Ok(ScanEnd {
         offset: pos,
@@ -123,14 +138,16 @@ const LOOKAHEAD: u64 = 4 << 20;
 /// The same past a stop on zeros (bytes): the normal end of every journal file, so kept short.
 const ZERO_LOOKAHEAD: u64 = 256 << 10;
 
-/// After a scan stopped at `stop`: searches the next `window` bytes of the file, at 4 KiB batch starts, for a valid commit record of a storage whose txn id skips
-/// past the one after its last good record (see the module doc); that is corruption of a
-/// synced batch.
+/// After a scan stopped at `stop`: searches the `window` bytes of the file from `from` on, at
+/// 4 KiB batch starts, for a valid commit record of a storage whose txn id skips past the one
+/// after its last good record (see the module doc); that is corruption of a synced batch.
+#[allow(clippy::too_many_arguments)]
 fn check_nothing_synced_after(
     file: &dyn EnvFile,
     len: u64,
     no: u64,
     stop: u64,
+    from: u64,
     window: u64,
     last: &HashMap<u64, u64>,
     path: &Path,
@@ -138,8 +155,8 @@ fn check_nothing_synced_after(
     if last.is_empty() {
         return Ok(());
     }
-    let first = (stop / BATCH_ALIGN + 1) * BATCH_ALIGN;
-    let limit = len.min(stop.saturating_add(window));
+    let first = from.div_ceil(BATCH_ALIGN) * BATCH_ALIGN;
+    let limit = len.min(from.saturating_add(window));
     if first + RECORD_HEADER_LEN as u64 > limit {
         return Ok(());
     }
