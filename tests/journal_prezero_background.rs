@@ -72,7 +72,7 @@ fn journal_tails(path: &Path) -> Vec<(u64, u64)> {
     let env = DefaultEnv::new();
     let mut out = Vec::new();
     for (no, p) in recovery::list(&env, &path.join("Journals")).unwrap() {
-        let end = recovery::scan(&env, &p, no, |_, _, _| Ok(())).unwrap();
+        let end = recovery::scan(&env, &p, no, &[], |_, _, _| Ok(())).unwrap();
         let bytes = std::fs::read(&p).unwrap();
         assert!(
             bytes[end.offset as usize..].iter().all(|&b| b == 0),

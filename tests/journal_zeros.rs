@@ -19,7 +19,7 @@ fn journal_records(path: &std::path::Path) -> (usize, Vec<(u64, u64)>) {
     let mut commits = 0;
     let mut ends = Vec::new();
     for (no, p) in recovery::list(&env, &path.join("Journals")).unwrap() {
-        let end = recovery::scan(&env, &p, no, |h, _, _| {
+        let end = recovery::scan(&env, &p, no, &[], |h, _, _| {
             if h.kind == RecordKind::Commit {
                 commits += 1;
             }
