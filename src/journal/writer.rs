@@ -30,7 +30,10 @@
 //!
 //! Fail-stop: a failed write or sync poisons the journal; that batch and every later commit get
 //! an error, and a failed `fdatasync` is never retried (DESIGN invariant 2). A failed background
-//! zero write or sync poisons the journal the same way: the next batch returns that error.
+//! `fdatasync` poisons the journal the same way (the next batch returns that error). A failed
+//! background zero *write* (or open) published nothing: background zeroing stops for that file
+//! and commits zero inline, so the commit that needs the room gets the error itself (ENOSPC on a
+//! full disk, as [`crate::Error::is_no_space`]).
 //!
 //! Only this module writes or syncs journal files (architecture invariant): the batch writer
 //! (records, padding, a new file's first zeros, fallback zeros) and, beyond the zeroed end only,
@@ -538,7 +541,7 @@ impl Journal {
 
     fn write_batch(&self, batch: &[Waiting]) -> Result<u64> {
         let mut io = lock(&self.io);
-        // A failed background zero write or sync fails this batch (fail-stop, invariant 2).
+        // A failed background fdatasync fails this batch (fail-stop, invariant 2).
         if let Some(e) = &lock(&self.zero.state).failed {
             return Err(e.clone());
         }
