@@ -169,3 +169,47 @@ fn a_damaged_record_larger_than_the_lookahead_is_corruption() {
         "inside a 6 MB record",
     );
 }
+
+#[test]
+fn in_a_shared_journal_one_later_commit_per_storage_proves_the_damage() {
+    // Regression (fourth fresh-user trial): in a database's shared journal, storage s1's commit
+    // was damaged and s2 made one commit after it, in the next batch. The check looked for a
+    // storage whose txn skipped one past its last good record, so one later commit per storage
+    // read as a torn tail: both acknowledged commits were dropped without an error. A valid
+    // record after the damaged batch's padding is a later batch, which the writer issues only
+    // once the damaged one is synced.
+    use omnibus::{Database, Error};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let put_in = |db: &Database, name: &str, key: &str| put(&db.storage(name).unwrap(), key, b"v");
+    let db = Database::open(&path, opts()).unwrap();
+    for i in 0..5 {
+        put_in(&db, "s1", &format!("a{i}"));
+        put_in(&db, "s2", &format!("a{i}"));
+    }
+    drop(db);
+    // A new journal file: s1's commit is its first record, s2's the next batch.
+    let db = Database::open(&path, opts()).unwrap();
+    put_in(&db, "s1", "y0");
+    put_in(&db, "s2", "y0");
+    drop(db);
+    let newest = journal_files(&path).pop().unwrap();
+    // The file starts with the link record that linked it into s1's `Journals/`; s1's commit
+    // follows it (record header: 48 bytes, body length at bytes 32..40). Damage its body.
+    let bytes = std::fs::read(&newest).unwrap();
+    let link_len = u64::from_le_bytes(bytes[32..40].try_into().unwrap());
+    damage(&newest, 48 + link_len + 48 + 8);
+    for read_only in [true, false] {
+        let o = Options {
+            read_only,
+            ..opts()
+        };
+        match Database::open(&path, o) {
+            Err(Error::Corruption(c)) => {
+                assert!(c.to_string().contains("followed by synced commits"), "{c}")
+            }
+            Err(e) => panic!("read_only {read_only}: expected Corruption, got {e:?}"),
+            Ok(_) => panic!("read_only {read_only}: opened, dropping two acknowledged commits"),
+        }
+    }
+}

@@ -86,6 +86,9 @@ pub fn scan(
             let end = pos
                 .saturating_add(RECORD_HEADER_LEN as u64)
                 .saturating_add(h.body_len);
+            if end < len {
+                check_no_later_batch(&*file, len, no, pos, end, path)?;
+            }
             if end > pos.saturating_add(window) && end < len {
                 check_nothing_synced_after(&*file, len, no, pos, end, LOOKAHEAD, &last, path)?;
             }
@@ -95,6 +98,45 @@ pub fn scan(
         offset: pos,
         records,
     })
+}
+
+/// After a scan stopped at `stop` on a record whose header is intact and whose body ends at
+/// `end`: reads the records that follow it in its batch up to the batch's padding record; a
+/// valid record after that padding starts a later batch, which the writer issued only after the
+/// damaged batch's `fdatasync` returned, so the damage hit a synced batch: corruption, whatever
+/// the txn ids (a shared journal's storages may each have one commit after the damage).
+fn check_no_later_batch(
+    file: &dyn EnvFile,
+    len: u64,
+    no: u64,
+    stop: u64,
+    end: u64,
+    path: &Path,
+) -> Result<()> {
+    let mut padding_end: Option<u64> = None;
+    let mut later: Option<(u64, u64, u64)> = None;
+    // Bounded by the file: reads valid records from `end` until the first that is not.
+    read_records(file, len, no, end, |h, _, at| {
+        if later.is_none() && h.kind != RecordKind::Padding && padding_end.is_some_and(|e| at >= e)
+        {
+            later = Some((h.storage_id, h.txn_id, at));
+        }
+        if h.kind == RecordKind::Padding && padding_end.is_none() {
+            padding_end = Some(at + RECORD_HEADER_LEN as u64 + h.body_len);
+        }
+        Ok(())
+    })?;
+    match later {
+        None => Ok(()),
+        Some((sid, txn, at)) => Err(Error::corruption(
+            path,
+            None,
+            Some(stop),
+            format!(
+                "a damaged journal record is followed by synced commits: a later batch at offset {at} holds txn {txn} of storage {sid:#x}"
+            ),
+        )),
+    }
 }
 
 /// Reads valid records from `pos` on, calling `f(header, body, offset)` for each (padding
