@@ -11,7 +11,10 @@
 //! writer is held until the commit is published), and a batch is written only after the one
 //! before it was synced; so a valid record of storage S with txn id `t + 2` or more, where `t`
 //! is S's last good record before the stop, proves that the batch holding `t + 1` (the damaged
-//! region) was synced: [`Error::Corruption`]. A torn last batch never shows such a gap.
+//! region) was synced: [`Error::Corruption`]. A torn last batch never shows such a gap. When
+//! the damaged record's header is intact, a valid record after the padding that ends its batch
+//! is such proof too (it starts a later batch), and the search also covers the 4 MiB after the
+//! record's claimed end.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -88,9 +91,9 @@ pub fn scan(
                 .saturating_add(h.body_len);
             if end < len {
                 check_no_later_batch(&*file, len, no, pos, end, path)?;
-            }
-            if end > pos.saturating_add(window) && end < len {
-                check_nothing_synced_after(&*file, len, no, pos, end, LOOKAHEAD, &last, path)?;
+                if end > pos.saturating_add(window) {
+                    check_nothing_synced_after(&*file, len, no, pos, end, LOOKAHEAD, &last, path)?;
+                }
             }
         }
     }
@@ -114,29 +117,33 @@ fn check_no_later_batch(
     path: &Path,
 ) -> Result<()> {
     let mut padding_end: Option<u64> = None;
-    let mut later: Option<(u64, u64, u64)> = None;
-    // Bounded by the file: reads valid records from `end` until the first that is not.
+    // Bounded by the file, and stops at the first record of a later batch (the error).
     read_records(file, len, no, end, |h, _, at| {
-        if later.is_none() && h.kind != RecordKind::Padding && padding_end.is_some_and(|e| at >= e)
-        {
-            later = Some((h.storage_id, h.txn_id, at));
-        }
-        if h.kind == RecordKind::Padding && padding_end.is_none() {
-            padding_end = Some(at + RECORD_HEADER_LEN as u64 + h.body_len);
+        if h.kind == RecordKind::Padding {
+            padding_end.get_or_insert(at + RECORD_HEADER_LEN as u64 + h.body_len);
+        } else if padding_end.is_some_and(|e| at >= e) {
+            return Err(synced_after(
+                path,
+                stop,
+                format!(
+                    "a later batch at offset {at} holds txn {} of storage {:#x}",
+                    h.txn_id, h.storage_id
+                ),
+            ));
         }
         Ok(())
     })?;
-    match later {
-        None => Ok(()),
-        Some((sid, txn, at)) => Err(Error::corruption(
-            path,
-            None,
-            Some(stop),
-            format!(
-                "a damaged journal record is followed by synced commits: a later batch at offset {at} holds txn {txn} of storage {sid:#x}"
-            ),
-        )),
-    }
+    Ok(())
+}
+
+/// The corruption error for a damaged record at `stop` that later synced commits follow.
+fn synced_after(path: &Path, stop: u64, detail: String) -> Error {
+    Error::corruption(
+        path,
+        None,
+        Some(stop),
+        format!("a damaged journal record is followed by synced commits: {detail}"),
+    )
 }
 
 /// Reads valid records from `pos` on, calling `f(header, body, offset)` for each (padding
@@ -213,34 +220,27 @@ fn check_nothing_synced_after(
             .is_some_and(|h| h.journal_no == no)
     };
     let mut at = first;
-    let mut found: Option<(u64, u64, u64)> = None;
-    // Bounded: `at` grows by at least one 4 KiB block a turn and stops at `limit`.
-    while found.is_none() && at + RECORD_HEADER_LEN as u64 <= limit {
+    // Bounded: `at` grows by at least one 4 KiB block a turn and stops at `limit`; a record that
+    // proves the damage ends the search with the error.
+    while at + RECORD_HEADER_LEN as u64 <= limit {
         if !decodes_here(at) {
             at += BATCH_ALIGN;
             continue;
         }
-        let end = read_records(file, len, no, at, |h, _, _| {
-            if h.kind == RecordKind::Commit && found.is_none() {
-                if let Some(&t) = last.get(&h.storage_id) {
-                    if h.txn_id >= t.saturating_add(2) {
-                        found = Some((h.storage_id, t, h.txn_id));
-                    }
-                }
+        let end = read_records(file, len, no, at, |h, _, _| match last.get(&h.storage_id) {
+            Some(&t) if h.kind == RecordKind::Commit && h.txn_id >= t.saturating_add(2) => {
+                Err(synced_after(
+                    path,
+                    stop,
+                    format!(
+                        "storage {:#x} has txn {t} before it and txn {} after it",
+                        h.storage_id, h.txn_id
+                    ),
+                ))
             }
-            Ok(())
+            _ => Ok(()),
         })?;
         at = (end.max(at) / BATCH_ALIGN + 1) * BATCH_ALIGN;
     }
-    match found {
-        None => Ok(()),
-        Some((sid, t, later)) => Err(Error::corruption(
-            path,
-            None,
-            Some(stop),
-            format!(
-                "a damaged journal record is followed by synced commits: storage {sid:#x} has txn {t} before it and txn {later} after it"
-            ),
-        )),
-    }
+    Ok(())
 }
