@@ -755,7 +755,7 @@ impl Journal {
                 let f = self.env.open(&path, OpenMode::CreateNew)?;
                 self.files_created.fetch_add(1, Ordering::Relaxed);
                 let first = match self.prezero {
-                    Prezero::Ahead(a) => a.min(self.file_size).max(need),
+                    Prezero::Ahead(_) => self.zero.window.max(need),
                     Prezero::WholeFile => self.file_size.max(need),
                     Prezero::Off => 0,
                 };
