@@ -8,17 +8,26 @@
 //! actors (each finishes its queued requests), then the journal writers, flushers and readers,
 //! closes the databases (flushing them) and joins the executor threads; errors are returned, not
 //! lost. Dropping an `Engine` shuts it down.
+//!
+//! Indexes ([`DatabaseHandle::define_index`]) are index actors (`index.rs`) fed by the root's
+//! storage actor. Shutdown abandons the builds in progress, stops the root's actor first (its
+//! last commits are fed), then the index actors (each applies what is queued and records its
+//! applied txn, so a clean reopen needs no reconcile), then the other storage actors.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use glommio::{LocalExecutorBuilder, Placement};
 
 use super::flusher::{self, FlusherMsg};
+use super::index::{
+    self, BuildSlots, IndexActor, IndexDefinition, IndexMsg, IndexShared, IndexStats, RootFeed,
+};
 use super::io_lane::IoLane;
 use super::journal_writer::{self, JournalMsg};
 use super::reader_pool::{self, ReadMsg};
@@ -52,6 +61,10 @@ pub struct EngineOptions {
     pub background_lane_threads: Option<usize>,
     /// How often flushers look for due flushes. Default 50 ms.
     pub flush_tick: Duration,
+    /// Capacity of each index actor's feed, in root commits (each one shared by every index).
+    /// When an index's feed is full the root's actor waits before answering its writers.
+    /// Default 256.
+    pub index_queue_capacity: usize,
 }
 
 impl Default for EngineOptions {
@@ -65,6 +78,7 @@ impl Default for EngineOptions {
             critical_lane_threads: 16,
             background_lane_threads: None,
             flush_tick: Duration::from_millis(50),
+            index_queue_capacity: 256,
         }
     }
 }
@@ -101,6 +115,19 @@ struct DbInner {
     handles: Mutex<HashMap<String, StorageHandle>>,
     writers: Mutex<Vec<flume::Sender<JournalMsg>>>,
     root: StorageHandle,
+    /// The root actor's acknowledged txn, shared with it.
+    feed: Arc<RootFeed>,
+    /// The defined indexes, by name.
+    indexes: Mutex<BTreeMap<String, IndexEntry>>,
+    /// Build slots of this database's indexes (one per executor).
+    slots: BuildSlots,
+}
+
+/// A defined index: its progress, a port to stop its actor, its storage.
+struct IndexEntry {
+    shared: Arc<IndexShared>,
+    port: flume::Sender<IndexMsg>,
+    storage: Storage,
 }
 
 /// A database served by the engine's actors. Cheap to clone, `Send + Sync`.
@@ -306,6 +333,7 @@ impl EngineInner {
         storage: Storage,
         shared: Option<&flume::Sender<JournalMsg>>,
         writers: &Mutex<Vec<flume::Sender<JournalMsg>>>,
+        feed: Option<Arc<RootFeed>>,
     ) -> Result<StorageHandle> {
         let exec = stable_hash(name) % self.n.max(1);
         let journal = match shared {
@@ -324,7 +352,7 @@ impl EngineInner {
         let max = self.opts.max_requests_per_txn.max(1);
         self.spawn_on(
             exec,
-            Box::new(move || Box::pin(storage_actor::run(s, rx, journal, max))),
+            Box::new(move || Box::pin(storage_actor::run(s, rx, journal, max, feed))),
         )?;
         if let Some(f) = self.flusher(exec) {
             let _ = f.send(FlusherMsg::Add(storage.clone()));
@@ -346,13 +374,22 @@ impl EngineInner {
             Some(j) => Some(self.spawn_journal_writer(j, self.opts.journal_executor)?),
             None => None,
         };
-        let root = self.make_handle("", db.root(), journal.as_ref(), &writers)?;
+        let feed = Arc::new(RootFeed {
+            acked_txn: AtomicU64::new(db.root().begin_read()?.txn_id()),
+        });
+        let root = self.make_handle(
+            "",
+            db.root(),
+            journal.as_ref(),
+            &writers,
+            Some(feed.clone()),
+        )?;
         let mut handles = HashMap::new();
         for name in db.storages() {
             let s = db.storage(&name)?;
             handles.insert(
                 name.clone(),
-                self.make_handle(&name, s, journal.as_ref(), &writers)?,
+                self.make_handle(&name, s, journal.as_ref(), &writers, None)?,
             );
         }
         let h = DatabaseHandle {
@@ -363,6 +400,9 @@ impl EngineInner {
                 handles: Mutex::new(handles),
                 writers,
                 root,
+                feed,
+                indexes: Mutex::new(BTreeMap::new()),
+                slots: BuildSlots::new(self.n),
             }),
         };
         self.databases
@@ -379,8 +419,36 @@ impl EngineInner {
         let mut first: Result<()> = Ok(());
         let dbs = std::mem::take(&mut *self.databases.lock().unwrap_or_else(|e| e.into_inner()));
         for db in &dbs {
-            // Storage actors first: each answers what is queued, then stops.
-            let mut handles: Vec<StorageHandle> = db
+            // Builds in progress stop (they would hold up the root's last commits); the next
+            // definition reconciles.
+            let indexes: Vec<(Arc<IndexShared>, flume::Sender<IndexMsg>)> = db
+                .inner
+                .indexes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .map(|e| (e.shared.clone(), e.port.clone()))
+                .collect();
+            for (s, _) in &indexes {
+                s.abandon.store(true, Ordering::Release);
+            }
+            let stop = |h: &StorageHandle| {
+                let (tx, rx) = flume::bounded(1);
+                if h.tx.send(StorageMsg::Stop { reply: tx }).is_ok() {
+                    let _ = rx.recv();
+                }
+            };
+            // The root first: it answers what is queued, feeding the indexes.
+            stop(&db.inner.root);
+            // Then the indexes: each applies what is queued and records its applied txn.
+            for (_, port) in &indexes {
+                let (tx, rx) = flume::bounded(1);
+                if port.send(IndexMsg::Stop { reply: tx }).is_ok() {
+                    let _ = rx.recv();
+                }
+            }
+            // Then the other storage actors: each answers what is queued, then stops.
+            let handles: Vec<StorageHandle> = db
                 .inner
                 .handles
                 .lock()
@@ -388,12 +456,8 @@ impl EngineInner {
                 .values()
                 .cloned()
                 .collect();
-            handles.push(db.inner.root.clone());
             for h in &handles {
-                let (tx, rx) = flume::bounded(1);
-                if h.tx.send(StorageMsg::Stop { reply: tx }).is_ok() {
-                    let _ = rx.recv();
-                }
+                stop(h);
             }
             let mut writers: Vec<flume::Sender<JournalMsg>> =
                 std::mem::take(&mut *db.inner.writers.lock().unwrap_or_else(|e| e.into_inner()));
@@ -495,15 +559,22 @@ impl DatabaseHandle {
         if let Some(h) = map.get(name) {
             return Ok(h.clone());
         }
-        let h = engine.make_handle(name, s, self.inner.journal.as_ref(), &self.inner.writers)?;
+        let h = engine.make_handle(
+            name,
+            s,
+            self.inner.journal.as_ref(),
+            &self.inner.writers,
+            None,
+        )?;
         map.insert(name.to_string(), h.clone());
         Ok(h)
     }
 
-    /// Drops branch storage `name` for good (see [`Database::drop_storage`]): its actor
-    /// finishes the queued requests and stops first.
+    /// Drops branch storage `name` for good (see [`Database::drop_storage`]): its index actor
+    /// (if it is an index) and its storage actor finish the queued work and stop first.
     pub async fn drop_storage(&self, name: &str) -> Result<()> {
         let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
+        self.stop_index(name, true).await;
         let h = self
             .inner
             .handles
@@ -538,5 +609,219 @@ impl DatabaseHandle {
     /// The database's journal counters.
     pub fn stats(&self) -> crate::DatabaseStats {
         self.inner.db.stats()
+    }
+
+    /// Defines index `def` over the root storage's documents, and returns once it is
+    /// registered: its branch storage (named [`IndexDefinition::name`]) is created when
+    /// missing, and its actor builds it in the background, then keeps it current from the root's
+    /// change feed (see `index.rs`). Use [`DatabaseHandle::wait_for_indexes`] to wait until it
+    /// is built and current, [`DatabaseHandle::index_stats`] for its progress.
+    ///
+    /// Each process defines its indexes after opening the database (the map function is code):
+    /// an index whose applied record equals the root's last txn resumes without a rebuild; one
+    /// behind it (a crash, writes to the root outside the engine) or built with
+    /// [`IndexDefinition::rebuild`] is reconciled with the documents first. Defining a name
+    /// that is already defined replaces that index (its actor applies what is queued and
+    /// stops first). Existing entries of the storage that the map function does not give are
+    /// deleted. Only writes through the root's [`StorageHandle`] reach indexes; writes through
+    /// the core [`Database`] are found by the next definition's reconcile.
+    ///
+    /// Errors: [`Error::InvalidStorageName`]; the errors of creating or opening the branch
+    /// storage; [`Error::Closed`] after shutdown. A failure of the build itself poisons the index
+    /// ([`Error::IndexPoisoned`] from `wait_for_indexes`), it is not returned here.
+    pub async fn define_index(&self, def: IndexDefinition) -> Result<()> {
+        crate::database::validate_storage_name(&def.name)?;
+        let branch = self.storage(&def.name).await?;
+        self.stop_index(&def.name, false).await;
+        let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
+        let (port, rx) = flume::bounded(engine.opts.index_queue_capacity.max(1));
+        let (tx, reply) = flume::bounded(1);
+        self.inner
+            .root
+            .tx
+            .send_async(StorageMsg::AddFeed {
+                port: port.clone(),
+                reply: tx,
+            })
+            .await
+            .map_err(|_| Error::Closed)?;
+        let snapshot = reply.recv_async().await.map_err(|_| Error::Closed)??;
+        self.start_index(&engine, def, branch, port, rx, snapshot)
+    }
+
+    /// Blocking [`DatabaseHandle::define_index`].
+    pub fn blocking_define_index(&self, def: IndexDefinition) -> Result<()> {
+        crate::database::validate_storage_name(&def.name)?;
+        let branch = self.blocking_storage(&def.name)?;
+        self.blocking_stop_index(&def.name);
+        let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
+        let (port, rx) = flume::bounded(engine.opts.index_queue_capacity.max(1));
+        let (tx, reply) = flume::bounded(1);
+        self.inner
+            .root
+            .tx
+            .send(StorageMsg::AddFeed {
+                port: port.clone(),
+                reply: tx,
+            })
+            .map_err(|_| Error::Closed)?;
+        let snapshot = reply.recv().map_err(|_| Error::Closed)??;
+        self.start_index(&engine, def, branch, port, rx, snapshot)
+    }
+
+    fn start_index(
+        &self,
+        engine: &EngineInner,
+        def: IndexDefinition,
+        branch: StorageHandle,
+        port: flume::Sender<IndexMsg>,
+        rx: flume::Receiver<IndexMsg>,
+        snapshot: crate::ReadTransaction,
+    ) -> Result<()> {
+        // A value at the reserved key that is not an applied record counts as none: reconcile.
+        let applied = index::read_applied(&branch.storage.begin_read()?)?;
+        let shared = Arc::new(IndexShared::new(&def.name, applied.unwrap_or(0)));
+        let name = def.name.clone();
+        let storage = branch.storage.clone();
+        let actor = IndexActor {
+            def,
+            shared: shared.clone(),
+            rx,
+            snapshot,
+            applied,
+            branch,
+            lane: engine.background.clone(),
+            slots: self.inner.slots.clone(),
+            feed: self.inner.feed.clone(),
+        };
+        engine.spawn_on(
+            stable_hash(&name) % engine.n.max(1),
+            Box::new(move || Box::pin(index::run(actor))),
+        )?;
+        self.inner
+            .indexes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                name,
+                IndexEntry {
+                    shared,
+                    port,
+                    storage,
+                },
+            );
+        Ok(())
+    }
+
+    /// Unregisters index `name`; with `abandon`, a build in progress stops.
+    fn take_index(&self, name: &str, abandon: bool) -> Option<IndexEntry> {
+        let e = self
+            .inner
+            .indexes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name)?;
+        if abandon {
+            e.shared.abandon.store(true, Ordering::Release);
+        }
+        Some(e)
+    }
+
+    /// Stops index `name`'s actor (it applies what is queued) and unregisters it.
+    async fn stop_index(&self, name: &str, abandon: bool) {
+        if let Some(e) = self.take_index(name, abandon) {
+            let (tx, rx) = flume::bounded(1);
+            if e.port
+                .send_async(IndexMsg::Stop { reply: tx })
+                .await
+                .is_ok()
+            {
+                let _ = rx.recv_async().await;
+            }
+        }
+    }
+
+    fn blocking_stop_index(&self, name: &str) {
+        if let Some(e) = self.take_index(name, false) {
+            let (tx, rx) = flume::bounded(1);
+            if e.port.send(IndexMsg::Stop { reply: tx }).is_ok() {
+                let _ = rx.recv();
+            }
+        }
+    }
+
+    fn index_list(&self) -> Vec<Arc<IndexShared>> {
+        self.inner
+            .indexes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|e| e.shared.clone())
+            .collect()
+    }
+
+    /// Waiters for every index to reach the root's acknowledged txn (none for those there).
+    fn index_waiters(&self) -> Result<Vec<flume::Receiver<Result<()>>>> {
+        let target = self.inner.feed.acked_txn.load(Ordering::Acquire);
+        let mut waits = Vec::new();
+        for s in self.index_list() {
+            if let Some(w) = s.waiter(target)? {
+                waits.push(w);
+            }
+        }
+        Ok(waits)
+    }
+
+    /// Returns once every defined index has applied every root commit acknowledged before the
+    /// call (and finished its build): a document put or deleted through the root's handle
+    /// before the call is in every index's storage after it.
+    ///
+    /// Errors: [`Error::IndexPoisoned`] when an index is poisoned (at once, or when it fails
+    /// while waited for); [`Error::Closed`] when an index stops first (shutdown, dropped).
+    pub async fn wait_for_indexes(&self) -> Result<()> {
+        for w in self.index_waiters()? {
+            w.recv_async().await.map_err(|_| Error::Closed)??;
+        }
+        Ok(())
+    }
+
+    /// Blocking [`DatabaseHandle::wait_for_indexes`].
+    pub fn blocking_wait_for_indexes(&self) -> Result<()> {
+        for w in self.index_waiters()? {
+            w.recv().map_err(|_| Error::Closed)??;
+        }
+        Ok(())
+    }
+
+    /// Progress and counters of every defined index, by name. Cheap: no I/O beyond reading
+    /// each index storage's applied record from a snapshot.
+    pub fn index_stats(&self) -> Vec<IndexStats> {
+        let root_txn = self.inner.feed.acked_txn.load(Ordering::Acquire);
+        let entries: Vec<(Arc<IndexShared>, Storage)> = self
+            .inner
+            .indexes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|e| (e.shared.clone(), e.storage.clone()))
+            .collect();
+        entries
+            .into_iter()
+            .map(|(s, st)| {
+                let n = st.begin_read().map(|r| index::entries(&r)).unwrap_or(0);
+                s.stats(root_txn, n)
+            })
+            .collect()
+    }
+
+    /// Names of the defined indexes.
+    pub fn indexes(&self) -> Vec<String> {
+        self.inner
+            .indexes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect()
     }
 }

@@ -9,15 +9,21 @@
 //!   └── reply ◀──── drained mailbox) ◀── durable ◀──────────────────────────┘
 //! client ──get──▶ reader pool (shared mailbox, snapshots)
 //! flusher (per executor) ──flush──▶ background I/O lane (ioprio BE 7)
+//! root actor ──Arc<changes> per durable commit──▶ index actor (per index) ──Apply──▶ its storage actor
 //! ```
 //! Every mailbox is a bounded flume channel. The core (`src/`) never imports this module.
 
 mod engine;
 mod flusher;
+mod index;
 mod io_lane;
 mod journal_writer;
 mod reader_pool;
 mod storage;
 
 pub use engine::{DatabaseHandle, Engine, EngineOptions, MEMLOCK_PER_EXECUTOR};
+pub use index::{
+    index_applied_txn, BuildProgress, IndexDefinition, IndexState, IndexStats, LagStats, MapFn,
+    INDEX_APPLIED_KEY,
+};
 pub use storage::{StorageHandle, WriteBatch, WriteOp};

@@ -3,28 +3,44 @@
 //! One actor per storage, living on one executor (placed by a stable hash of the storage
 //! name: crc32 modulo the executor count). Messages in ([`StorageMsg`], bounded flume mailbox
 //! of [`crate::actors::EngineOptions::mailbox_capacity`] messages): `Write { batch, reply }`
-//! from handles, `Stop { reply }` from the engine. Messages out: a `Commit` to the journal
-//! writer per transaction; each request's result on its one-shot reply.
+//! from handles, `Apply { job, reply }` from the index actor of an index storage (a job run in
+//! the write transaction), `AddFeed { port, reply }` (root storage only) from
+//! `DatabaseHandle::define_index`, `Stop { reply }` from the engine. Messages out: a `Commit` to
+//! the journal writer per transaction; each request's result on its one-shot reply; for the
+//! root storage with indexes, one shared `Arc` of the transaction's document changes to each
+//! index actor's feed (see `index.rs`).
 //!
 //! State owned: the storage's write side (its single write transaction); no other thread
-//! writes this storage while the engine runs (shared-nothing).
+//! writes this storage while the engine runs (shared-nothing). The root's actor also owns the
+//! list of index feeds.
 //!
 //! Loop: wait for a request, take every request already queued (up to
 //! [`crate::actors::EngineOptions::max_requests_per_txn`]), apply them all in one write
 //! transaction, prepare the commit, send its record to the journal writer, and once it is
-//! durable publish the new state and answer every request. Invariant: no request is answered,
-//! and no state published, before its transaction is durable.
+//! durable publish the new state and answer every request. On the root, when any index is
+//! defined, each put and delete first reads the document's old value inside the transaction;
+//! once the commit is durable, its changes (txn id, key, old value, new value) go to every
+//! index feed, then the root's acknowledged txn id is stored, then the requests are answered.
+//! `AddFeed` and `Stop` are handled between transactions. Invariant: no request is answered,
+//! and no state published, before its transaction is durable; no change is fed before it is
+//! durable, and every root commit acknowledged after an `AddFeed` is fed to that port.
 //!
 //! Failure: a panic while building a transaction or an I/O failure poisons the database; every
 //! request of that transaction and every later one gets an error ([`Error::Poisoned`]).
-//! A full mailbox makes callers wait (back-pressure, DESIGN invariant 10).
+//! A full mailbox makes callers wait (back-pressure, DESIGN invariant 10); so does a full index
+//! feed (the root waits before answering its writers). A feed whose index actor is gone is
+//! dropped.
 
 use std::ops::{Bound, RangeBounds};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
 
+use super::index::{DocumentChange, IndexMsg, RootCommit, RootFeed};
 use super::journal_writer::{self, JournalMsg};
 use super::reader_pool::ReadMsg;
 use crate::error::{Error, Result};
-use crate::txn::ReadTransaction;
+use crate::txn::{ReadTransaction, WriteTransaction};
 use crate::Storage;
 
 /// One operation of a [`WriteBatch`].
@@ -88,6 +104,10 @@ impl WriteBatch {
     }
 }
 
+/// A job run inside a storage actor's write transaction (engine-internal: the index actors
+/// write their storages this way, so that a storage's write side stays with its actor).
+pub(crate) type ApplyJob = Box<dyn FnOnce(&mut WriteTransaction) -> Result<()> + Send>;
+
 /// The storage actor's API.
 pub(crate) enum StorageMsg {
     /// Apply `batch` atomically; answer with one bool per operation (`Delete`: whether the key
@@ -96,88 +116,217 @@ pub(crate) enum StorageMsg {
         batch: WriteBatch,
         reply: flume::Sender<Result<Vec<bool>>>,
     },
+    /// Run `job` in the next write transaction (merged with the other queued requests); answer
+    /// once durable. An error from `job` fails the whole transaction.
+    Apply {
+        job: ApplyJob,
+        reply: flume::Sender<Result<()>>,
+    },
+    /// Root storage only: send every later commit's document changes to `port`, and answer
+    /// with a snapshot of the last commit before it (every earlier commit is published, and
+    /// every later one will be sent: an index built from the snapshot and fed from the port
+    /// misses nothing).
+    AddFeed {
+        port: flume::Sender<IndexMsg>,
+        reply: flume::Sender<Result<ReadTransaction>>,
+    },
     /// Finish the queued requests, answer, exit.
     Stop { reply: flume::Sender<()> },
 }
 
-/// The actor's loop.
+/// A queued request's payload, in the order of the mailbox.
+enum Payload {
+    Write(WriteBatch),
+    Apply(ApplyJob),
+}
+
+/// Where a request's answer goes.
+enum Reply {
+    Write(flume::Sender<Result<Vec<bool>>>),
+    Apply(flume::Sender<Result<()>>),
+}
+
+/// The actor's loop. `feed` is set for a database's root storage: its commits are fed to the
+/// index actors registered with [`StorageMsg::AddFeed`].
 pub(crate) async fn run(
     storage: Storage,
     rx: flume::Receiver<StorageMsg>,
     journal: flume::Sender<JournalMsg>,
     max_requests: usize,
+    feed: Option<Arc<RootFeed>>,
 ) {
+    // The index actors' feeds (root storage only). Owned by this actor: no lock.
+    let mut ports: Vec<flume::Sender<IndexMsg>> = Vec::new();
     loop {
         let Ok(first) = rx.recv_async().await else {
             return;
         };
-        let mut batches = Vec::new();
+        let mut payloads = Vec::new();
         let mut replies = Vec::new();
-        let mut stop = None;
+        let mut control = None;
         let mut next = Some(first);
         // Bounded by max_requests.
         while let Some(m) = next.take() {
             match m {
                 StorageMsg::Write { batch, reply } => {
-                    batches.push(batch);
-                    replies.push(reply);
+                    payloads.push(Payload::Write(batch));
+                    replies.push(Reply::Write(reply));
                 }
-                StorageMsg::Stop { reply } => {
-                    stop = Some(reply);
+                StorageMsg::Apply { job, reply } => {
+                    payloads.push(Payload::Apply(job));
+                    replies.push(Reply::Apply(reply));
+                }
+                m => {
+                    control = Some(m);
                     break;
                 }
             }
-            if batches.len() < max_requests {
+            if payloads.len() < max_requests {
                 next = rx.try_recv().ok();
             }
         }
-        if !batches.is_empty() {
-            let results = apply(&storage, &batches, &journal).await;
-            match results {
-                Ok(per) => {
+        if !payloads.is_empty() {
+            let capture = feed.is_some() && !ports.is_empty();
+            match apply(&storage, payloads, &journal, capture).await {
+                Ok((per, committed)) => {
+                    if let (Some(f), Some((txn, changes))) = (&feed, committed) {
+                        if capture {
+                            feed_indexes(&mut ports, txn, changes).await;
+                        }
+                        f.acked_txn.store(txn, Ordering::Release);
+                    }
                     for (reply, r) in replies.into_iter().zip(per) {
-                        let _ = reply.send(Ok(r));
+                        match reply {
+                            Reply::Write(tx) => {
+                                let _ = tx.send(Ok(r));
+                            }
+                            Reply::Apply(tx) => {
+                                let _ = tx.send(Ok(()));
+                            }
+                        }
                     }
                 }
                 Err(e) => {
                     for reply in replies {
-                        let _ = reply.send(Err(e.clone()));
+                        match reply {
+                            Reply::Write(tx) => {
+                                let _ = tx.send(Err(e.clone()));
+                            }
+                            Reply::Apply(tx) => {
+                                let _ = tx.send(Err(e.clone()));
+                            }
+                        }
                     }
                 }
             }
         }
-        if let Some(reply) = stop {
-            let _ = reply.send(());
-            return;
+        match control {
+            Some(StorageMsg::Stop { reply }) => {
+                let _ = reply.send(());
+                return;
+            }
+            Some(StorageMsg::AddFeed { port, reply }) => {
+                // Between transactions: every earlier commit is published and was fed.
+                let snap = storage.begin_read();
+                if snap.is_ok() {
+                    ports.push(port);
+                }
+                let _ = reply.send(snap);
+            }
+            _ => {}
         }
     }
 }
 
-/// Applies every batch in one write transaction and commits it through the journal writer.
+/// Sends one root commit's changes, shared, to every index actor; a port whose actor is gone
+/// (poisoned, stopped) is dropped. Waits while an index's feed is full (back-pressure).
+async fn feed_indexes(
+    ports: &mut Vec<flume::Sender<IndexMsg>>,
+    txn: u64,
+    changes: Vec<DocumentChange>,
+) {
+    let commit = Arc::new(RootCommit {
+        txn,
+        acked: Instant::now(),
+        changes,
+    });
+    let mut i = 0;
+    while i < ports.len() {
+        if ports[i]
+            .send_async(IndexMsg::Commit(commit.clone()))
+            .await
+            .is_err()
+        {
+            ports.swap_remove(i);
+        } else {
+            i += 1;
+        }
+    }
+}
+
+/// One transaction's per-request results, and `(txn id, document changes)` when it committed.
+type Applied = (Vec<Vec<bool>>, Option<(u64, Vec<DocumentChange>)>);
+
+/// Applies every request in one write transaction and commits it through the journal writer.
+/// With `capture`, each put and delete also records the document's old and new value (read
+/// inside the transaction), for the index feed.
 async fn apply(
     storage: &Storage,
-    batches: &[WriteBatch],
+    payloads: Vec<Payload>,
     journal: &flume::Sender<JournalMsg>,
-) -> Result<Vec<Vec<bool>>> {
+    capture: bool,
+) -> Result<Applied> {
     let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<_> {
         let mut w = storage.try_begin_write()?;
-        let mut per = Vec::with_capacity(batches.len());
-        for b in batches {
-            let mut r = Vec::with_capacity(b.len());
-            for op in b.ops() {
-                match op {
-                    WriteOp::Put(k, v) => {
-                        w.put(k, v)?;
-                        r.push(true);
+        let mut per = Vec::with_capacity(payloads.len());
+        let mut changes = Vec::new();
+        for p in payloads {
+            match p {
+                Payload::Write(b) => {
+                    let mut r = Vec::with_capacity(b.len());
+                    for op in b.ops {
+                        match op {
+                            WriteOp::Put(k, v) if capture => {
+                                let old = w.get(&k)?;
+                                w.put(&k, &v)?;
+                                r.push(true);
+                                if old.as_deref() != Some(&v[..]) {
+                                    changes.push(DocumentChange {
+                                        key: k,
+                                        old,
+                                        new: Some(v),
+                                    });
+                                }
+                            }
+                            WriteOp::Put(k, v) => {
+                                w.put(&k, &v)?;
+                                r.push(true);
+                            }
+                            WriteOp::Delete(k) if capture => {
+                                let old = w.get(&k)?;
+                                r.push(w.delete(&k)?);
+                                if old.is_some() {
+                                    changes.push(DocumentChange {
+                                        key: k,
+                                        old,
+                                        new: None,
+                                    });
+                                }
+                            }
+                            WriteOp::Delete(k) => r.push(w.delete(&k)?),
+                        }
                     }
-                    WriteOp::Delete(k) => r.push(w.delete(k)?),
+                    per.push(r);
+                }
+                Payload::Apply(job) => {
+                    job(&mut w)?;
+                    per.push(Vec::new());
                 }
             }
-            per.push(r);
         }
-        Ok((w.prepare()?, per))
+        Ok((w.prepare()?, per, changes))
     }));
-    let (prepared, per) = match built {
+    let (prepared, per, changes) = match built {
         Ok(r) => r?,
         Err(_) => {
             storage.poison("a storage actor panicked while building a transaction");
@@ -187,12 +336,13 @@ async fn apply(
         }
     };
     let Some(mut p) = prepared else {
-        return Ok(per);
+        return Ok((per, None));
     };
+    let txn = p.txn_id();
     let record = p.take_record();
     let written = journal_writer::write(journal, record).await;
     p.finish(written)?;
-    Ok(per)
+    Ok((per, Some((txn, changes))))
 }
 
 /// A handle to a storage served by actors. `Clone + Send + Sync`; cheap to clone.

@@ -134,6 +134,18 @@ pub enum Error {
     /// the message says how much is needed and how to grant it.
     #[error("{0}")]
     ResourceLimit(String),
+    /// An index stopped following the documents: its map function panicked on a document, or
+    /// reading the documents or writing the index storage failed. Only that index is affected
+    /// (the documents and the other indexes keep working); it is returned by
+    /// `DatabaseHandle::wait_for_indexes` and shown in `DatabaseHandle::index_stats` (the
+    /// `actors` module) until the index is defined again.
+    #[error("index {index:?} is poisoned: {cause}")]
+    IndexPoisoned {
+        /// The index (its branch storage's name).
+        index: String,
+        /// What stopped it.
+        cause: IndexFailure,
+    },
     /// A file operation failed.
     #[error("{op} {path}: {source}")]
     Io {
@@ -145,6 +157,35 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+}
+
+/// Why an index stopped following the documents ([`Error::IndexPoisoned`]).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum IndexFailure {
+    /// The index's map function panicked on the document with key `key`; `message` is the
+    /// panic's message (empty when it was not a string).
+    MapPanicked {
+        /// The document's key.
+        key: Vec<u8>,
+        /// The panic message.
+        message: String,
+    },
+    /// Reading the documents or writing the index storage failed with `0`.
+    Storage(Box<Error>),
+}
+
+impl std::fmt::Display for IndexFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IndexFailure::MapPanicked { key, message } => write!(
+                f,
+                "the map function panicked on document {:?}: {message}",
+                String::from_utf8_lossy(key)
+            ),
+            IndexFailure::Storage(e) => write!(f, "{e}"),
+        }
+    }
 }
 
 impl Error {
@@ -225,6 +266,10 @@ impl Clone for Error {
             },
             Error::CrossDevice { path } => Error::CrossDevice { path: path.clone() },
             Error::ResourceLimit(s) => Error::ResourceLimit(s.clone()),
+            Error::IndexPoisoned { index, cause } => Error::IndexPoisoned {
+                index: index.clone(),
+                cause: cause.clone(),
+            },
             Error::Io { op, path, source } => Error::Io {
                 op,
                 path: path.clone(),

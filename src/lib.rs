@@ -41,7 +41,7 @@ pub mod actors;
 
 pub use btree::{CheckReport, Range};
 pub use database::{Database, DatabaseStats};
-pub use error::{Corruption, Error, Result};
+pub use error::{Corruption, Error, IndexFailure, Result};
 pub use journal::Prezero;
 pub use options::{FlushMode, JournalMode, Options};
 pub use storage::{Storage, StorageStats};

@@ -1,0 +1,1265 @@
+//! The index actor: one per defined index, keeping a branch storage current from the change
+//! feed of the root storage (the documents), as RavenDB's indexes.
+//!
+//! An index is an [`IndexDefinition`]: a name (its branch storage) and a map function giving
+//! the *terms* of a document (`Fn(document key, document value) -> Vec<term>`). Its storage
+//! holds one entry per (term, document): key `term ++ 0x00 ++ document key`, empty value, plus
+//! one reserved entry, [`INDEX_APPLIED_KEY`] (the single byte `0x00`, which no entry can be:
+//! document keys are at least one byte, so every entry key is at least two bytes long), whose
+//! value records the root txn id the index has applied up to ([`index_applied_txn`]). That
+//! record is written in the same transaction as the entries it covers.
+//!
+//! Messages in ([`IndexMsg`], one bounded flume mailbox per index of
+//! [`crate::actors::EngineOptions::index_queue_capacity`] root commits): `Commit(Arc<RootCommit>)`
+//! from the root's storage actor, once per durable root transaction that has any index (one
+//! `Arc` shared by every index: one queue hop per root transaction, not per document), holding
+//! each changed document's key, old value and new value; `Stop { reply }` from the engine.
+//! Messages out: one [`StorageMsg::Apply`] job per batch to the index storage's own storage
+//! actor (same executor: both are placed by the same hash of the name), which runs it in its
+//! write transaction; jobs for the build's scans and diffs to the background I/O lane.
+//!
+//! State owned: the index's pending batch, the applied txn, and its shared progress
+//! ([`IndexShared`]: state, counters, lag histogram, and the waiters of
+//! `DatabaseHandle::wait_for_indexes`). It never writes the index storage itself: the storage
+//! actor stays its only writer.
+//!
+//! Loop: first catch up. The root actor answered the registration with a snapshot of its last
+//! commit (txn `R`; every later commit comes through the mailbox). If the index's applied record
+//! is not `R` (a new index, a crash between a root commit and the index's, writes to the root
+//! that bypassed the engine), *reconcile*: scan the snapshot, map every document, and diff the
+//! expected entries against the index's entries, writing the difference in bounded batches, then
+//! record `R`. The expected entries are held sorted in one buffer of at most
+//! [`IndexDefinition::reconcile_memory`] bytes: when they do not fit, a pass keeps the smallest
+//! keys and diffs only that key range, and the next pass starts where it stopped (each pass
+//! rescans the snapshot). Meanwhile live commits wait in the mailbox. Then follow the feed: wait
+//! for a commit, take every commit already queued (up to [`IndexDefinition::max_batch_changes`]
+//! document changes), skip those at or below the applied txn, map each change's old and new
+//! value, keep the terms that left (delete) and came (put), sort the keys (keeping the last
+//! operation of a key), and apply them and the applied record as one transaction. Keys are built
+//! in one buffer per batch: no allocation per entry.
+//!
+//! Invariants: the applied record and the entries it covers commit together, so after a crash
+//! the index is exactly the state at its applied txn, and reconciling from a later snapshot
+//! fixes it; a root commit is fed only after it is durable; `wait_for_indexes` returns only once
+//! the index's applied txn reaches every root commit acknowledged before the call. A stored
+//! index entry never has a key over [`crate::MAX_KEY_LEN`]: longer ones are skipped and counted
+//! ([`IndexStats::skipped_terms`]).
+//!
+//! Queue bounds: the mailbox holds at most `index_queue_capacity` root commits; when it is full
+//! the root's storage actor waits before answering its writers (back-pressure on the documents,
+//! DESIGN invariant 10). So while an index builds, the documents accept that many commits and
+//! then wait for the build. At most one build per executor runs at a time (a shared pool of
+//! slots), so builds hold at most that many expected-entry buffers.
+//!
+//! Failure: a map function that panics (caught with `catch_unwind`) or a failed read or write
+//! poisons this index only ([`Error::IndexPoisoned`] with an [`IndexFailure`]): its actor
+//! stops, the root drops its feed, `wait_for_indexes` and [`IndexStats::state`] report the
+//! error, and nothing of the failed batch is written. Defining the index again starts a new
+//! actor, which reconciles. A clean shutdown lets every index apply what is queued and record
+//! its applied txn, so the next definition needs no reconcile; a build in progress at shutdown
+//! is abandoned (the next definition reconciles).
+
+use std::cmp::Ordering;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+use super::io_lane::IoLane;
+use super::storage::{StorageHandle, StorageMsg};
+use crate::error::{Error, IndexFailure, Result};
+use crate::txn::ReadTransaction;
+use crate::MAX_KEY_LEN;
+
+/// The reserved key of an index storage holding the root txn id the index has applied up to:
+/// the single byte `0x00`. Entry keys (`term ++ 0x00 ++ document key`, document keys at least 1
+/// byte) are at least 2 bytes, so it is never an entry; skip it when reading an index storage
+/// directly.
+pub const INDEX_APPLIED_KEY: &[u8] = &[0];
+
+/// The first 8 bytes of the value at [`INDEX_APPLIED_KEY`]; the next 8 are the txn id,
+/// little-endian.
+const APPLIED_MAGIC: &[u8; 8] = b"omniIDX1";
+
+/// Documents a build scans per job on the background lane.
+const SCAN_CHUNK: usize = 4096;
+
+/// Entries a build writes per transaction at most.
+const DIFF_BATCH: usize = 16_384;
+
+/// Smallest reconcile memory accepted (bytes).
+const MIN_RECONCILE_MEMORY: usize = 64 << 10;
+
+/// The map function of an index: the terms of the document with key `key` and value `value`.
+pub type MapFn = dyn Fn(&[u8], &[u8]) -> Vec<Vec<u8>> + Send + Sync + 'static;
+
+/// An index: a branch storage kept by the engine from the documents' change feed.
+///
+/// `name` is the branch storage (`Indexes/NAME`); `map` gives a document's terms. For each term
+/// `t` of document `k`, the index holds the key `t ++ 0x00 ++ k` with an empty value: a prefix
+/// scan for `t ++ 0x00` lists the documents whose terms include `t` (exactly those, if no term
+/// holds a 0x00 byte). A term whose key would pass [`crate::MAX_KEY_LEN`] (1,024) bytes is
+/// skipped and counted ([`IndexStats::skipped_terms`]). The map function must be deterministic
+/// (the same terms for the same document, in every process): entries are removed by mapping the
+/// old value again, and the index is resumed without rebuilding when the same name is defined
+/// after a reopen. If it changes, define the index with [`IndexDefinition::rebuild`].
+#[derive(Clone)]
+pub struct IndexDefinition {
+    pub(crate) name: String,
+    pub(crate) map: Arc<MapFn>,
+    pub(crate) min_batch_interval: Duration,
+    pub(crate) max_batch_changes: usize,
+    pub(crate) reconcile_memory: usize,
+    pub(crate) rebuild: bool,
+}
+
+impl std::fmt::Debug for IndexDefinition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IndexDefinition")
+            .field("name", &self.name)
+            .field("min_batch_interval", &self.min_batch_interval)
+            .field("max_batch_changes", &self.max_batch_changes)
+            .field("reconcile_memory", &self.reconcile_memory)
+            .field("rebuild", &self.rebuild)
+            .finish_non_exhaustive()
+    }
+}
+
+impl IndexDefinition {
+    /// An index named `name` (its branch storage; the rules of
+    /// [`crate::database::validate_storage_name`], checked by `define_index`) with map function
+    /// `map`. Defaults: batches start as soon as changes are queued, at most 16,384 document
+    /// changes per batch, 32 MiB of reconcile memory, no forced rebuild.
+    pub fn new(
+        name: impl Into<String>,
+        map: impl Fn(&[u8], &[u8]) -> Vec<Vec<u8>> + Send + Sync + 'static,
+    ) -> IndexDefinition {
+        IndexDefinition {
+            name: name.into(),
+            map: Arc::new(map),
+            min_batch_interval: Duration::ZERO,
+            max_batch_changes: 16_384,
+            reconcile_memory: 32 << 20,
+            rebuild: false,
+        }
+    }
+
+    /// The index's name (its branch storage).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Least time between the starts of two batches: changes accumulate meanwhile, giving
+    /// fewer, larger index transactions for more lag. Default zero.
+    pub fn min_batch_interval(mut self, interval: Duration) -> IndexDefinition {
+        self.min_batch_interval = interval;
+        self
+    }
+
+    /// Document changes merged into one index transaction at most (at least one root commit is
+    /// always taken whole). Default 16,384; values below 1 count as 1.
+    pub fn max_batch_changes(mut self, changes: usize) -> IndexDefinition {
+        self.max_batch_changes = changes.max(1);
+        self
+    }
+
+    /// Bytes of expected entries a build or reconcile holds in memory at most (keys plus 16
+    /// bytes each); beyond it, it works in several passes over the documents. Default 32 MiB;
+    /// at least 64 KiB.
+    pub fn reconcile_memory(mut self, bytes: usize) -> IndexDefinition {
+        self.reconcile_memory = bytes.max(MIN_RECONCILE_MEMORY);
+        self
+    }
+
+    /// Reconcile the index with the documents even if its applied record is current (after the
+    /// map function changed).
+    pub fn rebuild(mut self) -> IndexDefinition {
+        self.rebuild = true;
+        self
+    }
+}
+
+/// The applied txn recorded in an index storage's snapshot: `Some(txn)` once the index has been
+/// built, `None` for a storage that was never an index or whose first build has not finished.
+///
+/// Errors: corruption reading the page; [`Error::Corruption`] when the reserved key holds a value
+/// that is not an applied record.
+pub fn index_applied_txn(index: &ReadTransaction) -> Result<Option<u64>> {
+    match index.get(INDEX_APPLIED_KEY)? {
+        None => Ok(None),
+        Some(v) => decode_applied(v).map(Some).ok_or_else(|| {
+            Error::corruption(
+                "",
+                None,
+                None,
+                format!(
+                    "the reserved index key 0x00 holds {} bytes that are not an applied-txn record",
+                    v.len()
+                ),
+            )
+        }),
+    }
+}
+
+/// The applied record of an index storage's snapshot; a value at the reserved key that is not
+/// one counts as none.
+pub(crate) fn read_applied(index: &ReadTransaction) -> Result<Option<u64>> {
+    Ok(index.get(INDEX_APPLIED_KEY)?.and_then(decode_applied))
+}
+
+fn decode_applied(v: &[u8]) -> Option<u64> {
+    if v.len() != 16 || &v[..8] != APPLIED_MAGIC {
+        return None;
+    }
+    Some(u64::from_le_bytes(v[8..16].try_into().ok()?))
+}
+
+fn applied_record(txn: u64) -> [u8; 16] {
+    let mut v = [0u8; 16];
+    v[..8].copy_from_slice(APPLIED_MAGIC);
+    v[8..].copy_from_slice(&txn.to_le_bytes());
+    v
+}
+
+/// What an index is doing.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum IndexState {
+    /// Building or reconciling from a snapshot of the documents ([`IndexStats::build`] has the
+    /// progress); live changes wait in its queue.
+    Building,
+    /// Following the change feed (possibly [`IndexStats::lag_txns`] behind).
+    Current,
+    /// Stopped by a failure ([`Error::IndexPoisoned`]); define it again to rebuild it.
+    Poisoned(Error),
+    /// Stopped by the engine's shutdown or by dropping its storage.
+    Stopped,
+}
+
+/// Progress of a build or reconcile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BuildProgress {
+    /// Pass over the documents, from 1 (more than one when the expected entries do not fit in
+    /// [`IndexDefinition::reconcile_memory`]).
+    pub pass: u32,
+    /// Documents scanned in this pass.
+    pub scanned: u64,
+    /// Documents in the snapshot being indexed.
+    pub total: u64,
+}
+
+/// Lag from a root commit's acknowledgement to the durable commit of the index batch that
+/// applied it, one sample per document change, since the index was defined (milliseconds).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LagStats {
+    /// Document changes measured.
+    pub samples: u64,
+    /// Median, milliseconds.
+    pub p50_ms: f64,
+    /// 99th percentile, milliseconds.
+    pub p99_ms: f64,
+    /// Largest, milliseconds.
+    pub max_ms: f64,
+}
+
+/// Counters and state of one index ([`crate::actors::DatabaseHandle::index_stats`]).
+#[derive(Debug, Clone)]
+pub struct IndexStats {
+    /// The index's name (its branch storage).
+    pub name: String,
+    /// Building, current, poisoned (with the error) or stopped.
+    pub state: IndexState,
+    /// The root txn id the index has applied up to.
+    pub applied_txn: u64,
+    /// The last root txn id acknowledged through the engine, when the stats were taken.
+    pub root_txn: u64,
+    /// Root transactions not yet applied: `root_txn - applied_txn` (0 when ahead).
+    pub lag_txns: u64,
+    /// Milliseconds since the oldest root commit not yet applied was acknowledged, or since
+    /// the build started while building; 0 when current.
+    pub lag_ms: f64,
+    /// Entries in the index storage (the applied record excluded).
+    pub entries: u64,
+    /// Progress of the build or reconcile in progress.
+    pub build: Option<BuildProgress>,
+    /// Whether this definition built or reconciled the index from a snapshot of the documents
+    /// (false: it resumed from its applied record).
+    pub reconciled: bool,
+    /// Index transactions committed from the feed since the definition.
+    pub batches: u64,
+    /// Document changes applied from the feed since the definition.
+    pub changes: u64,
+    /// Terms left out because their key would pass [`crate::MAX_KEY_LEN`] bytes.
+    pub skipped_terms: u64,
+    /// Most root transactions the index was behind when it started a batch.
+    pub max_lag_txns: u64,
+    /// Lag of the applied changes.
+    pub apply_lag: LagStats,
+}
+
+/// One document's change in a root transaction.
+#[derive(Debug)]
+pub(crate) struct DocumentChange {
+    pub key: Vec<u8>,
+    /// The value before the transaction (`None`: absent).
+    pub old: Option<Vec<u8>>,
+    /// The value after it (`None`: deleted).
+    pub new: Option<Vec<u8>>,
+}
+
+/// A durable root transaction's document changes, shared by every index's feed.
+#[derive(Debug)]
+pub(crate) struct RootCommit {
+    pub txn: u64,
+    /// When it was durable and published.
+    pub acked: Instant,
+    pub changes: Vec<DocumentChange>,
+}
+
+/// The root storage actor's side of the feed, shared with the database handle.
+#[derive(Debug)]
+pub(crate) struct RootFeed {
+    /// The last root txn id acknowledged through the engine; stored after its changes were sent
+    /// to every index and before its writers are answered.
+    pub acked_txn: AtomicU64,
+}
+
+/// The index actor's API.
+pub(crate) enum IndexMsg {
+    /// A durable root commit.
+    Commit(Arc<RootCommit>),
+    /// Apply everything queued before it, record the applied txn, answer, exit.
+    Stop { reply: flume::Sender<()> },
+}
+
+/// A pool of build slots (one per executor), shared by the indexes of a database.
+#[derive(Clone)]
+pub(crate) struct BuildSlots {
+    tx: flume::Sender<()>,
+    rx: flume::Receiver<()>,
+}
+
+struct Slot(flume::Sender<()>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let _ = self.0.try_send(());
+    }
+}
+
+impl BuildSlots {
+    pub fn new(n: usize) -> BuildSlots {
+        let (tx, rx) = flume::bounded(n.max(1));
+        for _ in 0..n.max(1) {
+            let _ = tx.try_send(());
+        }
+        BuildSlots { tx, rx }
+    }
+
+    async fn acquire(&self) -> Option<Slot> {
+        self.rx.recv_async().await.ok()?;
+        Some(Slot(self.tx.clone()))
+    }
+}
+
+enum Phase {
+    Building { since: Instant },
+    Current,
+    Poisoned(Error),
+    Stopped,
+}
+
+struct Progress {
+    phase: Phase,
+    applied: u64,
+    build: Option<BuildProgress>,
+    reconciled: bool,
+    batches: u64,
+    changes: u64,
+    skipped_terms: u64,
+    max_lag_txns: u64,
+    /// When the oldest commit of the batch being applied was acknowledged.
+    pending_since: Option<Instant>,
+    /// Microseconds from acknowledgement to the index commit, per document change.
+    lag_us: Histogram<u64>,
+    /// `wait_for_indexes` callers: (target txn, answer).
+    waiters: Vec<(u64, flume::Sender<Result<()>>)>,
+}
+
+/// An index's progress, shared by its actor and the database handle.
+pub(crate) struct IndexShared {
+    pub name: String,
+    /// Set by shutdown and by dropping the storage: a build in progress stops.
+    pub abandon: AtomicBool,
+    progress: Mutex<Progress>,
+}
+
+impl IndexShared {
+    pub fn new(name: &str, applied: u64) -> IndexShared {
+        IndexShared {
+            name: name.to_string(),
+            abandon: AtomicBool::new(false),
+            progress: Mutex::new(Progress {
+                phase: Phase::Building {
+                    since: Instant::now(),
+                },
+                applied,
+                build: None,
+                reconciled: false,
+                batches: 0,
+                changes: 0,
+                skipped_terms: 0,
+                max_lag_txns: 0,
+                pending_since: None,
+                lag_us: Histogram::new(3).expect("3 significant digits is valid"),
+                waiters: Vec::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Progress> {
+        self.progress.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers a wait for `target`: `Ok(None)` when already applied, a receiver answered once
+    /// it is (or with the poison error); the poison error at once when poisoned.
+    pub fn waiter(&self, target: u64) -> Result<Option<flume::Receiver<Result<()>>>> {
+        let mut p = self.lock();
+        if let Phase::Poisoned(e) = &p.phase {
+            return Err(e.clone());
+        }
+        if p.applied >= target && !matches!(p.phase, Phase::Building { .. }) {
+            return Ok(None);
+        }
+        if matches!(p.phase, Phase::Stopped) {
+            return Err(Error::Closed);
+        }
+        let (tx, rx) = flume::bounded(1);
+        p.waiters.push((target, tx));
+        Ok(Some(rx))
+    }
+
+    fn notify(p: &mut Progress) {
+        let applied = p.applied;
+        p.waiters.retain(|(t, tx)| {
+            if *t <= applied {
+                let _ = tx.send(Ok(()));
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    fn set_build(&self, b: BuildProgress, skipped: u64) {
+        let mut p = self.lock();
+        p.build = Some(b);
+        p.reconciled = true;
+        p.skipped_terms += skipped;
+    }
+
+    fn set_current(&self, applied: u64) {
+        let mut p = self.lock();
+        p.phase = Phase::Current;
+        p.build = None;
+        p.applied = applied;
+        Self::notify(&mut p);
+    }
+
+    fn batch_started(&self, oldest: Instant, behind: u64) {
+        let mut p = self.lock();
+        p.pending_since = Some(oldest);
+        p.max_lag_txns = p.max_lag_txns.max(behind);
+    }
+
+    fn batch_applied(&self, applied: u64, commits: &[Arc<RootCommit>], skipped: u64, wrote: bool) {
+        let now = Instant::now();
+        let mut p = self.lock();
+        p.applied = applied;
+        p.batches += u64::from(wrote);
+        p.skipped_terms += skipped;
+        for c in commits {
+            let n = c.changes.len() as u64;
+            p.changes += n;
+            let us = now.saturating_duration_since(c.acked).as_micros() as u64;
+            let _ = p.lag_us.record_n(us, n.max(1));
+        }
+        p.pending_since = None;
+        Self::notify(&mut p);
+    }
+
+    /// Poisons the index with `cause`; answers every waiter with the error.
+    fn poison(&self, cause: IndexFailure) {
+        let e = Error::IndexPoisoned {
+            index: self.name.clone(),
+            cause,
+        };
+        tracing::error!(index = %self.name, error = %e, "index poisoned");
+        let mut p = self.lock();
+        for (_, tx) in p.waiters.drain(..) {
+            let _ = tx.send(Err(e.clone()));
+        }
+        p.build = None;
+        p.phase = Phase::Poisoned(e);
+    }
+
+    /// The actor exited: waiters not yet answered get [`Error::Closed`].
+    fn stopped(&self) {
+        let mut p = self.lock();
+        if !matches!(p.phase, Phase::Poisoned(_)) {
+            p.phase = Phase::Stopped;
+        }
+        p.build = None;
+        p.waiters.clear();
+    }
+
+    pub fn stats(&self, root_txn: u64, entries: u64) -> IndexStats {
+        let p = self.lock();
+        let lag_txns = root_txn.saturating_sub(p.applied);
+        let ms = |t: Instant| t.elapsed().as_secs_f64() * 1000.0;
+        let (state, lag_ms) = match &p.phase {
+            Phase::Building { since } => (IndexState::Building, ms(*since)),
+            Phase::Current => (
+                IndexState::Current,
+                match (lag_txns, p.pending_since) {
+                    (0, _) | (_, None) => 0.0,
+                    (_, Some(t)) => ms(t),
+                },
+            ),
+            Phase::Poisoned(e) => (IndexState::Poisoned(e.clone()), 0.0),
+            Phase::Stopped => (IndexState::Stopped, 0.0),
+        };
+        let h = &p.lag_us;
+        let q = |x: f64| h.value_at_quantile(x) as f64 / 1000.0;
+        IndexStats {
+            name: self.name.clone(),
+            state,
+            applied_txn: p.applied,
+            root_txn,
+            lag_txns,
+            lag_ms,
+            entries,
+            build: p.build,
+            reconciled: p.reconciled,
+            batches: p.batches,
+            changes: p.changes,
+            skipped_terms: p.skipped_terms,
+            max_lag_txns: p.max_lag_txns,
+            apply_lag: LagStats {
+                samples: h.len(),
+                p50_ms: q(0.5),
+                p99_ms: q(0.99),
+                max_ms: h.max() as f64 / 1000.0,
+            },
+        }
+    }
+}
+
+/// Entries in an index storage's snapshot, the applied record excluded.
+pub(crate) fn entries(index: &ReadTransaction) -> u64 {
+    let marker = matches!(index.get(INDEX_APPLIED_KEY), Ok(Some(_)));
+    index.len().saturating_sub(u64::from(marker))
+}
+
+/// Runs the map function, turning a panic into [`IndexFailure::MapPanicked`].
+fn call_map(
+    map: &MapFn,
+    key: &[u8],
+    value: &[u8],
+) -> std::result::Result<Vec<Vec<u8>>, IndexFailure> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| map(key, value))).map_err(|p| {
+        let message = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        IndexFailure::MapPanicked {
+            key: key.to_vec(),
+            message,
+        }
+    })
+}
+
+fn storage_failure(e: Error) -> IndexFailure {
+    IndexFailure::Storage(Box::new(e))
+}
+
+/// One put or delete of a batch: its key is `arena[start..start + len]`.
+#[derive(Clone, Copy)]
+struct Op {
+    start: usize,
+    len: u32,
+    put: bool,
+}
+
+/// A batch of index operations, keys in one buffer.
+#[derive(Default)]
+struct Ops {
+    arena: Vec<u8>,
+    ops: Vec<Op>,
+}
+
+impl Ops {
+    fn with_capacity(bytes: usize, ops: usize) -> Ops {
+        Ops {
+            arena: Vec::with_capacity(bytes),
+            ops: Vec::with_capacity(ops),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    fn key(&self, o: &Op) -> &[u8] {
+        &self.arena[o.start..o.start + o.len as usize]
+    }
+
+    /// Adds the entry of `term` for document `doc`; false (nothing added) when its key would
+    /// pass [`MAX_KEY_LEN`].
+    fn push_entry(&mut self, term: &[u8], doc: &[u8], put: bool) -> bool {
+        let len = term.len() + 1 + doc.len();
+        if len > MAX_KEY_LEN {
+            return false;
+        }
+        let start = self.arena.len();
+        self.arena.extend_from_slice(term);
+        self.arena.push(0);
+        self.arena.extend_from_slice(doc);
+        self.ops.push(Op {
+            start,
+            len: len as u32,
+            put,
+        });
+        true
+    }
+
+    fn push_key(&mut self, key: &[u8], put: bool) {
+        let start = self.arena.len();
+        self.arena.extend_from_slice(key);
+        self.ops.push(Op {
+            start,
+            len: key.len() as u32,
+            put,
+        });
+    }
+
+    /// Sorts the operations by key, keeping only the last operation of each key (the state a
+    /// key ends in after applying them in order).
+    fn settle(&mut self) {
+        let arena = &self.arena;
+        let key = |o: &Op| &arena[o.start..o.start + o.len as usize];
+        // Stable: operations on one key stay in their order.
+        self.ops.sort_by(|a, b| key(a).cmp(key(b)));
+        let n = self.ops.len();
+        let mut out = 0;
+        for i in 0..n {
+            if i + 1 < n && key(&self.ops[i]) == key(&self.ops[i + 1]) {
+                continue;
+            }
+            self.ops[out] = self.ops[i];
+            out += 1;
+        }
+        self.ops.truncate(out);
+    }
+}
+
+fn contains(list: &[Vec<u8>], sorted: bool, t: &[u8]) -> bool {
+    if sorted {
+        list.binary_search_by(|x| x.as_slice().cmp(t)).is_ok()
+    } else {
+        list.iter().any(|x| x == t)
+    }
+}
+
+/// Adds the operations of one document change: deletes for the terms it lost, puts for the
+/// ones it gained. Returns the terms skipped for their length.
+fn diff_change(
+    map: &MapFn,
+    c: &DocumentChange,
+    ops: &mut Ops,
+) -> std::result::Result<u64, IndexFailure> {
+    let mut old = match &c.old {
+        Some(v) => call_map(map, &c.key, v)?,
+        None => Vec::new(),
+    };
+    let mut new = match &c.new {
+        Some(v) => call_map(map, &c.key, v)?,
+        None => Vec::new(),
+    };
+    let sorted = old.len() > 8 && new.len() > 8;
+    if sorted {
+        old.sort_unstable();
+        new.sort_unstable();
+    }
+    let mut skipped = 0;
+    for t in &old {
+        if !contains(&new, sorted, t) {
+            ops.push_entry(t, &c.key, false);
+        }
+    }
+    for t in &new {
+        if !contains(&old, sorted, t) && !ops.push_entry(t, &c.key, true) {
+            skipped += 1;
+        }
+    }
+    Ok(skipped)
+}
+
+/// Writes `ops` (and, with `applied`, the applied record) in one transaction of the index
+/// storage's actor; returns once durable.
+async fn write_ops(branch: &StorageHandle, ops: Ops, applied: Option<u64>) -> Result<()> {
+    let job: super::storage::ApplyJob = Box::new(move |w| {
+        for o in &ops.ops {
+            let k = ops.key(o);
+            if o.put {
+                w.put(k, b"")?;
+            } else {
+                w.delete(k)?;
+            }
+        }
+        if let Some(t) = applied {
+            w.put(INDEX_APPLIED_KEY, applied_record(t))?;
+        }
+        Ok(())
+    });
+    let (tx, rx) = flume::bounded(1);
+    branch
+        .tx
+        .send_async(StorageMsg::Apply { job, reply: tx })
+        .await
+        .map_err(|_| Error::Closed)?;
+    rx.recv_async().await.map_err(|_| Error::Closed)?
+}
+
+/// Everything an index actor starts with.
+pub(crate) struct IndexActor {
+    pub def: IndexDefinition,
+    pub shared: Arc<IndexShared>,
+    pub rx: flume::Receiver<IndexMsg>,
+    /// The root's snapshot when the feed was registered.
+    pub snapshot: ReadTransaction,
+    /// The index's applied record when it was defined.
+    pub applied: Option<u64>,
+    /// The index storage's handle (its storage actor writes it).
+    pub branch: StorageHandle,
+    pub lane: IoLane,
+    pub slots: BuildSlots,
+    pub feed: Arc<RootFeed>,
+}
+
+/// The index actor's loop: catch up, then follow the feed until stopped.
+pub(crate) async fn run(a: IndexActor) {
+    let IndexActor {
+        def,
+        shared,
+        rx,
+        snapshot,
+        applied,
+        branch,
+        lane,
+        slots,
+        feed,
+    } = a;
+    let root_txn = snapshot.txn_id();
+    if def.rebuild || applied != Some(root_txn) {
+        match reconcile(&def, &shared, snapshot, &branch, &lane, &slots).await {
+            Ok(true) => {}
+            Ok(false) => {
+                shared.stopped();
+                return;
+            }
+            Err(f) => {
+                shared.poison(f);
+                return;
+            }
+        }
+    } else {
+        drop(snapshot);
+    }
+    shared.set_current(root_txn);
+    if let Err(f) = follow(&def, &shared, &rx, &branch, &feed, root_txn).await {
+        shared.poison(f);
+        return;
+    }
+    shared.stopped();
+}
+
+/// Follows the feed from `applied` until stopped.
+async fn follow(
+    def: &IndexDefinition,
+    shared: &IndexShared,
+    rx: &flume::Receiver<IndexMsg>,
+    branch: &StorageHandle,
+    feed: &RootFeed,
+    mut applied: u64,
+) -> std::result::Result<(), IndexFailure> {
+    // The applied txn of the last record written (batches that change no entry write none).
+    let mut durable = applied;
+    let mut last_start: Option<Instant> = None;
+    let (mut cap_bytes, mut cap_ops) = (0usize, 0usize);
+    loop {
+        if let Some(t) = last_start {
+            let wait = def.min_batch_interval.saturating_sub(t.elapsed());
+            if !wait.is_zero() {
+                glommio::timer::sleep(wait).await;
+            }
+        }
+        let first = rx.recv_async().await.ok();
+        last_start = Some(Instant::now());
+        let mut commits: Vec<Arc<RootCommit>> = Vec::new();
+        let mut stop = None;
+        let mut changes = 0usize;
+        let mut next = first;
+        let ended = next.is_none();
+        // Bounded by max_batch_changes (at least one commit).
+        while let Some(m) = next.take() {
+            match m {
+                IndexMsg::Commit(c) => {
+                    changes += c.changes.len().max(1);
+                    commits.push(c);
+                }
+                IndexMsg::Stop { reply } => {
+                    stop = Some(reply);
+                    break;
+                }
+            }
+            if changes < def.max_batch_changes {
+                next = rx.try_recv().ok();
+            }
+        }
+        commits.retain(|c| c.txn > applied);
+        if let (Some(first), Some(last)) = (commits.first(), commits.last()) {
+            let last_txn = last.txn;
+            let behind = feed
+                .acked_txn
+                .load(std::sync::atomic::Ordering::Acquire)
+                .saturating_sub(applied);
+            shared.batch_started(first.acked, behind);
+            let mut ops = Ops::with_capacity(cap_bytes, cap_ops);
+            let mut skipped = 0;
+            for c in &commits {
+                for ch in &c.changes {
+                    skipped += diff_change(&*def.map, ch, &mut ops)?;
+                }
+            }
+            ops.settle();
+            let wrote = !ops.is_empty();
+            if wrote {
+                (cap_bytes, cap_ops) = (ops.arena.len(), ops.ops.len());
+                write_ops(branch, ops, Some(last_txn))
+                    .await
+                    .map_err(storage_failure)?;
+                durable = last_txn;
+            }
+            applied = last_txn;
+            shared.batch_applied(applied, &commits, skipped, wrote);
+        }
+        if stop.is_some() || ended {
+            if durable < applied {
+                write_ops(branch, Ops::default(), Some(applied))
+                    .await
+                    .map_err(storage_failure)?;
+            }
+            if let Some(reply) = stop {
+                let _ = reply.send(());
+            }
+            return Ok(());
+        }
+        glommio::yield_if_needed().await;
+    }
+}
+
+/// The expected entries of one reconcile pass: keys at or above `lo` and below `cutoff`, in one
+/// buffer of at most `budget` bytes (keys plus 16 bytes each).
+struct Expected {
+    arena: Vec<u8>,
+    spans: Vec<(usize, u32)>,
+    lo: Option<Vec<u8>>,
+    cutoff: Option<Vec<u8>>,
+    budget: usize,
+    /// Count terms skipped for their length (first pass only: later passes see them again).
+    count_skipped: bool,
+    skipped: u64,
+}
+
+impl Expected {
+    fn new(budget: usize, lo: Option<Vec<u8>>, count_skipped: bool) -> Expected {
+        Expected {
+            arena: Vec::new(),
+            spans: Vec::new(),
+            lo,
+            cutoff: None,
+            budget,
+            count_skipped,
+            skipped: 0,
+        }
+    }
+
+    fn key(&self, s: (usize, u32)) -> &[u8] {
+        &self.arena[s.0..s.0 + s.1 as usize]
+    }
+
+    fn add(&mut self, term: &[u8], doc: &[u8]) {
+        let len = term.len() + 1 + doc.len();
+        if len > MAX_KEY_LEN {
+            self.skipped += u64::from(self.count_skipped);
+            return;
+        }
+        let start = self.arena.len();
+        self.arena.extend_from_slice(term);
+        self.arena.push(0);
+        self.arena.extend_from_slice(doc);
+        let k = &self.arena[start..];
+        if self.lo.as_deref().is_some_and(|lo| k < lo)
+            || self.cutoff.as_deref().is_some_and(|c| k >= c)
+        {
+            self.arena.truncate(start);
+            return;
+        }
+        self.spans.push((start, len as u32));
+        if self.arena.len() + self.spans.len() * 16 > self.budget && self.spans.len() > 1 {
+            self.shrink();
+        }
+    }
+
+    fn sort_dedup(&mut self) {
+        let arena = &self.arena;
+        let key = |s: &(usize, u32)| &arena[s.0..s.0 + s.1 as usize];
+        self.spans.sort_unstable_by(|a, b| key(a).cmp(key(b)));
+        self.spans.dedup_by(|a, b| key(a) == key(b));
+    }
+
+    /// Keeps the smaller half of the keys; the first one dropped becomes the cutoff.
+    fn shrink(&mut self) {
+        self.sort_dedup();
+        if self.spans.len() < 2 {
+            return;
+        }
+        let keep = self.spans.len() / 2;
+        self.cutoff = Some(self.key(self.spans[keep]).to_vec());
+        let mut arena = Vec::with_capacity(self.arena.len() / 2 + 1);
+        let mut spans = Vec::with_capacity(keep);
+        for s in &self.spans[..keep] {
+            let start = arena.len();
+            arena.extend_from_slice(self.key(*s));
+            spans.push((start, s.1));
+        }
+        self.arena = arena;
+        self.spans = spans;
+    }
+}
+
+/// Scans up to `max_docs` documents after `after`, adding their entries to `exp`. Returns the
+/// documents scanned and whether the snapshot ended.
+fn scan_chunk(
+    root: &ReadTransaction,
+    map: &MapFn,
+    exp: &mut Expected,
+    after: &mut Option<Vec<u8>>,
+    max_docs: usize,
+) -> std::result::Result<(u64, bool), IndexFailure> {
+    let prev = after.take();
+    let start = match prev.as_deref() {
+        Some(k) => Bound::Excluded(k),
+        None => Bound::Unbounded,
+    };
+    let mut n = 0usize;
+    let mut last: Option<&[u8]> = None;
+    for item in root
+        .range((start, Bound::Unbounded))
+        .map_err(storage_failure)?
+    {
+        let (k, v) = item.map_err(storage_failure)?;
+        for t in call_map(map, k, v)? {
+            exp.add(&t, k);
+        }
+        n += 1;
+        last = Some(k);
+        if n >= max_docs {
+            break;
+        }
+    }
+    *after = last.map(<[u8]>::to_vec).or(prev);
+    Ok((n as u64, n < max_docs))
+}
+
+/// Where a diff stopped: the next expected key, and the last index key consumed.
+#[derive(Default)]
+struct DiffPos {
+    e: usize,
+    after: Option<Vec<u8>>,
+}
+
+/// Diffs the expected keys against the index's entries in the pass's range, from `pos`, adding
+/// up to `max_ops` operations to `ops`. Returns whether the range is done.
+fn diff_chunk(
+    index: &ReadTransaction,
+    exp: &Expected,
+    pos: &mut DiffPos,
+    max_ops: usize,
+    ops: &mut Ops,
+) -> Result<bool> {
+    let start = match (&pos.after, &exp.lo) {
+        (Some(k), _) => Bound::Excluded(k.as_slice()),
+        (None, Some(lo)) => Bound::Included(lo.as_slice()),
+        (None, None) => Bound::Unbounded,
+    };
+    let end = match &exp.cutoff {
+        Some(c) => Bound::Excluded(c.as_slice()),
+        None => Bound::Unbounded,
+    };
+    let mut it = index.range((start, end))?;
+    let mut cur = it.next().transpose()?;
+    let mut consumed: Option<&[u8]> = None;
+    let done = loop {
+        if ops.len() >= max_ops {
+            break false;
+        }
+        let e = exp.spans.get(pos.e).map(|s| exp.key(*s));
+        let Some((ik, iv)) = cur else {
+            match e {
+                None => break true,
+                Some(e) => {
+                    ops.push_key(e, true);
+                    pos.e += 1;
+                    continue;
+                }
+            }
+        };
+        match e.map_or(Ordering::Greater, |e| e.cmp(ik)) {
+            Ordering::Less => {
+                if let Some(e) = e {
+                    ops.push_key(e, true);
+                }
+                pos.e += 1;
+            }
+            Ordering::Equal => {
+                if !iv.is_empty() {
+                    ops.push_key(ik, true);
+                }
+                pos.e += 1;
+                consumed = Some(ik);
+                cur = it.next().transpose()?;
+            }
+            Ordering::Greater => {
+                if ik != INDEX_APPLIED_KEY {
+                    ops.push_key(ik, false);
+                }
+                consumed = Some(ik);
+                cur = it.next().transpose()?;
+            }
+        }
+    };
+    if let Some(k) = consumed {
+        pos.after = Some(k.to_vec());
+    }
+    Ok(done)
+}
+
+/// Makes the index equal to what the map function gives for the documents of `root`, then
+/// records `root`'s txn. Returns false when abandoned (shutdown, drop).
+async fn reconcile(
+    def: &IndexDefinition,
+    shared: &IndexShared,
+    root: ReadTransaction,
+    branch: &StorageHandle,
+    lane: &IoLane,
+    slots: &BuildSlots,
+) -> std::result::Result<bool, IndexFailure> {
+    let abandoned = || shared.abandon.load(std::sync::atomic::Ordering::Acquire);
+    let total = root.len();
+    shared.set_build(
+        BuildProgress {
+            pass: 1,
+            scanned: 0,
+            total,
+        },
+        0,
+    );
+    let Some(_slot) = slots.acquire().await else {
+        return Ok(false);
+    };
+    let root_txn = root.txn_id();
+    let mut lo: Option<Vec<u8>> = None;
+    let mut pass = 0u32;
+    loop {
+        pass += 1;
+        // Phase 1: the expected entries of this pass's key range.
+        let mut exp = Expected::new(def.reconcile_memory, lo.take(), pass == 1);
+        let mut after: Option<Vec<u8>> = None;
+        let mut scanned = 0u64;
+        loop {
+            if abandoned() {
+                return Ok(false);
+            }
+            let (snap, map) = (root.clone(), def.map.clone());
+            let (mut e, a) = (exp, after);
+            let (e, a, r) = lane
+                .run(move || {
+                    let mut a = a;
+                    let r = scan_chunk(&snap, &*map, &mut e, &mut a, SCAN_CHUNK);
+                    if matches!(r, Ok((_, true))) {
+                        e.sort_dedup();
+                    }
+                    Ok((e, a, r))
+                })
+                .await
+                .map_err(storage_failure)?;
+            (exp, after) = (e, a);
+            let (n, done) = r?;
+            scanned += n;
+            let skipped = std::mem::take(&mut exp.skipped);
+            shared.set_build(
+                BuildProgress {
+                    pass,
+                    scanned,
+                    total,
+                },
+                skipped,
+            );
+            if done {
+                break;
+            }
+        }
+        // Phase 2: the difference, written in bounded batches.
+        let index = branch.storage.begin_read().map_err(storage_failure)?;
+        let mut pos = DiffPos::default();
+        loop {
+            if abandoned() {
+                return Ok(false);
+            }
+            let (snap, e, p) = (index.clone(), exp, pos);
+            let (e, p, ops, done) = lane
+                .run(move || {
+                    let mut p = p;
+                    let mut ops = Ops::default();
+                    let done = diff_chunk(&snap, &e, &mut p, DIFF_BATCH, &mut ops)?;
+                    Ok((e, p, ops, done))
+                })
+                .await
+                .map_err(storage_failure)?;
+            (exp, pos) = (e, p);
+            if !ops.is_empty() {
+                write_ops(branch, ops, None)
+                    .await
+                    .map_err(storage_failure)?;
+            }
+            if done {
+                break;
+            }
+        }
+        match exp.cutoff.take() {
+            Some(c) => lo = Some(c),
+            None => break,
+        }
+    }
+    drop(root);
+    write_ops(branch, Ops::default(), Some(root_txn))
+        .await
+        .map_err(storage_failure)?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(o: &Ops) -> Vec<(Vec<u8>, bool)> {
+        o.ops.iter().map(|x| (o.key(x).to_vec(), x.put)).collect()
+    }
+
+    #[test]
+    fn settle_keeps_the_last_operation_of_each_key_in_key_order() {
+        let mut o = Ops::default();
+        o.push_key(b"b", true);
+        o.push_key(b"a", true);
+        o.push_key(b"b", false);
+        o.push_key(b"c", false);
+        o.push_key(b"a", false);
+        o.push_key(b"a", true);
+        o.settle();
+        assert_eq!(
+            keys(&o),
+            vec![
+                (b"a".to_vec(), true),
+                (b"b".to_vec(), false),
+                (b"c".to_vec(), false)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_change_deletes_lost_terms_and_puts_gained_ones() {
+        let map: Arc<MapFn> =
+            Arc::new(|_k: &[u8], v: &[u8]| v.split(|b| *b == b',').map(<[u8]>::to_vec).collect());
+        let c = DocumentChange {
+            key: b"d1".to_vec(),
+            old: Some(b"x,y".to_vec()),
+            new: Some(b"y,z".to_vec()),
+        };
+        let mut o = Ops::default();
+        assert_eq!(diff_change(&*map, &c, &mut o).unwrap(), 0);
+        assert_eq!(
+            keys(&o),
+            vec![(b"x\0d1".to_vec(), false), (b"z\0d1".to_vec(), true)]
+        );
+        // A term whose key passes the key limit is skipped and counted.
+        let long = DocumentChange {
+            key: b"d2".to_vec(),
+            old: None,
+            new: Some(vec![b'q'; MAX_KEY_LEN]),
+        };
+        let mut o = Ops::default();
+        assert_eq!(diff_change(&*map, &long, &mut o).unwrap(), 1);
+        assert!(o.is_empty());
+    }
+
+    #[test]
+    fn a_panicking_map_is_a_typed_failure() {
+        let map: Arc<MapFn> = Arc::new(|_k: &[u8], _v: &[u8]| panic!("bad document"));
+        match call_map(&*map, b"k", b"v") {
+            Err(IndexFailure::MapPanicked { key, message }) => {
+                assert_eq!(key, b"k");
+                assert_eq!(message, "bad document");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn expected_entries_shrink_to_the_smallest_keys_under_the_budget() {
+        let mut e = Expected::new(4096, None, true);
+        for i in (0..2000u32).rev() {
+            e.add(format!("{i:06}").as_bytes(), b"d");
+        }
+        e.sort_dedup();
+        let cutoff = e.cutoff.clone().expect("over budget: a cutoff");
+        assert!(e.arena.len() + e.spans.len() * 16 <= 4096 + 64);
+        // Every kept key is below the cutoff, and every key below the cutoff was kept.
+        let kept: Vec<Vec<u8>> = e.spans.iter().map(|s| e.key(*s).to_vec()).collect();
+        let want: Vec<Vec<u8>> = (0..2000u32)
+            .map(|i| {
+                let mut k = format!("{i:06}").into_bytes();
+                k.extend_from_slice(b"\0d");
+                k
+            })
+            .filter(|k| k.as_slice() < cutoff.as_slice())
+            .collect();
+        assert_eq!(kept, want);
+        assert!(!kept.is_empty());
+    }
+
+    #[test]
+    fn applied_records_round_trip_and_foreign_values_are_not_records() {
+        assert_eq!(decode_applied(&applied_record(42)), Some(42));
+        assert_eq!(decode_applied(b"x"), None);
+        assert_eq!(decode_applied(&[0u8; 16]), None);
+    }
+}
