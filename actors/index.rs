@@ -287,6 +287,9 @@ pub struct IndexStats {
     /// Whether this definition built or reconciled the index from a snapshot of the documents
     /// (false: it resumed from its applied record).
     pub reconciled: bool,
+    /// Passes over the documents of that build or reconcile so far (0 without one; more than
+    /// 1 when its expected entries did not fit in [`IndexDefinition::reconcile_memory`]).
+    pub build_passes: u32,
     /// Index transactions committed from the feed since the definition.
     pub batches: u64,
     /// Document changes applied from the feed since the definition.
@@ -376,6 +379,7 @@ struct Progress {
     applied: u64,
     build: Option<BuildProgress>,
     reconciled: bool,
+    build_passes: u32,
     batches: u64,
     changes: u64,
     skipped_terms: u64,
@@ -408,6 +412,7 @@ impl IndexShared {
                 applied,
                 build: None,
                 reconciled: false,
+                build_passes: 0,
                 batches: 0,
                 changes: 0,
                 skipped_terms: 0,
@@ -457,6 +462,7 @@ impl IndexShared {
         let mut p = self.lock();
         p.build = Some(b);
         p.reconciled = true;
+        p.build_passes = p.build_passes.max(b.pass);
         p.skipped_terms += skipped;
     }
 
@@ -543,6 +549,7 @@ impl IndexShared {
             entries,
             build: p.build,
             reconciled: p.reconciled,
+            build_passes: p.build_passes,
             batches: p.batches,
             changes: p.changes,
             skipped_terms: p.skipped_terms,
