@@ -43,11 +43,16 @@ fn entries(db: &str) -> std::collections::BTreeMap<String, u64> {
         .collect()
 }
 
-/// Values (document ids) of a prefix scan of an index.
+/// Document ids of a prefix scan of an index: each entry's key ends with 0x00 and the id (in
+/// `scan`'s escapes), its value is empty.
 fn scan_ids(db: &str, storage: &str, prefix: &str) -> Vec<String> {
     ok(&["scan", db, "--storage", storage, "--prefix", prefix])
         .lines()
-        .map(|l| l.split_once('\t').unwrap().1.to_string())
+        .map(|l| {
+            let (k, v) = l.split_once('\t').unwrap();
+            assert_eq!(v, "", "{l}");
+            k.rsplit_once("\\x00").unwrap().1.to_string()
+        })
         .collect()
 }
 
@@ -169,6 +174,45 @@ fn ingest_cities_with_two_indexes() {
     assert_eq!(scan_ids(db, "country", "AD\\x00"), want_ad[1..].to_vec());
     assert_eq!(scan_ids(db, "country,admin1", "ZZ\\x00"), vec![id(1)]);
     assert!(omnibus(&["check", db]).status.success());
+
+    // `put` works on the core database, outside the engine: it does not update the indexes, and
+    // the next ingest that lists an index reconciles it (here with no input at all); an
+    // unlisted index is left as it was.
+    ok(&["put", db, &id(2), "{\"country\":\"QQ\",\"admin1\":\"01\"}"]);
+    assert_eq!(scan_ids(db, "country", "QQ\\x00"), Vec::<String>::new());
+    let empty = dir.path().join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let out = ok(&[
+        "ingest",
+        db,
+        "--input",
+        empty.to_str().unwrap(),
+        "--index",
+        "country",
+        "--json",
+    ]);
+    let s: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(s["documents"], 0);
+    assert_eq!(s["indexes"][0]["name"], "country");
+    assert_eq!(s["indexes"][0]["reconciled"], true, "{s}");
+    assert_eq!(scan_ids(db, "country", "QQ\\x00"), vec![id(2)]);
+    assert_eq!(entries(db)["country"], e["country"]);
+    assert_eq!(
+        scan_ids(db, "country,admin1", "QQ\\x00"),
+        Vec::<String>::new()
+    );
+    // `stat` shows each index's applied root txn: the reconciled one is at the root's last.
+    let st: Value = serde_json::from_str(&ok(&["stat", db, "--json"])).unwrap();
+    let storages = st["storages"].as_array().unwrap();
+    let root_txn = &storages[0]["last_committed_txn"];
+    assert!(storages[0]["index_applied_txn"].is_null());
+    let country = storages.iter().find(|s| s["name"] == "country").unwrap();
+    assert_eq!(&country["index_applied_txn"], root_txn);
+    let ca = storages
+        .iter()
+        .find(|s| s["name"] == "country,admin1")
+        .unwrap();
+    assert!(ca["index_applied_txn"].as_u64().unwrap() < root_txn.as_u64().unwrap());
 }
 
 #[test]

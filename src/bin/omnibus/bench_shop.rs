@@ -2,9 +2,10 @@
 //! each journal mode one after the other and compared side by side.
 //!
 //! Clients put generated user documents (about 1 KB of JSON) into the documents storage, each
-//! with one put in flight, the next one sent as soon as the acknowledgement comes back. After
-//! each acknowledgement the client sends one update to every index's feed (bounded: a slow
-//! index slows the clients down); each index task commits what is pending as one batch.
+//! with one put in flight, the next one sent as soon as the acknowledgement comes back. The N
+//! indexes are engine indexes (`define_index`, a byte-scan map function per index): the engine
+//! feeds every acknowledged root commit to them (bounded: a slow index slows the clients down),
+//! and each commits what is pending as one batch; the run ends with `wait_for_indexes`.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,14 +13,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use omnibus::actors::{Engine, EngineOptions, StorageHandle};
+use omnibus::actors::{Engine, EngineOptions, IndexDefinition, StorageHandle};
 use omnibus::Options;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::cli::{JournalArg, ShopArgs};
-use crate::feed::{self, FeedSender, Update};
 use crate::{fmt, CliResult, Fail};
 
 const COUNTRIES: [&str; 24] = [
@@ -137,6 +137,7 @@ impl User {
         }
     }
 
+    #[cfg(test)]
     fn field(&self, i: usize) -> String {
         match i {
             0 => self.name.clone(),
@@ -149,7 +150,8 @@ impl User {
     }
 
     /// The entry key of index `i`: one field for the first six indexes, then a hash of two
-    /// fields (seeded by `i`); then 0x00 and the id.
+    /// fields (seeded by `i`); then 0x00 and the id. (The reference for [`index_terms`].)
+    #[cfg(test)]
     fn index_key(&self, i: usize) -> Vec<u8> {
         let mut k = if i < FIELDS.len() {
             self.field(i).into_bytes()
@@ -159,10 +161,58 @@ impl User {
             h.update(self.field((i / FIELDS.len() + i) % FIELDS.len()).as_bytes());
             format!("{:08x}", h.finalize()).into_bytes()
         };
-        k.push(feed::SEP);
+        k.push(crate::index_spec::SEP);
         k.extend_from_slice(self.id.as_bytes());
         k
     }
+}
+
+/// The raw value of field `name` in a document serialized from a [`User`], by a byte scan (no
+/// JSON parsing): a string's bytes between its quotes, or a number's digits. `None` when
+/// missing or when the string holds an escape (never, for generated users: their fields are
+/// plain ASCII without quotes or backslashes, so the first `"name":` is the field).
+fn scan_field<'a>(doc: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    let n = name.as_bytes();
+    let at = doc.windows(n.len() + 3).position(|w| {
+        w[0] == b'"' && &w[1..=n.len()] == n && w[n.len() + 1] == b'"' && w[n.len() + 2] == b':'
+    })?;
+    let v = &doc[at + n.len() + 3..];
+    if v.first() == Some(&b'"') {
+        let end = v[1..].iter().position(|b| *b == b'"' || *b == b'\\')?;
+        (v[1 + end] == b'"').then(|| &v[1..1 + end])
+    } else {
+        let end = v
+            .iter()
+            .position(|b| !b.is_ascii_digit())
+            .unwrap_or(v.len());
+        (end > 0).then(|| &v[..end])
+    }
+}
+
+/// The map function of index `i`: the term of [`User::index_key`] (the field, or the hex crc32
+/// of two fields seeded by `i`), read from the stored JSON by [`scan_field`].
+fn index_terms(i: usize, doc: &[u8]) -> Vec<Vec<u8>> {
+    let f = FIELDS.len();
+    if i < f {
+        return scan_field(doc, FIELDS[i])
+            .map(|v| vec![v.to_vec()])
+            .unwrap_or_default();
+    }
+    let (Some(a), Some(b)) = (
+        scan_field(doc, FIELDS[i % f]),
+        scan_field(doc, FIELDS[(i / f + i) % f]),
+    ) else {
+        return Vec::new();
+    };
+    let mut h = crc32fast::Hasher::new_with_initial(i as u32);
+    h.update(a);
+    h.update(b);
+    let x = h.finalize();
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    vec![(0..8)
+        .rev()
+        .map(|d| HEX[((x >> (d * 4)) & 0xf) as usize])
+        .collect()]
 }
 
 fn index_name(i: usize) -> String {
@@ -195,9 +245,12 @@ struct ModeResult {
     batches: u64,
     journal_bytes_per_document: f64,
     disk_bytes_per_document: Option<f64>,
+    /// Index lag (a document's acknowledgement to its index batch's commit): the largest of the
+    /// indexes' p50, p99 and max (the slowest index), from `index_stats`.
     index_lag_ms_p50: f64,
     index_lag_ms_p99: f64,
     index_lag_ms_max: f64,
+    /// Most root commits an index was behind when it started a batch.
     index_behind_max: u64,
     /// The commit latency distribution: (percentile, microseconds).
     distribution: Vec<(f64, u64)>,
@@ -224,12 +277,11 @@ fn distribution(h: &Histogram<u64>) -> Vec<(f64, u64)> {
 
 async fn client(
     root: StorageHandle,
-    feeds: Arc<Vec<FeedSender>>,
     next: Arc<AtomicU64>,
     limit: u64,
     deadline: Option<Instant>,
 ) -> Result<Histogram<u64>, Fail> {
-    let mut h = feed::histogram();
+    let mut h = fmt::histogram();
     loop {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(h);
@@ -245,20 +297,6 @@ async fn client(
             .await
             .map_err(|e| Fail::from(e).context("putting a document"))?;
         let _ = h.record(t.elapsed().as_micros() as u64);
-        let acked = Instant::now();
-        for (i, f) in feeds.iter().enumerate() {
-            let put = Some((u.index_key(i), u.id.clone().into_bytes()));
-            if f.send(Update {
-                acked,
-                del: None,
-                put,
-            })
-            .await
-            .is_err()
-            {
-                return Err(Fail::io(format!("index {} stopped", index_name(i))));
-            }
-        }
     }
 }
 
@@ -306,10 +344,13 @@ fn run_mode_in(
         },
     )?;
     let root = db.root();
-    let n_idx = a.indexes as usize;
-    let mut handles = Vec::with_capacity(n_idx);
-    for i in 0..n_idx {
-        handles.push(db.blocking_storage(&index_name(i))?);
+    for i in 0..a.indexes as usize {
+        db.blocking_define_index(
+            IndexDefinition::new(index_name(i), move |_id: &[u8], doc: &[u8]| {
+                index_terms(i, doc)
+            })
+            .min_batch_interval(Duration::from_millis(a.index_interval_ms)),
+        )?;
     }
     let setup_seconds = setup.elapsed().as_secs_f64();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -324,34 +365,11 @@ fn run_mode_in(
     let deadline = seconds.map(|s| started + Duration::from_secs_f64(s));
     let limit = a.docs.unwrap_or(u64::MAX);
     let out = rt.block_on(async {
-        let mut feeds = Vec::new();
-        let mut tasks = Vec::new();
-        for (i, h) in handles.iter().enumerate() {
-            let (tx, rx) = feed::channel();
-            tasks.push(tokio::spawn(feed::run_index(
-                index_name(i),
-                h.clone(),
-                rx,
-                tx.sent.clone(),
-                false,
-                Duration::from_millis(a.index_interval_ms),
-            )));
-            feeds.push(tx);
-        }
-        let feeds = Arc::new(feeds);
         let next = Arc::new(AtomicU64::new(0));
         let clients: Vec<_> = (0..a.clients)
-            .map(|_| {
-                tokio::spawn(client(
-                    root.clone(),
-                    feeds.clone(),
-                    next.clone(),
-                    limit,
-                    deadline,
-                ))
-            })
+            .map(|_| tokio::spawn(client(root.clone(), next.clone(), limit, deadline)))
             .collect();
-        let mut lat = feed::histogram();
+        let mut lat = fmt::histogram();
         let mut fail = None;
         for c in clients {
             match c.await {
@@ -364,16 +382,10 @@ fn run_mode_in(
         }
         let client_secs = started.elapsed().as_secs_f64();
         let mid = db.stats();
-        drop(feeds);
-        let mut reports = Vec::new();
-        for t in tasks {
-            match t.await {
-                Ok(Ok(r)) => reports.push(r),
-                Ok(Err(e)) => fail = fail.or(Some(e.into())),
-                Err(e) => fail = fail.or(Some(Fail::io(format!("an index task failed: {e}")))),
-            }
+        if let Err(e) = db.wait_for_indexes().await {
+            fail = fail.or(Some(e.into()));
         }
-        (lat, client_secs, mid, reports, fail)
+        (lat, client_secs, mid, db.index_stats(), fail)
     });
     let (lat, client_secs, mid, reports, fail) = out;
     if let Some(f) = fail {
@@ -381,7 +393,6 @@ fn run_mode_in(
     }
     let caught_up = started.elapsed().as_secs_f64();
     let end = db.stats();
-    drop(handles);
     drop(root);
     drop(db);
     let close = Instant::now();
@@ -391,11 +402,12 @@ fn run_mode_in(
     let close_seconds = close.elapsed().as_secs_f64();
     let disk1 = fmt::process_write_bytes();
     let docs = lat.len();
-    let (lag, behind) = feed::merge_lag(&reports);
+    let slowest =
+        |f: fn(&omnibus::actors::IndexStats) -> f64| reports.iter().map(f).fold(0.0, f64::max);
+    let behind = reports.iter().map(|r| r.max_lag_txns).max().unwrap_or(0);
     let fsyncs_clients = mid.journal_fdatasyncs - stats0.journal_fdatasyncs;
     let fsyncs = end.journal_fdatasyncs - stats0.journal_fdatasyncs;
     let commits = end.commits - stats0.commits;
-    let ms = |us: u64| us as f64 / 1000.0;
     let per_doc = |b: u64| {
         if docs > 0 {
             b as f64 / docs as f64
@@ -428,9 +440,9 @@ fn run_mode_in(
         batches: end.batches - stats0.batches,
         journal_bytes_per_document: per_doc(end.journal_bytes - stats0.journal_bytes),
         disk_bytes_per_document: disk0.zip(disk1).map(|(a, b)| per_doc(b.saturating_sub(a))),
-        index_lag_ms_p50: ms(lag.value_at_quantile(0.5)),
-        index_lag_ms_p99: ms(lag.value_at_quantile(0.99)),
-        index_lag_ms_max: ms(lag.max()),
+        index_lag_ms_p50: slowest(|r| r.apply_lag.p50_ms),
+        index_lag_ms_p99: slowest(|r| r.apply_lag.p99_ms),
+        index_lag_ms_max: slowest(|r| r.apply_lag.max_ms),
         index_behind_max: behind,
         distribution: distribution(&lat),
         histogram: Some(lat),
@@ -792,7 +804,7 @@ mod tests {
 
     #[test]
     fn plot_points_are_monotone() {
-        let mut h = feed::histogram();
+        let mut h = fmt::histogram();
         let mut rng = SmallRng::seed_from_u64(7);
         for _ in 0..20_000 {
             let v: u64 = if rng.random_ratio(1, 100) {
@@ -820,5 +832,25 @@ mod tests {
             assert!(k.ends_with(b"\x00users/000000000042"));
         }
         assert_eq!(User::generate(42).email, u.email);
+    }
+
+    #[test]
+    fn index_terms_scan_the_same_keys_as_index_key() {
+        for n in 0..300 {
+            let u = User::generate(n);
+            let doc = serde_json::to_vec(&u).unwrap();
+            for i in 0..100 {
+                let key = u.index_key(i);
+                let term = &key[..key.len() - 1 - u.id.len()];
+                assert_eq!(
+                    index_terms(i, &doc),
+                    vec![term.to_vec()],
+                    "user {n} index {i}"
+                );
+            }
+        }
+        assert_eq!(scan_field(br#"{"a":"x\"y","b":12}"#, "a"), None);
+        assert_eq!(scan_field(br#"{"a":"x\"y","b":12}"#, "b"), Some(&b"12"[..]));
+        assert_eq!(scan_field(br#"{"a":1}"#, "c"), None);
     }
 }

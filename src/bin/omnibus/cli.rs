@@ -89,25 +89,23 @@ beyond 64 bits lose precision, so use string ids for exact keys), or, without --
 read (surrounding whitespace trimmed). Many puts are in flight at once (--window) so the storage \
 actor merges them into few transactions.
 
-Each --index SPEC (a field name, or several joined by `,`, e.g. `country,admin1`) is kept in its own \
-branch storage named SPEC. An entry's key is the field values joined by a 0x00 byte, then 0x00, then \
-the document id; its value is the document id. So `scan --storage country --prefix 'AD\\x00'` lists \
+Each --index SPEC (a field name, or several joined by `,`, e.g. `country,admin1`) is defined as an \
+engine index kept in its own branch storage named SPEC. An entry's key is the field values joined by a \
+0x00 byte, then 0x00, then the document id; its value is empty. So `scan --storage country --prefix 'AD\\x00'` lists \
 the documents whose country is AD. Field values: a string as is, a number in serde_json's text form (as ids), a boolean as \
 true or false, an array or object as compact JSON; a missing or null field, or a value holding a NUL byte \
 (its key would be ambiguous), leaves the document out of that index. A dotted name (`a.b`) reaches into nested objects when no top-level field has that name. \
-Index storages follow the committed documents asynchronously (a change feed: once a document's put \
-is acknowledged, its entries go on a bounded channel per index, and each index commits what is \
-pending as one batch); the command returns when every index has caught up.
+The engine keeps the indexes from the documents' change feed (every acknowledged commit of the root \
+storage goes to each index, which applies what is pending as one batch, deleting the entries of \
+changed and deleted documents); the command returns when every index has caught up.
 
-Only the indexes given with --index are maintained: re-running on an existing database without \
-all of its index specs leaves the unlisted ones stale, and `put`/`delete` never update indexes.
+Only the indexes given with --index are maintained on a run: each is built if new, reconciled with \
+the documents if it is behind them (a crash before it caught up, `put`/`delete` on the root, which \
+work outside the engine and do not update indexes, or an earlier ingest without it), or resumed. \
+Index storages not listed are left untouched (and go stale if documents change).
 
 Re-running an ingest stores no duplicates: a document already stored with the same bytes is not \
-written again, and one whose indexed fields changed has its old index entries deleted (the previous \
-version is read before the put). Limitation: if the process dies after a changed document was \
-committed but before its index caught up, the old index entry of the changed field survives the \
-re-run (the re-run sees the new version as unchanged); entries of unchanged documents are always \
-completed by a re-run.
+written again, and one whose indexed fields changed has its old index entries deleted.
 
 Input errors (reported as `line N: ...` on stderr; skipped or fatal per --on-error):
   not valid UTF-8 (byte offset K)          the line is not UTF-8
@@ -124,8 +122,9 @@ committed and indexed. An I/O failure or corruption exits with 2.
 
 At the end it prints documents, seconds, documents/s, the document commit latency (p50, p99, max, \
 from the put until its acknowledgement), fdatasyncs, bytes written (journal, and the whole process's \
-disk writes from /proc/self/io), and the largest index lag seen (milliseconds from a document's \
-acknowledgement until its index entry is committed, and documents behind). A progress bar is drawn \
+disk writes from /proc/self/io), the largest index lag seen (milliseconds from a document's \
+acknowledgement until its index entry is committed, and root commits behind), and per index its \
+entries and whether it was built from the documents or resumed. A progress bar is drawn \
 only when stderr is a terminal.";
 
 #[derive(Debug, Args)]
@@ -221,7 +220,8 @@ pub struct DeleteArgs {
 const SCAN_LONG: &str = "List entries in key order, one a line: the key, a tab, the value. Bytes that are valid \
 UTF-8 are shown as they are, except that a backslash is written \\\\, a tab \\t, a newline \\n, a carriage \
 return \\r; every other byte that is not part of valid UTF-8, and every other control character, is \
-written \\xHH. --prefix takes the same escapes (e.g. 'AD\\x00' for the exact country AD in an index).";
+written \\xHH. --prefix takes the same escapes (e.g. 'AD\\x00' for the exact country AD in an index). \
+An index storage's applied-txn record (the key 0x00) is not listed.";
 
 #[derive(Debug, Args)]
 pub struct ScanArgs {
@@ -241,7 +241,8 @@ pub struct ScanArgs {
 const STAT_LONG: &str =
     "Sizes and counters of every storage of the database (the root, then each index):
   txn             last committed and last flushed transaction ids
-  entries         keys stored
+  entries         keys stored (for an index, its applied-txn record left out)
+  index           for an index storage: the root txn id it has applied up to
   pages           used and free 8 KiB pages (free pages are reused before the file grows)
   file            data file length, bytes allocated on disk, bytes in holes (length not backed by \
 allocated blocks: punched free runs), 1 MiB runs punched since this open
@@ -281,8 +282,9 @@ pub enum BenchCommand {
 const SHOP_LONG: &str = "The RavenDB scenario: one documents storage and --indexes N index storages. --clients C \
 concurrent clients insert generated user documents (id, name, email, country, age, last login, \
 about 1 KB) as fast as acknowledgements come back, for --seconds S or until --docs D documents; \
-the index storages follow from the change feed of the documents storage (each index extracts a \
-field, or a hash of several fields, of every document and commits what is pending as one batch).
+the index storages are engine indexes following the change feed of the documents storage (each \
+index extracts a field, or a hash of several fields, of every document by a byte scan of its JSON, and \
+commits what is pending as one batch); the run ends when every index has caught up.
 
 Each journal mode of --journal runs one after the other in the same run, each in a fresh directory \
 under --dir, or without --dir under a temporary directory created in the current directory (the \
@@ -301,7 +303,7 @@ pub struct ShopArgs {
     /// Concurrent clients, each with one document put in flight.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=100000))]
     pub clients: u64,
-    /// Least milliseconds between two commits of an index (updates accumulate in between).
+    /// Least milliseconds between two batches of an index (changes accumulate in between).
     #[arg(long, default_value_t = 0)]
     pub index_interval_ms: u64,
     /// Seconds of inserting per mode [default: 20, when --docs is not given].

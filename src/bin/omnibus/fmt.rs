@@ -64,6 +64,11 @@ pub fn unescape(s: &str) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
+/// An empty latency histogram (microseconds, 3 significant digits).
+pub fn histogram() -> hdrhistogram::Histogram<u64> {
+    hdrhistogram::Histogram::new(3).expect("3 significant digits is valid")
+}
+
 /// `1234567` -> `1.2 MiB`.
 pub fn bytes(n: u64) -> String {
     const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

@@ -1,12 +1,12 @@
-//! `omnibus ingest`: JSON Lines into the root storage through the actor runtime, with index
-//! storages kept from the change feed.
+//! `omnibus ingest`: JSON Lines into the root storage through the actor runtime, with the
+//! `--index` specs defined as engine indexes (kept from the documents' change feed).
 //!
 //! Threads: a reader thread reads capped lines, checks and parses them, and sends documents on
 //! a bounded channel; the dispatcher (a tokio task) keeps up to `--window` document puts in
-//! flight (never two of the same id at once, so a document's versions and their index updates
-//! stay in order); each document task reads the previous version, puts the new one, and once
-//! it is acknowledged sends the index updates on each index's bounded feed; one task per index
-//! commits its pending updates in batches.
+//! flight (never two of the same id at once, so a document's versions stay in order); each
+//! document task compares the stored version and puts the new one if it differs. The engine
+//! feeds every acknowledged root commit to the index actors; the command waits for them
+//! (`wait_for_indexes`) before its summary.
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, IsTerminal, Read};
@@ -23,7 +23,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use crate::cli::{IngestArgs, OnError};
-use crate::feed::{self, FeedSender, IndexReport, IndexSpec, Update};
+use crate::index_spec::IndexSpec;
 use crate::lines::{read_line_capped, Line};
 use crate::{db_dir, fmt, CliResult, Fail};
 
@@ -32,8 +32,6 @@ struct Doc {
     line: u64,
     id: Vec<u8>,
     value: Vec<u8>,
-    /// The entry key in each index (`None`: a field is missing).
-    keys: Vec<Option<Vec<u8>>>,
 }
 
 enum Item {
@@ -112,25 +110,21 @@ fn parse_line(
         return Err(format!("not a JSON object ({})", describe(&v)));
     };
     let id = doc_id(&obj, id_field, line)?;
-    let mut keys = Vec::with_capacity(specs.len());
+    // An entry the engine could not store (it would skip it) is refused here, with its line.
     for s in specs {
-        let k = s.key(&obj, &id);
-        if let Some(k) = &k {
-            if k.len() > MAX_KEY_LEN {
+        if let Some(n) = s.key_len(&obj, &id) {
+            if n > MAX_KEY_LEN {
                 return Err(format!(
-                    "index `{}` key is {} bytes: keys are 1..={MAX_KEY_LEN} bytes",
-                    s.name,
-                    k.len()
+                    "index `{}` key is {n} bytes: keys are 1..={MAX_KEY_LEN} bytes",
+                    s.name
                 ));
             }
         }
-        keys.push(k);
     }
     Ok(Some(Doc {
         line,
         id,
         value: text.as_bytes().to_vec(),
-        keys,
     }))
 }
 
@@ -194,19 +188,14 @@ fn doc_failed(line: u64, f: Fail) -> Fail {
     f.context(format_args!("line {line}"))
 }
 
-/// One document: read the previous version, put, then feed the indexes. Its errors do not name
-/// the line (see [`doc_failed`]).
-async fn ingest_doc(
-    root: StorageHandle,
-    specs: Arc<Vec<IndexSpec>>,
-    feeds: Arc<Vec<FeedSender>>,
-    d: Doc,
-) -> (Option<u64>, Result<Outcome, Fail>) {
-    let prev: Option<Vec<u8>> = match root
+/// One document: compare with the stored version, put if it differs (the engine updates the
+/// indexes from the put). Its errors do not name the line (see [`doc_failed`]).
+async fn ingest_doc(root: StorageHandle, d: Doc) -> (Option<u64>, Result<Outcome, Fail>) {
+    let same = match root
         .snapshot()
-        .and_then(|s| s.get(&d.id).map(|v| v.map(<[u8]>::to_vec)))
+        .and_then(|s| Ok(s.get(&d.id)? == Some(&d.value[..])))
     {
-        Ok(p) => p,
+        Ok(same) => same,
         Err(e) => {
             return (
                 None,
@@ -214,47 +203,28 @@ async fn ingest_doc(
             )
         }
     };
-    let (outcome, latency) = if prev.as_deref() == Some(&d.value[..]) {
-        (Outcome::Unchanged, None)
-    } else {
-        let t = Instant::now();
-        if let Err(e) = root.put(d.id.clone(), d.value).await {
-            return (None, Err(Fail::from(e).context("storing the document")));
-        }
-        (Outcome::Stored, Some(t.elapsed().as_micros() as u64))
-    };
-    let acked = Instant::now();
-    // The previous version's entries, to delete those that changed.
-    let old: Option<Map<String, Value>> = prev
-        .and_then(|p| serde_json::from_slice::<Value>(&p).ok())
-        .and_then(|v| match v {
-            Value::Object(o) => Some(o),
-            _ => None,
-        });
-    for (i, (spec, new)) in specs.iter().zip(d.keys).enumerate() {
-        let old_key = old.as_ref().and_then(|o| spec.key(o, &d.id));
-        let del = old_key.filter(|k| Some(k) != new.as_ref());
-        let put = new.map(|k| (k, d.id.clone()));
-        if del.is_none() && put.is_none() {
-            continue;
-        }
-        if feeds[i].send(Update { acked, del, put }).await.is_err() {
-            return (
-                latency,
-                Err(Fail::io(format!("index `{}` stopped", spec.name))),
-            );
-        }
+    if same {
+        return (None, Ok(Outcome::Unchanged));
     }
-    (latency, Ok(outcome))
+    let t = Instant::now();
+    if let Err(e) = root.put(d.id, d.value).await {
+        return (None, Err(Fail::from(e).context("storing the document")));
+    }
+    (Some(t.elapsed().as_micros() as u64), Ok(Outcome::Stored))
 }
 
 #[derive(Debug, Serialize)]
 struct IndexSummary {
     name: String,
     entries: u64,
-    updates: u64,
-    commits: u64,
-    unchanged: u64,
+    /// Root txn id the index has applied.
+    applied_txn: u64,
+    /// Whether it was built or reconciled from the documents on this run (false: resumed).
+    reconciled: bool,
+    /// Document changes applied from the feed on this run.
+    changes: u64,
+    /// Index transactions committed from the feed on this run.
+    batches: u64,
     lag_ms_max: f64,
 }
 
@@ -297,12 +267,9 @@ struct Counts {
 }
 
 /// The dispatcher: keeps up to `window` puts in flight, one per id at a time.
-#[allow(clippy::too_many_arguments)]
 async fn dispatch(
     mut items: mpsc::Receiver<Item>,
     root: StorageHandle,
-    specs: Arc<Vec<IndexSpec>>,
-    feeds: Arc<Vec<FeedSender>>,
     window: usize,
     on_error: OnError,
     pb: ProgressBar,
@@ -313,7 +280,7 @@ async fn dispatch(
         stored: 0,
         unchanged: 0,
         bad: 0,
-        latency: feed::histogram(),
+        latency: crate::fmt::histogram(),
         aborted_at: None,
         fatal: None,
     };
@@ -373,11 +340,10 @@ async fn dispatch(
                     break;
                 }
                 in_flight.insert(d.id.clone());
-                let (root, specs, feeds, tx) =
-                    (root.clone(), specs.clone(), feeds.clone(), done_tx.clone());
+                let (root, tx) = (root.clone(), done_tx.clone());
                 tokio::spawn(async move {
                     let (id, line) = (d.id.clone(), d.line);
-                    let (latency_us, result) = ingest_doc(root, specs, feeds, d).await;
+                    let (latency_us, result) = ingest_doc(root, d).await;
                     let _ = tx.send(Done {
                         id,
                         line,
@@ -427,10 +393,6 @@ fn open_input(a: &IngestArgs) -> CliResult<(Box<dyn Read + Send>, Option<u64>)> 
     Ok((Box::new(f), len))
 }
 
-fn ms(us: u64) -> f64 {
-    us as f64 / 1000.0
-}
-
 pub fn run(a: IngestArgs) -> CliResult {
     let mut specs: Vec<IndexSpec> = Vec::new();
     for s in &a.indexes {
@@ -477,12 +439,11 @@ pub fn run(a: IngestArgs) -> CliResult {
         .blocking_open_database(&a.db, opts)
         .map_err(|e| Fail::opening(e, &a.db))?;
     let root = db.root();
-    let mut handles = Vec::new();
+    // The listed indexes only: each is built, reconciled (behind the documents, e.g. after a
+    // crash or a `put` outside the engine) or resumed; other index storages are left as they are.
     for s in &specs {
-        handles.push(
-            db.blocking_storage(&s.name)
-                .map_err(|e| Fail::from(e).context(format_args!("index `{}`", s.name)))?,
-        );
+        db.blocking_define_index(s.definition())
+            .map_err(|e| Fail::from(e).context(format_args!("index `{}`", s.name)))?;
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -517,46 +478,19 @@ pub fn run(a: IngestArgs) -> CliResult {
             })
             .map_err(|e| Fail::io(format!("starting the reader thread: {e}")))?
     };
-    let specs = Arc::new(specs);
     let failed = Arc::new(AtomicBool::new(false));
-    let (counts, reports) = rt.block_on(async {
-        let mut feeds = Vec::new();
-        let mut tasks = Vec::new();
-        for (s, h) in specs.iter().zip(&handles) {
-            let (tx, rx) = feed::channel();
-            tasks.push(tokio::spawn(feed::run_index(
-                s.name.clone(),
-                h.clone(),
-                rx,
-                tx.sent.clone(),
-                true,
-                Duration::ZERO,
-            )));
-            feeds.push(tx);
-        }
-        let feeds = Arc::new(feeds);
+    let (counts, waited) = rt.block_on(async {
         let counts = dispatch(
             item_rx,
             root.clone(),
-            specs.clone(),
-            feeds.clone(),
             a.window as usize,
             a.on_error,
             pb.clone(),
             failed.clone(),
         )
         .await;
-        // Every document task has finished: dropping the last senders ends the index tasks once
-        // they have committed everything pending (caught up).
-        drop(feeds);
-        let mut reports: Vec<Result<IndexReport, Fail>> = Vec::new();
-        for t in tasks {
-            reports.push(match t.await {
-                Ok(r) => r.map_err(Fail::from),
-                Err(e) => Err(Fail::io(format!("an index task failed: {e}"))),
-            });
-        }
-        (counts, reports)
+        // Every document task has finished: wait until the indexes have applied every commit.
+        (counts, db.wait_for_indexes().await)
     });
     let seconds = started.elapsed().as_secs_f64();
     // Not joined: after an abort it may still wait on standard input; it stops at its next send.
@@ -566,28 +500,23 @@ pub fn run(a: IngestArgs) -> CliResult {
     let stats1 = db.stats();
     let disk1 = fmt::process_write_bytes();
     let mut fatal = counts.fatal;
-    let mut ok_reports = Vec::new();
-    for r in reports {
-        match r {
-            Ok(r) => ok_reports.push(r),
-            Err(f) => {
-                // An index's own error explains a document task's "index stopped".
-                if fatal.as_ref().is_none_or(|x| x.msg.contains("stopped")) {
-                    fatal = Some(f);
-                }
-            }
-        }
+    if let Err(e) = waited {
+        fatal = fatal.or(Some(Fail::from(e)));
     }
-    let (lag, behind) = feed::merge_lag(&ok_reports);
     let mut indexes = Vec::new();
-    for (r, h) in ok_reports.iter().zip(&handles) {
+    let (mut lag_p99, mut lag_max, mut behind) = (0f64, 0f64, 0u64);
+    for st in db.index_stats() {
+        lag_p99 = lag_p99.max(st.apply_lag.p99_ms);
+        lag_max = lag_max.max(st.apply_lag.max_ms);
+        behind = behind.max(st.max_lag_txns);
         indexes.push(IndexSummary {
-            name: r.name.clone(),
-            entries: h.storage().stats().entries,
-            updates: r.updates,
-            commits: r.commits,
-            unchanged: r.unchanged,
-            lag_ms_max: ms(r.lag_us.max()),
+            name: st.name,
+            entries: st.entries,
+            applied_txn: st.applied_txn,
+            reconciled: st.reconciled,
+            changes: st.changes,
+            batches: st.batches,
+            lag_ms_max: st.apply_lag.max_ms,
         });
     }
     let root_entries = root.storage().stats().entries;
@@ -616,14 +545,13 @@ pub fn run(a: IngestArgs) -> CliResult {
         fdatasyncs: stats1.journal_fdatasyncs - stats0.journal_fdatasyncs,
         journal_bytes: stats1.journal_bytes - stats0.journal_bytes,
         disk_write_bytes: disk0.zip(disk1).map(|(a, b)| b.saturating_sub(a)),
-        index_lag_ms_p99: ms(lag.value_at_quantile(0.99)),
-        index_lag_ms_max: ms(lag.max()),
+        index_lag_ms_p99: lag_p99,
+        index_lag_ms_max: lag_max,
         index_behind_max: behind,
         indexes,
         root_entries,
         aborted_at_line: counts.aborted_at,
     };
-    drop(handles);
     drop(root);
     drop(db);
     let shut = engine.shutdown();
@@ -676,13 +604,22 @@ fn print_summary(s: &Summary, json: bool) {
         ),
     }
     println!(
-        "index lag        max {:.1} ms (p99 {:.1} ms), at most {} documents behind",
+        "index lag        max {:.1} ms (p99 {:.1} ms, slowest index), at most {} root commits behind",
         s.index_lag_ms_max, s.index_lag_ms_p99, s.index_behind_max
     );
     for i in &s.indexes {
         println!(
-            "index {:<10} {} entries ({} updates in {} batches, {} unchanged; lag max {:.1} ms)",
-            i.name, i.entries, i.updates, i.commits, i.unchanged, i.lag_ms_max
+            "index {:<10} {} entries ({}; {} changes in {} batches; lag max {:.1} ms)",
+            i.name,
+            i.entries,
+            if i.reconciled {
+                "built from the documents"
+            } else {
+                "resumed"
+            },
+            i.changes,
+            i.batches,
+            i.lag_ms_max
         );
     }
 }

@@ -1,9 +1,13 @@
-//! `get`, `put`, `delete`, `scan`, `stat`, `check`: the core `Database` API, no actors.
+//! `get`, `put`, `delete`, `scan`, `stat`, `check`: the core `Database` API, no actors (so
+//! `put` and `delete` on the root do not update indexes: the next `ingest --index` of an index
+//! reconciles it). An index storage's applied-txn record (key 0x00) is not listed by `scan` nor
+//! counted by `stat` as an entry.
 
 use std::io::Write;
 use std::path::Path;
 
-use omnibus::{Database, Options, Storage};
+use omnibus::actors::{index_applied_txn, INDEX_APPLIED_KEY};
+use omnibus::{Database, Options, ReadTransaction, Storage};
 use serde::Serialize;
 use serde_json::json;
 
@@ -192,6 +196,8 @@ pub fn scan(a: ScanArgs) -> CliResult {
     let db = open_read(&a.target.db)?;
     let s = storage_of(&db, &a.target, false, "")?;
     let r = s.begin_read()?;
+    // An index storage's applied record is not an entry.
+    let skip_record = a.target.storage.is_some() && applied_record(&r).is_some();
     let limit = a.limit.unwrap_or(u64::MAX);
     let mut o = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     let mut n = 0u64;
@@ -208,6 +214,9 @@ pub fn scan(a: ScanArgs) -> CliResult {
             Some(p) => {
                 for e in r.prefix(p)? {
                     let (k, v) = e?;
+                    if skip_record && k == INDEX_APPLIED_KEY {
+                        continue;
+                    }
                     n += 1;
                     if !emit(k, v)? || n >= limit {
                         break;
@@ -217,6 +226,9 @@ pub fn scan(a: ScanArgs) -> CliResult {
             None => {
                 for e in r.iter()? {
                     let (k, v) = e?;
+                    if skip_record && k == INDEX_APPLIED_KEY {
+                        continue;
+                    }
                     n += 1;
                     if !emit(k, v)? || n >= limit {
                         break;
@@ -234,7 +246,10 @@ struct StorageStat {
     path: String,
     last_committed_txn: u64,
     last_flushed_txn: u64,
+    /// Entries (an index storage's applied record left out).
     entries: u64,
+    /// For an index storage: the root txn id it has applied up to.
+    index_applied_txn: Option<u64>,
     pages_used: u64,
     pages_free: u64,
     data_file_bytes: u64,
@@ -247,14 +262,25 @@ struct StorageStat {
     scratch_bytes: u64,
 }
 
-fn storage_stat(name: &str, s: &Storage) -> StorageStat {
+/// The applied-txn record of an index storage's snapshot, if it holds one.
+fn applied_record(r: &ReadTransaction) -> Option<u64> {
+    index_applied_txn(r).ok().flatten()
+}
+
+fn storage_stat(name: &str, s: &Storage, branch: bool) -> StorageStat {
     let st = s.stats();
+    let applied = if branch {
+        s.begin_read().ok().as_ref().and_then(applied_record)
+    } else {
+        None
+    };
     StorageStat {
         name: name.to_string(),
         path: s.path().display().to_string(),
         last_committed_txn: st.last_committed_txn,
         last_flushed_txn: st.last_flushed_txn,
-        entries: st.entries,
+        entries: st.entries - u64::from(applied.is_some()),
+        index_applied_txn: applied,
         pages_used: st.pages_used,
         pages_free: st.pages_free,
         data_file_bytes: st.data_file_bytes,
@@ -282,7 +308,8 @@ pub fn stat(a: StatArgs) -> CliResult {
     let db = open_read(&a.db)?;
     let all: Vec<StorageStat> = named_storages(&db)?
         .iter()
-        .map(|(n, s)| storage_stat(n, s))
+        .enumerate()
+        .map(|(i, (n, s))| storage_stat(n, s, i > 0))
         .collect();
     let d = db.stats();
     if a.json {
@@ -312,6 +339,9 @@ pub fn stat(a: StatArgs) -> CliResult {
             s.last_committed_txn, s.last_flushed_txn
         );
         println!("  entries    {}", s.entries);
+        if let Some(t) = s.index_applied_txn {
+            println!("  index      applied up to root txn {t}");
+        }
         println!("  pages      {} used, {} free", s.pages_used, s.pages_free);
         println!(
             "  file       {} long, {} allocated, {} in holes; {} 1 MiB runs punched since open",

@@ -1,15 +1,15 @@
 //! `omnibus`: the command line of the omnibus storage engine.
 //!
-//! `ingest` loads JSON Lines through the actor runtime and keeps index storages from a change
-//! feed; `get`/`put`/`delete`/`scan`/`stat`/`check` work on a database with the core API;
+//! `ingest` loads JSON Lines through the actor runtime, with indexes the engine keeps from the
+//! documents' change feed; `get`/`put`/`delete`/`scan`/`stat`/`check` work on a database with the core API;
 //! `bench shop` runs the 1 + N storage insert benchmark in both journal modes side by side.
 //!
 //! Exit codes: 0 success, 1 usage or input error, 2 corruption or I/O failure (see [`Fail`]).
 
 mod bench_shop;
 mod cli;
-mod feed;
 mod fmt;
+mod index_spec;
 mod ingest;
 mod kv;
 mod lines;
@@ -98,7 +98,11 @@ impl From<omnibus::Error> for Fail {
     fn from(e: omnibus::Error) -> Fail {
         use omnibus::Error as E;
         let code = match &e {
-            E::Corruption(_) | E::Io { .. } | E::Poisoned { .. } | E::FormatVersion { .. } => 2,
+            E::Corruption(_)
+            | E::Io { .. }
+            | E::Poisoned { .. }
+            | E::FormatVersion { .. }
+            | E::IndexPoisoned { .. } => 2,
             _ => 1,
         };
         Fail {

@@ -1,0 +1,122 @@
+//! `--index SPEC` of `ingest`: which JSON fields an index holds, and the map function that
+//! extracts them (the engine keeps the index: [`omnibus::actors::IndexDefinition`]).
+
+use omnibus::actors::IndexDefinition;
+use serde_json::{Map, Value};
+
+/// Separator between the field values of an index term, and (added by the engine) before the
+/// document id.
+pub const SEP: u8 = 0;
+
+/// `--index SPEC`: a field name, or several joined by `,`; the storage is named SPEC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexSpec {
+    pub name: String,
+    pub fields: Vec<String>,
+}
+
+impl IndexSpec {
+    pub fn parse(spec: &str) -> Result<IndexSpec, String> {
+        let fields: Vec<String> = spec.split(',').map(str::to_string).collect();
+        if fields.iter().any(|f| f.is_empty()) {
+            return Err(format!(
+                "--index {spec:?}: an empty field name (write `a` or `a,b`)"
+            ));
+        }
+        omnibus::database::validate_storage_name(spec)
+            .map_err(|e| format!("--index {spec:?}: {e}"))?;
+        Ok(IndexSpec {
+            name: spec.to_string(),
+            fields,
+        })
+    }
+
+    /// The index term of document `doc`: the field values joined by [`SEP`]. `None` when a
+    /// field is missing or null, or when a value holds a NUL byte: its entry would be ambiguous
+    /// (a prefix scan for `x` + 0x00 would also list the value `x\0y`), so such a document is
+    /// left out of that index.
+    pub fn term(&self, doc: &Map<String, Value>) -> Option<Vec<u8>> {
+        let mut k = Vec::new();
+        for (i, f) in self.fields.iter().enumerate() {
+            let v = field_bytes(doc, f)?;
+            if v.contains(&SEP) {
+                return None;
+            }
+            if i > 0 {
+                k.push(SEP);
+            }
+            k.extend_from_slice(&v);
+        }
+        Some(k)
+    }
+
+    /// The length of the entry key of `doc` with id `id` (term, 0x00, id), if it has one.
+    pub fn key_len(&self, doc: &Map<String, Value>, id: &[u8]) -> Option<usize> {
+        self.term(doc).map(|t| t.len() + 1 + id.len())
+    }
+
+    /// The engine's definition of this index: the map function parses the stored document
+    /// (a JSON object) and gives its one term, or none.
+    pub fn definition(&self) -> IndexDefinition {
+        let spec = self.clone();
+        IndexDefinition::new(self.name.clone(), move |_id: &[u8], doc: &[u8]| {
+            match serde_json::from_slice::<Value>(doc) {
+                Ok(Value::Object(o)) => spec.term(&o).into_iter().collect(),
+                _ => Vec::new(),
+            }
+        })
+    }
+}
+
+fn lookup<'a>(doc: &'a Map<String, Value>, field: &str) -> Option<&'a Value> {
+    if let Some(v) = doc.get(field) {
+        return Some(v);
+    }
+    if !field.contains('.') {
+        return None;
+    }
+    let mut parts = field.split('.');
+    let mut cur = doc.get(parts.next()?)?;
+    for p in parts {
+        cur = cur.as_object()?.get(p)?;
+    }
+    Some(cur)
+}
+
+/// A field's value as index key bytes: a string as is, a number in serde_json's text form (`1e2`
+/// is `100.0`), a boolean as `true`/`false`, an array or object as compact JSON; `None` when
+/// missing or null.
+pub fn field_bytes(doc: &Map<String, Value>, field: &str) -> Option<Vec<u8>> {
+    match lookup(doc, field)? {
+        Value::Null => None,
+        Value::String(s) => Some(s.as_bytes().to_vec()),
+        Value::Number(n) => Some(n.to_string().into_bytes()),
+        Value::Bool(b) => Some(if *b {
+            b"true".to_vec()
+        } else {
+            b"false".to_vec()
+        }),
+        v => Some(serde_json::to_vec(v).unwrap_or_default()),
+    }
+}
+
+#[cfg(test)]
+mod nul_tests {
+    use super::*;
+
+    // Regression: a fresh user found that a value holding a NUL byte ("x\u0000y") was listed by
+    // the documented prefix scan for the value "x" ("x" + 0x00). Such values now stay out of the
+    // index instead of giving a wrong scan result.
+    #[test]
+    fn values_with_nul_are_left_out() {
+        let spec = IndexSpec::parse("a").unwrap();
+        let doc: Map<String, Value> = serde_json::from_str(r#"{"a":"x\u0000y"}"#).unwrap();
+        assert_eq!(spec.term(&doc), None);
+        let ok: Map<String, Value> = serde_json::from_str(r#"{"a":"x"}"#).unwrap();
+        assert_eq!(spec.term(&ok), Some(vec![b'x']));
+        let two = IndexSpec::parse("a,b").unwrap();
+        let d: Map<String, Value> = serde_json::from_str(r#"{"a":"x","b":2}"#).unwrap();
+        assert_eq!(two.term(&d), Some(b"x\x002".to_vec()));
+        assert_eq!(two.key_len(&d, b"id"), Some(6));
+    }
+}
