@@ -627,7 +627,8 @@ impl DatabaseHandle {
     /// the core [`Database`] are found by the next definition's reconcile.
     ///
     /// Errors: [`Error::InvalidStorageName`]; the errors of creating or opening the branch
-    /// storage; [`Error::Closed`] after shutdown. A failure of the build itself poisons the index
+    /// storage; [`Error::InvalidOptions`] when another caller defines the same name at the same
+    /// time; [`Error::Closed`] after shutdown. A failure of the build itself poisons the index
     /// ([`Error::IndexPoisoned`] from `wait_for_indexes`), it is not returned here.
     pub async fn define_index(&self, def: IndexDefinition) -> Result<()> {
         crate::database::validate_storage_name(&def.name)?;
@@ -694,22 +695,25 @@ impl DatabaseHandle {
             slots: self.inner.slots.clone(),
             feed: self.inner.feed.clone(),
         };
+        let mut indexes = self.inner.indexes.lock().unwrap_or_else(|e| e.into_inner());
+        if indexes.contains_key(&name) {
+            // Another caller defined it meanwhile; this definition's feed ends with `actor`.
+            return Err(Error::InvalidOptions(format!(
+                "index {name:?} was defined concurrently by another caller"
+            )));
+        }
         engine.spawn_on(
             stable_hash(&name) % engine.n.max(1),
             Box::new(move || Box::pin(index::run(actor))),
         )?;
-        self.inner
-            .indexes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(
-                name,
-                IndexEntry {
-                    shared,
-                    port,
-                    storage,
-                },
-            );
+        indexes.insert(
+            name,
+            IndexEntry {
+                shared,
+                port,
+                storage,
+            },
+        );
         Ok(())
     }
 

@@ -167,25 +167,46 @@ impl User {
     }
 }
 
-/// The raw value of field `name` in a document serialized from a [`User`], by a byte scan (no
-/// JSON parsing): a string's bytes between its quotes, or a number's digits. `None` when
-/// missing or when the string holds an escape (never, for generated users: their fields are
-/// plain ASCII without quotes or backslashes, so the first `"name":` is the field).
+/// The raw value of top-level field `name` in a document serialized from a [`User`], by a byte
+/// walk over its `"key":value` pairs (no JSON parsing, no allocation): a string's bytes between
+/// its quotes, or a number's (or boolean's) text. `None` when missing, or when a string before
+/// it or its own holds an escape (never, for generated users: plain ASCII without quotes or
+/// backslashes).
 fn scan_field<'a>(doc: &'a [u8], name: &str) -> Option<&'a [u8]> {
-    let n = name.as_bytes();
-    let at = doc.windows(n.len() + 3).position(|w| {
-        w[0] == b'"' && &w[1..=n.len()] == n && w[n.len() + 1] == b'"' && w[n.len() + 2] == b':'
-    })?;
-    let v = &doc[at + n.len() + 3..];
-    if v.first() == Some(&b'"') {
-        let end = v[1..].iter().position(|b| *b == b'"' || *b == b'\\')?;
-        (v[1 + end] == b'"').then(|| &v[1..1 + end])
-    } else {
-        let end = v
-            .iter()
-            .position(|b| !b.is_ascii_digit())
-            .unwrap_or(v.len());
-        (end > 0).then(|| &v[..end])
+    let mut i = 1; // after `{`
+    loop {
+        // A key: `"key":`.
+        if *doc.get(i)? != b'"' {
+            return None;
+        }
+        let key_end = i + 1 + doc.get(i + 1..)?.iter().position(|b| *b == b'"')?;
+        let key = &doc[i + 1..key_end];
+        if *doc.get(key_end + 1)? != b':' {
+            return None;
+        }
+        let v = key_end + 2;
+        // Its value: a string without escapes, or anything up to the next `,` or `}`.
+        let (value, end) = if *doc.get(v)? == b'"' {
+            let e = v
+                + 1
+                + doc[v + 1..]
+                    .iter()
+                    .position(|b| *b == b'"' || *b == b'\\')?;
+            if doc[e] != b'"' {
+                return None;
+            }
+            (&doc[v + 1..e], e + 1)
+        } else {
+            let e = v + doc[v..].iter().position(|b| *b == b',' || *b == b'}')?;
+            (&doc[v..e], e)
+        };
+        if key == name.as_bytes() {
+            return Some(value);
+        }
+        if *doc.get(end)? != b',' {
+            return None;
+        }
+        i = end + 1;
     }
 }
 
@@ -850,7 +871,10 @@ mod tests {
             }
         }
         assert_eq!(scan_field(br#"{"a":"x\"y","b":12}"#, "a"), None);
-        assert_eq!(scan_field(br#"{"a":"x\"y","b":12}"#, "b"), Some(&b"12"[..]));
+        assert_eq!(scan_field(br#"{"a":"x","b":12}"#, "b"), Some(&b"12"[..]));
+        assert_eq!(scan_field(br#"{"a":true,"b":"v"}"#, "b"), Some(&b"v"[..]));
+        assert_eq!(scan_field(br#"{"a":1}"#, "a"), Some(&b"1"[..]));
         assert_eq!(scan_field(br#"{"a":1}"#, "c"), None);
+        assert_eq!(scan_field(br#"{"a":"unterminated"#, "b"), None);
     }
 }
