@@ -691,6 +691,7 @@ impl DatabaseHandle {
             snapshot,
             applied,
             branch,
+            root: self.inner.root.storage.clone(),
             lane: engine.background.clone(),
             slots: self.inner.slots.clone(),
             feed: self.inner.feed.clone(),

@@ -71,7 +71,7 @@ use super::io_lane::IoLane;
 use super::storage::{StorageHandle, StorageMsg};
 use crate::error::{Error, IndexFailure, Result};
 use crate::txn::ReadTransaction;
-use crate::MAX_KEY_LEN;
+use crate::{Storage, MAX_KEY_LEN};
 
 /// The reserved key of an index storage holding the root txn id the index has applied up to:
 /// the single byte `0x00`. Entry keys (`term ++ 0x00 ++ document key`, document keys at least 1
@@ -284,11 +284,11 @@ pub struct IndexStats {
     pub entries: u64,
     /// Progress of the build or reconcile in progress.
     pub build: Option<BuildProgress>,
-    /// Whether this definition built or reconciled the index from a snapshot of the documents
-    /// (false: it resumed from its applied record).
-    pub reconciled: bool,
-    /// Passes over the documents of that build or reconcile so far (0 without one; more than
-    /// 1 when its expected entries did not fit in [`IndexDefinition::reconcile_memory`]).
+    /// Builds or reconciles from a snapshot of the documents this definition has run: 0 when it
+    /// resumed from its applied record and saw no commit made outside the engine.
+    pub reconciles: u32,
+    /// Passes over the documents of the last build or reconcile (0 without one; more than 1
+    /// when its expected entries did not fit in [`IndexDefinition::reconcile_memory`]).
     pub build_passes: u32,
     /// Index transactions committed from the feed since the definition.
     pub batches: u64,
@@ -378,7 +378,7 @@ struct Progress {
     phase: Phase,
     applied: u64,
     build: Option<BuildProgress>,
-    reconciled: bool,
+    reconciles: u32,
     build_passes: u32,
     batches: u64,
     changes: u64,
@@ -411,7 +411,7 @@ impl IndexShared {
                 },
                 applied,
                 build: None,
-                reconciled: false,
+                reconciles: 0,
                 build_passes: 0,
                 batches: 0,
                 changes: 0,
@@ -460,10 +460,18 @@ impl IndexShared {
 
     fn set_build(&self, b: BuildProgress, skipped: u64) {
         let mut p = self.lock();
+        if !matches!(p.phase, Phase::Building { .. }) {
+            p.phase = Phase::Building {
+                since: Instant::now(),
+            };
+        }
         p.build = Some(b);
-        p.reconciled = true;
-        p.build_passes = p.build_passes.max(b.pass);
+        p.build_passes = b.pass;
         p.skipped_terms += skipped;
+    }
+
+    fn reconcile_started(&self) {
+        self.lock().reconciles += 1;
     }
 
     fn set_current(&self, applied: u64) {
@@ -548,7 +556,7 @@ impl IndexShared {
             lag_ms,
             entries,
             build: p.build,
-            reconciled: p.reconciled,
+            reconciles: p.reconciles,
             build_passes: p.build_passes,
             batches: p.batches,
             changes: p.changes,
@@ -756,6 +764,8 @@ pub(crate) struct IndexActor {
     pub applied: Option<u64>,
     /// The index storage's handle (its storage actor writes it).
     pub branch: StorageHandle,
+    /// The root storage (for a fresh snapshot when its txn ids show a gap).
+    pub root: Storage,
     pub lane: IoLane,
     pub slots: BuildSlots,
     pub feed: Arc<RootFeed>,
@@ -763,50 +773,44 @@ pub(crate) struct IndexActor {
 
 /// The index actor's loop: catch up, then follow the feed until stopped.
 pub(crate) async fn run(a: IndexActor) {
-    let IndexActor {
-        def,
-        shared,
-        rx,
-        snapshot,
-        applied,
-        branch,
-        lane,
-        slots,
-        feed,
-    } = a;
-    let root_txn = snapshot.txn_id();
-    if def.rebuild || applied != Some(root_txn) {
-        match reconcile(&def, &shared, snapshot, &branch, &lane, &slots).await {
-            Ok(true) => {}
-            Ok(false) => {
-                shared.stopped();
-                return;
-            }
-            Err(f) => {
-                shared.poison(f);
-                return;
-            }
-        }
+    let root_txn = a.snapshot.txn_id();
+    let snapshot = a.snapshot.clone();
+    let result = if a.def.rebuild || a.applied != Some(root_txn) {
+        reconcile(&a, snapshot).await
     } else {
         drop(snapshot);
+        Ok(true)
+    };
+    let result = match result {
+        Ok(true) => {
+            a.shared.set_current(root_txn);
+            follow(&a, root_txn).await
+        }
+        other => other,
+    };
+    match result {
+        Ok(_) => a.shared.stopped(),
+        Err(f) => a.shared.poison(f),
     }
-    shared.set_current(root_txn);
-    if let Err(f) = follow(&def, &shared, &rx, &branch, &feed, root_txn).await {
-        shared.poison(f);
-        return;
-    }
-    shared.stopped();
 }
 
-/// Follows the feed from `applied` until stopped.
-async fn follow(
-    def: &IndexDefinition,
-    shared: &IndexShared,
-    rx: &flume::Receiver<IndexMsg>,
-    branch: &StorageHandle,
-    feed: &RootFeed,
-    mut applied: u64,
-) -> std::result::Result<(), IndexFailure> {
+/// True when the txn ids of `commits` (all above `applied`) are not `applied + 1, + 2, ...`:
+/// the root was committed outside the engine in between, and those changes never reached the
+/// feed.
+fn has_gap(applied: u64, commits: &[Arc<RootCommit>]) -> bool {
+    let mut next = applied + 1;
+    for c in commits {
+        if c.txn != next {
+            return true;
+        }
+        next = c.txn + 1;
+    }
+    false
+}
+
+/// Follows the feed from `applied` until stopped. Returns false when abandoned.
+async fn follow(a: &IndexActor, mut applied: u64) -> std::result::Result<bool, IndexFailure> {
+    let (def, shared, rx) = (&a.def, &a.shared, &a.rx);
     // The applied txn of the last record written (batches that change no entry write none).
     let mut durable = applied;
     let mut last_start: Option<Instant> = None;
@@ -842,9 +846,25 @@ async fn follow(
             }
         }
         commits.retain(|c| c.txn > applied);
+        while has_gap(applied, &commits) {
+            // Every commit up to a fresh snapshot is in it, and every later one is fed.
+            tracing::warn!(
+                index = %shared.name,
+                "the root was committed outside the engine: reconciling the index"
+            );
+            let snap = a.root.begin_read().map_err(storage_failure)?;
+            let txn = snap.txn_id();
+            if !reconcile(a, snap).await? {
+                return Ok(false);
+            }
+            (applied, durable) = (txn, txn);
+            shared.set_current(txn);
+            commits.retain(|c| c.txn > applied);
+        }
         if let (Some(first), Some(last)) = (commits.first(), commits.last()) {
             let last_txn = last.txn;
-            let behind = feed
+            let behind = a
+                .feed
                 .acked_txn
                 .load(std::sync::atomic::Ordering::Acquire)
                 .saturating_sub(applied);
@@ -860,7 +880,7 @@ async fn follow(
             let wrote = !ops.is_empty();
             if wrote {
                 (cap_bytes, cap_ops) = (ops.arena.len(), ops.ops.len());
-                write_ops(branch, ops, Some(last_txn))
+                write_ops(&a.branch, ops, Some(last_txn))
                     .await
                     .map_err(storage_failure)?;
                 durable = last_txn;
@@ -870,14 +890,14 @@ async fn follow(
         }
         if stop.is_some() || ended {
             if durable < applied {
-                write_ops(branch, Ops::default(), Some(applied))
+                write_ops(&a.branch, Ops::default(), Some(applied))
                     .await
                     .map_err(storage_failure)?;
             }
             if let Some(reply) = stop {
                 let _ = reply.send(());
             }
-            return Ok(());
+            return Ok(true);
         }
         glommio::yield_if_needed().await;
     }
@@ -1073,14 +1093,12 @@ fn diff_chunk(
 /// Makes the index equal to what the map function gives for the documents of `root`, then
 /// records `root`'s txn. Returns false when abandoned (shutdown, drop).
 async fn reconcile(
-    def: &IndexDefinition,
-    shared: &IndexShared,
+    a: &IndexActor,
     root: ReadTransaction,
-    branch: &StorageHandle,
-    lane: &IoLane,
-    slots: &BuildSlots,
 ) -> std::result::Result<bool, IndexFailure> {
+    let (def, shared, branch, lane, slots) = (&a.def, &a.shared, &a.branch, &a.lane, &a.slots);
     let abandoned = || shared.abandon.load(std::sync::atomic::Ordering::Acquire);
+    shared.reconcile_started();
     let total = root.len();
     shared.set_build(
         BuildProgress {

@@ -58,7 +58,7 @@ fn clean_reopen_resumes_and_outside_writes_are_reconciled() {
         .unwrap();
     db.blocking_wait_for_indexes().unwrap();
     let s = &db.index_stats()[0];
-    assert!(!s.reconciled, "{s:?}");
+    assert_eq!(s.reconciles, 0, "{s:?}");
     assert!(matches!(s.state, IndexState::Current), "{s:?}");
     assert_eq!(s.applied_txn, root_txn);
     let docs = documents(&db.root().snapshot().unwrap());
@@ -89,7 +89,7 @@ fn clean_reopen_resumes_and_outside_writes_are_reconciled() {
         .unwrap();
     db.blocking_wait_for_indexes().unwrap();
     let s = &db.index_stats()[0];
-    assert!(s.reconciled, "{s:?}");
+    assert!(s.reconciles > 0, "{s:?}");
     let docs = documents(&db.root().snapshot().unwrap());
     assert_eq!(docs.len(), 400);
     let want = expected(docs.iter().map(|(k, v)| (&k[..], &v[..])), map_tags);

@@ -513,7 +513,7 @@ pub fn run(a: IngestArgs) -> CliResult {
             name: st.name,
             entries: st.entries,
             applied_txn: st.applied_txn,
-            reconciled: st.reconciled,
+            reconciled: st.reconciles > 0,
             changes: st.changes,
             batches: st.batches,
             lag_ms_max: st.apply_lag.max_ms,
