@@ -623,8 +623,9 @@ impl DatabaseHandle {
     /// [`IndexDefinition::rebuild`] is reconciled with the documents first. Defining a name
     /// that is already defined replaces that index (its actor applies what is queued and
     /// stops first). Existing entries of the storage that the map function does not give are
-    /// deleted. Only writes through the root's [`StorageHandle`] reach indexes; writes through
-    /// the core [`Database`] are found by the next definition's reconcile.
+    /// deleted. Writes through the root's [`StorageHandle`] reach indexes through the feed;
+    /// writes through the core [`Database`] do not, but they take root txn ids: an index
+    /// reconciles when it sees a gap in the txn ids fed to it, or at its next definition.
     ///
     /// Errors: [`Error::InvalidStorageName`]; the errors of creating or opening the branch
     /// storage; [`Error::InvalidOptions`] when another caller defines the same name at the same

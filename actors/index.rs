@@ -36,14 +36,21 @@
 //! document changes), skip those at or below the applied txn, map each change's old and new
 //! value, keep the terms that left (delete) and came (put), sort the keys (keeping the last
 //! operation of a key), and apply them and the applied record as one transaction. Keys are built
-//! in one buffer per batch: no allocation per entry.
+//! in one buffer per batch: no allocation per entry. A batch that changes no entry writes
+//! nothing (the record catches up with the next batch that does, or at stop). If the txn ids of
+//! the commits are not consecutive from the applied one, the root was committed outside the
+//! engine (the core `Database`): reconcile from a fresh root snapshot first (every commit up to
+//! it is in it, every later one comes through the mailbox).
 //!
-//! Invariants: the applied record and the entries it covers commit together, so after a crash
-//! the index is exactly the state at its applied txn, and reconciling from a later snapshot
-//! fixes it; a root commit is fed only after it is durable; `wait_for_indexes` returns only once
-//! the index's applied txn reaches every root commit acknowledged before the call. A stored
-//! index entry never has a key over [`crate::MAX_KEY_LEN`]: longer ones are skipped and counted
-//! ([`IndexStats::skipped_terms`]).
+//! Invariants: the applied record and the entries it covers commit together, and every root
+//! commit after the applied one reaches the mailbox in txn order, so a durable index state with
+//! record `A` holds exactly the entries the map function gives for the root's documents at txn
+//! `A`; after a crash the root is at `R >= A` (an index is fed only durable root commits), and
+//! reconciling from `R` fixes it whatever the index holds (a reconcile interrupted by a crash
+//! left the record at `A`, so the next definition reconciles again). `wait_for_indexes` returns
+//! only once the index's applied txn reaches every root commit acknowledged before the call. A
+//! stored index entry never has a key over [`crate::MAX_KEY_LEN`]: longer ones are skipped and
+//! counted ([`IndexStats::skipped_terms`]).
 //!
 //! Queue bounds: the mailbox holds at most `index_queue_capacity` root commits; when it is full
 //! the root's storage actor waits before answering its writers (back-pressure on the documents,
