@@ -689,7 +689,7 @@ impl DatabaseHandle {
             def,
             shared: shared.clone(),
             rx,
-            snapshot,
+            snapshot: Some(snapshot),
             applied,
             branch,
             root: self.inner.root.storage.clone(),

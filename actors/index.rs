@@ -765,8 +765,9 @@ pub(crate) struct IndexActor {
     pub def: IndexDefinition,
     pub shared: Arc<IndexShared>,
     pub rx: flume::Receiver<IndexMsg>,
-    /// The root's snapshot when the feed was registered.
-    pub snapshot: ReadTransaction,
+    /// The root's snapshot when the feed was registered (taken at start: a snapshot held
+    /// pins the root's pages and holds back its flushes).
+    pub snapshot: Option<ReadTransaction>,
     /// The index's applied record when it was defined.
     pub applied: Option<u64>,
     /// The index storage's handle (its storage actor writes it).
@@ -779,9 +780,12 @@ pub(crate) struct IndexActor {
 }
 
 /// The index actor's loop: catch up, then follow the feed until stopped.
-pub(crate) async fn run(a: IndexActor) {
-    let root_txn = a.snapshot.txn_id();
-    let snapshot = a.snapshot.clone();
+pub(crate) async fn run(mut a: IndexActor) {
+    let Some(snapshot) = a.snapshot.take() else {
+        a.shared.stopped();
+        return;
+    };
+    let root_txn = snapshot.txn_id();
     let result = if a.def.rebuild || a.applied != Some(root_txn) {
         reconcile(&a, snapshot).await
     } else {

@@ -2,7 +2,8 @@
 //! before the call is in (or out of) the index once the call returns. The index batches at
 //! most every 40 ms, so right after an acknowledgement it is usually behind: 8 tokio tasks each
 //! put a document with a term of its own, wait, and must find it; then delete it, wait, and
-//! must not.
+//! must not. Afterwards the root's flushes reach its last commit (no index pins an old root
+//! snapshot).
 
 use std::time::Duration;
 
@@ -27,7 +28,13 @@ fn an_acknowledged_write_is_in_the_index_after_the_wait() {
     })
     .unwrap();
     let db = engine
-        .blocking_open_database(dir.path().join("db"), Options::default())
+        .blocking_open_database(
+            dir.path().join("db"),
+            Options {
+                flush_max_age: Duration::from_millis(20),
+                ..Options::default()
+            },
+        )
         .unwrap();
     db.blocking_define_index(
         IndexDefinition::new("by_term", map_term).min_batch_interval(Duration::from_millis(40)),
@@ -80,6 +87,21 @@ fn an_acknowledged_write_is_in_the_index_after_the_wait() {
     assert_eq!(s.changes, 96, "48 puts and 48 deletes: {s:?}");
     assert_eq!(s.apply_lag.samples, 96, "{s:?}");
     assert!(s.apply_lag.max_ms > 0.0, "{s:?}");
-    drop((db, index));
+    // Regression: the index actor held the root snapshot of its registration for its whole
+    // life, which kept the root's flushes at that txn. Now the root's flushes reach its last
+    // commit.
+    let root = db.root();
+    let last = root.storage().stats().last_committed_txn;
+    assert!(last > 2, "{last}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while root.storage().stats().last_flushed_txn < last {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the root's flushes stay at txn {} of {last}",
+            root.storage().stats().last_flushed_txn
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop((db, index, root));
     engine.shutdown().unwrap();
 }
