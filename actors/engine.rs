@@ -574,7 +574,7 @@ impl DatabaseHandle {
     /// (if it is an index) and its storage actor finish the queued work and stop first.
     pub async fn drop_storage(&self, name: &str) -> Result<()> {
         let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
-        self.stop_index(name, true).await;
+        self.stop_index(name).await;
         let h = self
             .inner
             .handles
@@ -621,11 +621,12 @@ impl DatabaseHandle {
     /// an index whose applied record equals the root's last txn resumes without a rebuild; one
     /// behind it (a crash, writes to the root outside the engine) or built with
     /// [`IndexDefinition::rebuild`] is reconciled with the documents first. Defining a name
-    /// that is already defined replaces that index (its actor applies what is queued and
-    /// stops first). Existing entries of the storage that the map function does not give are
-    /// deleted. Writes through the root's [`StorageHandle`] reach indexes through the feed;
-    /// writes through the core [`Database`] do not, but they take root txn ids: an index
-    /// reconciles when it sees a gap in the txn ids fed to it, or at its next definition.
+    /// that is already defined replaces that index (its actor applies what is queued, or
+    /// abandons its build, and stops first). Existing entries of the storage that the map
+    /// function does not give are deleted. Writes through the root's [`StorageHandle`] reach
+    /// indexes through the feed; writes through the core [`Database`] do not, but they take
+    /// root txn ids: an index reconciles when it sees a gap in the txn ids fed to it, or at its
+    /// next definition.
     ///
     /// Errors: [`Error::InvalidStorageName`]; the errors of creating or opening the branch
     /// storage; [`Error::InvalidOptions`] when another caller defines the same name at the same
@@ -634,7 +635,7 @@ impl DatabaseHandle {
     pub async fn define_index(&self, def: IndexDefinition) -> Result<()> {
         crate::database::validate_storage_name(&def.name)?;
         let branch = self.storage(&def.name).await?;
-        self.stop_index(&def.name, false).await;
+        self.stop_index(&def.name).await;
         let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
         let (port, rx) = flume::bounded(engine.opts.index_queue_capacity.max(1));
         let (tx, reply) = flume::bounded(1);
@@ -719,23 +720,22 @@ impl DatabaseHandle {
         Ok(())
     }
 
-    /// Unregisters index `name`; with `abandon`, a build in progress stops.
-    fn take_index(&self, name: &str, abandon: bool) -> Option<IndexEntry> {
+    /// Unregisters index `name`; a build in progress stops (a later definition reconciles).
+    fn take_index(&self, name: &str) -> Option<IndexEntry> {
         let e = self
             .inner
             .indexes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(name)?;
-        if abandon {
-            e.shared.abandon.store(true, Ordering::Release);
-        }
+        e.shared.abandon.store(true, Ordering::Release);
         Some(e)
     }
 
-    /// Stops index `name`'s actor (it applies what is queued) and unregisters it.
-    async fn stop_index(&self, name: &str, abandon: bool) {
-        if let Some(e) = self.take_index(name, abandon) {
+    /// Stops index `name`'s actor and unregisters it: a current index applies what is queued
+    /// and records its applied txn first; a build in progress is abandoned.
+    async fn stop_index(&self, name: &str) {
+        if let Some(e) = self.take_index(name) {
             let (tx, rx) = flume::bounded(1);
             if e.port
                 .send_async(IndexMsg::Stop { reply: tx })
@@ -748,7 +748,7 @@ impl DatabaseHandle {
     }
 
     fn blocking_stop_index(&self, name: &str) {
-        if let Some(e) = self.take_index(name, false) {
+        if let Some(e) = self.take_index(name) {
             let (tx, rx) = flume::bounded(1);
             if e.port.send(IndexMsg::Stop { reply: tx }).is_ok() {
                 let _ = rx.recv();
