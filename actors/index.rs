@@ -1119,8 +1119,13 @@ async fn reconcile(
         },
         0,
     );
-    let Some(_slot) = slots.acquire().await else {
-        return Ok(false);
+    // A slot bounds the expected-entry buffers held at once; an empty snapshot needs none.
+    let _slot = match total {
+        0 => None,
+        _ => match slots.acquire().await {
+            Some(s) => Some(s),
+            None => return Ok(false),
+        },
     };
     let root_txn = root.txn_id();
     let mut lo: Option<Vec<u8>> = None;

@@ -373,6 +373,8 @@ fn run_mode_in(
             .min_batch_interval(Duration::from_millis(a.index_interval_ms)),
         )?;
     }
+    // Built (empty) before the clients start.
+    db.blocking_wait_for_indexes()?;
     let setup_seconds = setup.elapsed().as_secs_f64();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
