@@ -38,14 +38,12 @@ pub struct EngineOptions {
     pub executors: Option<usize>,
     /// Explicit CPUs, one executor pinned to each.
     pub cpus: Option<Vec<usize>>,
-    /// Index (into the executors) of the executor that runs shared journal writers. Default 0.
-    pub journal_executor: usize,
     /// Capacity of each storage actor's mailbox (requests). Default 1,024.
     pub mailbox_capacity: usize,
     /// Requests merged into one transaction at most. Default 1,024.
     pub max_requests_per_txn: usize,
-    /// Threads of the critical I/O lane (journal batches). Default 16: one per shared journal
-    /// is enough; separate-journal mode uses them concurrently.
+    /// Threads of the critical I/O lane (journal batches of separate-mode journals, which use
+    /// them concurrently). Default 16. A shared journal's writer has a thread of its own.
     pub critical_lane_threads: usize,
     /// Threads of the background I/O lane (flushes, opening storages), low I/O priority.
     /// Default: one per executor.
@@ -59,7 +57,6 @@ impl Default for EngineOptions {
         EngineOptions {
             executors: None,
             cpus: None,
-            journal_executor: 0,
             mailbox_capacity: 1024,
             max_requests_per_txn: 1024,
             critical_lane_threads: 16,
@@ -98,6 +95,8 @@ struct DbInner {
     db: Database,
     engine: std::sync::Weak<EngineInner>,
     journal: Option<flume::Sender<JournalMsg>>,
+    /// The shared journal writer's thread (shared mode), joined at shutdown.
+    journal_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     handles: Mutex<HashMap<String, StorageHandle>>,
     writers: Mutex<Vec<flume::Sender<JournalMsg>>>,
     root: StorageHandle,
@@ -167,13 +166,6 @@ impl Engine {
                 .map(|i| i % online_cpus())
                 .collect(),
         };
-        if opts.journal_executor >= cpus.len() {
-            return Err(Error::InvalidOptions(format!(
-                "journal_executor {} but only {} executors",
-                opts.journal_executor,
-                cpus.len()
-            )));
-        }
         ensure_memlock(cpus.len())?;
         let critical = IoLane::start("omnibus-journal-io", opts.critical_lane_threads, false)?;
         let background = IoLane::start(
@@ -343,8 +335,16 @@ impl EngineInner {
         }
         let writers = Mutex::new(Vec::new());
         let journal = match db.shared_journal() {
-            Some(j) => Some(self.spawn_journal_writer(j, self.opts.journal_executor)?),
+            Some(j) => {
+                let (tx, rx) = flume::bounded(journal_writer::MAILBOX);
+                let t = journal_writer::start_thread(j, rx)?;
+                Some((tx, t))
+            }
             None => None,
+        };
+        let (journal, journal_thread) = match journal {
+            Some((tx, t)) => (Some(tx), Some(t)),
+            None => (None, None),
         };
         let root = self.make_handle("", db.root(), journal.as_ref(), &writers)?;
         let mut handles = HashMap::new();
@@ -360,6 +360,7 @@ impl EngineInner {
                 db,
                 engine: Arc::downgrade(self),
                 journal,
+                journal_thread: Mutex::new(journal_thread),
                 handles: Mutex::new(handles),
                 writers,
                 root,
@@ -402,6 +403,19 @@ impl EngineInner {
                 let (tx, rx) = flume::bounded(1);
                 if w.send(JournalMsg::Stop { reply: tx }).is_ok() {
                     let _ = rx.recv();
+                }
+            }
+            let t = db
+                .inner
+                .journal_thread
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            if let Some(t) = t {
+                if t.join().is_err() {
+                    first = first.and(Err(Error::Poisoned {
+                        cause: "the journal writer thread panicked".into(),
+                    }));
                 }
             }
         }
