@@ -50,6 +50,12 @@ pub struct EngineOptions {
     pub background_lane_threads: Option<usize>,
     /// How often flushers look for due flushes. Default 50 ms.
     pub flush_tick: Duration,
+    /// Bytes that every storage of the engine together may hold unflushed: scratch pages in
+    /// memory plus pages freed since their storage's last flush (data file space only a flush
+    /// makes reusable). Split evenly between the executors' flushers; over its share, a flusher
+    /// flushes its largest storages first. Default 256 MiB. Each storage's own threshold
+    /// (`Options::flush_scratch_bytes`) still applies.
+    pub memory_budget_bytes: u64,
 }
 
 impl Default for EngineOptions {
@@ -62,6 +68,7 @@ impl Default for EngineOptions {
             critical_lane_threads: 16,
             background_lane_threads: None,
             flush_tick: Duration::from_millis(50),
+            memory_budget_bytes: 256 << 20,
         }
     }
 }
@@ -181,11 +188,12 @@ impl Engine {
             let readers = rrx.clone();
             let lane = background.clone();
             let tick = opts.flush_tick;
+            let budget = opts.memory_budget_bytes / cpus.len() as u64;
             let handle = LocalExecutorBuilder::new(Placement::Fixed(*cpu))
                 .name(&format!("omnibus-exec-{i}"))
                 .spawn(move || async move {
                     glommio::spawn_local(reader_pool::run(readers)).detach();
-                    glommio::spawn_local(flusher::run(frx, lane, tick)).detach();
+                    glommio::spawn_local(flusher::run(frx, lane, tick, budget)).detach();
                     while let Ok(job) = srx.recv_async().await {
                         glommio::spawn_local(job()).detach();
                     }

@@ -426,7 +426,16 @@ fn run_mode_in(
     let disk0 = fmt::process_write_bytes();
     let done = Arc::new(AtomicU64::new(0));
     let db_dir = tmp.join("shop.omnibus");
-    let timeline = shop_measure::Timeline::start(done.clone(), db_dir.clone(), SAMPLE_EVERY);
+    let storages: Vec<omnibus::Storage> = std::iter::once(root.storage().clone())
+        .chain(handles.iter().map(|h| h.storage().clone()))
+        .collect();
+    let unflushed = move || storages.iter().map(|s| s.unflushed_bytes()).sum::<u64>();
+    let timeline = shop_measure::Timeline::start(
+        done.clone(),
+        db_dir.clone(),
+        Box::new(unflushed),
+        SAMPLE_EVERY,
+    );
     let cpu0 = shop_measure::process_cpu_seconds();
     let started = Instant::now();
     let deadline = seconds.map(|s| started + Duration::from_secs_f64(s));

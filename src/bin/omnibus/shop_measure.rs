@@ -80,6 +80,9 @@ pub struct Sample {
     pub anon_rss_mib: f64,
     /// Length of the data files (MiB).
     pub data_file_mib: f64,
+    /// Unflushed bytes of every storage (scratch pages plus pages freed since the last flush,
+    /// `Storage::unflushed_bytes`), in MiB.
+    pub unflushed_mib: f64,
 }
 
 /// A thread that samples documents, memory and data file bytes every `every` until stopped.
@@ -89,8 +92,14 @@ pub struct Timeline {
 }
 
 impl Timeline {
-    /// Starts sampling `done` (documents acknowledged) and the database at `db_dir`.
-    pub fn start(done: Arc<AtomicU64>, db_dir: PathBuf, every: Duration) -> Timeline {
+    /// Starts sampling `done` (documents acknowledged), the database at `db_dir` and the
+    /// storages' unflushed bytes (`unflushed`).
+    pub fn start(
+        done: Arc<AtomicU64>,
+        db_dir: PathBuf,
+        unflushed: Box<dyn Fn() -> u64 + Send>,
+        every: Duration,
+    ) -> Timeline {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let thread = std::thread::Builder::new()
@@ -117,6 +126,7 @@ impl Timeline {
                         documents_per_s: (n - last_n) as f64 / (t - last_t).max(1e-9),
                         anon_rss_mib: anon_rss_bytes().unwrap_or(0) as f64 / 1048576.0,
                         data_file_mib: len as f64 / 1048576.0,
+                        unflushed_mib: unflushed() as f64 / 1048576.0,
                     });
                     (last_t, last_n) = (t, n);
                 }
