@@ -47,20 +47,24 @@ pub struct EngineOptions {
     pub executors: Option<usize>,
     /// Explicit CPUs, one executor pinned to each.
     pub cpus: Option<Vec<usize>>,
-    /// Index (into the executors) of the executor that runs shared journal writers. Default 0.
-    pub journal_executor: usize,
     /// Capacity of each storage actor's mailbox (requests). Default 1,024.
     pub mailbox_capacity: usize,
     /// Requests merged into one transaction at most. Default 1,024.
     pub max_requests_per_txn: usize,
-    /// Threads of the critical I/O lane (journal batches). Default 16: one per shared journal
-    /// is enough; separate-journal mode uses them concurrently.
+    /// Threads of the critical I/O lane (journal batches of separate-mode journals, which use
+    /// them concurrently). Default 16. A shared journal's writer has a thread of its own.
     pub critical_lane_threads: usize,
     /// Threads of the background I/O lane (flushes, opening storages), low I/O priority.
     /// Default: one per executor.
     pub background_lane_threads: Option<usize>,
     /// How often flushers look for due flushes. Default 50 ms.
     pub flush_tick: Duration,
+    /// Bytes that every storage of the engine together may hold unflushed: scratch pages in
+    /// memory plus pages freed since their storage's last flush (data file space only a flush
+    /// makes reusable). Split evenly between the executors' flushers; over its share, a flusher
+    /// flushes its largest storages first. Default 256 MiB. Each storage's own threshold
+    /// (`Options::flush_scratch_bytes`) still applies.
+    pub memory_budget_bytes: u64,
     /// Capacity of each index actor's feed, in root commits (each one shared by every index).
     /// When an index's feed is full the root's actor waits before answering its writers.
     /// Default 256.
@@ -72,12 +76,12 @@ impl Default for EngineOptions {
         EngineOptions {
             executors: None,
             cpus: None,
-            journal_executor: 0,
             mailbox_capacity: 1024,
             max_requests_per_txn: 1024,
             critical_lane_threads: 16,
             background_lane_threads: None,
             flush_tick: Duration::from_millis(50),
+            memory_budget_bytes: 256 << 20,
             index_queue_capacity: 256,
         }
     }
@@ -112,6 +116,8 @@ struct DbInner {
     db: Database,
     engine: std::sync::Weak<EngineInner>,
     journal: Option<flume::Sender<JournalMsg>>,
+    /// The shared journal writer's thread (shared mode), joined at shutdown.
+    journal_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     handles: Mutex<HashMap<String, StorageHandle>>,
     writers: Mutex<Vec<flume::Sender<JournalMsg>>>,
     root: StorageHandle,
@@ -194,13 +200,6 @@ impl Engine {
                 .map(|i| i % online_cpus())
                 .collect(),
         };
-        if opts.journal_executor >= cpus.len() {
-            return Err(Error::InvalidOptions(format!(
-                "journal_executor {} but only {} executors",
-                opts.journal_executor,
-                cpus.len()
-            )));
-        }
         ensure_memlock(cpus.len())?;
         let critical = IoLane::start("omnibus-journal-io", opts.critical_lane_threads, false)?;
         let background = IoLane::start(
@@ -216,11 +215,12 @@ impl Engine {
             let readers = rrx.clone();
             let lane = background.clone();
             let tick = opts.flush_tick;
+            let budget = opts.memory_budget_bytes / cpus.len() as u64;
             let handle = LocalExecutorBuilder::new(Placement::Fixed(*cpu))
                 .name(&format!("omnibus-exec-{i}"))
                 .spawn(move || async move {
                     glommio::spawn_local(reader_pool::run(readers)).detach();
-                    glommio::spawn_local(flusher::run(frx, lane, tick)).detach();
+                    glommio::spawn_local(flusher::run(frx, lane, tick, budget)).detach();
                     while let Ok(job) = srx.recv_async().await {
                         glommio::spawn_local(job()).detach();
                     }
@@ -371,8 +371,16 @@ impl EngineInner {
         }
         let writers = Mutex::new(Vec::new());
         let journal = match db.shared_journal() {
-            Some(j) => Some(self.spawn_journal_writer(j, self.opts.journal_executor)?),
+            Some(j) => {
+                let (tx, rx) = flume::bounded(journal_writer::MAILBOX);
+                let t = journal_writer::start_thread(j, rx)?;
+                Some((tx, t))
+            }
             None => None,
+        };
+        let (journal, journal_thread) = match journal {
+            Some((tx, t)) => (Some(tx), Some(t)),
+            None => (None, None),
         };
         let feed = Arc::new(RootFeed {
             acked_txn: AtomicU64::new(db.root().begin_read()?.txn_id()),
@@ -397,6 +405,7 @@ impl EngineInner {
                 db,
                 engine: Arc::downgrade(self),
                 journal,
+                journal_thread: Mutex::new(journal_thread),
                 handles: Mutex::new(handles),
                 writers,
                 root,
@@ -466,6 +475,19 @@ impl EngineInner {
                 let (tx, rx) = flume::bounded(1);
                 if w.send(JournalMsg::Stop { reply: tx }).is_ok() {
                     let _ = rx.recv();
+                }
+            }
+            let t = db
+                .inner
+                .journal_thread
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            if let Some(t) = t {
+                if t.join().is_err() {
+                    first = first.and(Err(Error::Poisoned {
+                        cause: "the journal writer thread panicked".into(),
+                    }));
                 }
             }
         }

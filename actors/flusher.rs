@@ -5,10 +5,16 @@
 //! engine. Messages out: flush jobs to the background I/O lane, whose threads run at low I/O
 //! priority (`ioprio_set(IOPRIO_CLASS_BE, 7)`).
 //!
-//! State owned: the list of storages of this executor. Every tick it asks each storage whether
-//! a flush is due ([`crate::Storage::flush_due`]: scratch size, age, or records in a journal
-//! file that is no longer current, which bounds journal retention) and runs the due flushes one
-//! at a time on the lane. A flush also punches holes and releases journal files.
+//! State owned: the list of storages of this executor, and this executor's share of the
+//! engine's memory budget ([`crate::actors::EngineOptions::memory_budget_bytes`] divided by the
+//! executors). Every tick it asks each storage whether a flush is due
+//! ([`crate::Storage::flush_due`]: scratch size, age, or records in a journal file that is no
+//! longer current, which bounds journal retention) and runs the due flushes one at a time on
+//! the lane; then, while the storages' unflushed bytes ([`crate::Storage::unflushed_bytes`]:
+//! scratch pages in memory plus pages freed since their last flush) add up to more than its
+//! share, it flushes the largest first. So a database of 100+ storages holds one budget
+//! instead of 64 MiB of scratch per storage, and its data files stop growing by pages that
+//! only a flush can make reusable. A flush also punches holes and releases journal files.
 //!
 //! Failure: a failed flush poisons its storage (the core does it) and is logged; the flusher
 //! carries on with the others.
@@ -25,8 +31,40 @@ pub(crate) enum FlusherMsg {
     Stop { reply: flume::Sender<()> },
 }
 
-/// The flusher's loop.
-pub(crate) async fn run(rx: flume::Receiver<FlusherMsg>, lane: IoLane, tick: Duration) {
+/// Indexes of `storages` to flush so that the unflushed bytes fit `budget`: the storages in
+/// `due` first, then the largest of the rest until the sum of what is left is within budget.
+/// Pure, so the policy is tested without files.
+pub(crate) fn pick(unflushed: &[u64], due: &[bool], budget: u64) -> Vec<usize> {
+    let mut out: Vec<usize> = (0..unflushed.len()).filter(|&i| due[i]).collect();
+    let mut left: u64 = (0..unflushed.len())
+        .filter(|&i| !due[i])
+        .map(|i| unflushed[i])
+        .sum();
+    if left <= budget {
+        return out;
+    }
+    let mut rest: Vec<usize> = (0..unflushed.len())
+        .filter(|&i| !due[i] && unflushed[i] > 0)
+        .collect();
+    rest.sort_unstable_by_key(|&i| std::cmp::Reverse(unflushed[i]));
+    // Bounded: each storage is picked at most once.
+    for i in rest {
+        if left <= budget {
+            break;
+        }
+        left -= unflushed[i];
+        out.push(i);
+    }
+    out
+}
+
+/// The flusher's loop; `budget` is this executor's share of the engine's memory budget.
+pub(crate) async fn run(
+    rx: flume::Receiver<FlusherMsg>,
+    lane: IoLane,
+    tick: Duration,
+    budget: u64,
+) {
     let mut storages: Vec<Storage> = Vec::new();
     loop {
         // Bounded: the mailbox holds at most 1,024 messages.
@@ -40,14 +78,42 @@ pub(crate) async fn run(rx: flume::Receiver<FlusherMsg>, lane: IoLane, tick: Dur
                 }
             }
         }
-        for s in &storages {
-            if s.flush_due() && !s.is_poisoned() {
-                let st = s.clone();
-                if let Err(e) = lane.run(move || st.flush()).await {
-                    tracing::warn!(storage = %s.path().display(), error = %e, "flush failed");
-                }
+        let live: Vec<&Storage> = storages.iter().filter(|s| !s.is_poisoned()).collect();
+        let unflushed: Vec<u64> = live.iter().map(|s| s.unflushed_bytes()).collect();
+        let due: Vec<bool> = live.iter().map(|s| s.flush_due()).collect();
+        for i in pick(&unflushed, &due, budget) {
+            let st = live[i].clone();
+            if let Err(e) = lane.run(move || st.flush()).await {
+                tracing::warn!(storage = %live[i].path().display(), error = %e, "flush failed");
             }
         }
         glommio::timer::sleep(tick).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pick;
+
+    #[test]
+    fn due_storages_are_flushed_whatever_the_budget() {
+        assert_eq!(pick(&[5, 0, 7], &[true, false, true], u64::MAX), vec![0, 2]);
+    }
+
+    #[test]
+    fn over_budget_the_largest_go_first_until_the_rest_fits() {
+        // 10 + 40 + 30 + 20 = 100 over a budget of 35: flush 40 (60 left), then 30 (30 left).
+        assert_eq!(pick(&[10, 40, 30, 20], &[false; 4], 35), vec![1, 2]);
+        // Within budget: nothing.
+        assert!(pick(&[10, 40, 30, 20], &[false; 4], 100).is_empty());
+        // A due storage does not count against the budget.
+        assert_eq!(
+            pick(&[10, 40, 30, 20], &[false, true, false, false], 35),
+            vec![1, 2]
+        );
+        assert_eq!(
+            pick(&[10, 40, 30, 20], &[false, true, false, false], 60),
+            vec![1]
+        );
     }
 }

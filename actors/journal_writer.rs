@@ -1,22 +1,30 @@
-//! The journal-writer actor: the critical lane. One per database in shared mode (on the
-//! executor [`crate::actors::EngineOptions::journal_executor`] names), one per storage in
-//! separate mode (on that storage's executor).
+//! The journal writer: the critical lane. In shared mode one per database, on a thread of its
+//! own (`omnibus-journal-writer`); in separate mode one actor per storage, on that storage's
+//! executor, handing each batch to the critical I/O lane.
 //!
 //! Messages in ([`JournalMsg`], bounded flume mailbox of [`MAILBOX`] messages):
 //! `Commit { record, reply }` from storage actors; `Stop { reply }` from the engine.
 //! Messages out: the journal number (or the error) on each commit's one-shot reply.
 //!
 //! State owned: nothing but the mailbox; the [`Journal`] (files, positions, links) is written
-//! only from the batch job this actor hands to the critical I/O lane, one batch at a time, so
-//! this actor is the only code that writes and syncs the journal while the engine runs.
+//! only by this writer (its thread, or the batch job the actor hands to the critical I/O lane,
+//! one batch at a time), so it is the only code that writes and syncs the journal while the
+//! engine runs.
 //!
 //! Loop: wait for a commit, then take every commit already queued (up to [`MAX_BATCH`] records
-//! or 64 MiB), write them as one batch (one `pwritev`, one `fdatasync`) on the I/O lane, and
-//! answer each. Commits arriving meanwhile queue up for the next batch (group commit).
+//! or 64 MiB), write them as one batch (one `pwritev`, one `fdatasync`), and answer each.
+//! Commits arriving meanwhile queue up for the next batch (group commit).
 //! Invariant: no reply before the batch's `fdatasync` returned (DESIGN invariant 1).
 //!
+//! Why a thread in shared mode: the shared journal's batches are the critical path of every
+//! storage of the database. As an actor, the writer had to be scheduled on an executor between
+//! two batches, behind storage actors building transactions (a task runs until it yields, and
+//! building a large index batch takes milliseconds); its thread waits on the mailbox alone, so
+//! the next batch starts as soon as the previous sync returned.
+//!
 //! Failure: a failed batch answers each of its commits with the error and poisons the journal;
-//! later commits get [`crate::Error::Poisoned`]. A full mailbox makes storage actors wait.
+//! later commits get [`crate::Error::Poisoned`]. A panic while writing a batch is caught,
+//! answered as an error and poisons the journal. A full mailbox makes storage actors wait.
 
 use std::sync::Arc;
 
@@ -51,44 +59,100 @@ pub(crate) async fn write(port: &flume::Sender<JournalMsg>, record: OutRecord) -
     rx.recv_async().await.map_err(|_| crate::Error::Closed)?
 }
 
-/// The actor's loop.
-pub(crate) async fn run(journal: Arc<Journal>, rx: flume::Receiver<JournalMsg>, lane: IoLane) {
-    loop {
-        let Ok(first) = rx.recv_async().await else {
-            return;
-        };
-        let mut records = Vec::new();
-        let mut replies = Vec::new();
-        let mut stop = None;
-        let mut bytes = 0u64;
-        let mut next = Some(first);
-        // Bounded by MAX_BATCH and MAX_BATCH_BYTES.
-        while let Some(m) = next.take() {
-            match m {
-                JournalMsg::Commit { record, reply } => {
-                    bytes += record.total_len();
-                    records.push(record);
-                    replies.push(reply);
-                }
-                JournalMsg::Stop { reply } => {
-                    stop = Some(reply);
-                    break;
-                }
+/// One batch taken from the mailbox.
+struct Batch {
+    records: Vec<OutRecord>,
+    replies: Vec<flume::Sender<Result<u64>>>,
+    stop: Option<flume::Sender<()>>,
+}
+
+/// Takes `first` and every message already queued behind it, up to [`MAX_BATCH`] records or
+/// [`MAX_BATCH_BYTES`], stopping at a `Stop`.
+fn take_batch(first: JournalMsg, rx: &flume::Receiver<JournalMsg>) -> Batch {
+    let mut b = Batch {
+        records: Vec::new(),
+        replies: Vec::new(),
+        stop: None,
+    };
+    let mut bytes = 0u64;
+    let mut next = Some(first);
+    // Bounded by MAX_BATCH and MAX_BATCH_BYTES.
+    while let Some(m) = next.take() {
+        match m {
+            JournalMsg::Commit { record, reply } => {
+                bytes += record.total_len();
+                b.records.push(record);
+                b.replies.push(reply);
             }
-            if records.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
-                next = rx.try_recv().ok();
+            JournalMsg::Stop { reply } => {
+                b.stop = Some(reply);
+                break;
             }
         }
-        if !records.is_empty() {
+        if b.records.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
+            next = rx.try_recv().ok();
+        }
+    }
+    b
+}
+
+/// Writes `records` as one batch, a panic answered as an error (the journal is poisoned).
+fn write_batch(journal: &Journal, records: Vec<OutRecord>) -> Result<u64> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        journal.write_records(records)
+    }))
+    .unwrap_or_else(|_| {
+        let cause = "the journal writer panicked while writing a batch".to_string();
+        journal.poison(cause.clone());
+        Err(crate::Error::Poisoned { cause })
+    })
+}
+
+/// The actor's loop (separate mode): each batch runs on the critical lane.
+pub(crate) async fn run(journal: Arc<Journal>, rx: flume::Receiver<JournalMsg>, lane: IoLane) {
+    while let Ok(first) = rx.recv_async().await {
+        let b = take_batch(first, &rx);
+        if !b.records.is_empty() {
             let j = journal.clone();
-            let r = lane.run(move || j.write_records(records)).await;
-            for reply in replies {
+            let records = b.records;
+            let r = lane.run(move || write_batch(&j, records)).await;
+            for reply in b.replies {
                 let _ = reply.send(r.clone());
             }
         }
-        if let Some(reply) = stop {
+        if let Some(reply) = b.stop {
             let _ = reply.send(());
             return;
         }
     }
+}
+
+/// Starts the writer's own thread (shared mode): it blocks on the mailbox, writes and syncs
+/// each batch itself, and exits after answering a `Stop` or when every sender is gone.
+pub(crate) fn start_thread(
+    journal: Arc<Journal>,
+    rx: flume::Receiver<JournalMsg>,
+) -> Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("omnibus-journal-writer".into())
+        .spawn(move || {
+            while let Ok(first) = rx.recv() {
+                let b = take_batch(first, &rx);
+                if !b.records.is_empty() {
+                    let r = write_batch(&journal, b.records);
+                    for reply in b.replies {
+                        let _ = reply.send(r.clone());
+                    }
+                }
+                if let Some(reply) = b.stop {
+                    let _ = reply.send(());
+                    return;
+                }
+            }
+        })
+        .map_err(|e| crate::Error::Io {
+            op: "spawn thread",
+            path: "omnibus-journal-writer".into(),
+            source: e,
+        })
 }

@@ -1,12 +1,13 @@
 //! The actor runtime: per-core glommio executors, a storage actor per storage that merges
-//! requests into transactions, a journal-writer actor per database (the critical lane),
+//! requests into transactions, a journal writer per database (the critical lane: in shared
+//! mode a thread of its own, in separate mode an actor per storage over the critical I/O lane),
 //! low-priority flusher actors, a reader pool, and async + blocking handles usable from tokio,
 //! glommio and plain threads.
 //!
 //! ```text
-//! client ──put──▶ storage actor ──Commit──▶ journal writer ──batch──▶ critical I/O lane
-//!   ▲              (one txn per             (group commit)            (pwritev + fdatasync)
-//!   └── reply ◀──── drained mailbox) ◀── durable ◀──────────────────────────┘
+//! client ──put──▶ storage actor ──Commit──▶ journal writer thread (shared mode)
+//!   ▲              (one txn per             group commit: pwritev + fdatasync per batch
+//!   └── reply ◀──── drained mailbox) ◀── durable ◀──┘
 //! client ──get──▶ reader pool (shared mailbox, snapshots)
 //! flusher (per executor) ──flush──▶ background I/O lane (ioprio BE 7)
 //! root actor ──Arc<changes> per durable commit──▶ index actor (per index) ──Apply──▶ its storage actor

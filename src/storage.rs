@@ -310,6 +310,14 @@ impl Storage {
         self.inner.needs_flush() || self.inner.journal.pins_old_file(self.inner.storage_id)
     }
 
+    /// Bytes a flush would give back: the scratch table's page images (memory) plus the pages
+    /// freed since the last flush (data file space that cannot be reused until a flush).
+    /// Cheap (two atomic loads); the engine's flushers hold the sum over all storages under
+    /// their memory budget with it.
+    pub fn unflushed_bytes(&self) -> u64 {
+        self.inner.unflushed_bytes()
+    }
+
     /// Poisons the storage and its journal (an actor that panicked while writing it).
     pub fn poison(&self, cause: &str) {
         let e = Error::Poisoned {
@@ -693,6 +701,11 @@ impl Inner {
         });
         self.registry.register(&next);
         self.current.store(next);
+    }
+
+    pub fn unflushed_bytes(&self) -> u64 {
+        let freed = self.freed_unflushed.load(Ordering::Relaxed) * PAGE_SIZE as u64;
+        self.current.load().scratch_bytes + freed
     }
 
     pub fn needs_flush(&self) -> bool {

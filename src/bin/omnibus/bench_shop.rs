@@ -19,8 +19,15 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::cli::{JournalArg, ShopArgs};
+use crate::cli::{DiskArg, JournalArg, ShopArgs};
+use crate::shop_measure;
 use crate::{fmt, CliResult, Fail};
+
+/// How often the timeline is sampled.
+const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+
+/// Synced writes of the disk probe before the run.
+const PROBE_WRITES: u32 = 200;
 
 const COUNTRIES: [&str; 24] = [
     "US", "DE", "FR", "GB", "IL", "JP", "BR", "IN", "CN", "CA", "AU", "ES", "IT", "NL", "SE", "PL",
@@ -255,6 +262,19 @@ struct ModeResult {
     setup_seconds: f64,
     close_seconds: f64,
     documents_per_s: f64,
+    /// `--rate`: documents offered per second (open loop); none in the closed loop.
+    offered_rate: Option<f64>,
+    /// CPU seconds (user + system, getrusage) of the whole process over the timed part,
+    /// index catch-up included.
+    cpu_seconds: f64,
+    /// `cpu_seconds` per acknowledged document, in microseconds.
+    cpu_us_per_document: f64,
+    /// Length of the data files (root and indexes) after the run, per document.
+    data_file_bytes_per_document: f64,
+    /// Allocated bytes (st_blocks) of the data files after the run, per document.
+    data_allocated_bytes_per_document: f64,
+    /// The largest anonymous resident memory sampled (MiB).
+    anon_rss_mib_max: f64,
     commit_us_p50: u64,
     commit_us_p99: u64,
     commit_us_p999: u64,
@@ -275,6 +295,8 @@ struct ModeResult {
     index_behind_max: u64,
     /// The commit latency distribution: (percentile, microseconds).
     distribution: Vec<(f64, u64)>,
+    /// Documents/s, anonymous memory and data file length, sampled every second.
+    timeline: Vec<shop_measure::Sample>,
     #[serde(skip)]
     histogram: Option<Histogram<u64>>,
 }
@@ -282,6 +304,9 @@ struct ModeResult {
 #[derive(Serialize)]
 struct Report {
     machine: String,
+    /// The disk profile and the synced writes/s probed before the run.
+    disk: String,
+    synced_writes_per_s: f64,
     file_system: String,
     dir: String,
     modes: Vec<ModeResult>,
@@ -296,9 +321,27 @@ fn distribution(h: &Histogram<u64>) -> Vec<(f64, u64)> {
     v
 }
 
+/// Puts document `n` (the engine feeds its indexes); returns the commit latency measured from
+/// `since` (the send time, or the scheduled time in the open loop).
+async fn put_document(
+    root: &StorageHandle,
+    n: u64,
+    since: Option<Instant>,
+) -> Result<Duration, Fail> {
+    let u = User::generate(n);
+    let doc = serde_json::to_vec(&u).expect("serializable");
+    let t = since.unwrap_or_else(Instant::now);
+    root.put(u.id.clone(), doc)
+        .await
+        .map_err(|e| Fail::from(e).context("putting a document"))?;
+    Ok(Instant::now().saturating_duration_since(t))
+}
+
+/// A closed-loop client: one document in flight, the next sent when it is acknowledged.
 async fn client(
     root: StorageHandle,
     next: Arc<AtomicU64>,
+    done: Arc<AtomicU64>,
     limit: u64,
     deadline: Option<Instant>,
 ) -> Result<Histogram<u64>, Fail> {
@@ -311,14 +354,72 @@ async fn client(
         if n >= limit {
             return Ok(h);
         }
-        let u = User::generate(n);
-        let doc = serde_json::to_vec(&u).expect("serializable");
-        let t = Instant::now();
-        root.put(u.id.clone(), doc)
-            .await
-            .map_err(|e| Fail::from(e).context("putting a document"))?;
-        let _ = h.record(t.elapsed().as_micros() as u64);
+        let lat = put_document(&root, n, None).await?;
+        let _ = h.record(lat.as_micros() as u64);
+        done.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// Documents in flight at most in the open loop (memory bound; beyond it the schedule slips,
+/// and the slip counts in the latencies, which are measured from the scheduled times).
+const OPEN_LOOP_MAX_IN_FLIGHT: usize = 65_536;
+
+/// The open loop: document `n` is scheduled at `start + n / rate` and sent then, whatever the
+/// acknowledgements; its latency runs from its scheduled time (no coordinated omission).
+async fn open_loop(
+    root: StorageHandle,
+    rate: f64,
+    done: Arc<AtomicU64>,
+    limit: u64,
+    deadline: Option<Instant>,
+) -> Result<Histogram<u64>, Fail> {
+    let hist = Arc::new(std::sync::Mutex::new(fmt::histogram()));
+    let slots = Arc::new(tokio::sync::Semaphore::new(OPEN_LOOP_MAX_IN_FLIGHT));
+    let mut tasks = tokio::task::JoinSet::new();
+    let start = Instant::now();
+    let mut fail = None;
+    for n in 0..limit {
+        let at = start + Duration::from_secs_f64(n as f64 / rate);
+        if deadline.is_some_and(|d| at >= d) {
+            break;
+        }
+        tokio::time::sleep_until(at.into()).await;
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            break;
+        };
+        // Reap finished tasks as we go, so the set stays as small as what is in flight.
+        while let Some(r) = tasks.try_join_next() {
+            if let Ok(Err(f)) = r {
+                fail = fail.or(Some(f));
+            }
+        }
+        if fail.is_some() {
+            break;
+        }
+        let (root, hist, done) = (root.clone(), hist.clone(), done.clone());
+        tasks.spawn(async move {
+            let _permit = permit;
+            let lat = put_document(&root, n, Some(at)).await?;
+            let _ = hist
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .record(lat.as_micros() as u64);
+            done.fetch_add(1, Ordering::Relaxed);
+            Ok::<(), Fail>(())
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        match r {
+            Ok(Err(f)) => fail = fail.or(Some(f)),
+            Err(e) => fail = fail.or(Some(Fail::io(format!("a document task failed: {e}")))),
+            Ok(Ok(())) => {}
+        }
+    }
+    if let Some(f) = fail {
+        return Err(f);
+    }
+    let h = hist.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    Ok(h)
 }
 
 fn run_mode(
@@ -384,14 +485,45 @@ fn run_mode_in(
         .map_err(|e| Fail::io(format!("starting the tokio runtime: {e}")))?;
     let stats0 = db.stats();
     let disk0 = fmt::process_write_bytes();
+    let done = Arc::new(AtomicU64::new(0));
+    let db_dir = tmp.join("shop.omnibus");
+    let mut storages: Vec<omnibus::Storage> = vec![root.storage().clone()];
+    for i in 0..a.indexes as usize {
+        storages.push(db.blocking_storage(&index_name(i))?.storage().clone());
+    }
+    let unflushed = move || storages.iter().map(|s| s.unflushed_bytes()).sum::<u64>();
+    let timeline = shop_measure::Timeline::start(
+        done.clone(),
+        db_dir.clone(),
+        Box::new(unflushed),
+        SAMPLE_EVERY,
+    );
+    let cpu0 = shop_measure::process_cpu_seconds();
     let started = Instant::now();
     let deadline = seconds.map(|s| started + Duration::from_secs_f64(s));
     let limit = a.docs.unwrap_or(u64::MAX);
     let out = rt.block_on(async {
         let next = Arc::new(AtomicU64::new(0));
-        let clients: Vec<_> = (0..a.clients)
-            .map(|_| tokio::spawn(client(root.clone(), next.clone(), limit, deadline)))
-            .collect();
+        let clients: Vec<_> = match a.rate {
+            Some(rate) => vec![tokio::spawn(open_loop(
+                root.clone(),
+                rate,
+                done.clone(),
+                limit,
+                deadline,
+            ))],
+            None => (0..a.clients)
+                .map(|_| {
+                    tokio::spawn(client(
+                        root.clone(),
+                        next.clone(),
+                        done.clone(),
+                        limit,
+                        deadline,
+                    ))
+                })
+                .collect(),
+        };
         let mut lat = fmt::histogram();
         let mut fail = None;
         for c in clients {
@@ -415,6 +547,9 @@ fn run_mode_in(
         return Err(f);
     }
     let caught_up = started.elapsed().as_secs_f64();
+    let cpu_seconds = shop_measure::process_cpu_seconds() - cpu0;
+    let timeline = timeline.finish();
+    let (data_len, data_alloc) = shop_measure::data_file_bytes(&db_dir);
     let end = db.stats();
     drop(root);
     drop(db);
@@ -448,6 +583,12 @@ fn run_mode_in(
         setup_seconds,
         close_seconds,
         documents_per_s: docs as f64 / client_secs.max(1e-9),
+        offered_rate: a.rate,
+        cpu_seconds,
+        cpu_us_per_document: cpu_seconds * 1e6 / (docs.max(1) as f64),
+        data_file_bytes_per_document: per_doc(data_len),
+        data_allocated_bytes_per_document: per_doc(data_alloc),
+        anon_rss_mib_max: timeline.iter().map(|t| t.anon_rss_mib).fold(0.0, f64::max),
         commit_us_p50: lat.value_at_quantile(0.5),
         commit_us_p99: lat.value_at_quantile(0.99),
         commit_us_p999: lat.value_at_quantile(0.999),
@@ -468,6 +609,7 @@ fn run_mode_in(
         index_lag_ms_max: slowest(|r| r.apply_lag.max_ms),
         index_behind_max: behind,
         distribution: distribution(&lat),
+        timeline,
         histogram: Some(lat),
     })
 }
@@ -478,6 +620,13 @@ pub fn run(a: ShopArgs) -> CliResult {
     }
     if a.docs == Some(0) {
         return Err(Fail::input("--docs must be at least 1"));
+    }
+    if let Some(r) = a.rate {
+        if !(r > 0.0 && r.is_finite()) {
+            return Err(Fail::input(
+                "--rate must be a positive number of documents per second",
+            ));
+        }
     }
     let seconds = match (a.seconds, a.docs) {
         (Some(s), _) if !(s > 0.0 && s.is_finite()) => {
@@ -500,6 +649,9 @@ pub fn run(a: ShopArgs) -> CliResult {
     if let Some(p) = &a.plot {
         writable_parent("--plot", p)?;
     }
+    if let Some(p) = &a.plot_timeline {
+        writable_parent("--plot-timeline", p)?;
+    }
     let base = base_dir(&a)?;
     let dir: PathBuf = base.path().to_path_buf();
     let fs = fmt::fs_type(&dir);
@@ -521,15 +673,33 @@ pub fn run(a: ShopArgs) -> CliResult {
         };
         return Err(Fail::input(msg));
     }
+    // Entered before the run, left (the process moved back) when `slow` is dropped at the end.
+    let slow = match a.disk {
+        DiskArg::Slow => Some(shop_measure::SlowDisk::enter(&dir)?),
+        DiskArg::Normal => None,
+    };
+    let synced_writes_per_s = shop_measure::probe_synced_writes(&dir, PROBE_WRITES)?;
+    let disk = match &slow {
+        Some(s) => format!(
+            "slow ({} write I/Os/s on device {} through {}): {synced_writes_per_s:.0} synced 4 KiB writes/s measured",
+            shop_measure::SLOW_DISK_WRITE_IOPS,
+            s.device,
+            s.controller
+        ),
+        None => format!("normal: {synced_writes_per_s:.0} synced 4 KiB writes/s measured"),
+    };
     let machine = fmt::machine();
     let amount = match seconds {
         Some(s) => format!("{s} s"),
         None => format!("{} documents", a.docs.unwrap_or(0)),
     };
+    let load = match a.rate {
+        Some(r) => format!("open loop at {r} documents/s"),
+        None => format!("{} clients", a.clients),
+    };
     eprintln!(
-        "bench shop: 1 documents storage + {} indexes, {} clients, {amount} per mode; {} in {} ({fs})",
+        "bench shop: 1 documents storage + {} indexes, {load}, {amount} per mode; {} in {} ({fs}); disk {disk}",
         a.indexes,
-        a.clients,
         modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(" then "),
         dir.display()
     );
@@ -551,14 +721,17 @@ pub fn run(a: ShopArgs) -> CliResult {
         results.push(r);
     }
     println!("machine: {machine}; file system: {fs} ({})", dir.display());
+    println!("disk: {disk}");
     println!(
-        "workload: 1 documents storage + {} index storages, {} clients, ~1 KB documents, {amount} per mode",
-        a.indexes, a.clients
+        "workload: 1 documents storage + {} index storages, {load}, ~1 KB documents, {amount} per mode",
+        a.indexes
     );
     print_table(&results);
     if let Some(p) = &a.json {
         let rep = Report {
             machine: machine.clone(),
+            disk: disk.clone(),
+            synced_writes_per_s,
             file_system: fs.clone(),
             dir: dir.display().to_string(),
             modes: results.clone(),
@@ -584,6 +757,27 @@ pub fn run(a: ShopArgs) -> CliResult {
         crate::plot::latency_png(p, &title, &series)
             .map_err(|e| Fail::io(format!("--plot {}: {e}", p.display())))?;
     }
+    if let Some(p) = &a.plot_timeline {
+        let series: Vec<crate::plot::TimelineSeries> = results
+            .iter()
+            .map(|r| {
+                (
+                    format!("{} journal", r.journal),
+                    r.timeline
+                        .iter()
+                        .map(|t| (t.t_s, t.documents_per_s, t.anon_rss_mib))
+                        .collect(),
+                )
+            })
+            .collect();
+        let title = format!(
+            "omnibus bench shop over time: 1 + {} storages, {load}",
+            a.indexes
+        );
+        crate::plot::timeline_png(p, &title, &series)
+            .map_err(|e| Fail::io(format!("--plot-timeline {}: {e}", p.display())))?;
+    }
+    drop(slow);
     Ok(())
 }
 
@@ -741,8 +935,9 @@ fn print_table(rs: &[ModeResult]) {
     println!("{header}");
     // (label, value, higher is better)
     type Get = fn(&ModeResult) -> f64;
-    let rows: [(&str, Get, bool, usize); 13] = [
+    let rows: [(&str, Get, bool, usize); 17] = [
         ("documents/s", |r| r.documents_per_s, true, 0),
+        ("CPU us/document", |r| r.cpu_us_per_document, false, 0),
         (
             "commit p50 (ms)",
             |r| r.commit_us_p50 as f64 / 1000.0,
@@ -798,6 +993,19 @@ fn print_table(rs: &[ModeResult]) {
             false,
             0,
         ),
+        (
+            "data file bytes/document",
+            |r| r.data_file_bytes_per_document,
+            false,
+            0,
+        ),
+        (
+            "data alloc bytes/document",
+            |r| r.data_allocated_bytes_per_document,
+            false,
+            0,
+        ),
+        ("anon RSS max (MiB)", |r| r.anon_rss_mib_max, false, 0),
         ("index lag p99 (ms)", |r| r.index_lag_ms_p99, false, 1),
         ("index lag max (ms)", |r| r.index_lag_ms_max, false, 1),
         ("documents", |r| r.documents as f64, true, 0),

@@ -335,4 +335,25 @@ pub struct ShopArgs {
     /// Keep the databases instead of deleting them.
     #[arg(long)]
     pub keep: bool,
+    /// Open loop: offer documents at R per second whatever the acknowledgements (latency is
+    /// measured from each document's scheduled time), instead of --clients closed-loop clients.
+    #[arg(long, value_name = "R")]
+    pub rate: Option<f64>,
+    /// Disk profile: `slow` limits this process's writes to the benchmark's disk to about
+    /// 1,000 synced writes/s (cgroup blkio/io throttle; needs root), as a cloud volume with an
+    /// IOPS cap behaves.
+    #[arg(long, value_enum, default_value_t = DiskArg::Normal)]
+    pub disk: DiskArg,
+    /// Draw documents/s and anonymous memory over time, per mode, to FILE (PNG).
+    #[arg(long, value_name = "FILE.png")]
+    pub plot_timeline: Option<PathBuf>,
+}
+
+/// `bench shop --disk`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DiskArg {
+    /// The disk as it is.
+    Normal,
+    /// Writes throttled to about 1,000 synced writes/s.
+    Slow,
 }

@@ -14,6 +14,7 @@ mod ingest;
 mod kv;
 mod lines;
 mod plot;
+mod shop_measure;
 
 use std::path::Path;
 use std::process::ExitCode;

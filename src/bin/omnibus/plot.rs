@@ -202,12 +202,147 @@ pub fn latency_png(
             1,
         );
     }
+    save_png(path, &buf)
+}
+
+/// Encodes the RGB buffer (W x H) as a PNG file at `path`.
+fn save_png(path: &Path, buf: &[u8]) -> Result<(), Err> {
     let file = std::fs::File::create(path)?;
     let mut enc = png::Encoder::new(std::io::BufWriter::new(file), W, H);
     enc.set_color(png::ColorType::Rgb);
     enc.set_depth(png::BitDepth::Eight);
     let mut w = enc.write_header()?;
-    w.write_image_data(&buf)?;
+    w.write_image_data(buf)?;
     w.finish()?;
     Ok(())
+}
+
+/// A round upper bound for an axis: 1, 2 or 5 times a power of ten, at least `v`.
+fn nice_max(v: f64) -> f64 {
+    if !(v > 0.0 && v.is_finite()) {
+        return 1.0;
+    }
+    let p = 10f64.powf(v.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * p)
+        .find(|m| *m >= v)
+        .unwrap_or(10.0 * p)
+}
+
+/// One line of the timeline plot: its label and (seconds, documents/s, MiB) points.
+pub type TimelineSeries = (String, Vec<(f64, f64, f64)>);
+
+/// Draws two panels over time, one line per series in each: documents/s (top) and anonymous
+/// memory in MiB (bottom).
+pub fn timeline_png(path: &Path, title: &str, series: &[TimelineSeries]) -> Result<(), Err> {
+    let mut buf = vec![255u8; (W * H * 3) as usize];
+    let all = series.iter().flat_map(|(_, v)| v.iter());
+    let xmax = nice_max(all.clone().map(|p| p.0).fold(0.0, f64::max));
+    let ymax = [
+        nice_max(all.clone().map(|p| p.1).fold(0.0, f64::max)),
+        nice_max(all.map(|p| p.2).fold(0.0, f64::max)),
+    ];
+    let axis = RGBColor(60, 60, 60);
+    let grid = RGBColor(220, 220, 220);
+    let mut labels: Vec<(i32, i32, String)> = Vec::new();
+    let panel_h = (H - TOP - BOTTOM) / 2;
+    {
+        let root: DrawingArea<BitMapBackend, Shift> =
+            BitMapBackend::with_buffer(&mut buf, (W, H)).into_drawing_area();
+        root.fill(&WHITE)?;
+        for (panel, ytop) in ymax.iter().enumerate() {
+            let top = TOP + panel as u32 * panel_h;
+            let area = root.margin(top + 10, H - top - panel_h + 20, LEFT, RIGHT);
+            let mut chart = ChartBuilder::on(&area).build_cartesian_2d(0f64..xmax, 0f64..*ytop)?;
+            for i in 0..=5 {
+                let y = ytop * i as f64 / 5.0;
+                chart.draw_series(std::iter::once(PathElement::new(
+                    vec![(0.0, y), (xmax, y)],
+                    grid,
+                )))?;
+                let (px, py) = chart.backend_coord(&(0.0, y));
+                let l = format!("{y:.0}");
+                labels.push((px - 8 - text_width(&l, 1), py - 4, l));
+            }
+            for i in 0..=10 {
+                let x = xmax * i as f64 / 10.0;
+                chart.draw_series(std::iter::once(PathElement::new(
+                    vec![(x, 0.0), (x, *ytop)],
+                    grid,
+                )))?;
+                if panel == 1 {
+                    let (px, py) = chart.backend_coord(&(x, 0.0));
+                    let l = format!("{x:.0}");
+                    labels.push((px - text_width(&l, 1) / 2, py + 8, l));
+                }
+            }
+            chart.draw_series(std::iter::once(PathElement::new(
+                vec![(0.0, *ytop), (0.0, 0.0), (xmax, 0.0)],
+                axis.stroke_width(2),
+            )))?;
+            for (i, (_, pts)) in series.iter().enumerate() {
+                let c = COLORS[i % COLORS.len()];
+                let line = pts
+                    .iter()
+                    .map(|p| (p.0, if panel == 0 { p.1 } else { p.2 }));
+                chart.draw_series(LineSeries::new(line, c.stroke_width(2)))?;
+            }
+        }
+        for (i, _) in series.iter().enumerate() {
+            let c = COLORS[i % COLORS.len()];
+            let y = (TOP + 14 + 18 * i as u32) as i32;
+            let x = (W - RIGHT - 260) as i32;
+            root.draw(&Rectangle::new([(x, y + 2), (x + 24, y + 6)], c.filled()))?;
+        }
+        root.present()?;
+    }
+    text(&mut buf, LEFT as i32, 18, title, RGBColor(0, 0, 0), 1);
+    text(&mut buf, 8, (TOP - 6) as i32, "documents/s", axis, 1);
+    text(
+        &mut buf,
+        8,
+        (TOP + panel_h - 6) as i32,
+        "anonymous memory (MiB)",
+        axis,
+        1,
+    );
+    let xl = "seconds";
+    text(
+        &mut buf,
+        (LEFT as i32 + (W - LEFT - RIGHT) as i32 / 2) - text_width(xl, 1) / 2,
+        (H - 22) as i32,
+        xl,
+        axis,
+        1,
+    );
+    for (x, y, s) in labels {
+        text(&mut buf, x, y, &s, axis, 1);
+    }
+    for (i, (label, _)) in series.iter().enumerate() {
+        let y = (TOP + 14 + 18 * i as u32) as i32;
+        text(
+            &mut buf,
+            (W - RIGHT - 228) as i32,
+            y,
+            label,
+            COLORS[i % COLORS.len()],
+            1,
+        );
+    }
+    save_png(path, &buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nice_max_rounds_up_to_1_2_5() {
+        assert_eq!(nice_max(0.0), 1.0);
+        assert_eq!(nice_max(3.0), 5.0);
+        assert_eq!(nice_max(1800.0), 2000.0);
+        assert_eq!(nice_max(5000.0), 5000.0);
+        assert_eq!(nice_max(7000.0), 10000.0);
+    }
 }

@@ -1,0 +1,358 @@
+//! What `bench shop` measures besides latency: the process's CPU time (`getrusage`), a
+//! timeline of documents/s and anonymous memory sampled once a second, the data files' bytes,
+//! and the slow-disk profile (`--disk slow`: the process's writes throttled through the
+//! kernel's block layer, cgroup v1 `blkio` or v2 `io`), with a probe of synced writes/s.
+
+use std::io::Write;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::{CliResult, Fail};
+
+/// Write I/Os per second the slow-disk profile allows the process. Measured on the
+/// development VM (virtio, ext4): a synced 4 KiB overwrite costs about two throttled I/Os
+/// (the write and the cache flush), so 2,000 gives about 1,000 synced writes/s, from one
+/// thread or four alike.
+pub const SLOW_DISK_WRITE_IOPS: u64 = 2000;
+
+/// CPU seconds (user + system) the whole process has used so far, from `getrusage`.
+pub fn process_cpu_seconds() -> f64 {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes one `rusage` into the pointed-to, properly aligned and sized
+    // buffer; RUSAGE_SELF is a valid `who`. On failure the zeroed buffer stays as is.
+    let ru = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr());
+        ru.assume_init()
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// The process's anonymous resident memory in bytes (`RssAnon` of `/proc/self/status`).
+pub fn anon_rss_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// Bytes of every `data.pages` file under `dir` (the database: root and `Indexes/*`):
+/// (file lengths, allocated bytes from `st_blocks`).
+pub fn data_file_bytes(dir: &Path) -> (u64, u64) {
+    let mut len = 0;
+    let mut alloc = 0;
+    let mut add = |p: PathBuf| {
+        if let Ok(m) = std::fs::metadata(p) {
+            len += m.len();
+            alloc += m.blocks() * 512;
+        }
+    };
+    add(dir.join("data.pages"));
+    if let Ok(rd) = std::fs::read_dir(dir.join("Indexes")) {
+        for e in rd.flatten() {
+            add(e.path().join("data.pages"));
+        }
+    }
+    (len, alloc)
+}
+
+/// One sample of the timeline.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sample {
+    /// Seconds since the timed part started.
+    pub t_s: f64,
+    /// Documents acknowledged so far.
+    pub documents: u64,
+    /// Documents/s over the last interval.
+    pub documents_per_s: f64,
+    /// Anonymous resident memory (MiB).
+    pub anon_rss_mib: f64,
+    /// Length of the data files (MiB).
+    pub data_file_mib: f64,
+    /// Unflushed bytes of every storage (scratch pages plus pages freed since the last flush,
+    /// `Storage::unflushed_bytes`), in MiB.
+    pub unflushed_mib: f64,
+}
+
+/// A thread that samples documents, memory and data file bytes every `every` until stopped.
+pub struct Timeline {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<Sample>>>,
+}
+
+impl Timeline {
+    /// Starts sampling `done` (documents acknowledged), the database at `db_dir` and the
+    /// storages' unflushed bytes (`unflushed`).
+    pub fn start(
+        done: Arc<AtomicU64>,
+        db_dir: PathBuf,
+        unflushed: Box<dyn Fn() -> u64 + Send>,
+        every: Duration,
+    ) -> Timeline {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("omnibus-shop-timeline".into())
+            .spawn(move || {
+                let start = Instant::now();
+                let mut out = Vec::new();
+                let (mut last_t, mut last_n) = (0.0f64, 0u64);
+                let mut next = start + every;
+                // Bounded: one sample per interval until stopped.
+                while !s.load(Ordering::Relaxed) {
+                    let now = Instant::now();
+                    if now < next {
+                        std::thread::sleep((next - now).min(Duration::from_millis(100)));
+                        continue;
+                    }
+                    next += every;
+                    let t = start.elapsed().as_secs_f64();
+                    let n = done.load(Ordering::Relaxed);
+                    let (len, _) = data_file_bytes(&db_dir);
+                    out.push(Sample {
+                        t_s: t,
+                        documents: n,
+                        documents_per_s: (n - last_n) as f64 / (t - last_t).max(1e-9),
+                        anon_rss_mib: anon_rss_bytes().unwrap_or(0) as f64 / 1048576.0,
+                        data_file_mib: len as f64 / 1048576.0,
+                        unflushed_mib: unflushed() as f64 / 1048576.0,
+                    });
+                    (last_t, last_n) = (t, n);
+                }
+                out
+            })
+            .ok();
+        Timeline { stop, thread }
+    }
+
+    /// Stops sampling and returns the samples.
+    pub fn finish(mut self) -> Vec<Sample> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Timeline {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Synced 4 KiB overwrites per second in `dir`, measured with `count` `pwrite` +
+/// `fdatasync` pairs on a pre-allocated file (deleted afterwards).
+pub fn probe_synced_writes(dir: &Path, count: u32) -> CliResult<f64> {
+    let path = dir.join(format!(".omnibus-probe-{}", std::process::id()));
+    let r = (|| -> std::io::Result<f64> {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)?;
+        f.write_all(&vec![0u8; 4096 * 16])?;
+        f.sync_all()?;
+        let buf = [7u8; 4096];
+        let t = Instant::now();
+        for i in 0..count {
+            f.write_all_at(&buf, 4096 * u64::from(i % 16))?;
+            f.sync_data()?;
+        }
+        Ok(f64::from(count) / t.elapsed().as_secs_f64().max(1e-9))
+    })();
+    let _ = std::fs::remove_file(&path);
+    r.map_err(|e| Fail::io(format!("probing synced writes in {}: {e}", dir.display())))
+}
+
+/// The slow-disk profile: while alive, this process sits in a cgroup of its own whose writes
+/// to the device under the benchmark directory are limited to [`SLOW_DISK_WRITE_IOPS`] per
+/// second (cgroup v1 `blkio.throttle.write_iops_device`, or v2 `io.max wiops`). Dropping it
+/// moves the process back and removes the cgroup.
+pub struct SlowDisk {
+    group: PathBuf,
+    parent_procs: PathBuf,
+    /// "MAJ:MIN" of the throttled device.
+    pub device: String,
+    /// Which controller: "cgroup v1 blkio" or "cgroup v2 io".
+    pub controller: &'static str,
+}
+
+/// The whole-disk "MAJ:MIN" that holds `dir` (a partition's parent disk: throttling works on
+/// whole disks).
+fn disk_of(dir: &Path) -> CliResult<String> {
+    let dev = std::fs::metadata(dir)
+        .map_err(|e| Fail::io(format!("{}: {e}", dir.display())))?
+        .dev();
+    let (maj, min) = (libc::major(dev), libc::minor(dev));
+    let sys = PathBuf::from(format!("/sys/dev/block/{maj}:{min}"));
+    if !sys.exists() {
+        return Err(Fail::input(format!(
+            "--disk slow: {} is on device {maj}:{min}, which is not a block device (a tmpfs, overlay or network file system cannot be throttled); use --dir on a disk",
+            dir.display()
+        )));
+    }
+    if sys.join("partition").exists() {
+        // The parent directory of a partition's sysfs entry is its disk.
+        let real = std::fs::canonicalize(&sys).map_err(|e| Fail::io(format!("{e}")))?;
+        if let Some(parent) = real.parent() {
+            if let Ok(d) = std::fs::read_to_string(parent.join("dev")) {
+                return Ok(d.trim().to_string());
+            }
+        }
+    }
+    Ok(format!("{maj}:{min}"))
+}
+
+/// The process's current cgroup path for `controller` (v1) or the unified hierarchy ("").
+fn own_cgroup(controller: &str) -> Option<String> {
+    let s = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    s.lines().find_map(|l| {
+        let mut it = l.splitn(3, ':');
+        let (_, ctrls, path) = (it.next()?, it.next()?, it.next()?);
+        let hit = if controller.is_empty() {
+            ctrls.is_empty()
+        } else {
+            ctrls.split(',').any(|c| c == controller)
+        };
+        hit.then(|| path.to_string())
+    })
+}
+
+impl SlowDisk {
+    /// Throttles this process's writes to the disk under `dir`. Errors (the benchmark refuses
+    /// to run): not root, no usable `blkio`/`io` controller, a directory not on a block device.
+    pub fn enter(dir: &Path) -> CliResult<SlowDisk> {
+        let device = disk_of(dir)?;
+        if !rustix::process::geteuid().is_root() {
+            return Err(Fail::input(
+                "--disk slow throttles this process through a cgroup, which needs root; run as root or without --disk slow",
+            ));
+        }
+        let v1 = Path::new("/sys/fs/cgroup/blkio");
+        let name = format!("omnibus-bench-{}", std::process::id());
+        let (base, limit_file, line, controller) = if v1
+            .join("blkio.throttle.write_iops_device")
+            .exists()
+        {
+            let own = own_cgroup("blkio").unwrap_or_default();
+            (
+                v1.join(own.trim_start_matches('/')),
+                "blkio.throttle.write_iops_device",
+                format!("{device} {SLOW_DISK_WRITE_IOPS}"),
+                "cgroup v1 blkio",
+            )
+        } else {
+            let unified = if Path::new("/sys/fs/cgroup/unified/cgroup.controllers").exists() {
+                PathBuf::from("/sys/fs/cgroup/unified")
+            } else {
+                PathBuf::from("/sys/fs/cgroup")
+            };
+            let ctrls =
+                std::fs::read_to_string(unified.join("cgroup.controllers")).unwrap_or_default();
+            if !ctrls.split_whitespace().any(|c| c == "io") {
+                return Err(Fail::input(
+                        "--disk slow needs the cgroup v1 blkio controller or the cgroup v2 io controller, and neither is available here",
+                    ));
+            }
+            let own = own_cgroup("").unwrap_or_default();
+            (
+                unified.join(own.trim_start_matches('/')),
+                "io.max",
+                format!("{device} wiops={SLOW_DISK_WRITE_IOPS}"),
+                "cgroup v2 io",
+            )
+        };
+        let group = base.join(&name);
+        std::fs::create_dir(&group).map_err(|e| {
+            Fail::input(format!(
+                "--disk slow: creating cgroup {}: {e}",
+                group.display()
+            ))
+        })?;
+        let guard = SlowDisk {
+            group: group.clone(),
+            parent_procs: base.join("cgroup.procs"),
+            device,
+            controller,
+        };
+        std::fs::write(group.join(limit_file), &line).map_err(|e| {
+            Fail::input(format!(
+                "--disk slow: writing {line:?} to {}: {e}",
+                group.join(limit_file).display()
+            ))
+        })?;
+        std::fs::write(group.join("cgroup.procs"), std::process::id().to_string()).map_err(
+            |e| {
+                Fail::input(format!(
+                    "--disk slow: moving the process into {}: {e}",
+                    group.display()
+                ))
+            },
+        )?;
+        Ok(guard)
+    }
+}
+
+impl Drop for SlowDisk {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.parent_procs, std::process::id().to_string());
+        // Removing fails while a thread is still inside; the threads moved with the process.
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.group).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!(
+            "omnibus: could not remove cgroup {} (remove it by hand)",
+            self.group.display()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_seconds_grow_with_work() {
+        let a = process_cpu_seconds();
+        let t = Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(50) {
+            x = x.wrapping_mul(31).wrapping_add(7);
+        }
+        std::hint::black_box(x);
+        assert!(process_cpu_seconds() > a);
+    }
+
+    #[test]
+    fn anon_rss_is_read() {
+        let r = anon_rss_bytes().expect("RssAnon in /proc/self/status");
+        assert!(r > 0);
+    }
+
+    #[test]
+    fn data_files_are_summed() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("data.pages"), vec![1u8; 8192]).unwrap();
+        std::fs::create_dir_all(d.path().join("Indexes/a")).unwrap();
+        std::fs::write(d.path().join("Indexes/a/data.pages"), vec![1u8; 4096]).unwrap();
+        let (len, alloc) = data_file_bytes(d.path());
+        assert_eq!(len, 12288);
+        assert!(alloc >= 12288 || alloc == 0, "{alloc}");
+    }
+}
