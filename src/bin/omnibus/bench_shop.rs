@@ -275,6 +275,9 @@ struct ModeResult {
     data_allocated_bytes_per_document: f64,
     /// The largest anonymous resident memory sampled (MiB).
     anon_rss_mib_max: f64,
+    /// Flushes of all storages over the timed part, and the pages they wrote.
+    flushes: u64,
+    pages_flushed: u64,
     commit_us_p50: u64,
     commit_us_p99: u64,
     commit_us_p999: u64,
@@ -467,12 +470,13 @@ fn run_mode_in(
     )?;
     let root = db.root();
     for i in 0..a.indexes as usize {
-        db.blocking_define_index(
-            IndexDefinition::new(index_name(i), move |_id: &[u8], doc: &[u8]| {
-                index_terms(i, doc)
-            })
-            .min_batch_interval(Duration::from_millis(a.index_interval_ms)),
-        )?;
+        let mut def = IndexDefinition::new(index_name(i), move |_id: &[u8], doc: &[u8]| {
+            index_terms(i, doc)
+        });
+        if let Some(ms) = a.index_interval_ms {
+            def = def.min_batch_interval(Duration::from_millis(ms));
+        }
+        db.blocking_define_index(def)?;
     }
     // Built (empty) before the clients start.
     db.blocking_wait_for_indexes()?;
@@ -491,7 +495,15 @@ fn run_mode_in(
     for i in 0..a.indexes as usize {
         storages.push(db.blocking_storage(&index_name(i))?.storage().clone());
     }
-    let unflushed = move || storages.iter().map(|s| s.unflushed_bytes()).sum::<u64>();
+    let flushes = |ss: &[omnibus::Storage]| {
+        ss.iter().fold((0, 0), |(f, p), s| {
+            let st = s.stats();
+            (f + st.flushes, p + st.pages_flushed)
+        })
+    };
+    let (flushes0, pages_flushed0) = flushes(&storages);
+    let sampled = storages.clone();
+    let unflushed = move || sampled.iter().map(|s| s.unflushed_bytes()).sum::<u64>();
     let timeline = shop_measure::Timeline::start(
         done.clone(),
         db_dir.clone(),
@@ -551,6 +563,7 @@ fn run_mode_in(
     let timeline = timeline.finish();
     let (data_len, data_alloc) = shop_measure::data_file_bytes(&db_dir);
     let end = db.stats();
+    let (flushes1, pages_flushed1) = flushes(&storages);
     drop(root);
     drop(db);
     let close = Instant::now();
@@ -588,6 +601,8 @@ fn run_mode_in(
         cpu_us_per_document: cpu_seconds * 1e6 / (docs.max(1) as f64),
         data_file_bytes_per_document: per_doc(data_len),
         data_allocated_bytes_per_document: per_doc(data_alloc),
+        flushes: flushes1 - flushes0,
+        pages_flushed: pages_flushed1 - pages_flushed0,
         anon_rss_mib_max: timeline.iter().map(|t| t.anon_rss_mib).fold(0.0, f64::max),
         commit_us_p50: lat.value_at_quantile(0.5),
         commit_us_p99: lat.value_at_quantile(0.99),

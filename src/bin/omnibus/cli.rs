@@ -303,9 +303,10 @@ pub struct ShopArgs {
     /// Concurrent clients, each with one document put in flight.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=100000))]
     pub clients: u64,
-    /// Least milliseconds between two batches of an index (changes accumulate in between).
-    #[arg(long, default_value_t = 0)]
-    pub index_interval_ms: u64,
+    /// Least milliseconds between two batches of an index (changes accumulate in between)
+    /// [default: the engine's, `IndexDefinition::DEFAULT_MIN_BATCH_INTERVAL`, 100 ms].
+    #[arg(long)]
+    pub index_interval_ms: Option<u64>,
     /// Seconds of inserting per mode [default: 20, when --docs is not given].
     #[arg(long, conflicts_with = "docs")]
     pub seconds: Option<f64>,
