@@ -389,7 +389,7 @@ pub struct DiffBase<'b> {
 /// The diff ranges of a page whose edits were tracked: the header (rewritten at every commit)
 /// and the written `(start, end)` ranges, sorted, clamped to the page, and merged where they
 /// overlap or lie within 4 bytes (a range's own cost in the record).
-fn written_ranges(written: &[(u16, u16)]) -> Vec<(usize, usize)> {
+pub(crate) fn written_ranges(written: &[(u16, u16)]) -> Vec<(usize, usize)> {
     let mut rs: Vec<(usize, usize)> = Vec::with_capacity(written.len() + 1);
     rs.push((0, crate::page::HEADER_LEN));
     rs.extend(

@@ -84,6 +84,9 @@ pub struct WriteTransaction {
     dir: Vec<u64>,
     /// Dirty bitmap pages by index: page images edited in place (sealed at commit).
     bitmaps: HashMap<usize, Arc<[u8]>>,
+    /// Dirty bitmap pages copied from a committed bitmap page: the byte ranges their bit flips
+    /// wrote (sealed from the base's checksum at commit; a bitmap is always journaled whole).
+    bitmap_touched: HashMap<usize, Touches>,
     // Allocation bookkeeping.
     taken: Vec<(u64, u64)>,
     local_free: Extents,
@@ -148,6 +151,7 @@ impl WriteTransaction {
             dir_dirty: false,
             dir: Vec::new(),
             bitmaps: map(),
+            bitmap_touched: map(),
             taken: Vec::new(),
             local_free: Extents::default(),
             allocated: map(),
@@ -231,6 +235,17 @@ impl WriteTransaction {
             self.bitmap(idx)?;
             if let Some(img) = self.bitmaps.get_mut(&idx).and_then(Arc::get_mut) {
                 freespace::set_bit_in_body(&mut img[HEADER_LEN..], q, free);
+                let at = HEADER_LEN + (q % BITS_PER_BITMAP) as usize / 8;
+                if let Some(t) = self.bitmap_touched.get_mut(&idx) {
+                    if t.as_slice().last() != Some(&(at as u16, at as u16 + 1)) {
+                        if t.len >= MAX_TOUCHED {
+                            self.bitmap_touched.remove(&idx);
+                        } else {
+                            t.ranges[t.len] = (at as u16, at as u16 + 1);
+                            t.len += 1;
+                        }
+                    }
+                }
             }
         }
         Ok(())
@@ -298,12 +313,13 @@ impl WriteTransaction {
                 return Err(self.corrupt(p, "free-space bitmap page of a bad length"));
             }
             self.bitmaps.insert(idx, Arc::from(img));
+            self.bitmap_touched.insert(idx, Touches::default());
         } else {
             // Bounded by DIR_CAPACITY: each turn adds one bitmap.
             while self.dir.len() <= idx {
                 let i = self.dir.len();
                 self.dir.push(0);
-                self.bitmaps.insert(i, Arc::from(page::zeroed(1)));
+                self.bitmaps.insert(i, page::zeroed_shared(1));
                 self.touch_dir()?;
                 let new = self.alloc(1)?;
                 self.dir[i] = new;
@@ -601,17 +617,24 @@ impl WriteTransaction {
             self.nodes.insert(p, node);
             return Ok(());
         }
-        let image = match self.bases.get(&p) {
-            Some(&b) => {
-                let base = self.base.clone();
-                let (base_img, _) = base.page(b)?;
-                node.encode_on(base_img, p, self.txn_id)
-            }
-            None => node.encode(p, self.txn_id),
+        // Laid out on its base in one page buffer (sealed at commit, like every page-form
+        // image): one allocation and one copy of the base.
+        let base = self.base.clone();
+        let base_img = match self.bases.get(&p) {
+            Some(&b) => Some(base.page(b)?.0),
+            None => None,
         };
+        let mut image: Arc<[u8]> = match base_img {
+            Some(b) if b.len() == PAGE_SIZE => Arc::from(b),
+            _ => page::zeroed_shared(1),
+        };
+        let Some(img) = Arc::get_mut(&mut image) else {
+            return Err(self.corrupt(p, "internal: new page image shared"));
+        };
+        node.encode_unsealed_into(img, base_img, p, self.txn_id);
         // Re-encoded: no record of what changed, the commit diffs it.
         self.touched.remove(&p);
-        self.pages.insert(p, Arc::from(image));
+        self.pages.insert(p, image);
         Ok(())
     }
 
@@ -926,16 +949,23 @@ impl WriteTransaction {
         for (p, mut image) in std::mem::replace(&mut self.pages, map()) {
             // A page copied from a committed page is journaled as a diff against it; a new
             // page (a split's right half, a new root leaf) has no base.
+            let mut seal_base = None;
             if let Some(&b) = self.bases.get(&p) {
                 let (base_img, _) = base_state.page(b)?;
+                let written = touched.get(&p).map(Touches::as_slice);
                 bases.insert(
                     p,
                     DiffBase {
                         page: b,
                         image: base_img,
-                        written: touched.get(&p).map(Touches::as_slice),
+                        written,
                     },
                 );
+                // Edited only in place: it differs from its (checked) base only in the
+                // header and the written ranges, so its checksum follows from the base's.
+                if let Some(w) = written {
+                    seal_base = Some((base_img, crate::journal::record::written_ranges(w)));
+                }
             }
             let Some(img) = Arc::get_mut(&mut image) else {
                 return Err(self.corrupt(p, "internal: dirty page shared"));
@@ -949,7 +979,10 @@ impl WriteTransaction {
                 ..h
             }
             .write(img);
-            page::seal(img);
+            match seal_base {
+                Some((b, ranges)) if page::seal_from_base(img, b, &ranges) => {}
+                _ => page::seal(img),
+            }
             images.push((p, image));
         }
         for (&p, value) in &self.overflow {
@@ -957,6 +990,14 @@ impl WriteTransaction {
         }
         for (idx, mut image) in std::mem::replace(&mut self.bitmaps, map()) {
             let p = self.dir[idx];
+            // A bitmap copied from the committed one: sealed from its checksum.
+            let seal_base = match self.bitmap_touched.get(&idx) {
+                Some(t) => Some((
+                    base_state.page(p)?.0,
+                    crate::journal::record::written_ranges(t.as_slice()),
+                )),
+                None => None,
+            };
             let Some(img) = Arc::get_mut(&mut image) else {
                 return Err(self.corrupt(p, "internal: dirty bitmap page shared"));
             };
@@ -969,7 +1010,10 @@ impl WriteTransaction {
                 aux: idx as u32,
             }
             .write(img);
-            page::seal(img);
+            match seal_base {
+                Some((b, ranges)) if page::seal_from_base(img, b, &ranges) => {}
+                _ => page::seal(img),
+            }
             images.push((p, image));
         }
         if self.dir_dirty {
@@ -1079,6 +1123,10 @@ impl PreparedCommit {
         for (s, l) in t.local_free.iter() {
             writer.alloc.reusable.insert(s, l);
         }
+        let allocated: u64 = t.allocated.values().sum();
+        t.inner
+            .allocated_unflushed
+            .fetch_add(allocated, Ordering::Relaxed);
         let freed = std::mem::take(&mut t.freed);
         let freed_pages: u64 = freed.iter().map(|(_, l)| l).sum();
         writer.alloc.pending_pages += freed_pages;
