@@ -434,7 +434,11 @@ impl WriteTransaction {
         Ok(())
     }
 
-    fn split(&mut self, node: &mut Node) -> Result<(Vec<u8>, u64)> {
+    /// Splits an overfull node in two, the right half going to a new page. `append`: the node
+    /// is the rightmost at its level and the insert that overfilled it went to its end (sorted
+    /// inserts): the right half gets only the last entry (a branch: its last key), so the left
+    /// node stays full instead of half empty (as LMDB and redb do).
+    fn split(&mut self, node: &mut Node, append: bool) -> Result<(Vec<u8>, u64)> {
         let (sep, right) = match node {
             Node::Leaf(es) => {
                 if es.len() < 2 {
@@ -445,11 +449,13 @@ impl WriteTransaction {
                 let total: usize = es.iter().map(page::node::leaf_entry_size).sum();
                 let mut acc = 0;
                 let mut at = es.len() - 1;
-                for (i, e) in es.iter().enumerate() {
-                    acc += page::node::leaf_entry_size(e);
-                    if acc >= total / 2 {
-                        at = (i + 1).clamp(1, es.len() - 1);
-                        break;
+                if !append {
+                    for (i, e) in es.iter().enumerate() {
+                        acc += page::node::leaf_entry_size(e);
+                        if acc >= total / 2 {
+                            at = (i + 1).clamp(1, es.len() - 1);
+                            break;
+                        }
                     }
                 }
                 let right = es.split_off(at);
@@ -464,11 +470,15 @@ impl WriteTransaction {
                     );
                 }
                 let mut m = keys.len() / 2;
-                for (i, k) in keys.iter().enumerate() {
-                    acc += page::node::branch_key_size(k);
-                    if acc >= total / 2 {
-                        m = i.clamp(1, keys.len() - 2);
-                        break;
+                if append {
+                    m = keys.len() - 2;
+                } else {
+                    for (i, k) in keys.iter().enumerate() {
+                        acc += page::node::branch_key_size(k);
+                        if acc >= total / 2 {
+                            m = i.clamp(1, keys.len() - 2);
+                            break;
+                        }
                     }
                 }
                 let rkeys = keys.split_off(m + 1);
@@ -485,19 +495,41 @@ impl WriteTransaction {
                 )
             }
         };
-        debug_assert!(node.fits() && right.fits(), "split halves must fit");
+        if !(node.fits() && right.fits()) {
+            // An append split whose last entry is the big one: split by size instead.
+            debug_assert!(append, "split halves must fit");
+            match (&mut *node, right) {
+                (Node::Leaf(es), Node::Leaf(r)) => es.extend(r),
+                (
+                    Node::Branch { keys, children },
+                    Node::Branch {
+                        keys: rk,
+                        children: rc,
+                    },
+                ) => {
+                    keys.push(sep);
+                    keys.extend(rk);
+                    children.extend(rc);
+                }
+                _ => return Err(self.corrupt(0, "internal: split of mixed kinds")),
+            }
+            return self.split(node, false);
+        }
         let r = self.alloc(1)?;
         self.park(r, right)?;
         Ok((sep, r))
     }
 
     #[allow(clippy::type_complexity)]
+    /// `rightmost`: `page` is the last node of its level (every step of the descent took the
+    /// last child), where sorted inserts append.
     fn insert_at(
         &mut self,
         page: u64,
         key: &[u8],
         val: Val,
         depth: usize,
+        rightmost: bool,
     ) -> Result<(u64, Option<(Vec<u8>, u64)>, Option<Val>)> {
         if depth > crate::btree::MAX_DEPTH {
             return Err(self.corrupt(page, "tree deeper than 32 levels"));
@@ -519,6 +551,21 @@ impl WriteTransaction {
                         self.touch(p, touched);
                         return Ok((p, None, o));
                     }
+                    Err(page::node::EditError::NoRoom)
+                        if rightmost && self.after_last(p, key)? =>
+                    {
+                        // An append to the full rightmost leaf (sorted inserts): the new key
+                        // starts a new rightmost leaf; this one stays as it is, full.
+                        let r = self.alloc(1)?;
+                        self.park(
+                            r,
+                            Node::Leaf(vec![LeafEntry {
+                                key: key.to_vec(),
+                                val: v,
+                            }]),
+                        )?;
+                        return Ok((p, Some((key.to_vec(), r)), None));
+                    }
                     Err(page::node::EditError::NoRoom) => val = Some(v),
                     Err(page::node::EditError::Malformed) => {
                         return Err(self.corrupt(p, "malformed leaf page"))
@@ -533,7 +580,8 @@ impl WriteTransaction {
                 let Some(v) = val.take() else {
                     return Err(self.corrupt(p, "internal: value missing"));
                 };
-                let (nc, split, o) = self.insert_at(c, key, v, depth + 1)?;
+                let last = i == bv.keys();
+                let (nc, split, o) = self.insert_at(c, key, v, depth + 1, rightmost && last)?;
                 let edit = match &split {
                     None => page::node::branch_set_child(self.page_mut(p)?, i, nc),
                     Some((sep, right)) => {
@@ -555,6 +603,8 @@ impl WriteTransaction {
             }
         }
         let mut node = self.take_node(p)?;
+        // The node path's insert lands at the node's end (an append, when rightmost).
+        let mut at_end = false;
         let r = (|| -> Result<()> {
             match (&mut node, child_done) {
                 (Node::Branch { keys, children }, Some((i, nc, split))) => {
@@ -563,6 +613,7 @@ impl WriteTransaction {
                     }
                     children[i] = nc;
                     if let Some((sep, right)) = split {
+                        at_end = i == keys.len();
                         keys.insert(i, sep);
                         children.insert(i + 1, right);
                     }
@@ -574,13 +625,16 @@ impl WriteTransaction {
                         .ok_or_else(|| self.corrupt(p, "internal: value missing"))?;
                     match es.binary_search_by(|e| e.key.as_slice().cmp(key)) {
                         Ok(i) => old = Some(std::mem::replace(&mut es[i].val, val)),
-                        Err(i) => es.insert(
-                            i,
-                            LeafEntry {
-                                key: key.to_vec(),
-                                val,
-                            },
-                        ),
+                        Err(i) => {
+                            at_end = i == es.len();
+                            es.insert(
+                                i,
+                                LeafEntry {
+                                    key: key.to_vec(),
+                                    val,
+                                },
+                            )
+                        }
                     }
                 }
                 (Node::Branch { keys, children }, None) => {
@@ -588,10 +642,13 @@ impl WriteTransaction {
                         .take()
                         .ok_or_else(|| self.corrupt(p, "internal: value missing"))?;
                     let i = keys.partition_point(|k| k.as_slice() <= key);
-                    let (nc, split, o) = self.insert_at(children[i], key, val, depth + 1)?;
+                    let last = i == keys.len();
+                    let (nc, split, o) =
+                        self.insert_at(children[i], key, val, depth + 1, rightmost && last)?;
                     children[i] = nc;
                     old = o;
                     if let Some((sep, right)) = split {
+                        at_end = i == keys.len();
                         keys.insert(i, sep);
                         children.insert(i + 1, right);
                     }
@@ -600,13 +657,26 @@ impl WriteTransaction {
             Ok(())
         })();
         let split = match r {
-            Ok(()) if !node.fits() => Some(self.split(&mut node)),
+            Ok(()) if !node.fits() => Some(self.split(&mut node, rightmost && at_end)),
             Ok(()) => None,
             Err(e) => Some(Err(e)),
         };
         let split = split.transpose()?;
         self.park(p, node)?;
         Ok((p, split, old))
+    }
+
+    /// True when `key` sorts after every key of dirty leaf `p` (in page form).
+    fn after_last(&self, p: u64, key: &[u8]) -> Result<bool> {
+        let (img, h) = self.node_page(p)?;
+        if h.kind != PageKind::Leaf || h.count == 0 {
+            return Ok(false);
+        }
+        let v = page::node::LeafView::new(img, &h);
+        let last = v
+            .key(h.count as usize - 1)
+            .ok_or_else(|| self.corrupt(p, "malformed leaf page"))?;
+        Ok(last < key)
     }
 
     /// Puts dirty node `p` back: a leaf as a page image (laid out on its base when it has one,
@@ -752,7 +822,7 @@ impl WriteTransaction {
         } else {
             self.root
         };
-        let (nr, split, old) = self.insert_at(root, key, val, 0)?;
+        let (nr, split, old) = self.insert_at(root, key, val, 0, true)?;
         self.root = match split {
             Some((sep, right)) => {
                 let r = self.alloc(1)?;
