@@ -1066,7 +1066,7 @@ fn bench_batch(cfg: &Config, root: &Path) -> BatchResults {
     );
     let dir = root.join("batch");
     std::fs::create_dir_all(&dir).unwrap();
-    let s = Storage::open(&dir.join("omnibus"), Options::default()).expect("open omnibus");
+    let s = Storage::open(dir.join("omnibus"), Options::default()).expect("open omnibus");
     let lmdb = open_lmdb(&dir.join("lmdb"), 4 << 30);
     let mut next = 0u64;
     let mut onext = 0u64;

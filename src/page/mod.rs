@@ -256,12 +256,10 @@ pub fn zeroed(pages: usize) -> Box<[u8]> {
     vec![0u8; pages * PAGE_SIZE].into_boxed_slice()
 }
 
-/// A zero-filled shared image of `pages` pages, allocated zeroed in place (`Arc::from` of a
-/// boxed page would allocate and copy twice).
+/// A zero-filled shared image of `pages` pages, written in place (`Arc::from` of a boxed page
+/// would allocate twice and copy; an exact-length iterator collects into one allocation).
 pub fn zeroed_shared(pages: usize) -> std::sync::Arc<[u8]> {
-    let z = std::sync::Arc::<[u8]>::new_zeroed_slice(pages * PAGE_SIZE);
-    // SAFETY: the slice is zero-initialized, and all zero bytes are a valid `[u8]`.
-    unsafe { z.assume_init() }
+    std::iter::repeat_n(0u8, pages * PAGE_SIZE).collect()
 }
 
 /// Pages needed for an overflow run holding `value_len` bytes after the header.

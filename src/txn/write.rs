@@ -83,10 +83,9 @@ pub struct WriteTransaction {
     dir_dirty: bool,
     dir: Vec<u64>,
     /// Dirty bitmap pages by index: page images edited in place (sealed at commit).
-    bitmaps: HashMap<usize, Arc<[u8]>>,
-    /// Dirty bitmap pages copied from a committed bitmap page: the byte ranges their bit flips
+    /// With each, for one copied from a committed bitmap page, the byte ranges its bit flips
     /// wrote (sealed from the base's checksum at commit; a bitmap is always journaled whole).
-    bitmap_touched: HashMap<usize, Touches>,
+    bitmaps: HashMap<usize, (Arc<[u8]>, Option<Touches>)>,
     // Allocation bookkeeping.
     taken: Vec<(u64, u64)>,
     local_free: Extents,
@@ -151,7 +150,6 @@ impl WriteTransaction {
             dir_dirty: false,
             dir: Vec::new(),
             bitmaps: map(),
-            bitmap_touched: map(),
             taken: Vec::new(),
             local_free: Extents::default(),
             allocated: map(),
@@ -233,15 +231,17 @@ impl WriteTransaction {
         for q in p..p + n {
             let idx = (q / BITS_PER_BITMAP) as usize;
             self.bitmap(idx)?;
-            if let Some(img) = self.bitmaps.get_mut(&idx).and_then(Arc::get_mut) {
-                freespace::set_bit_in_body(&mut img[HEADER_LEN..], q, free);
-                let at = HEADER_LEN + (q % BITS_PER_BITMAP) as usize / 8;
-                if let Some(t) = self.bitmap_touched.get_mut(&idx) {
-                    if t.as_slice().last() != Some(&(at as u16, at as u16 + 1)) {
+            if let Some((image, touched)) = self.bitmaps.get_mut(&idx) {
+                if let Some(img) = Arc::get_mut(image) {
+                    freespace::set_bit_in_body(&mut img[HEADER_LEN..], q, free);
+                }
+                let at = (HEADER_LEN + (q % BITS_PER_BITMAP) as usize / 8) as u16;
+                if let Some(t) = touched {
+                    if t.as_slice().last() != Some(&(at, at + 1)) {
                         if t.len >= MAX_TOUCHED {
-                            self.bitmap_touched.remove(&idx);
+                            *touched = None;
                         } else {
-                            t.ranges[t.len] = (at as u16, at as u16 + 1);
+                            t.ranges[t.len] = (at, at + 1);
                             t.len += 1;
                         }
                     }
@@ -312,14 +312,14 @@ impl WriteTransaction {
             if img.len() != PAGE_SIZE {
                 return Err(self.corrupt(p, "free-space bitmap page of a bad length"));
             }
-            self.bitmaps.insert(idx, Arc::from(img));
-            self.bitmap_touched.insert(idx, Touches::default());
+            self.bitmaps
+                .insert(idx, (Arc::from(img), Some(Touches::default())));
         } else {
             // Bounded by DIR_CAPACITY: each turn adds one bitmap.
             while self.dir.len() <= idx {
                 let i = self.dir.len();
                 self.dir.push(0);
-                self.bitmaps.insert(i, page::zeroed_shared(1));
+                self.bitmaps.insert(i, (page::zeroed_shared(1), None));
                 self.touch_dir()?;
                 let new = self.alloc(1)?;
                 self.dir[i] = new;
@@ -1058,10 +1058,10 @@ impl WriteTransaction {
         for (&p, value) in &self.overflow {
             images.push((p, encode_overflow(value, p, txn).into()));
         }
-        for (idx, mut image) in std::mem::replace(&mut self.bitmaps, map()) {
+        for (idx, (mut image, touched)) in std::mem::replace(&mut self.bitmaps, map()) {
             let p = self.dir[idx];
             // A bitmap copied from the committed one: sealed from its checksum.
-            let seal_base = match self.bitmap_touched.get(&idx) {
+            let seal_base = match touched {
                 Some(t) => Some((
                     base_state.page(p)?.0,
                     crate::journal::record::written_ranges(t.as_slice()),
