@@ -8,6 +8,13 @@
 //! 2. `commit`: serial durable commits of one small put vs a raw `pwrite + fdatasync` of the same
 //!    number of bytes to a pre-zeroed file (and a raw append + fdatasync, file growing).
 //! 3. `prezero`: the same commit loop with `Prezero::Ahead(4 MiB)` vs `Prezero::WholeFile`.
+//! 4. `batch`: synced transactions of 1,000 random keys (24 B keys, 150 B values, the index
+//!    storages' pattern) into a storage of 200,000 keys with default options, vs LMDB doing the
+//!    same batches, blocks alternating: keys/s and process CPU per key (target 200,000 keys/s).
+//! 5. `sorted`: 1,000,000 keys in key order in transactions of 100,000 (`FlushMode::Manual`),
+//!    vs LMDB, three alternating rounds (target 1,500,000 keys/s).
+//! 6. `growth`: one-put synced commits on an empty storage vs one loaded with 2,500,000 keys and
+//!    flushed, blocks alternating: p50 and process CPU per commit (targets 1.1x and 1.2x).
 //!
 //! Sections 2 and 3 run first (each after waiting for the disk to answer fdatasync quickly), then
 //! section 1, whose load writes about 1.5 GB.
@@ -22,7 +29,7 @@
 //! | `OMNIBUS_BENCH_GETS`     | `--gets N`        | 2,000,000 (200,000)  |
 //! | `OMNIBUS_BENCH_COMMITS`  | `--commits N`     | 2,000 (200)          |
 //! | `OMNIBUS_BENCH_DIR`      | `--dir PATH`      | `<crate>/target/bench-tmp` |
-//! | `OMNIBUS_BENCH_ONLY`     | `--only a,b`      | `get,commit,prezero` |
+//! | `OMNIBUS_BENCH_ONLY`     | `--only a,b`      | `get,commit,prezero,growth,batch,sorted` |
 //! | `OMNIBUS_BENCH_PAUSE`    | `--pause X`       | 3 (untimed pause after each round of commit blocks, × the round's time) |
 //!
 //! The bench directory must be on the real disk: the bench prints its file system type and
