@@ -8,6 +8,13 @@
 //! 2. `commit`: serial durable commits of one small put vs a raw `pwrite + fdatasync` of the same
 //!    number of bytes to a pre-zeroed file (and a raw append + fdatasync, file growing).
 //! 3. `prezero`: the same commit loop with `Prezero::Ahead(4 MiB)` vs `Prezero::WholeFile`.
+//! 4. `batch`: synced transactions of 1,000 random keys (24 B keys, 150 B values, the index
+//!    storages' pattern) into a storage of 200,000 keys with default options, vs LMDB doing the
+//!    same batches, blocks alternating: keys/s and process CPU per key (target 200,000 keys/s).
+//! 5. `sorted`: 1,000,000 keys in key order in transactions of 100,000 (`FlushMode::Manual`),
+//!    vs LMDB, three alternating rounds (target 1,500,000 keys/s).
+//! 6. `growth`: one-put synced commits on an empty storage vs one loaded with 2,500,000 keys and
+//!    flushed, blocks alternating: p50 and process CPU per commit (targets 1.1x and 1.2x).
 //!
 //! Sections 2 and 3 run first (each after waiting for the disk to answer fdatasync quickly), then
 //! section 1, whose load writes about 1.5 GB.
@@ -22,7 +29,7 @@
 //! | `OMNIBUS_BENCH_GETS`     | `--gets N`        | 2,000,000 (200,000)  |
 //! | `OMNIBUS_BENCH_COMMITS`  | `--commits N`     | 2,000 (200)          |
 //! | `OMNIBUS_BENCH_DIR`      | `--dir PATH`      | `<crate>/target/bench-tmp` |
-//! | `OMNIBUS_BENCH_ONLY`     | `--only a,b`      | `get,commit,prezero` |
+//! | `OMNIBUS_BENCH_ONLY`     | `--only a,b`      | `get,commit,prezero,growth,batch,sorted` |
 //! | `OMNIBUS_BENCH_PAUSE`    | `--pause X`       | 3 (untimed pause after each round of commit blocks, × the round's time) |
 //!
 //! The bench directory must be on the real disk: the bench prints its file system type and
@@ -97,7 +104,7 @@ impl Config {
             });
         let only = arg("--only")
             .or_else(|| std::env::var("OMNIBUS_BENCH_ONLY").ok())
-            .unwrap_or_else(|| "get,commit,prezero".into())
+            .unwrap_or_else(|| "get,commit,prezero,growth,batch,sorted".into())
             .split(',')
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
@@ -996,6 +1003,320 @@ fn bench_prezero(cfg: &Config, root: &Path) -> PrezeroResults {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Process CPU time (every thread: the committer, the flush service, the pre-zeroing thread)
+
+fn cpu_time() -> Duration {
+    // SAFETY: `ru` is a properly sized out-parameter for getrusage.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid pointer.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Wall and process CPU time spent in one case (blocks of it, alternating with other cases).
+#[derive(Default)]
+struct Spent {
+    wall: Duration,
+    cpu: Duration,
+    units: u64,
+}
+
+impl Spent {
+    fn run(&mut self, units: u64, f: impl FnOnce()) {
+        let (c, t) = (cpu_time(), Instant::now());
+        f();
+        self.wall += t.elapsed();
+        self.cpu += cpu_time().saturating_sub(c);
+        self.units += units;
+    }
+
+    fn rate(&self) -> f64 {
+        self.units as f64 / self.wall.as_secs_f64()
+    }
+
+    fn cpu_per_unit(&self) -> f64 {
+        self.cpu.as_nanos() as f64 / self.units.max(1) as f64
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Random batches (the index storages' write pattern)
+
+/// Index-like key `i` of a random batch: 24 pseudo-random bytes.
+fn batch_key(i: u64) -> [u8; 24] {
+    let mut k = [0u8; 24];
+    k[..8].copy_from_slice(&splitmix64(i).to_be_bytes());
+    k[8..16].copy_from_slice(&splitmix64(i ^ 0x5555).to_be_bytes());
+    k[16..].copy_from_slice(&i.to_be_bytes());
+    k
+}
+
+const BATCH_VALUE: [u8; 150] = [0x42; 150];
+
+struct BatchResults {
+    omnibus: Spent,
+    lmdb: Spent,
+}
+
+fn bench_batch(cfg: &Config, root: &Path) -> BatchResults {
+    let (preload, batches, per) = if cfg.quick {
+        (20_000u64, 40u64, 1_000u64)
+    } else {
+        (200_000, 300, 1_000)
+    };
+    println!(
+        "== 4. random batches: synced transactions of {per} random keys (24 B keys, 150 B values), {} keys preloaded, default options, vs LMDB ==",
+        fmt_int(preload)
+    );
+    let dir = root.join("batch");
+    std::fs::create_dir_all(&dir).unwrap();
+    let s = Storage::open(dir.join("omnibus"), Options::default()).expect("open omnibus");
+    let lmdb = open_lmdb(&dir.join("lmdb"), 4 << 30);
+    let mut next = 0u64;
+    let mut onext = 0u64;
+    let mut omni_batch = |n: u64| {
+        let mut w = s.begin_write().unwrap();
+        for _ in 0..n {
+            w.put(batch_key(onext), BATCH_VALUE).unwrap();
+            onext += 1;
+        }
+        w.commit().unwrap();
+    };
+    let mut lmdb_batch = |n: u64| {
+        let mut w = lmdb.0.write_txn().unwrap();
+        for _ in 0..n {
+            lmdb.1.put(&mut w, &batch_key(next), &BATCH_VALUE).unwrap();
+            next += 1;
+        }
+        w.commit().unwrap();
+    };
+    for _ in 0..preload / 100_000 {
+        omni_batch(100_000);
+        lmdb_batch(100_000);
+    }
+    omni_batch(preload % 100_000);
+    lmdb_batch(preload % 100_000);
+    s.flush().expect("flush");
+    for _ in 0..5 {
+        omni_batch(per);
+        lmdb_batch(per);
+    }
+    wait_for_calm_disk(&dir, cfg.calm_wait);
+    let (mut o, mut l) = (Spent::default(), Spent::default());
+    let block = 10;
+    let mut done = 0;
+    while done < batches {
+        let m = block.min(batches - done);
+        o.run(m * per, || (0..m).for_each(|_| omni_batch(per)));
+        l.run(m * per, || (0..m).for_each(|_| lmdb_batch(per)));
+        done += m;
+    }
+    let st = s.stats();
+    println!(
+        "  omnibus: {} flushes, {} keys at the end; blocks of {block} batches alternate with LMDB",
+        st.flushes,
+        fmt_int(st.entries)
+    );
+    println!("  | case                               |    keys/s | CPU per key | ratio (keys/s) |");
+    println!("  |------------------------------------|-----------|-------------|----------------|");
+    for (name, x) in [
+        ("omnibus (default options)", &o),
+        ("LMDB (heed), synced commits", &l),
+    ] {
+        println!(
+            "  | {:<34} | {:>9.0} | {:>11} | {:>14.2} |",
+            name,
+            x.rate(),
+            fmt_ns(x.cpu_per_unit()),
+            x.rate() / l.rate()
+        );
+    }
+    println!("  CPU per key: process CPU time (every thread, the flush service's included) / keys");
+    println!();
+    drop(s);
+    drop(lmdb);
+    let _ = std::fs::remove_dir_all(&dir);
+    BatchResults {
+        omnibus: o,
+        lmdb: l,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Sorted inserts (appends at the right edge of the tree)
+
+struct SortedResults {
+    omnibus: f64,
+    lmdb: f64,
+    omnibus_cpu: f64,
+}
+
+fn bench_sorted(cfg: &Config, root: &Path) -> SortedResults {
+    let keys: u64 = if cfg.quick { 200_000 } else { 1_000_000 };
+    let per = 100_000u64;
+    let rounds = 3;
+    println!(
+        "== 5. sorted inserts: {} keys in key order (16 B big-endian keys, 100 B values), transactions of {}, vs LMDB ==",
+        fmt_int(keys),
+        fmt_int(per)
+    );
+    let dir = root.join("sorted");
+    std::fs::create_dir_all(&dir).unwrap();
+    let sorted_key = |i: u64| {
+        let mut k = [0u8; 16];
+        k[..8].copy_from_slice(&i.to_be_bytes());
+        k
+    };
+    let (mut o, mut l, mut q, mut oc) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for r in 0..rounds {
+        let odir = dir.join(format!("omnibus-{r}"));
+        let s = Storage::open(
+            &odir,
+            Options {
+                flush_mode: FlushMode::Manual,
+                ..Options::default()
+            },
+        )
+        .expect("open omnibus");
+        let mut so = Spent::default();
+        so.run(keys, || {
+            let mut i = 0;
+            while i < keys {
+                let mut w = s.begin_write().unwrap();
+                for j in i..(i + per).min(keys) {
+                    w.put(sorted_key(j), value(j)).unwrap();
+                }
+                w.commit().unwrap();
+                i += per;
+            }
+        });
+        let pages = s.stats().scratch_pages;
+        drop(s);
+        let _ = std::fs::remove_dir_all(&odir);
+        let ldir = dir.join(format!("lmdb-{r}"));
+        let lmdb = open_lmdb(&ldir, 4 << 30);
+        let mut sl = Spent::default();
+        sl.run(keys, || {
+            let mut i = 0;
+            while i < keys {
+                let mut w = lmdb.0.write_txn().unwrap();
+                for j in i..(i + per).min(keys) {
+                    lmdb.1.put(&mut w, &sorted_key(j), &value(j)).unwrap();
+                }
+                w.commit().unwrap();
+                i += per;
+            }
+        });
+        drop(lmdb);
+        let _ = std::fs::remove_dir_all(&ldir);
+        println!(
+            "  round {r}: omnibus {:.0} keys/s ({} CPU per key, {} pages), LMDB {:.0} keys/s",
+            so.rate(),
+            fmt_ns(so.cpu_per_unit()),
+            fmt_int(pages),
+            sl.rate()
+        );
+        o.push(so.rate());
+        oc.push(so.cpu_per_unit());
+        l.push(sl.rate());
+        q.push(so.rate() / sl.rate());
+    }
+    let res = SortedResults {
+        omnibus: median(&mut o),
+        lmdb: median(&mut l),
+        omnibus_cpu: median(&mut oc),
+    };
+    println!(
+        "  median: omnibus {:.0} keys/s vs LMDB {:.0} keys/s = {:.2}x LMDB's rate (median of the per-round ratios)",
+        res.omnibus,
+        res.lmdb,
+        median(&mut q)
+    );
+    println!();
+    let _ = std::fs::remove_dir_all(&dir);
+    res
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. Commit cost against the size of the storage
+
+struct GrowthResults {
+    empty: Lat,
+    big: Lat,
+    empty_cpu: f64,
+    big_cpu: f64,
+}
+
+fn bench_growth(cfg: &Config, root: &Path) -> GrowthResults {
+    let big_keys: usize = if cfg.quick { 250_000 } else { 2_500_000 };
+    println!(
+        "== 6. one-put synced commits: empty storage vs {} keys loaded and flushed (FlushMode::Manual) ==",
+        fmt_int(big_keys as u64)
+    );
+    let dir = root.join("growth");
+    std::fs::create_dir_all(&dir).unwrap();
+    let opts = Options {
+        flush_mode: FlushMode::Manual,
+        ..Options::default()
+    };
+    let mut empty = CommitTarget::open(&dir.join("empty"), opts.clone(), 0);
+    let t = Instant::now();
+    let mut big = CommitTarget::open(&dir.join("big"), opts, big_keys);
+    println!(
+        "  load + flush of {} keys: {:.1} s",
+        fmt_int(big_keys as u64),
+        t.elapsed().as_secs_f64()
+    );
+    let warm = (cfg.commits / 10).clamp(20, 200);
+    for _ in 0..warm {
+        empty.commit_one();
+        big.commit_one();
+    }
+    wait_for_calm_disk(&dir, cfg.calm_wait);
+    let mut l_empty = Lat::new("omnibus commit, empty storage");
+    let mut l_big = Lat::new(format!("omnibus commit, {} keys", fmt_int(big_keys as u64)));
+    let (mut c_empty, mut c_big) = (Spent::default(), Spent::default());
+    let mut done = 0;
+    while done < cfg.commits {
+        let m = cfg.commit_block.min(cfg.commits - done);
+        let t = Instant::now();
+        c_empty.run(m as u64, || {
+            (0..m).for_each(|_| l_empty.time(&mut || empty.commit_one()))
+        });
+        c_big.run(m as u64, || {
+            (0..m).for_each(|_| l_big.time(&mut || big.commit_one()))
+        });
+        done += m;
+        if cfg.pause > 0.0 {
+            std::thread::sleep(t.elapsed().mul_f64(cfg.pause));
+        }
+    }
+    table("empty storage", &[&l_empty, &l_big]);
+    let (ce, cb) = (c_empty.cpu_per_unit(), c_big.cpu_per_unit());
+    println!(
+        "  process CPU per commit: empty {} vs {} keys {} = {:.2}x; p50 {:.2}x",
+        fmt_ns(ce),
+        fmt_int(big_keys as u64),
+        fmt_ns(cb),
+        cb / ce,
+        l_big.p(0.5) / l_empty.p(0.5)
+    );
+    println!();
+    drop(empty);
+    drop(big);
+    let _ = std::fs::remove_dir_all(&dir);
+    GrowthResults {
+        empty: l_empty,
+        big: l_big,
+        empty_cpu: ce,
+        big_cpu: cb,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 
 fn main() {
     let cfg = Config::parse();
@@ -1012,6 +1333,9 @@ fn main() {
     let prezero = cfg
         .runs("prezero")
         .then(|| bench_prezero(&cfg, root.path()));
+    let growth = cfg.runs("growth").then(|| bench_growth(&cfg, root.path()));
+    let batch = cfg.runs("batch").then(|| bench_batch(&cfg, root.path()));
+    let sorted = cfg.runs("sorted").then(|| bench_sorted(&cfg, root.path()));
     let get = cfg.runs("get").then(|| bench_get(&cfg, root.path()));
 
     println!("== summary ==");
@@ -1047,6 +1371,41 @@ fn main() {
                 "NOT MET"
             },
             med,
+        );
+    }
+    if let Some(b) = &batch {
+        let r = b.omnibus.rate();
+        println!(
+            "  batch:   omnibus {:.0} keys/s ({} CPU per key) vs LMDB {:.0} keys/s ({} CPU per key) = {:.2}x LMDB (target >= 200,000 keys/s): {}",
+            r,
+            fmt_ns(b.omnibus.cpu_per_unit()),
+            b.lmdb.rate(),
+            fmt_ns(b.lmdb.cpu_per_unit()),
+            r / b.lmdb.rate(),
+            verdict(r >= 200_000.0)
+        );
+    }
+    if let Some(s) = &sorted {
+        println!(
+            "  sorted:  omnibus {:.0} keys/s ({} CPU per key) vs LMDB {:.0} keys/s = {:.2}x (target >= 1,500,000 keys/s): {}",
+            s.omnibus,
+            fmt_ns(s.omnibus_cpu),
+            s.lmdb,
+            s.omnibus / s.lmdb,
+            verdict(s.omnibus >= 1_500_000.0)
+        );
+    }
+    if let Some(g) = &growth {
+        let (c, p) = (g.big_cpu / g.empty_cpu, g.big.p(0.5) / g.empty.p(0.5));
+        println!(
+            "  growth:  CPU per commit {} (empty) vs {} (big) = {:.2}x (target <= 1.2x); p50 {} vs {} = {:.2}x (target <= 1.1x): {}",
+            fmt_ns(g.empty_cpu),
+            fmt_ns(g.big_cpu),
+            c,
+            fmt_ns(g.empty.p(0.5)),
+            fmt_ns(g.big.p(0.5)),
+            p,
+            verdict(c <= 1.2 && p <= 1.1)
         );
     }
     if let Some(p) = &prezero {

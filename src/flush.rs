@@ -7,8 +7,9 @@
 //!    `pwritev` (at most 1,024 slices and 64 MiB a call).
 //! 3. `fdatasync` the data file; write the alternate header page; `fdatasync` again.
 //! 4. Publish a state without the flushed scratch entries (and a new map if the file grew).
-//! 5. Punch every aligned 1 MiB run that the target's free-space map marks wholly free
-//!    (DESIGN invariant 12: the durable header now records them free, no snapshot reads them).
+//! 5. Punch the aligned 1 MiB runs that the target's free-space map marks wholly free
+//!    (DESIGN invariant 12: the durable header now records them free, no snapshot reads them),
+//!    except the lowest ones that the next commits are expected to reuse.
 //! 6. Delete journal files that hold nothing unflushed.
 //!
 //! Any failed write or sync poisons the storage (DESIGN invariant 2).
@@ -67,6 +68,7 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushOutcome> {
     if target.txn_id > already {
         // Pages freed up to here become reusable once this flush's header is durable.
         inner.freed_unflushed.store(0, Ordering::Relaxed);
+        fs.reuse_slack = inner.allocated_unflushed.swap(0, Ordering::Relaxed);
         let r = write_pages(inner, &target, already).and_then(|n| {
             out.pages_written = n;
             inner.data.sync_data()?;
@@ -230,9 +232,15 @@ fn punch(inner: &Inner, fs: &mut crate::storage::FlushState, target: &State) -> 
     })?;
     let now: std::collections::BTreeSet<u64> = runs.into_iter().collect();
     fs.punched.retain(|r| now.contains(r));
+    // The writer allocates the lowest free pages first, and the next commits will allocate
+    // about as many pages as the last flushed ones did (copy-on-write frees and reallocates
+    // every page a transaction changes): punching the lowest free runs would only make those
+    // allocations write into holes again (block allocation, discards). Leave that many pages
+    // of the lowest runs unpunched; free space beyond them (deletes) is punched.
+    let keep = fs.reuse_slack / RUN_PAGES;
     let mut n = 0;
-    for r in now {
-        if fs.punched.contains(&r) {
+    for (i, r) in now.into_iter().enumerate() {
+        if (i as u64) < keep || fs.punched.contains(&r) {
             continue;
         }
         let off = r * RUN_PAGES * PAGE_SIZE as u64;

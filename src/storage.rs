@@ -27,7 +27,7 @@ use crate::journal::{recovery, Journal, JournalConfig, JournalStats};
 use crate::options::{FlushMode, Options};
 use crate::page::header::{self, Header};
 use crate::page::{self, PageKind, HEADER_LEN, PAGE_SIZE};
-use crate::state::{Mapping, ScratchPage, SnapshotRegistry, State};
+use crate::state::{Mapping, Scratch, ScratchPage, SnapshotRegistry, State};
 use crate::txn::{ReadTransaction, WriteTransaction};
 
 /// Name of the data file in a storage directory.
@@ -72,6 +72,10 @@ pub(crate) struct FlushState {
     pub punched: BTreeSet<u64>,
     /// False after the file system answered EOPNOTSUPP.
     pub punching: bool,
+    /// Pages the commits flushed by the last flush that wrote pages allocated: about what
+    /// the commits until the next flush will allocate again, from the lowest free pages. That
+    /// many pages of the lowest wholly free runs are left unpunched (see `flush::punch`).
+    pub reuse_slack: u64,
 }
 
 /// Counters and sizes of one storage. Page counts are 8 KiB pages, sizes are bytes.
@@ -141,6 +145,8 @@ pub(crate) struct Inner {
     /// Pages freed by commits since the last flush began: they wait for a durable header
     /// before reuse, so they count toward the flush threshold like scratch bytes.
     pub freed_unflushed: AtomicU64,
+    /// Pages allocated by commits since the last flush started (its punch slack).
+    pub allocated_unflushed: AtomicU64,
     /// Membership in the background flush service (`FlushMode::Background`).
     flusher: Mutex<Option<crate::flush::Membership>>,
 }
@@ -337,6 +343,8 @@ impl Inner {
     fn open(path: &Path, opts: Options, binding: Binding) -> Result<Arc<Inner>> {
         let lock_path = path.join(LOCK_FILE);
         let lock_existed = lock_path.exists();
+        // Built once per process, here rather than inside the first commit.
+        crate::page::init_seal_tables();
         let r = Inner::open_inner(path, opts, binding);
         if matches!(r, Err(Error::NotAStorage { .. })) && !lock_existed {
             // Leave a directory that is not a storage as it was.
@@ -518,6 +526,7 @@ impl Inner {
                 header_slot: slot,
                 punched: BTreeSet::new(),
                 punching: opts.punch_holes,
+                reuse_slack: 0,
             }),
             journal,
             poisoned: Mutex::new(None),
@@ -529,6 +538,7 @@ impl Inner {
             flushes: AtomicU64::new(0),
             pages_flushed: AtomicU64::new(0),
             freed_unflushed: AtomicU64::new(0),
+            allocated_unflushed: AtomicU64::new(0),
             flusher: Mutex::new(None),
             opts,
         });
@@ -646,6 +656,12 @@ impl Inner {
         let mut scratch = cur.scratch.clone();
         let mut bytes = cur.scratch_bytes;
         for (p, _) in freed {
+            // imbl's `remove` copies the path to the key's leaf (and may rebalance) even when
+            // the key is absent, and most freed pages of a flushed tree are not in the table:
+            // look first.
+            if !scratch.contains_key(p) {
+                continue;
+            }
             if let Some(old) = scratch.remove(p) {
                 bytes -= old.image.len() as u64;
             }
@@ -676,14 +692,31 @@ impl Inner {
     pub fn publish_flush(&self, target: u64, mapping: Option<Arc<Mapping>>) {
         let _g = lock(&self.publish);
         let cur = self.current.load_full();
-        let mut scratch = cur.scratch.clone();
+        // Usually the flush wrote everything (target = current): the new table is built from
+        // the entries kept rather than by removing the others one by one (each removal copies
+        // a path of the persistent map).
         let mut bytes = cur.scratch_bytes;
-        for (p, sp) in cur.scratch.iter() {
-            if sp.txn <= target {
-                scratch.remove(p);
-                bytes -= sp.image.len() as u64;
+        let kept = cur.scratch.values().filter(|sp| sp.txn > target).count();
+        let scratch = if kept < cur.scratch.len() / 2 {
+            let mut s = Scratch::new();
+            for (p, sp) in cur.scratch.iter() {
+                if sp.txn > target {
+                    s.insert(*p, sp.clone());
+                } else {
+                    bytes -= sp.image.len() as u64;
+                }
             }
-        }
+            s
+        } else {
+            let mut s = cur.scratch.clone();
+            for (p, sp) in cur.scratch.iter() {
+                if sp.txn <= target {
+                    s.remove(p);
+                    bytes -= sp.image.len() as u64;
+                }
+            }
+            s
+        };
         let empty = scratch.is_empty();
         let next = Arc::new(State {
             flushed_txn: target.max(cur.flushed_txn),

@@ -43,8 +43,10 @@ fn punch_freed_runs_and_reuse_them() {
     s.flush().unwrap();
     let after = s.stats();
     let freed_pages = after.pages_free;
-    // Aligned 1 MiB runs that the freed pages could fill, less two for the unaligned ends.
-    let freed_aligned_mib = (freed_pages / 128).saturating_sub(2);
+    // Aligned 1 MiB runs that the freed pages could fill, less two for the unaligned ends and
+    // one for a leaf still in use among them (leaves are copied between the overflow runs;
+    // with append splits the sorted load's leaves land elsewhere than with half splits).
+    let freed_aligned_mib = (freed_pages / 128).saturating_sub(3);
     assert!(freed_aligned_mib >= 120, "{freed_pages} pages freed");
     let fell = before.allocated_bytes - after.allocated_bytes;
     assert!(

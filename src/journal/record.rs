@@ -386,31 +386,59 @@ pub struct DiffBase<'b> {
     pub written: Option<&'b [(u16, u16)]>,
 }
 
+/// Most ranges [`written_ranges`] returns (no allocation).
+const MAX_WRITTEN: usize = 16;
+
+/// Sorted, disjoint byte ranges `(start, end)` held inline (see [`written_ranges`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WrittenRanges {
+    r: [(usize, usize); MAX_WRITTEN],
+    n: usize,
+}
+
+impl std::ops::Deref for WrittenRanges {
+    type Target = [(usize, usize)];
+    fn deref(&self) -> &[(usize, usize)] {
+        &self.r[..self.n]
+    }
+}
+
 /// The diff ranges of a page whose edits were tracked: the header (rewritten at every commit)
 /// and the written `(start, end)` ranges, sorted, clamped to the page, and merged where they
-/// overlap or lie within 4 bytes (a range's own cost in the record).
-fn written_ranges(written: &[(u16, u16)]) -> Vec<(usize, usize)> {
-    let mut rs: Vec<(usize, usize)> = Vec::with_capacity(written.len() + 1);
-    rs.push((0, crate::page::HEADER_LEN));
-    rs.extend(
-        written
-            .iter()
-            .map(|&(a, b)| ((a as usize).min(PAGE_SIZE), (b as usize).min(PAGE_SIZE)))
-            .filter(|(a, b)| a < b),
-    );
-    rs.sort_unstable();
+/// overlap or lie within 4 bytes (a range's own cost in the record). More ranges than fit
+/// inline are covered by one span from the first written byte to the last.
+pub(crate) fn written_ranges(written: &[(u16, u16)]) -> WrittenRanges {
+    let mut rs = WrittenRanges {
+        r: [(0, 0); MAX_WRITTEN],
+        n: 1,
+    };
+    rs.r[0] = (0, crate::page::HEADER_LEN);
+    let clamped = written
+        .iter()
+        .map(|&(a, b)| ((a as usize).min(PAGE_SIZE), (b as usize).min(PAGE_SIZE)))
+        .filter(|(a, b)| a < b);
+    if written.len() < MAX_WRITTEN {
+        for r in clamped {
+            rs.r[rs.n] = r;
+            rs.n += 1;
+        }
+    } else if let Some(span) = clamped.reduce(|x, y| (x.0.min(y.0), x.1.max(y.1))) {
+        rs.r[1] = span;
+        rs.n = 2;
+    }
+    rs.r[..rs.n].sort_unstable();
     // Merged in place: `n` ranges kept so far.
     let mut n = 0;
-    for k in 0..rs.len() {
-        let (a, b) = rs[k];
-        if n > 0 && a <= rs[n - 1].1 + 4 {
-            rs[n - 1].1 = rs[n - 1].1.max(b);
+    for k in 0..rs.n {
+        let (a, b) = rs.r[k];
+        if n > 0 && a <= rs.r[n - 1].1 + 4 {
+            rs.r[n - 1].1 = rs.r[n - 1].1.max(b);
         } else {
-            rs[n] = (a, b);
+            rs.r[n] = (a, b);
             n += 1;
         }
     }
-    rs.truncate(n);
+    rs.n = n;
     rs
 }
 
@@ -441,18 +469,25 @@ pub fn commit_record<'b>(
             crate::page::verify_checksum(img),
             "unsealed image for page {p}"
         );
+        let (tracked, compared);
         let diff = match base_of(*p) {
             Some(b) if img.len() == PAGE_SIZE && b.image.len() == PAGE_SIZE => {
-                let ranges = match b.written {
-                    Some(w) => written_ranges(w),
-                    None => diff_ranges(b.image, img),
+                let ranges: &[(usize, usize)] = match b.written {
+                    Some(w) => {
+                        tracked = written_ranges(w);
+                        &tracked
+                    }
+                    None => {
+                        compared = diff_ranges(b.image, img);
+                        &compared
+                    }
                 };
                 // Tracked ranges must cover every changed byte: checked in debug builds (the
                 // test suite) by rebuilding the page from its base.
                 debug_assert!(
                     {
                         let mut rebuilt = b.image.to_vec();
-                        for &(s, e) in &ranges {
+                        for &(s, e) in ranges {
                             rebuilt[s..e].copy_from_slice(&img[s..e]);
                         }
                         rebuilt[..] == img[..]
@@ -476,7 +511,7 @@ pub fn commit_record<'b>(
             cur.extend_from_slice(&DIFF.to_le_bytes());
             cur.extend_from_slice(&bp.to_le_bytes());
             cur.extend_from_slice(&(ranges.len() as u16).to_le_bytes());
-            for &(s, e) in &ranges {
+            for &(s, e) in ranges {
                 cur.extend_from_slice(&(s as u16).to_le_bytes());
                 cur.extend_from_slice(&((e - s) as u16).to_le_bytes());
                 cur.extend_from_slice(&img[s..e]);
@@ -713,11 +748,13 @@ mod tests {
             (8180, 9000),
         ];
         assert_eq!(
-            written_ranges(&w),
-            vec![(0, 32), (40, 70), (75, 80), (100, 110), (8180, PAGE_SIZE)]
+            &*written_ranges(&w),
+            &[(0, 32), (40, 70), (75, 80), (100, 110), (8180, PAGE_SIZE)]
         );
-        assert_eq!(written_ranges(&[]), vec![(0, 32)]);
-        assert_eq!(written_ranges(&[(20, 40), (36, 38)]), vec![(0, 40)]);
+        assert_eq!(&*written_ranges(&[]), &[(0, 32)]);
+        assert_eq!(&*written_ranges(&[(20, 40), (36, 38)]), &[(0, 40)]);
+        let many: Vec<(u16, u16)> = (0..20).map(|i| (100 + 10 * i, 101 + 10 * i)).collect();
+        assert_eq!(&*written_ranges(&many), &[(0, 32), (100, 291)]);
     }
 
     #[test]

@@ -136,6 +136,94 @@ pub fn seal(image: &mut [u8]) {
     debug_assert!(verify_checksum(image));
 }
 
+/// CRC-32 (reflected, polynomial 0xEDB88320) of `x^(8k)` for `k` in `0..=PAGE_SIZE`: shifting
+/// a checksum's linear part past `k` zero bytes is one multiplication by `X8[k]`.
+fn x8_table() -> &'static [u32] {
+    static T: std::sync::OnceLock<Box<[u32]>> = std::sync::OnceLock::new();
+    T.get_or_init(|| {
+        let mut t = vec![0u32; PAGE_SIZE + 1];
+        t[0] = 1 << 31; // x^0
+        for k in 1..t.len() {
+            t[k] = mul_mod_p(t[k - 1], 1 << 23); // times x^8
+        }
+        t.into_boxed_slice()
+    })
+}
+
+/// Builds the table [`seal_from_base`] uses (32 KiB, once per process).
+pub fn init_seal_tables() {
+    x8_table();
+}
+
+/// `a * b mod P` in the reflected CRC-32 representation (zlib's `multmodp`).
+fn mul_mod_p(a: u32, mut b: u32) -> u32 {
+    let mut m = 1u32 << 31;
+    let mut p = 0u32;
+    // Bounded: `m` has one bit, shifted right each turn (32 turns at most).
+    while m != 0 {
+        if a & m != 0 {
+            p ^= b;
+            if a & (m - 1) == 0 {
+                break;
+            }
+        }
+        m >>= 1;
+        b = if b & 1 != 0 {
+            (b >> 1) ^ 0xEDB8_8320
+        } else {
+            b >> 1
+        };
+    }
+    p
+}
+
+/// Seals `image`, a single page that differs from `base` (a single page whose stored checksum
+/// is its true one: verified or sealed) only inside `ranges` (`(start, end)` byte ranges,
+/// sorted and disjoint), from `base`'s checksum instead of hashing 8 KiB. A CRC is linear:
+/// for equal lengths `crc(new) = crc(base) ^ L(base ^ new)` where `L` is the CRC without its
+/// initial value and final inversion, and the XOR of the two pages is zero outside the ranges,
+/// so each range contributes `L(its XOR)` shifted past the bytes after it. Returns false (and
+/// seals nothing) when a length or a range is out of bounds: the caller seals in full.
+pub fn seal_from_base(image: &mut [u8], base: &[u8], ranges: &[(usize, usize)]) -> bool {
+    if image.len() != PAGE_SIZE || base.len() != PAGE_SIZE {
+        return false;
+    }
+    let (Some(base_crc), x8) = (rd_u32(base, 0), x8_table()) else {
+        return false;
+    };
+    let mut crc = base_crc;
+    let mut buf = [0u8; 256];
+    let mut last_end = 4;
+    for &(a, b) in ranges {
+        // The checksum covers bytes 4.. (its own field is not part of the message).
+        let a = a.max(4);
+        if b <= a {
+            continue;
+        }
+        if b > PAGE_SIZE || a < last_end {
+            return false;
+        }
+        last_end = b;
+        // L(delta) of the range: a CRC register started at zero, not inverted at the end.
+        let mut h = crc32fast::Hasher::new_with_initial(u32::MAX);
+        for (ci, cb) in image[a..b]
+            .chunks(buf.len())
+            .zip(base[a..b].chunks(buf.len()))
+        {
+            let n = ci.len();
+            for ((o, x), y) in buf[..n].iter_mut().zip(ci).zip(cb) {
+                *o = x ^ y;
+            }
+            h.update(&buf[..n]);
+        }
+        let linear = !h.finalize();
+        crc ^= mul_mod_p(x8[PAGE_SIZE - b], linear);
+    }
+    wr_u32(image, 0, crc);
+    debug_assert!(verify_checksum(image), "incremental checksum differs");
+    true
+}
+
 /// True when the stored checksum matches the content.
 pub fn verify_checksum(image: &[u8]) -> bool {
     image.len() >= HEADER_LEN && rd_u32(image, 0) == Some(compute_checksum(image))
@@ -168,6 +256,12 @@ pub fn zeroed(pages: usize) -> Box<[u8]> {
     vec![0u8; pages * PAGE_SIZE].into_boxed_slice()
 }
 
+/// A zero-filled shared image of `pages` pages, written in place (`Arc::from` of a boxed page
+/// would allocate twice and copy; an exact-length iterator collects into one allocation).
+pub fn zeroed_shared(pages: usize) -> std::sync::Arc<[u8]> {
+    std::iter::repeat_n(0u8, pages * PAGE_SIZE).collect()
+}
+
 /// Pages needed for an overflow run holding `value_len` bytes after the header.
 pub fn overflow_run_pages(value_len: usize) -> usize {
     (HEADER_LEN + value_len).div_ceil(PAGE_SIZE)
@@ -176,6 +270,37 @@ pub fn overflow_run_pages(value_len: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seal_from_base_matches_a_full_seal() {
+        let mut base = zeroed(1);
+        for (i, b) in base.iter_mut().enumerate() {
+            *b = (i * 7 + i / 300) as u8;
+        }
+        seal(&mut base);
+        let cases: &[&[(usize, usize)]] = &[
+            &[(0, 32)],
+            &[(0, 32), (40, 44), (8000, 8192)],
+            &[(0, 8192)],
+            &[(2, 3)],
+            &[(100, 101), (4000, 4600), (8191, 8192)],
+        ];
+        for ranges in cases {
+            let mut img = base.clone();
+            for &(a, b) in ranges.iter() {
+                for (i, x) in img[a.max(4)..b.max(4)].iter_mut().enumerate() {
+                    *x ^= (i as u8).wrapping_mul(31).wrapping_add(1);
+                }
+            }
+            let mut full = img.clone();
+            seal(&mut full);
+            assert!(seal_from_base(&mut img, &base, ranges), "{ranges:?}");
+            assert_eq!(img, full, "{ranges:?}");
+        }
+        let mut img = base.clone();
+        assert!(!seal_from_base(&mut img, &base, &[(10, 20), (15, 30)]));
+        assert!(!seal_from_base(&mut img, &base, &[(10, 8193)]));
+    }
 
     #[test]
     fn seal_then_verify_and_detect_flip() {

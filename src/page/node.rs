@@ -312,6 +312,7 @@ impl Node {
         let mut p = super::zeroed(1);
         let placed = self.place(&mut p, None, page_number, txn_id);
         debug_assert!(placed, "a node that fits always packs into an empty page");
+        super::seal(&mut p);
         p
     }
 
@@ -328,13 +329,39 @@ impl Node {
     pub fn encode_on(&self, base: &[u8], page_number: u64, txn_id: u64) -> Box<[u8]> {
         let mut p: Box<[u8]> = base.into();
         if base.len() == PAGE_SIZE && self.place(&mut p, Some(base), page_number, txn_id) {
+            super::seal(&mut p);
             return p;
         }
         self.encode(page_number, txn_id)
     }
 
-    /// Lays the node out in `p` (a zeroed page, or a copy of `base`), writes its header and
-    /// seals it. Returns false, with `p` partly written, when the cells do not fit around the
+    /// [`Node::encode_on`] into `p`, a page that holds a copy of `base` (or zeros, when
+    /// `base` is `None`), without sealing it (the writer seals at commit): no allocation.
+    /// Panics if the node does not fit (as `encode`).
+    pub fn encode_unsealed_into(
+        &self,
+        p: &mut [u8],
+        base: Option<&[u8]>,
+        page_number: u64,
+        txn_id: u64,
+    ) {
+        assert!(
+            self.fits() && p.len() == PAGE_SIZE,
+            "node of {} bytes does not fit a page",
+            self.body_size()
+        );
+        if let Some(b) = base {
+            if b.len() == PAGE_SIZE && self.place(p, Some(b), page_number, txn_id) {
+                return;
+            }
+            p.fill(0);
+        }
+        let placed = self.place(p, None, page_number, txn_id);
+        debug_assert!(placed, "a node that fits always packs into an empty page");
+    }
+
+    /// Lays the node out in `p` (a zeroed page, or a copy of `base`) and writes its header
+    /// (not the checksum). Returns false, with `p` partly written, when the cells do not fit around the
     /// cells kept from `base`.
     fn place(&self, p: &mut [u8], base: Option<&[u8]>, page_number: u64, txn_id: u64) -> bool {
         let base_h = base.and_then(PageHeader::read);
@@ -408,7 +435,6 @@ impl Node {
             aux: 0,
         }
         .write(p);
-        super::seal(p);
         true
     }
 

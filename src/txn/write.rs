@@ -83,7 +83,9 @@ pub struct WriteTransaction {
     dir_dirty: bool,
     dir: Vec<u64>,
     /// Dirty bitmap pages by index: page images edited in place (sealed at commit).
-    bitmaps: HashMap<usize, Arc<[u8]>>,
+    /// With each, for one copied from a committed bitmap page, the byte ranges its bit flips
+    /// wrote (sealed from the base's checksum at commit; a bitmap is always journaled whole).
+    bitmaps: HashMap<usize, (Arc<[u8]>, Option<Touches>)>,
     // Allocation bookkeeping.
     taken: Vec<(u64, u64)>,
     local_free: Extents,
@@ -229,8 +231,21 @@ impl WriteTransaction {
         for q in p..p + n {
             let idx = (q / BITS_PER_BITMAP) as usize;
             self.bitmap(idx)?;
-            if let Some(img) = self.bitmaps.get_mut(&idx).and_then(Arc::get_mut) {
-                freespace::set_bit_in_body(&mut img[HEADER_LEN..], q, free);
+            if let Some((image, touched)) = self.bitmaps.get_mut(&idx) {
+                if let Some(img) = Arc::get_mut(image) {
+                    freespace::set_bit_in_body(&mut img[HEADER_LEN..], q, free);
+                }
+                let at = (HEADER_LEN + (q % BITS_PER_BITMAP) as usize / 8) as u16;
+                if let Some(t) = touched {
+                    if t.as_slice().last() != Some(&(at, at + 1)) {
+                        if t.len >= MAX_TOUCHED {
+                            *touched = None;
+                        } else {
+                            t.ranges[t.len] = (at, at + 1);
+                            t.len += 1;
+                        }
+                    }
+                }
             }
         }
         Ok(())
@@ -297,13 +312,14 @@ impl WriteTransaction {
             if img.len() != PAGE_SIZE {
                 return Err(self.corrupt(p, "free-space bitmap page of a bad length"));
             }
-            self.bitmaps.insert(idx, Arc::from(img));
+            self.bitmaps
+                .insert(idx, (Arc::from(img), Some(Touches::default())));
         } else {
             // Bounded by DIR_CAPACITY: each turn adds one bitmap.
             while self.dir.len() <= idx {
                 let i = self.dir.len();
                 self.dir.push(0);
-                self.bitmaps.insert(i, Arc::from(page::zeroed(1)));
+                self.bitmaps.insert(i, (page::zeroed_shared(1), None));
                 self.touch_dir()?;
                 let new = self.alloc(1)?;
                 self.dir[i] = new;
@@ -418,7 +434,11 @@ impl WriteTransaction {
         Ok(())
     }
 
-    fn split(&mut self, node: &mut Node) -> Result<(Vec<u8>, u64)> {
+    /// Splits an overfull node in two, the right half going to a new page. `append`: the node
+    /// is the rightmost at its level and the insert that overfilled it went to its end (sorted
+    /// inserts): the right half gets only the last entry (a branch: its last key), so the left
+    /// node stays full instead of half empty (as LMDB and redb do).
+    fn split(&mut self, node: &mut Node, append: bool) -> Result<(Vec<u8>, u64)> {
         let (sep, right) = match node {
             Node::Leaf(es) => {
                 if es.len() < 2 {
@@ -429,11 +449,13 @@ impl WriteTransaction {
                 let total: usize = es.iter().map(page::node::leaf_entry_size).sum();
                 let mut acc = 0;
                 let mut at = es.len() - 1;
-                for (i, e) in es.iter().enumerate() {
-                    acc += page::node::leaf_entry_size(e);
-                    if acc >= total / 2 {
-                        at = (i + 1).clamp(1, es.len() - 1);
-                        break;
+                if !append {
+                    for (i, e) in es.iter().enumerate() {
+                        acc += page::node::leaf_entry_size(e);
+                        if acc >= total / 2 {
+                            at = (i + 1).clamp(1, es.len() - 1);
+                            break;
+                        }
                     }
                 }
                 let right = es.split_off(at);
@@ -448,11 +470,15 @@ impl WriteTransaction {
                     );
                 }
                 let mut m = keys.len() / 2;
-                for (i, k) in keys.iter().enumerate() {
-                    acc += page::node::branch_key_size(k);
-                    if acc >= total / 2 {
-                        m = i.clamp(1, keys.len() - 2);
-                        break;
+                if append {
+                    m = keys.len() - 2;
+                } else {
+                    for (i, k) in keys.iter().enumerate() {
+                        acc += page::node::branch_key_size(k);
+                        if acc >= total / 2 {
+                            m = i.clamp(1, keys.len() - 2);
+                            break;
+                        }
                     }
                 }
                 let rkeys = keys.split_off(m + 1);
@@ -469,19 +495,41 @@ impl WriteTransaction {
                 )
             }
         };
-        debug_assert!(node.fits() && right.fits(), "split halves must fit");
+        if !(node.fits() && right.fits()) {
+            // An append split whose last entry is the big one: split by size instead.
+            debug_assert!(append, "split halves must fit");
+            match (&mut *node, right) {
+                (Node::Leaf(es), Node::Leaf(r)) => es.extend(r),
+                (
+                    Node::Branch { keys, children },
+                    Node::Branch {
+                        keys: rk,
+                        children: rc,
+                    },
+                ) => {
+                    keys.push(sep);
+                    keys.extend(rk);
+                    children.extend(rc);
+                }
+                _ => return Err(self.corrupt(0, "internal: split of mixed kinds")),
+            }
+            return self.split(node, false);
+        }
         let r = self.alloc(1)?;
         self.park(r, right)?;
         Ok((sep, r))
     }
 
     #[allow(clippy::type_complexity)]
+    /// `rightmost`: `page` is the last node of its level (every step of the descent took the
+    /// last child), where sorted inserts append.
     fn insert_at(
         &mut self,
         page: u64,
         key: &[u8],
         val: Val,
         depth: usize,
+        rightmost: bool,
     ) -> Result<(u64, Option<(Vec<u8>, u64)>, Option<Val>)> {
         if depth > crate::btree::MAX_DEPTH {
             return Err(self.corrupt(page, "tree deeper than 32 levels"));
@@ -503,6 +551,21 @@ impl WriteTransaction {
                         self.touch(p, touched);
                         return Ok((p, None, o));
                     }
+                    Err(page::node::EditError::NoRoom)
+                        if rightmost && self.after_last(p, key)? =>
+                    {
+                        // An append to the full rightmost leaf (sorted inserts): the new key
+                        // starts a new rightmost leaf; this one stays as it is, full.
+                        let r = self.alloc(1)?;
+                        self.park(
+                            r,
+                            Node::Leaf(vec![LeafEntry {
+                                key: key.to_vec(),
+                                val: v,
+                            }]),
+                        )?;
+                        return Ok((p, Some((key.to_vec(), r)), None));
+                    }
                     Err(page::node::EditError::NoRoom) => val = Some(v),
                     Err(page::node::EditError::Malformed) => {
                         return Err(self.corrupt(p, "malformed leaf page"))
@@ -517,7 +580,8 @@ impl WriteTransaction {
                 let Some(v) = val.take() else {
                     return Err(self.corrupt(p, "internal: value missing"));
                 };
-                let (nc, split, o) = self.insert_at(c, key, v, depth + 1)?;
+                let last = i == bv.keys();
+                let (nc, split, o) = self.insert_at(c, key, v, depth + 1, rightmost && last)?;
                 let edit = match &split {
                     None => page::node::branch_set_child(self.page_mut(p)?, i, nc),
                     Some((sep, right)) => {
@@ -539,6 +603,8 @@ impl WriteTransaction {
             }
         }
         let mut node = self.take_node(p)?;
+        // The node path's insert lands at the node's end (an append, when rightmost).
+        let mut at_end = false;
         let r = (|| -> Result<()> {
             match (&mut node, child_done) {
                 (Node::Branch { keys, children }, Some((i, nc, split))) => {
@@ -547,6 +613,7 @@ impl WriteTransaction {
                     }
                     children[i] = nc;
                     if let Some((sep, right)) = split {
+                        at_end = i == keys.len();
                         keys.insert(i, sep);
                         children.insert(i + 1, right);
                     }
@@ -558,13 +625,16 @@ impl WriteTransaction {
                         .ok_or_else(|| self.corrupt(p, "internal: value missing"))?;
                     match es.binary_search_by(|e| e.key.as_slice().cmp(key)) {
                         Ok(i) => old = Some(std::mem::replace(&mut es[i].val, val)),
-                        Err(i) => es.insert(
-                            i,
-                            LeafEntry {
-                                key: key.to_vec(),
-                                val,
-                            },
-                        ),
+                        Err(i) => {
+                            at_end = i == es.len();
+                            es.insert(
+                                i,
+                                LeafEntry {
+                                    key: key.to_vec(),
+                                    val,
+                                },
+                            )
+                        }
                     }
                 }
                 (Node::Branch { keys, children }, None) => {
@@ -572,10 +642,13 @@ impl WriteTransaction {
                         .take()
                         .ok_or_else(|| self.corrupt(p, "internal: value missing"))?;
                     let i = keys.partition_point(|k| k.as_slice() <= key);
-                    let (nc, split, o) = self.insert_at(children[i], key, val, depth + 1)?;
+                    let last = i == keys.len();
+                    let (nc, split, o) =
+                        self.insert_at(children[i], key, val, depth + 1, rightmost && last)?;
                     children[i] = nc;
                     old = o;
                     if let Some((sep, right)) = split {
+                        at_end = i == keys.len();
                         keys.insert(i, sep);
                         children.insert(i + 1, right);
                     }
@@ -584,13 +657,26 @@ impl WriteTransaction {
             Ok(())
         })();
         let split = match r {
-            Ok(()) if !node.fits() => Some(self.split(&mut node)),
+            Ok(()) if !node.fits() => Some(self.split(&mut node, rightmost && at_end)),
             Ok(()) => None,
             Err(e) => Some(Err(e)),
         };
         let split = split.transpose()?;
         self.park(p, node)?;
         Ok((p, split, old))
+    }
+
+    /// True when `key` sorts after every key of dirty leaf `p` (in page form).
+    fn after_last(&self, p: u64, key: &[u8]) -> Result<bool> {
+        let (img, h) = self.node_page(p)?;
+        if h.kind != PageKind::Leaf || h.count == 0 {
+            return Ok(false);
+        }
+        let v = page::node::LeafView::new(img, &h);
+        let last = v
+            .key(h.count as usize - 1)
+            .ok_or_else(|| self.corrupt(p, "malformed leaf page"))?;
+        Ok(last < key)
     }
 
     /// Puts dirty node `p` back: a leaf as a page image (laid out on its base when it has one,
@@ -601,17 +687,24 @@ impl WriteTransaction {
             self.nodes.insert(p, node);
             return Ok(());
         }
-        let image = match self.bases.get(&p) {
-            Some(&b) => {
-                let base = self.base.clone();
-                let (base_img, _) = base.page(b)?;
-                node.encode_on(base_img, p, self.txn_id)
-            }
-            None => node.encode(p, self.txn_id),
+        // Laid out on its base in one page buffer (sealed at commit, like every page-form
+        // image): one allocation and one copy of the base.
+        let base = self.base.clone();
+        let base_img = match self.bases.get(&p) {
+            Some(&b) => Some(base.page(b)?.0),
+            None => None,
         };
+        let mut image: Arc<[u8]> = match base_img {
+            Some(b) if b.len() == PAGE_SIZE => Arc::from(b),
+            _ => page::zeroed_shared(1),
+        };
+        let Some(img) = Arc::get_mut(&mut image) else {
+            return Err(self.corrupt(p, "internal: new page image shared"));
+        };
+        node.encode_unsealed_into(img, base_img, p, self.txn_id);
         // Re-encoded: no record of what changed, the commit diffs it.
         self.touched.remove(&p);
-        self.pages.insert(p, Arc::from(image));
+        self.pages.insert(p, image);
         Ok(())
     }
 
@@ -729,7 +822,7 @@ impl WriteTransaction {
         } else {
             self.root
         };
-        let (nr, split, old) = self.insert_at(root, key, val, 0)?;
+        let (nr, split, old) = self.insert_at(root, key, val, 0, true)?;
         self.root = match split {
             Some((sep, right)) => {
                 let r = self.alloc(1)?;
@@ -926,16 +1019,23 @@ impl WriteTransaction {
         for (p, mut image) in std::mem::replace(&mut self.pages, map()) {
             // A page copied from a committed page is journaled as a diff against it; a new
             // page (a split's right half, a new root leaf) has no base.
+            let mut seal_base = None;
             if let Some(&b) = self.bases.get(&p) {
                 let (base_img, _) = base_state.page(b)?;
+                let written = touched.get(&p).map(Touches::as_slice);
                 bases.insert(
                     p,
                     DiffBase {
                         page: b,
                         image: base_img,
-                        written: touched.get(&p).map(Touches::as_slice),
+                        written,
                     },
                 );
+                // Edited only in place: it differs from its (checked) base only in the
+                // header and the written ranges, so its checksum follows from the base's.
+                if let Some(w) = written {
+                    seal_base = Some((base_img, crate::journal::record::written_ranges(w)));
+                }
             }
             let Some(img) = Arc::get_mut(&mut image) else {
                 return Err(self.corrupt(p, "internal: dirty page shared"));
@@ -949,14 +1049,25 @@ impl WriteTransaction {
                 ..h
             }
             .write(img);
-            page::seal(img);
+            match seal_base {
+                Some((b, ranges)) if page::seal_from_base(img, b, &ranges) => {}
+                _ => page::seal(img),
+            }
             images.push((p, image));
         }
         for (&p, value) in &self.overflow {
             images.push((p, encode_overflow(value, p, txn).into()));
         }
-        for (idx, mut image) in std::mem::replace(&mut self.bitmaps, map()) {
+        for (idx, (mut image, touched)) in std::mem::replace(&mut self.bitmaps, map()) {
             let p = self.dir[idx];
+            // A bitmap copied from the committed one: sealed from its checksum.
+            let seal_base = match touched {
+                Some(t) => Some((
+                    base_state.page(p)?.0,
+                    crate::journal::record::written_ranges(t.as_slice()),
+                )),
+                None => None,
+            };
             let Some(img) = Arc::get_mut(&mut image) else {
                 return Err(self.corrupt(p, "internal: dirty bitmap page shared"));
             };
@@ -969,7 +1080,10 @@ impl WriteTransaction {
                 aux: idx as u32,
             }
             .write(img);
-            page::seal(img);
+            match seal_base {
+                Some((b, ranges)) if page::seal_from_base(img, b, &ranges) => {}
+                _ => page::seal(img),
+            }
             images.push((p, image));
         }
         if self.dir_dirty {
@@ -1079,6 +1193,10 @@ impl PreparedCommit {
         for (s, l) in t.local_free.iter() {
             writer.alloc.reusable.insert(s, l);
         }
+        let allocated: u64 = t.allocated.values().sum();
+        t.inner
+            .allocated_unflushed
+            .fetch_add(allocated, Ordering::Relaxed);
         let freed = std::mem::take(&mut t.freed);
         let freed_pages: u64 = freed.iter().map(|(_, l)| l).sum();
         writer.alloc.pending_pages += freed_pages;
