@@ -92,6 +92,8 @@ type Spawn = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()>>> + Send>;
 struct Executor {
     spawn: flume::Sender<Spawn>,
     flusher: flume::Sender<FlusherMsg>,
+    /// Set by this executor's flusher while its storages are over their memory budget.
+    pressure: flusher::Pressure,
     handle: Option<glommio::ExecutorJoinHandle<()>>,
 }
 
@@ -216,11 +218,13 @@ impl Engine {
             let lane = background.clone();
             let tick = opts.flush_tick;
             let budget = opts.memory_budget_bytes / cpus.len() as u64;
+            let pressure = flusher::Pressure::default();
+            let flag = pressure.clone();
             let handle = LocalExecutorBuilder::new(Placement::Fixed(*cpu))
                 .name(&format!("omnibus-exec-{i}"))
                 .spawn(move || async move {
                     glommio::spawn_local(reader_pool::run(readers)).detach();
-                    glommio::spawn_local(flusher::run(frx, lane, tick, budget)).detach();
+                    glommio::spawn_local(flusher::run(frx, lane, tick, budget, flag)).detach();
                     while let Ok(job) = srx.recv_async().await {
                         glommio::spawn_local(job()).detach();
                     }
@@ -233,6 +237,7 @@ impl Engine {
             executors.push(Executor {
                 spawn: stx,
                 flusher: ftx,
+                pressure,
                 handle: Some(handle),
             });
         }
@@ -307,6 +312,13 @@ impl EngineInner {
         e.spawn.send(job).map_err(|_| Error::Closed)
     }
 
+    fn pressure(&self, exec: usize) -> flusher::Pressure {
+        let ex = self.executors.lock().unwrap_or_else(|e| e.into_inner());
+        ex.get(exec % self.n.max(1))
+            .map(|e| e.pressure.clone())
+            .unwrap_or_default()
+    }
+
     fn flusher(&self, exec: usize) -> Option<flume::Sender<FlusherMsg>> {
         let ex = self.executors.lock().unwrap_or_else(|e| e.into_inner());
         ex.get(exec % self.n.max(1)).map(|e| e.flusher.clone())
@@ -350,9 +362,10 @@ impl EngineInner {
         let (tx, rx) = flume::bounded::<StorageMsg>(self.opts.mailbox_capacity.max(1));
         let s = storage.clone();
         let max = self.opts.max_requests_per_txn.max(1);
+        let pressure = self.pressure(exec);
         self.spawn_on(
             exec,
-            Box::new(move || Box::pin(storage_actor::run(s, rx, journal, max, feed))),
+            Box::new(move || Box::pin(storage_actor::run(s, rx, journal, max, feed, pressure))),
         )?;
         if let Some(f) = self.flusher(exec) {
             let _ = f.send(FlusherMsg::Add(storage.clone()));

@@ -14,7 +14,11 @@
 //! scratch pages in memory plus pages freed since their last flush) add up to more than its
 //! share, it flushes the largest first. So a database of 100+ storages holds one budget
 //! instead of 64 MiB of scratch per storage, and its data files stop growing by pages that
-//! only a flush can make reusable. A flush also punches holes and releases journal files.
+//! only a flush can make reusable. While the sum stays over its share after those flushes, it
+//! raises its executor's pressure flag: the storage actors there wait up to [`PACE_MAX`] before
+//! each transaction (requests queue meanwhile and merge into larger transactions), so writers
+//! are paced to what the flushes can write. A flush also punches holes and releases journal
+//! files.
 //!
 //! Failure: a failed flush poisons its storage (the core does it) and is logged; the flusher
 //! carries on with the others.
@@ -58,12 +62,34 @@ pub(crate) fn pick(unflushed: &[u64], due: &[bool], budget: u64) -> Vec<usize> {
     out
 }
 
+/// Set by an executor's flusher while its storages' unflushed bytes exceed its share of the
+/// budget after the flushes it could run; that executor's storage actors then pace their
+/// transactions ([`PACE_MAX`] at most each) so the flushes catch up.
+pub(crate) type Pressure = std::sync::Arc<std::sync::atomic::AtomicBool>;
+
+/// Longest a storage actor waits before a transaction while its executor is over budget.
+pub(crate) const PACE_MAX: Duration = Duration::from_millis(20);
+
+/// Step of that wait.
+const PACE_STEP: Duration = Duration::from_millis(2);
+
+/// Waits while `pressure` is set, [`PACE_MAX`] at most (bounded: never a stall for good, even
+/// when a held snapshot keeps a flush from giving anything back).
+pub(crate) async fn pace(pressure: &Pressure) {
+    let mut waited = Duration::ZERO;
+    while pressure.load(std::sync::atomic::Ordering::Relaxed) && waited < PACE_MAX {
+        glommio::timer::sleep(PACE_STEP).await;
+        waited += PACE_STEP;
+    }
+}
+
 /// The flusher's loop; `budget` is this executor's share of the engine's memory budget.
 pub(crate) async fn run(
     rx: flume::Receiver<FlusherMsg>,
     lane: IoLane,
     tick: Duration,
     budget: u64,
+    pressure: Pressure,
 ) {
     let mut storages: Vec<Storage> = Vec::new();
     loop {
@@ -87,6 +113,8 @@ pub(crate) async fn run(
                 tracing::warn!(storage = %live[i].path().display(), error = %e, "flush failed");
             }
         }
+        let left: u64 = live.iter().map(|s| s.unflushed_bytes()).sum();
+        pressure.store(left > budget, std::sync::atomic::Ordering::Relaxed);
         glommio::timer::sleep(tick).await;
     }
 }

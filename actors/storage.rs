@@ -25,6 +25,11 @@
 //! and no state published, before its transaction is durable; no change is fed before it is
 //! durable, and every root commit acknowledged after an `AddFeed` is fed to that port.
 //!
+//! Pacing: while the executor's flusher finds its storages over their share of the engine's
+//! memory budget ([`crate::actors::EngineOptions::memory_budget_bytes`]), the actor waits up
+//! to 20 ms before each transaction; requests queue meanwhile (bounded mailbox, so callers
+//! feel it) and merge into the next transaction.
+//!
 //! Failure: a panic while building a transaction or an I/O failure poisons the database; every
 //! request of that transaction and every later one gets an error ([`Error::Poisoned`]).
 //! A full mailbox makes callers wait (back-pressure, DESIGN invariant 10); so does a full index
@@ -154,6 +159,7 @@ pub(crate) async fn run(
     journal: flume::Sender<JournalMsg>,
     max_requests: usize,
     feed: Option<Arc<RootFeed>>,
+    pressure: super::flusher::Pressure,
 ) {
     // The index actors' feeds (root storage only). Owned by this actor: no lock.
     let mut ports: Vec<flume::Sender<IndexMsg>> = Vec::new();
@@ -161,6 +167,8 @@ pub(crate) async fn run(
         let Ok(first) = rx.recv_async().await else {
             return;
         };
+        // Over the memory budget: let the flushes catch up (requests queue and merge meanwhile).
+        super::flusher::pace(&pressure).await;
         let mut payloads = Vec::new();
         let mut replies = Vec::new();
         let mut control = None;

@@ -723,6 +723,12 @@ pub fn run(a: ShopArgs) -> CliResult {
         eprintln!("bench shop: running {} ...", m.name());
         let r = run_mode(&a, *m, &dir, seconds)
             .map_err(|f| f.context(format_args!("{} journal", m.name())))?;
+        // Hand the freed heap of this mode back to the system, so the next mode's memory
+        // samples start from what it holds itself (glibc keeps freed memory otherwise).
+        // SAFETY: malloc_trim has no preconditions; it only releases free heap memory.
+        unsafe {
+            libc::malloc_trim(0);
+        }
         eprintln!(
             "bench shop: {}: {} documents in {:.1} s ({:.0}/s), index catch-up {:.2} s, setup {:.1} s, close {:.1} s",
             m.name(),
