@@ -59,11 +59,11 @@ pub struct EngineOptions {
     pub background_lane_threads: Option<usize>,
     /// How often flushers look for due flushes. Default 50 ms.
     pub flush_tick: Duration,
-    /// Bytes that every storage of the engine together may hold unflushed: scratch pages in
-    /// memory plus pages freed since their storage's last flush (data file space only a flush
-    /// makes reusable). Split evenly between the executors' flushers; over its share, a flusher
-    /// flushes its largest storages first. Default 256 MiB. Each storage's own threshold
-    /// (`Options::flush_scratch_bytes`) still applies.
+    /// Bytes of scratch pages (committed, not yet flushed, held in memory) that every storage
+    /// of the engine together may hold. Split evenly between the executors' flushers; over its
+    /// share, a flusher flushes its largest storages first, and while that is not enough the
+    /// storage actors of its executor pace their transactions (up to 20 ms each). Default
+    /// 512 MiB. Each storage's own threshold (`Options::flush_scratch_bytes`) still applies.
     pub memory_budget_bytes: u64,
     /// Capacity of each index actor's feed, in root commits (each one shared by every index).
     /// When an index's feed is full the root's actor waits before answering its writers.
@@ -81,7 +81,7 @@ impl Default for EngineOptions {
             critical_lane_threads: 16,
             background_lane_threads: None,
             flush_tick: Duration::from_millis(50),
-            memory_budget_bytes: 256 << 20,
+            memory_budget_bytes: 512 << 20,
             index_queue_capacity: 256,
         }
     }

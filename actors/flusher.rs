@@ -8,17 +8,16 @@
 //! State owned: the list of storages of this executor, and this executor's share of the
 //! engine's memory budget ([`crate::actors::EngineOptions::memory_budget_bytes`] divided by the
 //! executors). Every tick it asks each storage whether a flush is due
-//! ([`crate::Storage::flush_due`]: scratch size, age, or records in a journal file that is no
-//! longer current, which bounds journal retention) and runs the due flushes one at a time on
-//! the lane; then, while the storages' unflushed bytes ([`crate::Storage::unflushed_bytes`]:
-//! scratch pages in memory plus pages freed since their last flush) add up to more than its
-//! share, it flushes the largest first. So a database of 100+ storages holds one budget
-//! instead of 64 MiB of scratch per storage, and its data files stop growing by pages that
-//! only a flush can make reusable. While the sum stays over its share after those flushes, it
-//! raises its executor's pressure flag: the storage actors there wait up to [`PACE_MAX`] before
-//! each transaction (requests queue meanwhile and merge into larger transactions), so writers
-//! are paced to what the flushes can write. A flush also punches holes and releases journal
-//! files.
+//! ([`crate::Storage::flush_due`]: scratch plus freed pages over the storage's threshold, age,
+//! or records in a journal file that is no longer current, which bounds journal retention) and
+//! runs the due flushes one at a time on the lane; then, while the storages' scratch tables
+//! ([`crate::Storage::scratch_bytes`]: committed pages held in memory until a flush) add up to
+//! more than its share, it flushes the largest first. So a database of 100+ storages holds one
+//! memory budget instead of 64 MiB of scratch per storage. While the sum stays over its share
+//! after those flushes, it raises its executor's pressure flag: the storage actors there wait up
+//! to [`PACE_MAX`] before each transaction (requests queue meanwhile and merge into larger
+//! transactions), so writers are paced to what the flushes can write. A flush also punches
+//! holes and releases journal files.
 //!
 //! Failure: a failed flush poisons its storage (the core does it) and is logged; the flusher
 //! carries on with the others.
@@ -35,7 +34,7 @@ pub(crate) enum FlusherMsg {
     Stop { reply: flume::Sender<()> },
 }
 
-/// Indexes of `storages` to flush so that the unflushed bytes fit `budget`: the storages in
+/// Indexes of `storages` to flush so that their scratch bytes fit `budget`: the storages in
 /// `due` first, then the largest of the rest until the sum of what is left is within budget.
 /// Pure, so the policy is tested without files.
 pub(crate) fn pick(unflushed: &[u64], due: &[bool], budget: u64) -> Vec<usize> {
@@ -105,7 +104,7 @@ pub(crate) async fn run(
             }
         }
         let live: Vec<&Storage> = storages.iter().filter(|s| !s.is_poisoned()).collect();
-        let unflushed: Vec<u64> = live.iter().map(|s| s.unflushed_bytes()).collect();
+        let unflushed: Vec<u64> = live.iter().map(|s| s.scratch_bytes()).collect();
         let due: Vec<bool> = live.iter().map(|s| s.flush_due()).collect();
         for i in pick(&unflushed, &due, budget) {
             let st = live[i].clone();
@@ -113,7 +112,7 @@ pub(crate) async fn run(
                 tracing::warn!(storage = %live[i].path().display(), error = %e, "flush failed");
             }
         }
-        let left: u64 = live.iter().map(|s| s.unflushed_bytes()).sum();
+        let left: u64 = live.iter().map(|s| s.scratch_bytes()).sum();
         pressure.store(left > budget, std::sync::atomic::Ordering::Relaxed);
         glommio::timer::sleep(tick).await;
     }

@@ -66,6 +66,11 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushOutcome> {
     };
     let already = inner.current.load().flushed_txn;
     if target.txn_id > already {
+        // From now on a page written at or below the target may reach the data file: it can
+        // no longer be reused before a durable header passes the txn that freed it.
+        inner
+            .flush_started
+            .fetch_max(target.txn_id, Ordering::AcqRel);
         // Pages freed up to here become reusable once this flush's header is durable.
         inner.freed_unflushed.store(0, Ordering::Relaxed);
         fs.reuse_slack = inner.allocated_unflushed.swap(0, Ordering::Relaxed);

@@ -95,7 +95,19 @@ pub(crate) struct Allocator {
     /// Pages freed by transaction `t`, waiting for every snapshot older than `t` to end.
     pub pending: VecDeque<(u64, Vec<(u64, u64)>)>,
     pub pending_pages: u64,
+    /// Pages freed by transaction `t` whose freed versions were written by transactions
+    /// `>= a` (the entry's second field) above every flush target started at the time: they
+    /// never reached the data file, so no recovery reads them from there, and they wait only for
+    /// the snapshots older than `t` (and for no flush to have targeted `a` or later, else they
+    /// join `pending`). See `release_early`.
+    pub early: VecDeque<(u64, u64, Vec<(u64, u64)>)>,
+    /// Emptied run lists of released entries, reused for the next commits' freed pages (at
+    /// most [`SPARE_RUN_LISTS`]), so a commit allocates none in the steady state.
+    spare: Vec<Vec<(u64, u64)>>,
 }
+
+/// Emptied run lists the allocator keeps for reuse.
+const SPARE_RUN_LISTS: usize = 16;
 
 impl Allocator {
     /// Builds the allocator from the free bits of a committed map (no snapshot is older).
@@ -129,6 +141,54 @@ impl Allocator {
         a
     }
 
+    /// Releases the `early` entries of every transaction `t <= oldest_live`: to `reusable`
+    /// when no flush has targeted their oldest writer `a` or later (`flush_started < a`), else
+    /// to `pending`, where they wait for a durable header as usual. Returns the pages made
+    /// reusable.
+    ///
+    /// Why this is safe (design.md 4.4): such a page P was written by `a` and freed by `t`; its
+    /// version in `t`'s diff base comes, at recovery, either from replaying `a` (a header below
+    /// `a`) or not at all (a header at or past `t`). A header in `[a, t)` would need P's version
+    /// in the data file, where a later flush could already have written P's next use; but the
+    /// header only reaches a flush target, no flush target so far is `>= a`, and every later
+    /// one is at least the oldest live snapshot, `>= t` once this runs.
+    pub fn release_early(&mut self, oldest_live: u64, flush_started: u64) -> u64 {
+        let mut released = 0;
+        while let Some((t, _, _)) = self.early.front() {
+            if *t > oldest_live {
+                break;
+            }
+            let Some((t, a, runs)) = self.early.pop_front() else {
+                break;
+            };
+            if flush_started < a {
+                for &(s, l) in &runs {
+                    self.pending_pages -= l;
+                    released += l;
+                    self.reusable.insert(s, l);
+                }
+                self.recycle(runs);
+            } else {
+                // Out of txn order in `pending` only delays a release, never hastens one.
+                self.pending.push_back((t, runs));
+            }
+        }
+        released
+    }
+
+    /// An empty run list, recycled when one is spare.
+    pub fn run_list(&mut self) -> Vec<(u64, u64)> {
+        self.spare.pop().unwrap_or_default()
+    }
+
+    /// Keeps `runs`' buffer for [`Allocator::run_list`] (when fewer than 16 are spare).
+    pub fn recycle(&mut self, mut runs: Vec<(u64, u64)>) {
+        if self.spare.len() < SPARE_RUN_LISTS {
+            runs.clear();
+            self.spare.push(runs);
+        }
+    }
+
     /// Moves to `reusable` the pages of every transaction `<= oldest_live` (the oldest txn id a
     /// snapshot reads: pages freed by `t <= oldest_live` are unreachable from it).
     pub fn release(&mut self, oldest_live: u64) {
@@ -137,10 +197,11 @@ impl Allocator {
                 break;
             }
             if let Some((_, runs)) = self.pending.pop_front() {
-                for (s, l) in runs {
+                for &(s, l) in &runs {
                     self.pending_pages -= l;
                     self.reusable.insert(s, l);
                 }
+                self.recycle(runs);
             }
         }
     }

@@ -147,6 +147,10 @@ pub(crate) struct Inner {
     pub freed_unflushed: AtomicU64,
     /// Pages allocated by commits since the last flush started (its punch slack).
     pub allocated_unflushed: AtomicU64,
+    /// The highest target txn of any flush started since open (the durable header's txn at
+    /// open). A page whose freed version was written by a txn above it has never been, and
+    /// never will be, in the data file: see `Allocator::early`.
+    pub flush_started: AtomicU64,
     /// Membership in the background flush service (`FlushMode::Background`).
     flusher: Mutex<Option<crate::flush::Membership>>,
 }
@@ -318,10 +322,16 @@ impl Storage {
 
     /// Bytes a flush would give back: the scratch table's page images (memory) plus the pages
     /// freed since the last flush (data file space that cannot be reused until a flush).
-    /// Cheap (two atomic loads); the engine's flushers hold the sum over all storages under
-    /// their memory budget with it.
+    /// Cheap (two atomic loads).
     pub fn unflushed_bytes(&self) -> u64 {
         self.inner.unflushed_bytes()
+    }
+
+    /// Bytes of page images in the scratch table: committed pages not yet in the data file,
+    /// held in memory until a flush. Cheap (one atomic load); the engine's flushers hold the
+    /// sum over all storages under their memory budget with it.
+    pub fn scratch_bytes(&self) -> u64 {
+        self.inner.current.load().scratch_bytes
     }
 
     /// Poisons the storage and its journal (an actor that panicked while writing it).
@@ -539,6 +549,7 @@ impl Inner {
             pages_flushed: AtomicU64::new(0),
             freed_unflushed: AtomicU64::new(0),
             allocated_unflushed: AtomicU64::new(0),
+            flush_started: AtomicU64::new(hdr.flushed_txn),
             flusher: Mutex::new(None),
             opts,
         });
@@ -605,9 +616,20 @@ impl Inner {
         }
         // Pages freed by transaction t are reused once no live snapshot predates t and a
         // durable header reaches t: until then t's journal record may name them as the base
-        // of a page diff, which recovery reads from the data file (DESIGN invariant 9).
+        // of a page diff, which recovery reads from the data file (DESIGN invariant 9). Pages
+        // whose freed version never reached the data file wait for the snapshots only
+        // (`Allocator::early`).
         if let Some(oldest) = self.registry.oldest_live() {
             let flushed = self.current.load().flushed_txn;
+            let started = self.flush_started.load(Ordering::Acquire);
+            let early = writer.alloc.release_early(oldest.txn_id, started);
+            if early > 0 {
+                let _ =
+                    self.freed_unflushed
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                            Some(v.saturating_sub(early))
+                        });
+            }
             writer.alloc.release(oldest.txn_id.min(flushed));
         }
         let base = self.current.load_full();

@@ -129,9 +129,10 @@ pub(crate) fn check_put(key: &[u8], value: &[u8]) -> Result<()> {
 impl WriteTransaction {
     pub(crate) fn new(
         inner: Arc<Inner>,
-        writer: WriterState,
+        mut writer: WriterState,
         base: Arc<State>,
     ) -> WriteTransaction {
+        let freed = writer.alloc.run_list();
         WriteTransaction {
             txn_id: base.txn_id + 1,
             root: base.root,
@@ -153,7 +154,7 @@ impl WriteTransaction {
             taken: Vec::new(),
             local_free: Extents::default(),
             allocated: map(),
-            freed: Vec::new(),
+            freed,
             failed: None,
             changed: false,
         }
@@ -1199,6 +1200,20 @@ impl PreparedCommit {
             .fetch_add(allocated, Ordering::Relaxed);
         let freed = std::mem::take(&mut t.freed);
         let freed_pages: u64 = freed.iter().map(|(_, l)| l).sum();
+        // Single pages whose freed version exists only in the scratch table (written by a txn
+        // above every flush target started so far) wait only for snapshots (`release_early`).
+        let started = t.inner.flush_started.load(Ordering::Acquire);
+        let (mut early, mut normal) = (writer.alloc.run_list(), writer.alloc.run_list());
+        let mut oldest_writer = u64::MAX;
+        for &(s, l) in &freed {
+            match t.base.scratch.get(&s) {
+                Some(sp) if l == 1 && sp.txn > started => {
+                    oldest_writer = oldest_writer.min(sp.txn);
+                    early.push((s, l));
+                }
+                _ => normal.push((s, l)),
+            }
+        }
         writer.alloc.pending_pages += freed_pages;
         t.inner
             .freed_unflushed
@@ -1209,7 +1224,20 @@ impl PreparedCommit {
             std::mem::take(&mut self.images),
             &freed,
         );
-        writer.alloc.pending.push_back((t.txn_id, freed));
+        if normal.is_empty() {
+            writer.alloc.recycle(normal);
+        } else {
+            writer.alloc.pending.push_back((t.txn_id, normal));
+        }
+        if early.is_empty() {
+            writer.alloc.recycle(early);
+        } else {
+            writer
+                .alloc
+                .early
+                .push_back((t.txn_id, oldest_writer, early));
+        }
+        writer.alloc.recycle(freed);
         t.taken.clear();
         t.inner.return_writer(writer);
         t.inner.after_commit();

@@ -503,7 +503,11 @@ fn run_mode_in(
     };
     let (flushes0, pages_flushed0) = flushes(&storages);
     let sampled = storages.clone();
-    let unflushed = move || sampled.iter().map(|s| s.unflushed_bytes()).sum::<u64>();
+    let unflushed = move || {
+        sampled.iter().fold((0, 0), |(u, c), s| {
+            (u + s.unflushed_bytes(), c + s.scratch_bytes())
+        })
+    };
     let timeline = shop_measure::Timeline::start(
         done.clone(),
         db_dir.clone(),

@@ -83,6 +83,8 @@ pub struct Sample {
     /// Unflushed bytes of every storage (scratch pages plus pages freed since the last flush,
     /// `Storage::unflushed_bytes`), in MiB.
     pub unflushed_mib: f64,
+    /// Scratch pages of every storage (memory; `Storage::scratch_bytes`), in MiB.
+    pub scratch_mib: f64,
 }
 
 /// A thread that samples documents, memory and data file bytes every `every` until stopped.
@@ -93,11 +95,11 @@ pub struct Timeline {
 
 impl Timeline {
     /// Starts sampling `done` (documents acknowledged), the database at `db_dir` and the
-    /// storages' unflushed bytes (`unflushed`).
+    /// storages' (unflushed, scratch) bytes (`unflushed`).
     pub fn start(
         done: Arc<AtomicU64>,
         db_dir: PathBuf,
-        unflushed: Box<dyn Fn() -> u64 + Send>,
+        unflushed: Box<dyn Fn() -> (u64, u64) + Send>,
         every: Duration,
     ) -> Timeline {
         let stop = Arc::new(AtomicBool::new(false));
@@ -120,13 +122,15 @@ impl Timeline {
                     let t = start.elapsed().as_secs_f64();
                     let n = done.load(Ordering::Relaxed);
                     let (len, _) = data_file_bytes(&db_dir);
+                    let unflushed_scratch = unflushed();
                     out.push(Sample {
                         t_s: t,
                         documents: n,
                         documents_per_s: (n - last_n) as f64 / (t - last_t).max(1e-9),
                         anon_rss_mib: anon_rss_bytes().unwrap_or(0) as f64 / 1048576.0,
                         data_file_mib: len as f64 / 1048576.0,
-                        unflushed_mib: unflushed() as f64 / 1048576.0,
+                        unflushed_mib: unflushed_scratch.0 as f64 / 1048576.0,
+                        scratch_mib: unflushed_scratch.1 as f64 / 1048576.0,
                     });
                     (last_t, last_n) = (t, n);
                 }
