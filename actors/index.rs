@@ -140,7 +140,7 @@ impl std::fmt::Debug for IndexDefinition {
 impl IndexDefinition {
     /// An index named `name` (its branch storage; the rules of
     /// [`crate::database::validate_storage_name`], checked by `define_index`) with map function
-    /// `map`. Defaults: at least 100 ms between the starts of two batches, at most 16,384 document
+    /// `map`. Defaults: at least 250 ms between the starts of two batches, at most 16,384 document
     /// changes per batch, 32 MiB of reconcile memory, no forced rebuild.
     pub fn new(
         name: impl Into<String>,
@@ -161,13 +161,13 @@ impl IndexDefinition {
         &self.name
     }
 
-    /// The default of [`IndexDefinition::min_batch_interval`]: 100 ms. Measured with
-    /// `omnibus bench shop` (1 + 100 storages, 2 cores): every document's 100 index entries
-    /// land in leaves all over each index, so an index transaction copies about one leaf per
-    /// entry when it is small; resting 100 ms between batches cut the CPU per document from
-    /// about 320 to 175 µs for an index lag of a few hundred milliseconds (see
-    /// docs/BENCHMARKS.md).
-    pub const DEFAULT_MIN_BATCH_INTERVAL: Duration = Duration::from_millis(100);
+    /// The default of [`IndexDefinition::min_batch_interval`]: 250 ms. Measured with
+    /// `omnibus bench shop` (1 + 100 storages, 2 cores, 15 s): every document's 100 index
+    /// entries land in leaves all over each index, so an index transaction copies about one
+    /// leaf per entry when it is small. Starting each batch as soon as changes were queued cost
+    /// about 320 µs of CPU per document; resting 100 ms, 246 µs (index lag p99 0.6 s); 250 ms,
+    /// 181 µs (lag p99 1.5 s); 500 ms, 171 µs (docs/BENCHMARKS.md).
+    pub const DEFAULT_MIN_BATCH_INTERVAL: Duration = Duration::from_millis(250);
 
     /// Least time between the starts of two batches: changes accumulate meanwhile, giving
     /// fewer, larger index transactions for more lag. A batch starts early when the index's

@@ -304,7 +304,7 @@ pub struct ShopArgs {
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=100000))]
     pub clients: u64,
     /// Least milliseconds between two batches of an index (changes accumulate in between)
-    /// [default: the engine's, `IndexDefinition::DEFAULT_MIN_BATCH_INTERVAL`, 100 ms].
+    /// [default: the engine's, `IndexDefinition::DEFAULT_MIN_BATCH_INTERVAL`, 250 ms].
     #[arg(long)]
     pub index_interval_ms: Option<u64>,
     /// Seconds of inserting per mode [default: 20, when --docs is not given].
