@@ -54,8 +54,8 @@ pub struct EngineOptions {
     /// Threads of the critical I/O lane (journal batches of separate-mode journals, which use
     /// them concurrently). Default 16. A shared journal's writer has a thread of its own.
     pub critical_lane_threads: usize,
-    /// Threads of the background I/O lane (flushes, opening storages), low I/O priority.
-    /// Default: one per executor.
+    /// Threads of the background I/O lane (flushes, opening storages, index builds), low I/O
+    /// priority. Default: four per executor (each flusher runs up to four flushes at once).
     pub background_lane_threads: Option<usize>,
     /// How often flushers look for due flushes. Default 50 ms.
     pub flush_tick: Duration,
@@ -206,7 +206,7 @@ impl Engine {
         let critical = IoLane::start("omnibus-journal-io", opts.critical_lane_threads, false)?;
         let background = IoLane::start(
             "omnibus-flush-io",
-            opts.background_lane_threads.unwrap_or(cpus.len()),
+            opts.background_lane_threads.unwrap_or(4 * cpus.len()),
             true,
         )?;
         let (rtx, rrx) = flume::bounded::<ReadMsg>(reader_pool::MAILBOX);

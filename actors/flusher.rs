@@ -10,7 +10,7 @@
 //! executors). Every tick it asks each storage whether a flush is due
 //! ([`crate::Storage::flush_due`]: scratch plus freed pages over the storage's threshold, age,
 //! or records in a journal file that is no longer current, which bounds journal retention) and
-//! runs the due flushes one at a time on the lane; then, while the storages' scratch tables
+//! runs the due flushes on the lane, up to four at a time; then, while the storages' scratch tables
 //! ([`crate::Storage::scratch_bytes`]: committed pages held in memory until a flush) add up to
 //! more than its share, it flushes the largest first. So a database of 100+ storages holds one
 //! memory budget instead of 64 MiB of scratch per storage. While the sum stays over its share
@@ -61,6 +61,10 @@ pub(crate) fn pick(unflushed: &[u64], due: &[bool], budget: u64) -> Vec<usize> {
     out
 }
 
+/// Flushes one flusher runs at the same time (on the background lane): a flush spends most of
+/// its time in `fdatasync`s, which this kind of disk serves in parallel.
+const FLUSH_CONCURRENCY: usize = 4;
+
 /// Set by an executor's flusher while its storages' unflushed bytes exceed its share of the
 /// budget after the flushes it could run; that executor's storage actors then pace their
 /// transactions ([`PACE_MAX`] at most each) so the flushes catch up.
@@ -106,10 +110,23 @@ pub(crate) async fn run(
         let live: Vec<&Storage> = storages.iter().filter(|s| !s.is_poisoned()).collect();
         let unflushed: Vec<u64> = live.iter().map(|s| s.scratch_bytes()).collect();
         let due: Vec<bool> = live.iter().map(|s| s.flush_due()).collect();
-        for i in pick(&unflushed, &due, budget) {
-            let st = live[i].clone();
-            if let Err(e) = lane.run(move || st.flush()).await {
-                tracing::warn!(storage = %live[i].path().display(), error = %e, "flush failed");
+        let picked = pick(&unflushed, &due, budget);
+        // Bounded: FLUSH_CONCURRENCY flushes in flight at a time, each storage once.
+        for group in picked.chunks(FLUSH_CONCURRENCY) {
+            let tasks: Vec<_> = group
+                .iter()
+                .map(|&i| {
+                    let (st, lane) = (live[i].clone(), lane.clone());
+                    glommio::spawn_local(async move {
+                        let path = st.path().to_path_buf();
+                        if let Err(e) = lane.run(move || st.flush()).await {
+                            tracing::warn!(storage = %path.display(), error = %e, "flush failed");
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await;
             }
         }
         let left: u64 = live.iter().map(|s| s.scratch_bytes()).sum();

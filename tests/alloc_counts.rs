@@ -7,50 +7,16 @@
 //! The bounds are what the engine does now plus a little headroom; the comments say what the
 //! code did before the allocation work of issue 10.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+#[path = "common/alloc.rs"]
+mod alloc;
 
 use omnibus::{FlushMode, Options, Storage};
 
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn count() {
-    let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-}
-
-// SAFETY: every call is forwarded unchanged to the system allocator; counting touches only a
-// const-initialized thread-local `Cell` (no allocation, no re-entry).
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        count();
-        // SAFETY: forwarded with the caller's layout.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        count();
-        // SAFETY: forwarded with the caller's layout.
-        unsafe { System.alloc_zeroed(l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        count();
-        // SAFETY: forwarded with the caller's pointer, layout and size.
-        unsafe { System.realloc(p, l, n) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: forwarded with the caller's pointer and layout.
-        unsafe { System.dealloc(p, l) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: alloc::Counting = alloc::Counting;
 
 fn allocs() -> u64 {
-    ALLOCS.with(|c| c.get())
+    alloc::thread_allocs()
 }
 
 fn splitmix64(mut x: u64) -> u64 {
