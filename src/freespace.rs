@@ -100,11 +100,15 @@ pub(crate) struct Allocator {
     /// never reached the data file, so no recovery reads them from there, and they wait only for
     /// the snapshots older than `t` (and for no flush to have targeted `a` or later, else they
     /// join `pending`). See `release_early`.
-    pub early: VecDeque<(u64, u64, Vec<(u64, u64)>)>,
+    pub early: VecDeque<EarlyFreed>,
     /// Emptied run lists of released entries, reused for the next commits' freed pages (at
     /// most [`SPARE_RUN_LISTS`]), so a commit allocates none in the steady state.
     spare: Vec<Vec<(u64, u64)>>,
 }
+
+/// Pages of `Allocator::early`: (txn that freed them, oldest txn that wrote their freed
+/// versions, runs).
+pub(crate) type EarlyFreed = (u64, u64, Vec<(u64, u64)>);
 
 /// Emptied run lists the allocator keeps for reuse.
 const SPARE_RUN_LISTS: usize = 16;
