@@ -217,13 +217,14 @@ fn save_png(path: &Path, buf: &[u8]) -> Result<(), Err> {
     Ok(())
 }
 
-/// A round upper bound for an axis: 1, 2 or 5 times a power of ten, at least `v`.
+/// A round upper bound for an axis: 1, 2, 2.5, 3, 4, 5, 6 or 8 times a power of ten, at least
+/// `v` (so a 600 s run gets a 600 s axis, not 1,000).
 fn nice_max(v: f64) -> f64 {
     if !(v > 0.0 && v.is_finite()) {
         return 1.0;
     }
     let p = 10f64.powf(v.log10().floor());
-    [1.0, 2.0, 5.0, 10.0]
+    [1.0, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0]
         .iter()
         .map(|m| m * p)
         .find(|m| *m >= v)
@@ -338,11 +339,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nice_max_rounds_up_to_1_2_5() {
+    fn nice_max_rounds_up_to_a_round_value() {
         assert_eq!(nice_max(0.0), 1.0);
-        assert_eq!(nice_max(3.0), 5.0);
+        assert_eq!(nice_max(2.7), 3.0);
         assert_eq!(nice_max(1800.0), 2000.0);
         assert_eq!(nice_max(5000.0), 5000.0);
-        assert_eq!(nice_max(7000.0), 10000.0);
+        assert_eq!(nice_max(600.2), 800.0);
+        assert_eq!(nice_max(599.0), 600.0);
+        assert_eq!(nice_max(9000.0), 10000.0);
     }
 }
