@@ -95,6 +95,30 @@ pub trait EnvFile: Send + Sync + std::fmt::Debug {
     /// The raw file descriptor, used to map the file read-only (`mmap`). Reads through the map
     /// must show what [`EnvFile::write_all_at`] wrote, so wrappers return the real file's fd.
     fn raw_fd(&self) -> std::os::fd::RawFd;
+    /// Writes zeros over `offset..offset + len` of a file none of whose pages in that range are
+    /// cached or being written (a file just created, before anyone else writes it): the
+    /// journal pool's pre-zeroed files. Not durable until [`EnvFile::sync_data`]. The default
+    /// writes a zero buffer with [`EnvFile::write_all_at`] (so test environments see every
+    /// write); [`DefaultEnv`] writes with `O_DIRECT` from one aligned zero buffer, so no CPU
+    /// copies 256 MiB of zeros into the page cache per journal file.
+    fn write_zeros_uncached(&self, offset: u64, len: u64) -> EnvResult<()> {
+        write_zeros(self, offset, len)
+    }
+}
+
+/// Writes zeros over `offset..offset + len` of `file` with [`EnvFile::write_all_at`], 64 KiB
+/// a call.
+pub(crate) fn write_zeros<F: EnvFile + ?Sized>(file: &F, offset: u64, len: u64) -> EnvResult<()> {
+    static ZEROS: [u8; 64 << 10] = [0u8; 64 << 10];
+    let end = offset + len;
+    let mut at = offset;
+    // Bounded: advances by up to 64 KiB a turn until `end`.
+    while at < end {
+        let n = (end - at).min(ZEROS.len() as u64) as usize;
+        file.write_all_at(&ZEROS[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
 }
 
 /// Every file-system operation the engine performs.

@@ -205,18 +205,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-static ZEROS: [u8; 64 << 10] = [0u8; 64 << 10];
 const POOL_SUFFIX: &str = ".zeroed";
 
 fn write_zeros(file: &dyn EnvFile, from: u64, to: u64) -> Result<()> {
-    let mut at = from;
-    // Bounded: advances by up to 64 KiB a turn until `to`.
-    while at < to {
-        let n = (to - at).min(ZEROS.len() as u64) as usize;
-        file.write_all_at(&ZEROS[..n], at)?;
-        at += n as u64;
-    }
-    Ok(())
+    Ok(crate::env::write_zeros(
+        file,
+        from,
+        to.saturating_sub(from),
+    )?)
 }
 
 /// Options of a journal (from [`crate::Options`]).
@@ -974,7 +970,8 @@ fn pool_loop(pool: &Pool, env: &dyn StorageEnv, dir: &Path, size: u64, k: &mut u
                 .open(&p, OpenMode::CreateNew)
                 .map_err(Error::from)
                 .and_then(|f| {
-                    write_zeros(&*f, 0, size)?;
+                    // A new file: nothing of it is cached, so the zeros can bypass the cache.
+                    f.write_zeros_uncached(0, size)?;
                     f.sync_data()?;
                     Ok(())
                 });
