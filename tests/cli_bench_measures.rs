@@ -134,3 +134,40 @@ fn slow_disk_runs_throttled_or_refuses_clearly() {
         .unwrap_or(false);
     assert!(!left, "a bench cgroup was left behind");
 }
+
+/// Regression: a fresh user found that `bench shop` stopped with Ctrl-C or a TERM left its
+/// gigabyte of databases (and, with `--disk slow`, its cgroup) behind. It now removes them and
+/// exits with 128 + the signal; what a SIGKILL leaves is removed by the next run.
+#[test]
+fn an_interrupted_run_removes_its_databases() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_omnibus"))
+        .args([
+            "bench",
+            "shop",
+            "--indexes",
+            "3",
+            "--allow-tmpfs",
+            "--seconds",
+            "60",
+        ])
+        .arg("--dir")
+        .arg(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait (a minute at most) until the run's database directory exists.
+    let t = std::time::Instant::now();
+    while std::fs::read_dir(dir.path()).unwrap().next().is_none() {
+        assert!(t.elapsed().as_secs() < 60, "no database directory appeared");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: kill(2) with a child's pid and a valid signal number.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

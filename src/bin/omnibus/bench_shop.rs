@@ -441,6 +441,9 @@ fn run_mode(
         std::process::id()
     ));
     std::fs::create_dir_all(&tmp).map_err(|e| Fail::io(format!("{}: {e}", tmp.display())))?;
+    if !a.keep {
+        shop_measure::remove_on_interrupt(&tmp);
+    }
     let r = run_mode_in(a, mode, &tmp, seconds);
     if a.keep {
         eprintln!("omnibus: kept {}", tmp.display());
@@ -565,6 +568,7 @@ fn run_mode_in(
     let caught_up = started.elapsed().as_secs_f64();
     let cpu_seconds = shop_measure::process_cpu_seconds() - cpu0;
     let timeline = timeline.finish();
+    let rss_end = shop_measure::anon_rss_bytes().unwrap_or(0) as f64 / 1048576.0;
     let (data_len, data_alloc) = shop_measure::data_file_bytes(&db_dir);
     let end = db.stats();
     let (flushes1, pages_flushed1) = flushes(&storages);
@@ -607,7 +611,11 @@ fn run_mode_in(
         data_allocated_bytes_per_document: per_doc(data_alloc),
         flushes: flushes1 - flushes0,
         pages_flushed: pages_flushed1 - pages_flushed0,
-        anon_rss_mib_max: timeline.iter().map(|t| t.anon_rss_mib).fold(0.0, f64::max),
+        // The samples, and one more now (a run shorter than a sampling interval has none).
+        anon_rss_mib_max: timeline
+            .iter()
+            .map(|t| t.anon_rss_mib)
+            .fold(rss_end, f64::max),
         commit_us_p50: lat.value_at_quantile(0.5),
         commit_us_p99: lat.value_at_quantile(0.99),
         commit_us_p999: lat.value_at_quantile(0.999),
@@ -671,6 +679,9 @@ pub fn run(a: ShopArgs) -> CliResult {
     if let Some(p) = &a.plot_timeline {
         writable_parent("--plot-timeline", p)?;
     }
+    // Before any thread starts and before anything is created: Ctrl-C or a TERM then removes
+    // the run's directories and leaves the slow-disk cgroup.
+    shop_measure::handle_interrupts();
     let base = base_dir(&a)?;
     let dir: PathBuf = base.path().to_path_buf();
     let fs = fmt::fs_type(&dir);
@@ -844,14 +855,26 @@ impl Drop for BaseDir {
 }
 
 fn base_dir(a: &ShopArgs) -> CliResult<BaseDir> {
+    let stale = |d: &Path| {
+        for name in shop_measure::remove_stale(d) {
+            eprintln!(
+                "omnibus: removed {} left by a killed run",
+                d.join(name).display()
+            );
+        }
+    };
     if let Some(d) = &a.dir {
         std::fs::create_dir_all(d)
             .map_err(|e| Fail::input(format!("--dir {}: {e}", d.display())))?;
+        stale(d);
         return Ok(BaseDir::Given(d.clone()));
     }
+    stale(Path::new("."));
+    // The process id in the name lets a later run remove it if this one is killed.
+    let prefix = format!("omnibus-shop-{}-", std::process::id());
     let builder = || {
         let mut b = tempfile::Builder::new();
-        b.prefix("omnibus-shop-");
+        b.prefix(&prefix);
         b
     };
     let (t, fallback) = match builder().tempdir_in(".") {
@@ -869,6 +892,9 @@ fn base_dir(a: &ShopArgs) -> CliResult<BaseDir> {
     };
     // An absolute path for the messages and the report.
     let path = std::fs::canonicalize(t.path()).unwrap_or_else(|_| t.path().to_path_buf());
+    if !a.keep {
+        shop_measure::remove_on_interrupt(&path);
+    }
     Ok(BaseDir::Temp {
         dir: Some(t),
         path,

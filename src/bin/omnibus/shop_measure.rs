@@ -279,6 +279,9 @@ impl SlowDisk {
                 "cgroup v2 io",
             )
         };
+        for stale in remove_stale(&base) {
+            eprintln!("omnibus: removed cgroup {stale} left by a killed run");
+        }
         let group = base.join(&name);
         std::fs::create_dir(&group).map_err(|e| {
             Fail::input(format!(
@@ -292,6 +295,7 @@ impl SlowDisk {
             device,
             controller,
         };
+        cleanup().cgroup = Some((guard.group.clone(), guard.parent_procs.clone()));
         std::fs::write(group.join(limit_file), &line).map_err(|e| {
             Fail::input(format!(
                 "--disk slow: writing {line:?} to {}: {e}",
@@ -312,24 +316,153 @@ impl SlowDisk {
 
 impl Drop for SlowDisk {
     fn drop(&mut self) {
-        let _ = std::fs::write(&self.parent_procs, std::process::id().to_string());
-        // Removing fails while a thread is still inside; the threads moved with the process.
-        for _ in 0..50 {
-            if std::fs::remove_dir(&self.group).is_ok() {
+        let mut c = cleanup();
+        c.cgroup = None;
+        if !leave_cgroup(&self.group, &self.parent_procs) {
+            eprintln!(
+                "omnibus: could not remove cgroup {} (remove it by hand)",
+                self.group.display()
+            );
+        }
+    }
+}
+
+/// What an interrupted run must undo: the directories it created and the cgroup it entered.
+#[derive(Default)]
+struct Cleanup {
+    dirs: Vec<PathBuf>,
+    /// (the cgroup, its parent's `cgroup.procs`)
+    cgroup: Option<(PathBuf, PathBuf)>,
+}
+
+static CLEANUP: std::sync::Mutex<Cleanup> = std::sync::Mutex::new(Cleanup {
+    dirs: Vec::new(),
+    cgroup: None,
+});
+
+fn cleanup() -> std::sync::MutexGuard<'static, Cleanup> {
+    CLEANUP.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Registers `dir` to be deleted if the run is interrupted (SIGINT, SIGTERM, SIGHUP).
+pub fn remove_on_interrupt(dir: &Path) {
+    cleanup().dirs.push(dir.to_path_buf());
+}
+
+/// Makes SIGINT, SIGTERM and SIGHUP end the run cleanly: leave the slow-disk cgroup, delete
+/// the registered directories, exit with 128 + the signal. Call before any thread starts:
+/// the signals are blocked in the calling thread, every thread started later inherits that,
+/// and one thread of its own waits for them (`sigwait`), so no signal handler runs anywhere.
+pub fn handle_interrupts() {
+    // SAFETY: sigset_t is plain data, initialized by sigemptyset before use; the calls get
+    // valid pointers to it and only change this thread's signal mask.
+    let set = unsafe {
+        let mut set = std::mem::MaybeUninit::<libc::sigset_t>::zeroed().assume_init();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, sig);
+        }
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            return;
+        }
+        set
+    };
+    let _ = std::thread::Builder::new()
+        .name("omnibus-shop-signals".into())
+        .spawn(move || {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: `set` is an initialized sigset_t; sigwait writes one int into `sig`.
+            if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(20));
+            eprintln!("omnibus: interrupted (signal {sig}): cleaning up");
+            let c = cleanup();
+            if let Some((group, parent_procs)) = &c.cgroup {
+                leave_cgroup(group, parent_procs);
+            }
+            for d in c.dirs.iter().rev() {
+                let _ = std::fs::remove_dir_all(d);
+            }
+            std::process::exit(128 + sig);
+        });
+}
+
+/// Moves the process back to its parent cgroup and removes `group`.
+fn leave_cgroup(group: &Path, parent_procs: &Path) -> bool {
+    let _ = std::fs::write(parent_procs, std::process::id().to_string());
+    // Removing fails while a thread is still inside; the threads moved with the process.
+    for _ in 0..50 {
+        if std::fs::remove_dir(group).is_ok() {
+            return true;
         }
-        eprintln!(
-            "omnibus: could not remove cgroup {} (remove it by hand)",
-            self.group.display()
-        );
+        std::thread::sleep(Duration::from_millis(20));
     }
+    false
+}
+
+/// The process id in a name made by this benchmark (`omnibus-shop-<pid>-...`,
+/// `omnibus-shop-<mode>-<pid>-...`, `omnibus-bench-<pid>`), if any.
+fn pid_in(name: &str) -> Option<u32> {
+    let rest = name
+        .strip_prefix("omnibus-shop-")
+        .or_else(|| name.strip_prefix("omnibus-bench-"))?;
+    let rest = rest
+        .strip_prefix("shared-")
+        .or_else(|| rest.strip_prefix("separate-"))
+        .unwrap_or(rest);
+    rest.split('-').next()?.parse().ok()
+}
+
+/// Removes what runs killed with SIGKILL left in `dir`: directories named by this benchmark
+/// for a process that no longer exists. Returns the names removed.
+pub fn remove_stale(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = pid_in(&name) else { continue };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let p = e.path();
+        let gone = if name.starts_with("omnibus-bench-") {
+            std::fs::remove_dir(&p).is_ok()
+        } else {
+            std::fs::remove_dir_all(&p).is_ok()
+        };
+        if gone {
+            out.push(name);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stale_run_directories_of_dead_processes_are_removed() {
+        assert_eq!(pid_in("omnibus-shop-123-aBc"), Some(123));
+        assert_eq!(pid_in("omnibus-shop-shared-77-1796"), Some(77));
+        assert_eq!(pid_in("omnibus-bench-9"), Some(9));
+        assert_eq!(pid_in("omnibus-shop-abc"), None);
+        assert_eq!(pid_in("other-1"), None);
+        let d = tempfile::tempdir().unwrap();
+        // A pid above the kernel's pid_max (4,194,304) never exists.
+        let dead = d.path().join("omnibus-shop-separate-4999999-1");
+        std::fs::create_dir_all(dead.join("shop.omnibus")).unwrap();
+        let mine = d
+            .path()
+            .join(format!("omnibus-shop-{}-x", std::process::id()));
+        std::fs::create_dir(&mine).unwrap();
+        let keep = d.path().join("omnibus-shop-notapid");
+        std::fs::create_dir(&keep).unwrap();
+        assert_eq!(remove_stale(d.path()), ["omnibus-shop-separate-4999999-1"]);
+        assert!(!dead.exists() && mine.exists() && keep.exists());
+    }
 
     #[test]
     fn cpu_seconds_grow_with_work() {
