@@ -801,14 +801,25 @@ impl DatabaseHandle {
             .collect()
     }
 
-    /// Waiters for every index to reach the root's acknowledged txn (none for those there).
-    fn index_waiters(&self) -> Result<Vec<flume::Receiver<Result<()>>>> {
+    /// Waiters for every index (or only the one named `only`) to reach the root's acknowledged
+    /// txn (none for those there).
+    fn index_waiters(&self, only: Option<&str>) -> Result<Vec<flume::Receiver<Result<()>>>> {
         let target = self.inner.feed.acked_txn.load(Ordering::Acquire);
         let mut waits = Vec::new();
+        let mut found = false;
         for s in self.index_list() {
+            if only.is_some_and(|n| n != s.name) {
+                continue;
+            }
+            found = true;
             if let Some(w) = s.waiter(target)? {
                 waits.push(w);
             }
+        }
+        if let (Some(n), false) = (only, found) {
+            return Err(Error::InvalidOptions(format!(
+                "no index named {n:?} is defined"
+            )));
         }
         Ok(waits)
     }
@@ -820,7 +831,7 @@ impl DatabaseHandle {
     /// Errors: [`Error::IndexPoisoned`] when an index is poisoned (at once, or when it fails
     /// while waited for); [`Error::Closed`] when an index stops first (shutdown, dropped).
     pub async fn wait_for_indexes(&self) -> Result<()> {
-        for w in self.index_waiters()? {
+        for w in self.index_waiters(None)? {
             w.recv_async().await.map_err(|_| Error::Closed)??;
         }
         Ok(())
@@ -828,7 +839,25 @@ impl DatabaseHandle {
 
     /// Blocking [`DatabaseHandle::wait_for_indexes`].
     pub fn blocking_wait_for_indexes(&self) -> Result<()> {
-        for w in self.index_waiters()? {
+        for w in self.index_waiters(None)? {
+            w.recv().map_err(|_| Error::Closed)??;
+        }
+        Ok(())
+    }
+
+    /// [`DatabaseHandle::wait_for_indexes`] for the index `name` alone: waits for a healthy
+    /// index while another one is poisoned. Errors: as `wait_for_indexes` for that index, and
+    /// [`Error::InvalidOptions`] when no index of that name is defined.
+    pub async fn wait_for_index(&self, name: &str) -> Result<()> {
+        for w in self.index_waiters(Some(name))? {
+            w.recv_async().await.map_err(|_| Error::Closed)??;
+        }
+        Ok(())
+    }
+
+    /// Blocking [`DatabaseHandle::wait_for_index`].
+    pub fn blocking_wait_for_index(&self, name: &str) -> Result<()> {
+        for w in self.index_waiters(Some(name))? {
             w.recv().map_err(|_| Error::Closed)??;
         }
         Ok(())
