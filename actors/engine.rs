@@ -32,6 +32,8 @@ use super::io_lane::IoLane;
 use super::journal_writer::{self, JournalMsg};
 use super::reader_pool::{self, ReadMsg};
 use super::storage::{self as storage_actor, StorageHandle, StorageMsg};
+use futures_lite::future::block_on;
+
 use crate::error::{Error, Result};
 use crate::options::FlushMode;
 use crate::{Database, Options, Storage};
@@ -286,16 +288,7 @@ impl Engine {
         path: impl AsRef<Path>,
         opts: Options,
     ) -> Result<DatabaseHandle> {
-        let p = path.as_ref().to_path_buf();
-        let o = Options {
-            flush_mode: FlushMode::Manual,
-            ..opts
-        };
-        let db = self
-            .inner
-            .background
-            .run_blocking(move || Database::open(&p, o))?;
-        self.inner.attach(db)
+        block_on(self.open_database(path, opts))
     }
 
     /// Drains every mailbox, stops every actor, flushes and closes every database, and joins
@@ -570,14 +563,7 @@ impl DatabaseHandle {
 
     /// Blocking [`DatabaseHandle::storage`].
     pub fn blocking_storage(&self, name: &str) -> Result<StorageHandle> {
-        if let Some(h) = self.cached(name) {
-            return Ok(h);
-        }
-        let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
-        let db = self.inner.db.clone();
-        let n = name.to_string();
-        let s = engine.background.run_blocking(move || db.storage(&n))?;
-        self.install(&engine, name, s)
+        block_on(self.storage(name))
     }
 
     fn cached(&self, name: &str) -> Option<StorageHandle> {
@@ -689,22 +675,7 @@ impl DatabaseHandle {
 
     /// Blocking [`DatabaseHandle::define_index`].
     pub fn blocking_define_index(&self, def: IndexDefinition) -> Result<()> {
-        crate::database::validate_storage_name(&def.name)?;
-        let branch = self.blocking_storage(&def.name)?;
-        self.blocking_stop_index(&def.name);
-        let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
-        let (port, rx) = flume::bounded(engine.opts.index_queue_capacity.max(1));
-        let (tx, reply) = flume::bounded(1);
-        self.inner
-            .root
-            .tx
-            .send(StorageMsg::AddFeed {
-                port: port.clone(),
-                reply: tx,
-            })
-            .map_err(|_| Error::Closed)?;
-        let snapshot = reply.recv().map_err(|_| Error::Closed)??;
-        self.start_index(&engine, def, branch, port, rx, snapshot)
+        block_on(self.define_index(def))
     }
 
     fn start_index(
@@ -782,15 +753,6 @@ impl DatabaseHandle {
         }
     }
 
-    fn blocking_stop_index(&self, name: &str) {
-        if let Some(e) = self.take_index(name) {
-            let (tx, rx) = flume::bounded(1);
-            if e.port.send(IndexMsg::Stop { reply: tx }).is_ok() {
-                let _ = rx.recv();
-            }
-        }
-    }
-
     fn index_list(&self) -> Vec<Arc<IndexShared>> {
         self.inner
             .indexes
@@ -839,10 +801,7 @@ impl DatabaseHandle {
 
     /// Blocking [`DatabaseHandle::wait_for_indexes`].
     pub fn blocking_wait_for_indexes(&self) -> Result<()> {
-        for w in self.index_waiters(None)? {
-            w.recv().map_err(|_| Error::Closed)??;
-        }
-        Ok(())
+        block_on(self.wait_for_indexes())
     }
 
     /// [`DatabaseHandle::wait_for_indexes`] for the index `name` alone: waits for a healthy
@@ -857,10 +816,7 @@ impl DatabaseHandle {
 
     /// Blocking [`DatabaseHandle::wait_for_index`].
     pub fn blocking_wait_for_index(&self, name: &str) -> Result<()> {
-        for w in self.index_waiters(Some(name))? {
-            w.recv().map_err(|_| Error::Closed)??;
-        }
-        Ok(())
+        block_on(self.wait_for_index(name))
     }
 
     /// Progress and counters of every defined index, by name. Cheap: no I/O beyond reading

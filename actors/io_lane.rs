@@ -104,19 +104,6 @@ impl IoLane {
         rrx.recv_async().await.map_err(|_| Error::Closed)?
     }
 
-    /// Runs `f` on the lane and blocks the calling (non-executor) thread for its result.
-    pub fn run_blocking<T, F>(&self, f: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: FnOnce() -> Result<T> + Send + 'static,
-    {
-        let (rtx, rrx) = flume::bounded::<Result<T>>(1);
-        self.sender()?
-            .send(wrap(f, rtx))
-            .map_err(|_| Error::Closed)?;
-        rrx.recv().map_err(|_| Error::Closed)?
-    }
-
     /// Stops the lane for every clone: queued jobs finish, then the threads exit and are joined.
     pub fn stop(&self) {
         drop(

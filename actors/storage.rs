@@ -44,6 +44,8 @@ use std::time::Instant;
 use super::index::{DocumentChange, IndexMsg, RootCommit, RootFeed};
 use super::journal_writer::{self, JournalMsg};
 use super::reader_pool::ReadMsg;
+use futures_lite::future::block_on;
+
 use crate::error::{Error, Result};
 use crate::txn::{ReadTransaction, WriteTransaction};
 use crate::Storage;
@@ -398,15 +400,6 @@ impl StorageHandle {
         rx.recv_async().await.map_err(|_| Error::Closed)?
     }
 
-    fn blocking_send_write(&self, batch: WriteBatch) -> Result<Vec<bool>> {
-        batch.validate()?;
-        let (tx, rx) = flume::bounded(1);
-        self.tx
-            .send(StorageMsg::Write { batch, reply: tx })
-            .map_err(|_| Error::Closed)?;
-        rx.recv().map_err(|_| Error::Closed)?
-    }
-
     /// Inserts or replaces `key`; returns once durable. Errors: the limits of
     /// [`crate::WriteTransaction::put`] (before anything is sent), [`Error::Poisoned`],
     /// [`Error::Closed`] after shutdown, I/O errors of the commit.
@@ -481,38 +474,22 @@ impl StorageHandle {
 
     /// Blocking [`StorageHandle::put`].
     pub fn blocking_put(&self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Result<()> {
-        let mut b = WriteBatch::new();
-        b.put(key, value);
-        self.blocking_send_write(b).map(|_| ())
+        block_on(self.put(key, value))
     }
 
     /// Blocking [`StorageHandle::delete`].
     pub fn blocking_delete(&self, key: impl Into<Vec<u8>>) -> Result<bool> {
-        let mut b = WriteBatch::new();
-        b.delete(key);
-        Ok(self
-            .blocking_send_write(b)?
-            .first()
-            .copied()
-            .unwrap_or(false))
+        block_on(self.delete(key))
     }
 
     /// Blocking [`StorageHandle::write`].
     pub fn blocking_write(&self, batch: WriteBatch) -> Result<()> {
-        self.blocking_send_write(batch).map(|_| ())
+        block_on(self.write(batch))
     }
 
     /// Blocking [`StorageHandle::get`].
     pub fn blocking_get(&self, key: impl Into<Vec<u8>>) -> Result<Option<Vec<u8>>> {
-        let (tx, rx) = flume::bounded(1);
-        self.readers
-            .send(ReadMsg::Get {
-                storage: self.storage.clone(),
-                key: key.into(),
-                reply: tx,
-            })
-            .map_err(|_| Error::Closed)?;
-        rx.recv().map_err(|_| Error::Closed)?
+        block_on(self.get(key))
     }
 
     /// Blocking [`StorageHandle::range`].
@@ -521,29 +498,12 @@ impl StorageHandle {
         bounds: impl RangeBounds<[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let (tx, rx) = flume::bounded(1);
-        let m = ReadMsg::Range {
-            storage: self.storage.clone(),
-            start: owned(bounds.start_bound()),
-            end: owned(bounds.end_bound()),
-            limit,
-            reply: tx,
-        };
-        self.readers.send(m).map_err(|_| Error::Closed)?;
-        rx.recv().map_err(|_| Error::Closed)?
+        block_on(self.range(bounds, limit))
     }
 
     /// Blocking [`StorageHandle::multi_get`].
     pub fn blocking_multi_get(&self, keys: Vec<Vec<u8>>) -> Result<Vec<Option<Vec<u8>>>> {
-        let (tx, rx) = flume::bounded(1);
-        self.readers
-            .send(ReadMsg::MultiGet {
-                storage: self.storage.clone(),
-                keys,
-                reply: tx,
-            })
-            .map_err(|_| Error::Closed)?;
-        rx.recv().map_err(|_| Error::Closed)?
+        block_on(self.multi_get(keys))
     }
 
     /// A snapshot read on the caller's own thread, with no hand-off: the fastest read path.
