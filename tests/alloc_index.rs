@@ -10,11 +10,12 @@
 
 #[path = "common/alloc.rs"]
 mod alloc;
+#[path = "common/index.rs"]
+mod index_common;
 
 use std::time::Duration;
 
-use omnibus::actors::{Engine, EngineOptions, IndexDefinition, WriteBatch};
-use omnibus::Options;
+use omnibus::actors::{IndexDefinition, WriteBatch};
 
 #[global_allocator]
 static GLOBAL: alloc::Counting = alloc::Counting;
@@ -40,14 +41,7 @@ fn terms(_key: &[u8], doc: &[u8]) -> Vec<Vec<u8>> {
 /// waiting for the indexes, with or without the index.
 fn run(indexed: bool) -> u64 {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::start(EngineOptions {
-        executors: Some(2),
-        ..EngineOptions::default()
-    })
-    .unwrap();
-    let db = engine
-        .blocking_open_database(dir.path().join("db"), Options::default())
-        .unwrap();
+    let (engine, db) = index_common::open_engine(dir.path().join("db"));
     if indexed {
         db.blocking_define_index(
             IndexDefinition::new("by_term", terms).min_batch_interval(Duration::ZERO),

@@ -9,22 +9,14 @@
 mod index_common;
 
 use index_common::{diff, documents, entries, expected, map_color, map_tags};
-use omnibus::actors::{Engine, EngineOptions, IndexDefinition, IndexState, WriteBatch};
-use omnibus::Options;
+use omnibus::actors::{IndexDefinition, IndexState, WriteBatch};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 #[test]
 fn defining_over_existing_documents_builds_the_index() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::start(EngineOptions {
-        executors: Some(2),
-        ..EngineOptions::default()
-    })
-    .unwrap();
-    let db = engine
-        .blocking_open_database(dir.path().join("db"), Options::default())
-        .unwrap();
+    let (engine, db) = index_common::open_engine(dir.path().join("db"));
     let root = db.root();
     let mut rng = SmallRng::seed_from_u64(5);
     for chunk in 0..60 {

@@ -7,20 +7,12 @@
 mod index_common;
 
 use index_common::{diff, documents, entries, expected, map_color};
-use omnibus::actors::{index_applied_txn, Engine, EngineOptions, IndexDefinition};
-use omnibus::Options;
+use omnibus::actors::{index_applied_txn, IndexDefinition};
 
 #[test]
 fn a_gap_in_the_root_txn_ids_is_reconciled() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::start(EngineOptions {
-        executors: Some(2),
-        ..EngineOptions::default()
-    })
-    .unwrap();
-    let db = engine
-        .blocking_open_database(dir.path().join("db"), Options::default())
-        .unwrap();
+    let (engine, db) = index_common::open_engine(dir.path().join("db"));
     db.blocking_define_index(IndexDefinition::new("by_color", map_color))
         .unwrap();
     let root = db.root();

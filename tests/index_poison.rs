@@ -8,8 +8,8 @@
 mod index_common;
 
 use index_common::{diff, documents, entries, expected, map_color};
-use omnibus::actors::{Engine, EngineOptions, IndexDefinition, IndexState};
-use omnibus::{Error, IndexFailure, Options};
+use omnibus::actors::{IndexDefinition, IndexState};
+use omnibus::{Error, IndexFailure};
 
 fn fragile(key: &[u8], doc: &[u8]) -> Vec<Vec<u8>> {
     if index_common::field(doc, "color") == Some(b"black") {
@@ -21,14 +21,7 @@ fn fragile(key: &[u8], doc: &[u8]) -> Vec<Vec<u8>> {
 #[test]
 fn a_panicking_map_function_poisons_only_its_index() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::start(EngineOptions {
-        executors: Some(2),
-        ..EngineOptions::default()
-    })
-    .unwrap();
-    let db = engine
-        .blocking_open_database(dir.path().join("db"), Options::default())
-        .unwrap();
+    let (engine, db) = index_common::open_engine(dir.path().join("db"));
     db.blocking_define_index(IndexDefinition::new("good", map_color))
         .unwrap();
     db.blocking_define_index(IndexDefinition::new("fragile", fragile))

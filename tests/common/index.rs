@@ -6,9 +6,22 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use omnibus::actors::{IndexDefinition, INDEX_APPLIED_KEY};
-use omnibus::{ReadTransaction, Storage};
+use omnibus::actors::{DatabaseHandle, Engine, EngineOptions, IndexDefinition, INDEX_APPLIED_KEY};
+use omnibus::{Options, ReadTransaction, Storage};
 use rand::Rng;
+
+/// An engine of two executors with the database at `path` open (default options).
+pub fn open_engine(path: impl AsRef<std::path::Path>) -> (Engine, DatabaseHandle) {
+    let engine = Engine::start(EngineOptions {
+        executors: Some(2),
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    let db = engine
+        .blocking_open_database(path, Options::default())
+        .unwrap();
+    (engine, db)
+}
 
 /// The value of field `name` of a document.
 pub fn field<'a>(doc: &'a [u8], name: &str) -> Option<&'a [u8]> {
