@@ -131,6 +131,18 @@ fn ingest_cities_with_two_indexes() {
         "{}",
         String::from_utf8_lossy(&check.stderr)
     );
+    // Regression (fresh-user trial): `check` counted an index's applied-txn record as an entry,
+    // one more than `stat` and `ingest` report. Every document has a country: as many entries.
+    let text = String::from_utf8_lossy(&check.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("country: ok"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.contains(&format!("({} entries,", all.len())),
+        "{line} ({} documents)",
+        all.len()
+    );
 
     // Re-running stores nothing new and rewrites nothing.
     let out = ok(&[
