@@ -363,3 +363,32 @@ fn a_write_failure_names_the_line_once() {
     assert!(!rest.contains("line "), "the line is named twice: {err}");
     assert!(rest.starts_with("storing the document: "), "{err}");
 }
+
+/// Regression (fresh-user trial): `--index nosuchfield` exited 0 and silently created an empty
+/// index storage. It is still created (a spec may match later documents), but a warning names
+/// it; an index that got entries is not named.
+#[test]
+fn an_index_no_document_fills_is_named_in_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = dir.path().join("db");
+    let db = db_path.to_str().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, "{\"name\":\"Ann\"}\n{\"name\":\"Bob\"}\n").unwrap();
+    let o = omnibus(&[
+        "ingest",
+        db,
+        "--input",
+        input.to_str().unwrap(),
+        "--index",
+        "nmae",
+        "--index",
+        "name",
+    ]);
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("index `nmae` has no entries: none of the 2 documents"),
+        "{err}"
+    );
+    assert!(!err.contains("index `name`"), "{err}");
+}

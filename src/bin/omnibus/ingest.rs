@@ -557,6 +557,16 @@ pub fn run(a: IngestArgs) -> CliResult {
     let shut = engine.shutdown();
     if fatal.is_none() {
         print_summary(&summary, a.json);
+        // A likely typo: an index that stays empty while the database holds documents (the
+        // index storage is created and kept all the same).
+        for i in summary.indexes.iter().filter(|i| i.entries == 0) {
+            if summary.root_entries > 0 {
+                eprintln!(
+                    "omnibus: warning: index `{}` has no entries: none of the {} documents has its field(s); check the spelling",
+                    i.name, summary.root_entries
+                );
+            }
+        }
     }
     if let Some(f) = fatal {
         return Err(f);
