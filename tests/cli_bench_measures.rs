@@ -7,22 +7,21 @@ use std::process::Command;
 
 use serde_json::Value;
 
-fn shop(dir: &std::path::Path, extra: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_omnibus"))
-        .args([
-            "bench",
-            "shop",
-            "--indexes",
-            "3",
-            "--allow-tmpfs",
-            "--journal",
-            "shared",
-        ])
+/// `omnibus bench shop` with 3 indexes in `dir`, then `extra`.
+fn shop_command(dir: &std::path::Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_omnibus"));
+    c.args(["bench", "shop", "--indexes", "3", "--allow-tmpfs"])
         .arg("--dir")
         .arg(dir)
-        .args(extra)
-        .output()
-        .expect("run omnibus")
+        .args(extra);
+    c
+}
+
+/// Runs it in shared mode only, to the end.
+fn shop(dir: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["--journal", "shared"];
+    args.extend_from_slice(extra);
+    shop_command(dir, &args).output().expect("run omnibus")
 }
 
 #[test]
@@ -141,18 +140,7 @@ fn slow_disk_runs_throttled_or_refuses_clearly() {
 #[test]
 fn an_interrupted_run_removes_its_databases() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_omnibus"))
-        .args([
-            "bench",
-            "shop",
-            "--indexes",
-            "3",
-            "--allow-tmpfs",
-            "--seconds",
-            "60",
-        ])
-        .arg("--dir")
-        .arg(dir.path())
+    let mut child = shop_command(dir.path(), &["--seconds", "60"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

@@ -8,17 +8,18 @@
 mod index_common;
 
 use index_common::{diff, documents, entries, expected, map_tags};
-use omnibus::actors::{index_applied_txn, Engine, EngineOptions, IndexDefinition, IndexState};
+use omnibus::actors::{index_applied_txn, DatabaseHandle, Engine, IndexDefinition, IndexState};
 use omnibus::{Database, Options};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-fn engine() -> Engine {
-    Engine::start(EngineOptions {
-        executors: Some(2),
-        ..EngineOptions::default()
-    })
-    .unwrap()
+/// A new engine on the database at `path`, its index `by_tag` defined and caught up.
+fn reopen(path: &std::path::Path) -> (Engine, DatabaseHandle) {
+    let (e, db) = index_common::open_engine(path);
+    db.blocking_define_index(IndexDefinition::new("by_tag", map_tags))
+        .unwrap();
+    db.blocking_wait_for_indexes().unwrap();
+    (e, db)
 }
 
 #[test]
@@ -28,8 +29,7 @@ fn clean_reopen_resumes_and_outside_writes_are_reconciled() {
     let mut rng = SmallRng::seed_from_u64(9);
 
     // First process: define, load, shut down cleanly (no wait: the shutdown catches up).
-    let e = engine();
-    let db = e.blocking_open_database(&path, Options::default()).unwrap();
+    let (e, db) = index_common::open_engine(&path);
     db.blocking_define_index(IndexDefinition::new("by_tag", map_tags))
         .unwrap();
     let root = db.root();
@@ -52,11 +52,7 @@ fn clean_reopen_resumes_and_outside_writes_are_reconciled() {
     core.close().unwrap();
 
     // Second process: resumes, no reconcile.
-    let e = engine();
-    let db = e.blocking_open_database(&path, Options::default()).unwrap();
-    db.blocking_define_index(IndexDefinition::new("by_tag", map_tags))
-        .unwrap();
-    db.blocking_wait_for_indexes().unwrap();
+    let (e, db) = reopen(&path);
     let s = &db.index_stats()[0];
     assert_eq!(s.reconciles, 0, "{s:?}");
     assert!(matches!(s.state, IndexState::Current), "{s:?}");
@@ -83,11 +79,7 @@ fn clean_reopen_resumes_and_outside_writes_are_reconciled() {
     core.close().unwrap();
 
     // Third process: the index is behind the root, so it is reconciled.
-    let e = engine();
-    let db = e.blocking_open_database(&path, Options::default()).unwrap();
-    db.blocking_define_index(IndexDefinition::new("by_tag", map_tags))
-        .unwrap();
-    db.blocking_wait_for_indexes().unwrap();
+    let (e, db) = reopen(&path);
     let s = &db.index_stats()[0];
     assert!(s.reconciles > 0, "{s:?}");
     let docs = documents(&db.root().snapshot().unwrap());
