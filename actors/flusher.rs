@@ -37,25 +37,25 @@ pub(crate) enum FlusherMsg {
 /// Indexes of `storages` to flush so that their scratch bytes fit `budget`: the storages in
 /// `due` first, then the largest of the rest until the sum of what is left is within budget.
 /// Pure, so the policy is tested without files.
-pub(crate) fn pick(unflushed: &[u64], due: &[bool], budget: u64) -> Vec<usize> {
-    let mut out: Vec<usize> = (0..unflushed.len()).filter(|&i| due[i]).collect();
-    let mut left: u64 = (0..unflushed.len())
+pub(crate) fn pick(bytes: &[u64], due: &[bool], budget: u64) -> Vec<usize> {
+    let mut out: Vec<usize> = (0..bytes.len()).filter(|&i| due[i]).collect();
+    let mut left: u64 = (0..bytes.len())
         .filter(|&i| !due[i])
-        .map(|i| unflushed[i])
+        .map(|i| bytes[i])
         .sum();
     if left <= budget {
         return out;
     }
-    let mut rest: Vec<usize> = (0..unflushed.len())
-        .filter(|&i| !due[i] && unflushed[i] > 0)
+    let mut rest: Vec<usize> = (0..bytes.len())
+        .filter(|&i| !due[i] && bytes[i] > 0)
         .collect();
-    rest.sort_unstable_by_key(|&i| std::cmp::Reverse(unflushed[i]));
+    rest.sort_unstable_by_key(|&i| std::cmp::Reverse(bytes[i]));
     // Bounded: each storage is picked at most once.
     for i in rest {
         if left <= budget {
             break;
         }
-        left -= unflushed[i];
+        left -= bytes[i];
         out.push(i);
     }
     out
@@ -65,7 +65,7 @@ pub(crate) fn pick(unflushed: &[u64], due: &[bool], budget: u64) -> Vec<usize> {
 /// its time in `fdatasync`s, which this kind of disk serves in parallel.
 const FLUSH_CONCURRENCY: usize = 4;
 
-/// Set by an executor's flusher while its storages' unflushed bytes exceed its share of the
+/// Set by an executor's flusher while its storages' scratch bytes exceed its share of the
 /// budget after the flushes it could run; that executor's storage actors then pace their
 /// transactions ([`PACE_MAX`] at most each) so the flushes catch up.
 pub(crate) type Pressure = std::sync::Arc<std::sync::atomic::AtomicBool>;
@@ -108,9 +108,9 @@ pub(crate) async fn run(
             }
         }
         let live: Vec<&Storage> = storages.iter().filter(|s| !s.is_poisoned()).collect();
-        let unflushed: Vec<u64> = live.iter().map(|s| s.scratch_bytes()).collect();
+        let scratch: Vec<u64> = live.iter().map(|s| s.scratch_bytes()).collect();
         let due: Vec<bool> = live.iter().map(|s| s.flush_due()).collect();
-        let picked = pick(&unflushed, &due, budget);
+        let picked = pick(&scratch, &due, budget);
         // Bounded: FLUSH_CONCURRENCY flushes in flight at a time, each storage once.
         for group in picked.chunks(FLUSH_CONCURRENCY) {
             let tasks: Vec<_> = group
