@@ -17,8 +17,10 @@ use std::sync::Arc;
 
 mod default;
 pub mod testing;
+pub mod uring;
 
 pub use default::DefaultEnv;
+pub use uring::UringEnv;
 
 /// A failed file operation: the operation, the path and the operating system's error.
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +81,28 @@ pub trait EnvFile: Send + Sync + std::fmt::Debug {
     fn write_vectored_all_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> EnvResult<()>;
     /// `fdatasync`: makes the file's data, and its length, durable.
     fn sync_data(&self) -> EnvResult<()>;
+    /// Writes all of `bufs` back to back from `offset`, then makes them durable: one journal
+    /// batch. Returns only after both completed in full. Any number of slices. The default is
+    /// [`EnvFile::write_vectored_all_at`] per `IOV_MAX` slices, then [`EnvFile::sync_data`];
+    /// [`UringEnv`] submits one `IORING_OP_WRITEV` linked to one `IORING_OP_FSYNC(DATASYNC)`
+    /// on its critical lane.
+    ///
+    /// Errors: the write's or the sync's; after an error nothing of `bufs` may be assumed
+    /// durable (and the caller must not retry the sync into success, DESIGN invariant 2).
+    fn write_vectored_and_sync(&self, bufs: &[IoSlice<'_>], offset: u64) -> EnvResult<()> {
+        write_vectored_chunks(self, bufs, offset)?;
+        self.sync_data()
+    }
+    /// Starts writeback of `offset..offset + len` without waiting for it
+    /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`): a large flush calls it every few MiB so the
+    /// final `fdatasync` finds little left to write. Durability still comes only from
+    /// [`EnvFile::sync_data`]. The default does nothing.
+    ///
+    /// Errors: the OS error of `sync_file_range`.
+    fn start_writeback(&self, offset: u64, len: u64) -> EnvResult<()> {
+        let _ = (offset, len);
+        Ok(())
+    }
     /// Ensures `offset..offset+len` is allocated (`fallocate` mode 0, file length grows to cover
     /// it). `ENOSPC` when the file system is full.
     fn allocate(&self, offset: u64, len: u64) -> EnvResult<()>;
@@ -104,6 +128,21 @@ pub trait EnvFile: Send + Sync + std::fmt::Debug {
     fn write_zeros_uncached(&self, offset: u64, len: u64) -> EnvResult<()> {
         write_zeros(self, offset, len)
     }
+}
+
+/// Writes any number of `bufs` back to back from `offset` with
+/// [`EnvFile::write_vectored_all_at`], `IOV_MAX` slices a call.
+pub(crate) fn write_vectored_chunks<F: EnvFile + ?Sized>(
+    file: &F,
+    bufs: &[IoSlice<'_>],
+    offset: u64,
+) -> EnvResult<()> {
+    let mut off = offset;
+    for chunk in bufs.chunks(IOV_MAX_SLICES) {
+        file.write_vectored_all_at(chunk, off)?;
+        off += chunk.iter().map(|s| s.len() as u64).sum::<u64>();
+    }
+    Ok(())
 }
 
 /// Writes zeros over `offset..offset + len` of `file` with [`EnvFile::write_all_at`], 64 KiB
@@ -143,12 +182,101 @@ pub trait StorageEnv: Send + Sync + std::fmt::Debug + 'static {
     fn remove_dir_all(&self, path: &Path) -> EnvResult<()>;
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::uring::UringConfig;
+
+    #[test]
+    fn setup_failures_fall_back_to_pwritev() {
+        for code in [libc::EPERM, libc::ENOMEM, libc::ENOSYS] {
+            let (_, b) = choose_env(false, || {
+                UringEnv::with_config(UringConfig {
+                    setup_error: Some(code),
+                    ..UringConfig::default()
+                })
+            });
+            assert!(!b.io_uring);
+            assert!(
+                b.reason
+                    .contains(&io::Error::from_raw_os_error(code).to_string()),
+                "{}",
+                b.reason
+            );
+        }
+        let (_, b) = choose_env(true, || panic!("not called when disabled"));
+        assert_eq!(b.reason, "disabled by OMNIBUS_IO_URING=0");
+        let (_, b) = choose_env(false, UringEnv::new);
+        assert!(b.io_uring, "this kernel has io_uring: {}", b.reason);
+    }
+}
+
 /// Slices per `pwritev` call (`IOV_MAX` on Linux).
 pub const IOV_MAX_SLICES: usize = 1024;
 
-/// The environment used when none is given: [`DefaultEnv`].
+/// The I/O path [`default_env`] chose for this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IoBackend {
+    /// True when journal batches and data-file writes go through io_uring lanes
+    /// ([`UringEnv`]); false for the plain `pwritev` paths ([`DefaultEnv`]).
+    pub io_uring: bool,
+    /// Why: `"io_uring"`, `"disabled by OMNIBUS_IO_URING=0"` or `"io_uring unavailable: <error>"`.
+    pub reason: String,
+}
+
+static DEFAULT_ENV: std::sync::OnceLock<(Arc<dyn StorageEnv>, IoBackend)> =
+    std::sync::OnceLock::new();
+
+/// The environment used when none is given, one per process: [`UringEnv`] (one critical and
+/// one background ring for every storage of the process) when io_uring can be set up, else
+/// [`DefaultEnv`], with a `tracing` warning once. `OMNIBUS_IO_URING=0` forces [`DefaultEnv`].
 pub fn default_env() -> Arc<dyn StorageEnv> {
-    Arc::new(DefaultEnv::new())
+    default_choice().0.clone()
+}
+
+/// Which I/O path [`default_env`] uses, and why (printed by `omnibus stat`).
+pub fn io_backend() -> IoBackend {
+    default_choice().1.clone()
+}
+
+fn default_choice() -> &'static (Arc<dyn StorageEnv>, IoBackend) {
+    DEFAULT_ENV.get_or_init(|| {
+        let off = std::env::var("OMNIBUS_IO_URING").is_ok_and(|v| v.trim() == "0");
+        choose_env(off, UringEnv::new)
+    })
+}
+
+/// The choice of [`default_env`], with the ring's setup as a parameter (tests force failures).
+fn choose_env(
+    off: bool,
+    setup: impl FnOnce() -> io::Result<UringEnv>,
+) -> (Arc<dyn StorageEnv>, IoBackend) {
+    let plain = |reason: String| -> (Arc<dyn StorageEnv>, IoBackend) {
+        (
+            Arc::new(DefaultEnv::new()),
+            IoBackend {
+                io_uring: false,
+                reason,
+            },
+        )
+    };
+    if off {
+        return plain("disabled by OMNIBUS_IO_URING=0".into());
+    }
+    match setup() {
+        Ok(env) => (
+            Arc::new(env),
+            IoBackend {
+                io_uring: true,
+                reason: "io_uring".into(),
+            },
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "io_uring unavailable; using the pwritev I/O path");
+            plain(format!("io_uring unavailable: {e}"))
+        }
+    }
 }
 
 /// `IOPRIO_CLASS_BE` (best effort), `IOPRIO_CLASS_SHIFT` and `IOPRIO_WHO_PROCESS` from

@@ -1174,6 +1174,38 @@ impl EnvFile for PowerLossFile {
         sh.durable_op_done(&mut m)
     }
 
+    fn write_vectored_and_sync(&self, bufs: &[IoSlice<'_>], offset: u64) -> EnvResult<()> {
+        // The write and the sync as two changes of the model, under one lock; the real file
+        // gets the inner environment's combined operation (the io_uring lane's linked pair).
+        let sh = &self.shared;
+        let mut m = sh.lock();
+        if m.crashed {
+            return Err(eio("pwritev", self.inner.path()));
+        }
+        let real = if sh.real_sync.load(Ordering::Relaxed) {
+            self.inner.write_vectored_and_sync(bufs, offset)
+        } else {
+            crate::env::write_vectored_chunks(&*self.inner, bufs, offset)
+        };
+        let file = self.inode.and_then(|id| m.file_mut(id));
+        if let Err(e) = real {
+            if let Some(f) = file {
+                f.pending.clear();
+            }
+            return Err(e);
+        }
+        if let Some(f) = file {
+            f.pending.push(Change::Write {
+                offset,
+                data: bufs.iter().flat_map(|b| b.iter().copied()).collect(),
+            });
+            for c in std::mem::take(&mut f.pending) {
+                f.durable.apply(&c);
+            }
+        }
+        sh.durable_op_done(&mut m)
+    }
+
     fn allocate(&self, offset: u64, len: u64) -> EnvResult<()> {
         self.change(
             "fallocate",
