@@ -146,6 +146,8 @@ pub enum RingFault {
 /// (`times == u32::MAX`: every one) get `fault`.
 #[derive(Debug, Clone, Copy)]
 pub struct RingFaultRule {
+    /// The lane it applies to (`None`: both).
+    pub lane: Option<LaneKind>,
     /// The operation kind it applies to.
     pub op: RingOp,
     /// The fault.
@@ -189,11 +191,15 @@ impl RingFaults {
     }
 
     /// The fault for the next operation of kind `op`, consuming one use of the rule.
-    fn take(&self, op: RingOp, at_submit: bool) -> Option<RingFault> {
+    fn take(&self, lane: LaneKind, op: RingOp, at_submit: bool) -> Option<RingFault> {
         let mut rules = self.rules.lock().unwrap_or_else(|e| e.into_inner());
         for r in rules.iter_mut() {
             let submit_kind = matches!(r.fault, RingFault::ShortWrite | RingFault::Panic);
-            if r.op != op || submit_kind != at_submit || r.times == 0 {
+            if r.op != op
+                || r.lane.is_some_and(|l| l != lane)
+                || submit_kind != at_submit
+                || r.times == 0
+            {
                 continue;
             }
             if r.skip > 0 {
@@ -402,6 +408,7 @@ impl Lane {
             LaneKind::Background => "omnibus-ring-background",
         };
         let mut thread = RingThread {
+            kind,
             ring,
             rx,
             wake: wake.clone(),
@@ -528,6 +535,7 @@ fn check_opcodes(ring: &IoUring) -> io::Result<()> {
 
 /// The state a lane's thread owns.
 struct RingThread {
+    kind: LaneKind,
     ring: IoUring,
     rx: flume::Receiver<Request>,
     wake: Arc<OwnedFd>,
@@ -595,14 +603,14 @@ impl RingThread {
         }
         for s in self.slots.iter_mut() {
             if let Some(a) = s.take() {
-                let _ = a.req.reply.send(Err(closed()));
+                a.req.reply.send(Err(closed()));
             }
         }
         for r in self.backlog.drain(..) {
-            let _ = r.reply.send(Err(closed()));
+            r.reply.send(Err(closed()));
         }
         while let Ok(r) = self.rx.try_recv() {
-            let _ = r.reply.send(Err(closed()));
+            r.reply.send(Err(closed()));
         }
     }
 
@@ -762,7 +770,7 @@ impl RingThread {
                     let fault = self
                         .faults
                         .as_ref()
-                        .and_then(|f| f.take(RingOp::Write, true));
+                        .and_then(|f| f.take(self.kind, RingOp::Write, true));
                     if fault == Some(RingFault::Panic) {
                         panic!("injected: io_uring lane thread panics");
                     }
@@ -829,7 +837,7 @@ impl RingThread {
         }
         if op_kind != RingOp::Write {
             if let Some(f) = &self.faults {
-                if let Some(RingFault::Panic) = f.take(op_kind, true) {
+                if let Some(RingFault::Panic) = f.take(self.kind, op_kind, true) {
                     panic!("injected: io_uring lane thread panics");
                 }
             }
@@ -877,7 +885,7 @@ impl RingThread {
                         Work::SyncRange { .. } => RingOp::SyncRange,
                     }
                 };
-                if let Some(RingFault::Errno(code)) = f.take(kind, false) {
+                if let Some(RingFault::Errno(code)) = f.take(self.kind, kind, false) {
                     res = -code;
                 }
             }
@@ -979,7 +987,7 @@ impl RingThread {
             if let Some(a) = self.slots[slot].take() {
                 self.free.push(slot);
                 sh.ops.fetch_add(1, Ordering::Relaxed);
-                let _ = a.req.reply.send(match failure {
+                a.req.reply.send(match failure {
                     Some(f) => Err(f),
                     None => Ok(()),
                 });
@@ -1376,6 +1384,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let faults = RingFaults::new();
         faults.add(RingFaultRule {
+            lane: None,
             op: RingOp::Write,
             fault: RingFault::ShortWrite,
             skip: 0,
@@ -1401,6 +1410,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let faults = RingFaults::new();
         faults.add(RingFaultRule {
+            lane: None,
             op: RingOp::Write,
             fault: RingFault::Errno(libc::EAGAIN),
             skip: 0,
@@ -1422,6 +1432,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let faults = RingFaults::new();
         faults.add(RingFaultRule {
+            lane: None,
             op: RingOp::Sync,
             fault: RingFault::Errno(libc::EIO),
             skip: 0,
@@ -1481,6 +1492,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let faults = RingFaults::new();
         faults.add(RingFaultRule {
+            lane: None,
             op: RingOp::Write,
             fault: RingFault::Panic,
             skip: 1,
