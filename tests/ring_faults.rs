@@ -124,7 +124,7 @@ fn assert_all_there(path: &std::path::Path, acked: &Acked) {
             assert_eq!(*si, i);
             let got = r.get(k).unwrap();
             assert_eq!(
-                got.as_deref(),
+                got,
                 Some(&v[..]),
                 "{n}: {}",
                 String::from_utf8_lossy(k)
@@ -218,7 +218,7 @@ fn eagain_always_fails_the_commit_clearly_and_poisons() {
     drop(env);
     let db = Database::open(&path, opts(Arc::new(DefaultEnv::new()))).unwrap();
     let r = db.root().begin_read().unwrap();
-    assert_eq!(r.get(b"before").unwrap().as_deref(), Some(&b"1"[..]));
+    assert_eq!(r.get(b"before").unwrap(), Some(&b"1"[..]));
 }
 
 #[test]
@@ -282,7 +282,7 @@ fn signal_storm_never_fails_a_commit() {
     // blocking calls really return EINTR.
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_signal as usize;
+        sa.sa_sigaction = on_signal as *const () as usize;
         libc::sigemptyset(&mut sa.sa_mask);
         sa.sa_flags = 0;
         assert_eq!(libc::sigaction(libc::SIGPROF, &sa, std::ptr::null_mut()), 0);
