@@ -4,6 +4,9 @@
 //! commit and directory fsyncs per second, with the ratios; then a single writer's commit p50
 //! with the pre-zeroed tail (4 MiB ahead, whole pre-zeroed files) vs plain appends.
 //!
+//! Last, the journal's I/O path: io_uring's critical lane vs plain pwritev + fdatasync, at 1 and
+//! T writers: commits/s, p50, p99 and process CPU per commit.
+//!
 //! `cargo bench --bench shared_journal -- [--seconds S] [--branches N] [--threads T] [--dir D]`
 //! (`OMNIBUS_BENCH_QUICK=1`: 2 s per mode, 20 branches, 16 threads).
 
@@ -60,13 +63,36 @@ struct Run {
     fdatasyncs: u64,
     dir_fsyncs: u64,
     batches: u64,
+    cpu: Duration,
 }
 
 fn run_mode(a: &Args, mode: JournalMode) -> Run {
+    run_with(a, mode, omnibus::env::default_env(), a.threads)
+}
+
+/// Process CPU time (user + system) so far, from getrusage.
+fn cpu_now() -> Duration {
+    // SAFETY: getrusage writes into the zeroed struct we pass.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+fn run_with(
+    a: &Args,
+    mode: JournalMode,
+    env: Arc<dyn omnibus::env::StorageEnv>,
+    threads: usize,
+) -> Run {
     std::fs::create_dir_all(&a.dir).unwrap();
     let tmp = tempfile::tempdir_in(&a.dir).unwrap();
     let opts = Options {
         journal_mode: mode,
+        env,
         ..Options::default()
     };
     let db = Database::open(tmp.path().join("db"), opts).unwrap();
@@ -78,7 +104,8 @@ fn run_mode(a: &Args, mode: JournalMode) -> Run {
     let stop = Arc::new(AtomicBool::new(false));
     let storages = Arc::new(storages);
     let start = Instant::now();
-    let hs: Vec<_> = (0..a.threads)
+    let cpu0 = cpu_now();
+    let hs: Vec<_> = (0..threads)
         .map(|t| {
             let (stop, storages) = (stop.clone(), storages.clone());
             std::thread::spawn(move || {
@@ -110,6 +137,7 @@ fn run_mode(a: &Args, mode: JournalMode) -> Run {
         hist.add(th).unwrap();
     }
     let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu_now() - cpu0;
     let after = db.stats();
     drop(storages);
     db.close().unwrap();
@@ -120,6 +148,62 @@ fn run_mode(a: &Args, mode: JournalMode) -> Run {
         fdatasyncs: after.journal_fdatasyncs - before.journal_fdatasyncs,
         dir_fsyncs: after.dir_fsyncs - before.dir_fsyncs,
         batches: after.batches - before.batches,
+        cpu,
+    }
+}
+
+/// The journal's I/O path side by side: io_uring's critical lane (one linked WRITEV +
+/// FSYNC(DATASYNC) per batch) vs plain pwritev + fdatasync on the writer's thread, shared
+/// mode, at 1 and at `a.threads` writers, each pair alternated twice.
+fn lanes(a: &Args) {
+    let ring: Arc<dyn omnibus::env::StorageEnv> =
+        Arc::new(omnibus::env::UringEnv::new().expect("io_uring setup"));
+    let plain: Arc<dyn omnibus::env::StorageEnv> = Arc::new(omnibus::env::DefaultEnv::new());
+    println!();
+    println!("journal I/O path, shared mode ({:.0} s per run, each pair twice):", a.seconds / 2.0);
+    println!(
+        "{:<8} {:>8} {:>11} {:>9} {:>9} {:>14}",
+        "path", "writers", "commits/s", "p50 µs", "p99 µs", "CPU µs/commit"
+    );
+    let short = Args {
+        seconds: a.seconds / 2.0,
+        branches: a.branches,
+        threads: a.threads,
+        dir: a.dir.clone(),
+    };
+    for threads in [1, a.threads] {
+        let mut sum = [(0f64, 0f64, 0f64, 0f64); 2];
+        for _ in 0..2 {
+            for (i, env) in [&ring, &plain].into_iter().enumerate() {
+                let r = run_with(&short, JournalMode::Shared, env.clone(), threads);
+                let row = (
+                    r.commits as f64 / r.secs,
+                    r.hist.value_at_quantile(0.5) as f64,
+                    r.hist.value_at_quantile(0.99) as f64,
+                    r.cpu.as_secs_f64() * 1e6 / r.commits.max(1) as f64,
+                );
+                println!(
+                    "{:<8} {:>8} {:>11.0} {:>9.0} {:>9.0} {:>14.1}",
+                    ["ring", "pwritev"][i],
+                    threads,
+                    row.0,
+                    row.1,
+                    row.2,
+                    row.3
+                );
+                sum[i].0 += row.0;
+                sum[i].1 += row.1;
+                sum[i].2 += row.2;
+                sum[i].3 += row.3;
+            }
+        }
+        println!(
+            "ratio ring/pwritev at {threads} writers: commits/s {:.2}x, p50 {:.2}x, p99 {:.2}x, CPU/commit {:.2}x",
+            sum[0].0 / sum[1].0,
+            sum[0].1 / sum[1].1.max(1.0),
+            sum[0].2 / sum[1].2.max(1.0),
+            sum[0].3 / sum[1].3.max(1e-9),
+        );
     }
 }
 
@@ -209,4 +293,5 @@ fn main() {
         append / ahead.max(1.0),
         append / whole.max(1.0)
     );
+    lanes(&a);
 }
