@@ -160,7 +160,10 @@ fn lanes(a: &Args) {
         Arc::new(omnibus::env::UringEnv::new().expect("io_uring setup"));
     let plain: Arc<dyn omnibus::env::StorageEnv> = Arc::new(omnibus::env::DefaultEnv::new());
     println!();
-    println!("journal I/O path, shared mode ({:.0} s per run, each pair twice):", a.seconds / 2.0);
+    println!(
+        "journal I/O path, shared mode ({:.0} s per run, each pair twice):",
+        a.seconds / 2.0
+    );
     println!(
         "{:<8} {:>8} {:>11} {:>9} {:>9} {:>14}",
         "path", "writers", "commits/s", "p50 µs", "p99 µs", "CPU µs/commit"

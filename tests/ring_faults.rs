@@ -123,12 +123,7 @@ fn assert_all_there(path: &std::path::Path, acked: &Acked) {
         for ((si, k), v) in acked.range((i, Vec::new())..(i + 1, Vec::new())) {
             assert_eq!(*si, i);
             let got = r.get(k).unwrap();
-            assert_eq!(
-                got,
-                Some(&v[..]),
-                "{n}: {}",
-                String::from_utf8_lossy(k)
-            );
+            assert_eq!(got, Some(&v[..]), "{n}: {}", String::from_utf8_lossy(k));
         }
     }
 }

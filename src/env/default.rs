@@ -98,6 +98,44 @@ impl EnvFile for DefaultFile {
         self.file.sync_data().map_err(|e| self.err("fdatasync", e))
     }
 
+    fn write_runs(&self, runs: &[super::Run<'_>], mode: super::WriteMode) -> EnvResult<()> {
+        if mode != super::WriteMode::Mmap {
+            return super::write_runs_with_writes(self, runs, mode);
+        }
+        let run_len = |bufs: &[IoSlice<'_>]| bufs.iter().map(|b| b.len() as u64).sum::<u64>();
+        let Some(lo) = runs.iter().map(|r| r.0).min() else {
+            return Ok(());
+        };
+        let hi = runs.iter().map(|(o, b)| o + run_len(b)).max().unwrap_or(lo);
+        // Re-allocate every run's range first: a punched (or never allocated) page written
+        // through a map on a full disk is a SIGBUS; fallocate turns it into ENOSPC here. It
+        // also extends the file to cover the runs, so the map never reaches past its end.
+        for (o, b) in runs {
+            self.allocate(*o, run_len(b))?;
+        }
+        let map_off = lo & !4095;
+        // SAFETY: a shared writable map of our own file's range [map_off, hi), which the
+        // allocations above made part of the file; no one truncates a data file while a flush
+        // writes it (the storage owns it under its LOCK), and the map lives only in this call.
+        let mut map = unsafe {
+            memmap2::MmapOptions::new()
+                .offset(map_off)
+                .len((hi - map_off) as usize)
+                .map_mut(&self.file)
+        }
+        .map_err(|e| self.err("mmap", e))?;
+        for (o, bufs) in runs {
+            let mut at = (o - map_off) as usize;
+            for b in bufs.iter() {
+                map[at..at + b.len()].copy_from_slice(b);
+                at += b.len();
+            }
+        }
+        // The dirty map pages are file pages: the caller's fdatasync writes them.
+        drop(map);
+        Ok(())
+    }
+
     fn allocate(&self, offset: u64, len: u64) -> EnvResult<()> {
         rustix::fs::fallocate(&self.file, FallocateFlags::empty(), offset, len)
             .map_err(|e| self.err("fallocate", errno(e)))

@@ -66,6 +66,59 @@ pub enum OpenMode {
     CreateNew,
 }
 
+/// How a flush writes pages into a data file (DESIGN section 1, as RavenDB Voron's write modes).
+/// [`EnvFile::write_runs`] carries it out; `Options::write_mode` chooses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WriteMode {
+    /// Measure at open and pick the cheapest of the others for the file system (the
+    /// default; see `crate::write_mode`).
+    Auto,
+    /// Copy the pages into a writable shared map of the file; each run's range is
+    /// re-allocated (`fallocate`) first, so a punched range on a full disk is `ENOSPC`, never
+    /// a SIGBUS.
+    Mmap,
+    /// One `pwrite` per page.
+    FileIo,
+    /// One `pwritev` per run of adjacent pages (at most `IOV_MAX` pages or 8 MiB).
+    VectoredFileIo,
+    /// Every run submitted at once to the background io_uring lane (`IORING_OP_WRITEV` each),
+    /// waited for together. Where no ring exists it writes as [`WriteMode::VectoredFileIo`].
+    IoRing,
+}
+
+impl WriteMode {
+    /// Every concrete mode (all but [`WriteMode::Auto`]).
+    pub const CONCRETE: [WriteMode; 4] = [
+        WriteMode::Mmap,
+        WriteMode::FileIo,
+        WriteMode::VectoredFileIo,
+        WriteMode::IoRing,
+    ];
+
+    /// The name used by `OMNIBUS_WRITE_MODE` and `omnibus stat`: `auto`, `mmap`, `file_io`,
+    /// `vectored_file_io`, `io_ring`.
+    pub fn name(self) -> &'static str {
+        match self {
+            WriteMode::Auto => "auto",
+            WriteMode::Mmap => "mmap",
+            WriteMode::FileIo => "file_io",
+            WriteMode::VectoredFileIo => "vectored_file_io",
+            WriteMode::IoRing => "io_ring",
+        }
+    }
+
+    /// Parses [`WriteMode::name`]'s spelling; `None` for anything else.
+    pub fn parse(s: &str) -> Option<WriteMode> {
+        [WriteMode::Auto]
+            .into_iter()
+            .chain(WriteMode::CONCRETE)
+            .find(|m| m.name() == s.trim())
+    }
+}
+
+/// One run of a flush: the byte offset where it starts and its pages back to back.
+pub type Run<'a> = (u64, &'a [IoSlice<'a>]);
+
 /// One open file. Offsets and lengths are in bytes.
 #[allow(clippy::len_without_is_empty)] // `len` is the file's length (fstat), not a collection's.
 pub trait EnvFile: Send + Sync + std::fmt::Debug {
@@ -92,6 +145,17 @@ pub trait EnvFile: Send + Sync + std::fmt::Debug {
     fn write_vectored_and_sync(&self, bufs: &[IoSlice<'_>], offset: u64) -> EnvResult<()> {
         write_vectored_chunks(self, bufs, offset)?;
         self.sync_data()
+    }
+    /// Writes every run (`(offset, slices)`, non-overlapping) the way `mode` says
+    /// ([`WriteMode`]); not durable until [`EnvFile::sync_data`]. The default writes
+    /// [`WriteMode::FileIo`] as one [`EnvFile::write_all_at`] per slice and every other mode as
+    /// one [`EnvFile::write_vectored_all_at`] per run (so test environments see each write);
+    /// [`DefaultEnv`] implements [`WriteMode::Mmap`] and [`UringEnv`] [`WriteMode::IoRing`].
+    ///
+    /// Errors: the first failed write's (`ENOSPC` when a re-allocation of a punched range
+    /// fails in `Mmap` mode).
+    fn write_runs(&self, runs: &[Run<'_>], mode: WriteMode) -> EnvResult<()> {
+        write_runs_with_writes(self, runs, mode)
     }
     /// Starts writeback of `offset..offset + len` without waiting for it
     /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`): a large flush calls it every few MiB so the
@@ -141,6 +205,27 @@ pub(crate) fn write_vectored_chunks<F: EnvFile + ?Sized>(
     for chunk in bufs.chunks(IOV_MAX_SLICES) {
         file.write_vectored_all_at(chunk, off)?;
         off += chunk.iter().map(|s| s.len() as u64).sum::<u64>();
+    }
+    Ok(())
+}
+
+/// [`EnvFile::write_runs`]'s default: `FileIo` as one [`EnvFile::write_all_at`] per slice,
+/// every other mode as one [`EnvFile::write_vectored_all_at`] per run.
+pub(crate) fn write_runs_with_writes<F: EnvFile + ?Sized>(
+    file: &F,
+    runs: &[Run<'_>],
+    mode: WriteMode,
+) -> EnvResult<()> {
+    for (offset, bufs) in runs {
+        if mode == WriteMode::FileIo {
+            let mut at = *offset;
+            for b in bufs.iter() {
+                file.write_all_at(b, at)?;
+                at += b.len() as u64;
+            }
+        } else {
+            write_vectored_chunks(file, bufs, *offset)?;
+        }
     }
     Ok(())
 }

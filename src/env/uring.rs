@@ -285,8 +285,15 @@ impl Work {
 /// (no allocation per operation).
 #[derive(Default)]
 struct ReplySlot {
-    result: Mutex<Option<LaneResult>>,
+    state: Mutex<SlotState>,
     ready: std::sync::Condvar,
+}
+
+/// Answers still due to the caller, and the first error among those received.
+#[derive(Default)]
+struct SlotState {
+    pending: usize,
+    first_error: Option<(&'static str, io::Error)>,
 }
 
 thread_local! {
@@ -307,8 +314,14 @@ impl Reply {
     }
 
     fn put(&mut self, r: LaneResult) {
-        *self.slot.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
-        self.slot.ready.notify_one();
+        let mut g = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
+        g.pending = g.pending.saturating_sub(1);
+        if let Err(e) = r {
+            g.first_error.get_or_insert(e);
+        }
+        if g.pending == 0 {
+            self.slot.ready.notify_one();
+        }
         self.sent = true;
     }
 }
@@ -450,24 +463,40 @@ impl Lane {
 
     /// Runs one request and waits for its answer (on the calling thread's [`ReplySlot`]).
     fn call(&self, fd: RawFd, offset: u64, work: Work) -> LaneResult {
+        self.call_many(std::iter::once((fd, offset, work)))
+    }
+
+    /// Submits every request of `works` (they run concurrently in the ring), then waits for
+    /// all of them; returns the first error, if any.
+    fn call_many(&self, works: impl Iterator<Item = (RawFd, u64, Work)>) -> LaneResult {
         let slot = REPLY_SLOT.with(Arc::clone);
-        *slot.result.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        self.submit(Request {
-            fd,
-            offset,
-            work,
-            reply: Reply {
-                slot: slot.clone(),
-                sent: false,
-            },
-        })?;
-        let mut g = slot.result.lock().unwrap_or_else(|e| e.into_inner());
-        // Bounded: the lane answers every request exactly once (`Reply`'s drop included).
-        loop {
-            if let Some(r) = g.take() {
-                return r;
+        *slot.state.lock().unwrap_or_else(|e| e.into_inner()) = SlotState::default();
+        let mut submit_error = None;
+        for (fd, offset, work) in works {
+            slot.state.lock().unwrap_or_else(|e| e.into_inner()).pending += 1;
+            let req = Request {
+                fd,
+                offset,
+                work,
+                reply: Reply {
+                    slot: slot.clone(),
+                    sent: false,
+                },
+            };
+            // A refused request's `Reply` answers (with "lane gone") as it is dropped.
+            if let Err(e) = self.submit(req) {
+                submit_error = Some(e);
+                break;
             }
+        }
+        let mut g = slot.state.lock().unwrap_or_else(|e| e.into_inner());
+        // Bounded: the lane answers every request exactly once (`Reply`'s drop included).
+        while g.pending > 0 {
             g = slot.ready.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        match (submit_error, g.first_error.take()) {
+            (_, Some(e)) | (Some(e), None) => Err(e),
+            (None, None) => Ok(()),
         }
     }
 
@@ -1281,16 +1310,52 @@ impl EnvFile for UringFile {
         self.inner.read_exact_at(buf, offset)
     }
     fn write_all_at(&self, buf: &[u8], offset: u64) -> EnvResult<()> {
-        if self.journal {
-            return self.inner.write_all_at(buf, offset);
-        }
-        self.write(&[IoSlice::new(buf)], offset, false, &self.lanes.background)
+        self.inner.write_all_at(buf, offset)
     }
     fn write_vectored_all_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> EnvResult<()> {
-        if self.journal {
-            return self.inner.write_vectored_all_at(bufs, offset);
+        self.inner.write_vectored_all_at(bufs, offset)
+    }
+    fn write_runs(&self, runs: &[super::Run<'_>], mode: super::WriteMode) -> EnvResult<()> {
+        if mode != super::WriteMode::IoRing {
+            return self.inner.write_runs(runs, mode);
         }
-        self.write(bufs, offset, false, &self.lanes.background)
+        // Every run's iovecs in the thread's buffer first (it must not grow once requests
+        // point into it), then one request per run, all in the ring at once.
+        IOVECS.with(|cell| {
+            let mut iov = cell.borrow_mut();
+            iov.clear();
+            let mut spans = Vec::with_capacity(runs.len());
+            for (offset, bufs) in runs {
+                let start = iov.len();
+                let mut total = 0u64;
+                for b in bufs.iter().filter(|b| !b.is_empty()) {
+                    iov.push(libc::iovec {
+                        iov_base: b.as_ptr() as *mut libc::c_void,
+                        iov_len: b.len(),
+                    });
+                    total += b.len() as u64;
+                }
+                if total > 0 {
+                    spans.push((*offset, start, iov.len() - start, total));
+                }
+            }
+            let fd = self.inner.raw_fd();
+            let base = iov.as_ptr();
+            let works = spans.into_iter().map(|(offset, start, n, total)| {
+                let work = Work::Write {
+                    // In bounds: `start + n <= iov.len()`.
+                    iov: base.wrapping_add(start),
+                    n,
+                    total,
+                    sync: false,
+                };
+                (fd, offset, work)
+            });
+            self.lanes
+                .background
+                .call_many(works)
+                .map_err(|(op, e)| EnvError::new(op, self.inner.path(), e))
+        })
     }
     fn write_vectored_and_sync(&self, bufs: &[IoSlice<'_>], offset: u64) -> EnvResult<()> {
         self.write(bufs, offset, true, self.lane())

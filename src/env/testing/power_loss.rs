@@ -1206,6 +1206,29 @@ impl EnvFile for PowerLossFile {
         sh.durable_op_done(&mut m)
     }
 
+    fn write_runs(
+        &self,
+        runs: &[crate::env::Run<'_>],
+        mode: crate::env::WriteMode,
+    ) -> EnvResult<()> {
+        // Each run is one write of the model; the real file gets the inner environment's
+        // write mode (a map, the io_uring lane).
+        let mut m = self.shared.lock();
+        if m.crashed {
+            return Err(eio("write_runs", self.inner.path()));
+        }
+        self.inner.write_runs(runs, mode)?;
+        if let Some(f) = self.inode.and_then(|id| m.file_mut(id)) {
+            for (offset, bufs) in runs {
+                f.pending.push(Change::Write {
+                    offset: *offset,
+                    data: bufs.iter().flat_map(|b| b.iter().copied()).collect(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     fn allocate(&self, offset: u64, len: u64) -> EnvResult<()> {
         self.change(
             "fallocate",
