@@ -31,8 +31,7 @@ use crate::storage::{
     init_files, lock, read_header, take_lock, Binding, Storage, DATA_FILE, JOURNALS_DIR,
 };
 
-/// Directory of the branch storages inside a database.
-pub const INDEXES_DIR: &str = "Indexes";
+pub use crate::storage::INDEXES_DIR;
 const DROPPED_PREFIX: &str = ".dropped-";
 
 /// Checks a storage name: 1..=255 bytes of UTF-8, no `/`, `\` or NUL, not `.` or `..`, and not

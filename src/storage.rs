@@ -36,6 +36,8 @@ pub const DATA_FILE: &str = "data.pages";
 pub const LOCK_FILE: &str = "LOCK";
 /// Name of the journal directory in a storage directory.
 pub const JOURNALS_DIR: &str = "Journals";
+/// Name of the directory of the branch storages in a database's root storage directory.
+pub const INDEXES_DIR: &str = "Indexes";
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -401,9 +403,7 @@ impl Inner {
         if !has_data {
             let foreign: Vec<&String> = names
                 .iter()
-                .filter(|n| {
-                    *n != LOCK_FILE && *n != JOURNALS_DIR && *n != crate::database::INDEXES_DIR
-                })
+                .filter(|n| *n != LOCK_FILE && *n != JOURNALS_DIR && *n != INDEXES_DIR)
                 .collect();
             if !foreign.is_empty() {
                 return Err(Error::NotAStorage {
@@ -937,7 +937,7 @@ pub(crate) fn missing_data_file_is_damage(
             "the data file is missing",
         )));
     }
-    let indexes = dir.join(crate::database::INDEXES_DIR);
+    let indexes = dir.join(INDEXES_DIR);
     if env.exists(&indexes) {
         for n in env.list_dir(&indexes)? {
             if env.exists(&indexes.join(&n).join(DATA_FILE)) {
