@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::env::{OpenMode, StorageEnv};
 use crate::error::{Error, Result};
+use crate::flush::open_storage;
 use crate::journal::record::RecordKind;
 use crate::journal::{recovery, Journal, JournalConfig, JournalStats};
 use crate::options::{JournalMode, Options};
@@ -243,7 +244,7 @@ impl Database {
                     pool_files: opts.journal_pool_files.max(1),
                 };
                 let journal = Journal::open(env.clone(), hdr.storage_id, &path, first_no + 1, cfg)?;
-                let root = Storage::open_with(
+                let root = open_storage(
                     &path,
                     opts.clone(),
                     Binding::Shared {
@@ -260,7 +261,7 @@ impl Database {
                 (root, Some(journal), branches)
             }
             _ => {
-                let root = Storage::open_with(
+                let root = open_storage(
                     &path,
                     opts.clone(),
                     Binding::Own {
@@ -445,7 +446,7 @@ fn open_branch(
         },
         None => Binding::Own { lock: None },
     };
-    let s = Storage::open_with(&dir, opts.clone(), binding)?;
+    let s = open_storage(&dir, opts.clone(), binding)?;
     if journal.is_some() {
         let m = std::fs::metadata(&dir).map_err(|e| io_err("stat", &dir, e))?;
         if m.dev() != dev {
