@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::env::{OpenMode, StorageEnv};
 use crate::error::{Error, Result};
+use crate::flush::open_storage;
 use crate::journal::record::RecordKind;
 use crate::journal::{recovery, Journal, JournalConfig, JournalStats};
 use crate::options::{JournalMode, Options};
@@ -31,8 +32,7 @@ use crate::storage::{
     init_files, lock, read_header, take_lock, Binding, Storage, DATA_FILE, JOURNALS_DIR,
 };
 
-/// Directory of the branch storages inside a database.
-pub const INDEXES_DIR: &str = "Indexes";
+pub use crate::storage::INDEXES_DIR;
 const DROPPED_PREFIX: &str = ".dropped-";
 
 /// Checks a storage name: 1..=255 bytes of UTF-8, no `/`, `\` or NUL, not `.` or `..`, and not
@@ -244,7 +244,7 @@ impl Database {
                     pool_files: opts.journal_pool_files.max(1),
                 };
                 let journal = Journal::open(env.clone(), hdr.storage_id, &path, first_no + 1, cfg)?;
-                let root = Storage::open_with(
+                let root = open_storage(
                     &path,
                     opts.clone(),
                     Binding::Shared {
@@ -261,7 +261,7 @@ impl Database {
                 (root, Some(journal), branches)
             }
             _ => {
-                let root = Storage::open_with(
+                let root = open_storage(
                     &path,
                     opts.clone(),
                     Binding::Own {
@@ -446,7 +446,7 @@ fn open_branch(
         },
         None => Binding::Own { lock: None },
     };
-    let s = Storage::open_with(&dir, opts.clone(), binding)?;
+    let s = open_storage(&dir, opts.clone(), binding)?;
     if journal.is_some() {
         let m = std::fs::metadata(&dir).map_err(|e| io_err("stat", &dir, e))?;
         if m.dev() != dev {

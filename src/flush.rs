@@ -19,18 +19,24 @@
 //! thread per storage: a database of 100+ storages costs one thread, and no per-storage thread
 //! sits in the way of the writers (each extra thread that reads the state pointer makes every
 //! commit's pointer swap slower: arc-swap's store walks every thread's debt slots).
+//!
+//! This module builds on `storage.rs`, never the other way: a storage calls the flush through
+//! the `FlushHooks` it was opened with, which this module supplies from [`Storage::open`]
+//! and `open_storage` (a storage's open ends with the flush of what recovery replayed).
 
 use std::io::IoSlice;
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::freespace::{free_runs, RUN_PAGES};
+use crate::options::{FlushMode, Options};
 use crate::page::header::Header;
 use crate::page::PAGE_SIZE;
 use crate::state::{Mapping, State};
-use crate::storage::{for_each_bitmap, lock, Inner};
+use crate::storage::{for_each_bitmap, lock, Binding, FlushHooks, Inner, Storage};
 
 /// Bytes per `pwritev` call at most.
 const MAX_WRITE: u64 = 64 << 20;
@@ -47,6 +53,52 @@ pub struct FlushOutcome {
     /// Journal files deleted.
     pub journals_deleted: u64,
 }
+
+// ---- opening: a storage's flush entry points ------------------------------------------------
+
+/// The flush as every storage calls it (see [`FlushHooks`]).
+static HOOKS: FlushHooks = FlushHooks {
+    opened,
+    flush: |inner| flush(inner).map(|_| ()),
+    signal: signal_service,
+};
+
+impl Storage {
+    /// Opens the storage in directory `path`, creating it when it is missing or empty (unless
+    /// [`Options::create`] is false), and recovers every commit the journal holds.
+    ///
+    /// Errors: [`Error::AlreadyOpen`] when another handle or process holds it;
+    /// [`Error::NotAStorage`] for a non-empty directory without a data file, or a data file
+    /// without the omnibus header; [`Error::FormatVersion`]; [`Error::Corruption`] when both
+    /// header pages are damaged or the journal's txn ids are not contiguous;
+    /// [`Error::InvalidOptions`]; I/O errors with the operation and path.
+    pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Storage> {
+        open_storage(path.as_ref(), opts, Binding::Own { lock: None })
+    }
+}
+
+/// Opens the storage in `path`, bound to a journal as `binding` says, with this module's flush
+/// (as [`Storage::open`] does for a standalone storage).
+pub(crate) fn open_storage(path: &Path, opts: Options, binding: Binding) -> Result<Storage> {
+    Storage::open_with(path, opts, binding, &HOOKS)
+}
+
+/// [`FlushHooks::opened`]: once a writable storage is recovered, writes what was replayed to
+/// the data file and drops journal files fully flushed, makes both header slots hold the newest
+/// header, and joins the flush service when the storage flushes in the background.
+fn opened(inner: &Arc<Inner>) -> Result<()> {
+    flush(inner)?;
+    mirror_header(inner)?;
+    if inner.opts.flush_mode == FlushMode::Background {
+        let tick = (inner.opts.flush_max_age / 4)
+            .clamp(Duration::from_millis(10), Duration::from_millis(200));
+        let membership = Membership::join(inner, tick);
+        *lock(&inner.flusher) = Some(Box::new(move || membership.leave()));
+    }
+    Ok(())
+}
+
+// ---- the flush ------------------------------------------------------------------------------
 
 /// Flushes `inner` up to the oldest live snapshot. See the module doc.
 pub(crate) fn flush(inner: &Inner) -> Result<FlushOutcome> {
@@ -144,7 +196,7 @@ fn write_header(inner: &Inner, fs: &mut crate::storage::FlushState, h: Header) -
 /// torn, or older: a database written before both slots were kept equal, or a crash between
 /// a flush's two header writes). Called when a storage is opened for writing, after its first
 /// flush. A damaged slot is logged. Errors poison the storage.
-pub(crate) fn mirror_header(inner: &Inner) -> Result<()> {
+fn mirror_header(inner: &Inner) -> Result<()> {
     use crate::page::header::{decode, Slot};
     let mut fs = lock(&inner.flush_state);
     let cur = fs.header_slot;
@@ -305,7 +357,7 @@ fn service() -> &'static Service {
 }
 
 /// Wakes the flush service: some storage crossed a flush threshold.
-pub(crate) fn signal_service() {
+fn signal_service() {
     let svc = service();
     lock(&svc.state).signaled = true;
     svc.wake.notify_one();
@@ -313,14 +365,14 @@ pub(crate) fn signal_service() {
 
 /// A storage's place in the flush service; [`Membership::leave`] ends it.
 #[derive(Debug)]
-pub(crate) struct Membership {
+struct Membership {
     key: u64,
 }
 
 impl Membership {
     /// Adds `inner` (held weakly) to the service, which looks at it every `tick` and on
     /// signals, and starts the service thread the first time.
-    pub(crate) fn join(inner: &Arc<Inner>, tick: Duration) -> Membership {
+    fn join(inner: &Arc<Inner>, tick: Duration) -> Membership {
         let svc = service();
         let mut st = lock(&svc.state);
         let key = st.next_key;
@@ -344,7 +396,7 @@ impl Membership {
 
     /// Leaves the service; returns once the service no longer flushes or holds the storage
     /// (unless called on the service thread itself).
-    pub(crate) fn leave(self) {
+    fn leave(self) {
         let svc = service();
         let mut st = lock(&svc.state);
         st.members.retain(|(k, _, _)| *k != self.key);

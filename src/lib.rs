@@ -3,7 +3,8 @@
 //! An embedded, transactional key-value storage engine for Linux. A *storage* is a directory
 //! with its own single-writer ACID transactions over a copy-on-write B+tree of 8 KiB pages,
 //! read through a read-only `mmap` with lock-free snapshots, and made durable by a
-//! write-ahead journal of full page images with group commit.
+//! write-ahead journal of page images (full, or diffs against the page a copy came from) with
+//! group commit.
 //!
 //! ```no_run
 //! use omnibus::{Options, Storage};

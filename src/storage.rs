@@ -8,13 +8,17 @@
 //! Open: take the lock, read the newest valid header, replay the journal records after its
 //! flushed txn id into the scratch table (DESIGN invariant 7), start a fresh journal file,
 //! flush what was replayed, and delete journal files that hold nothing unflushed.
+//!
+//! `flush.rs` builds on this module, never the other way (docs/ARCHITECTURE.md): a storage
+//! calls the flush through the `FlushHooks` it is opened with, and the public
+//! [`Storage::open`], which supplies them, is implemented there.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
@@ -36,6 +40,8 @@ pub const DATA_FILE: &str = "data.pages";
 pub const LOCK_FILE: &str = "LOCK";
 /// Name of the journal directory in a storage directory.
 pub const JOURNALS_DIR: &str = "Journals";
+/// Name of the directory of the branch storages in a database's root storage directory.
+pub const INDEXES_DIR: &str = "Indexes";
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -54,6 +60,26 @@ pub(crate) enum Binding {
         lock: Option<File>,
     },
 }
+
+/// The flush, as a storage calls it. `flush.rs` builds on this module and provides them; a
+/// storage is given them when it is opened ([`Storage::open_with`]), so this module never
+/// names the flush (the dependency points one way).
+#[derive(Debug)]
+pub(crate) struct FlushHooks {
+    /// Called once a writable storage is recovered: writes what was replayed to the data file
+    /// and drops journal files fully flushed, makes both header slots hold the newest header,
+    /// and joins the background flush service ([`FlushMode::Background`], setting
+    /// `Inner::flusher`).
+    pub opened: fn(&Arc<Inner>) -> Result<()>,
+    /// Flushes the storage up to its oldest live snapshot (DESIGN section 6).
+    pub flush: fn(&Inner) -> Result<()>,
+    /// Wakes the background flush service: a commit crossed a flush threshold.
+    pub signal: fn(),
+}
+
+/// Leaves the background flush service: returns once the service no longer flushes or holds
+/// the storage (unless called on the service thread itself).
+pub(crate) type LeaveFlushService = Box<dyn FnOnce() + Send>;
 
 /// The writer's state between transactions (taken by the open write transaction).
 #[derive(Debug)]
@@ -151,8 +177,10 @@ pub(crate) struct Inner {
     /// open). A page whose freed version was written by a txn above it has never been, and
     /// never will be, in the data file: see `Allocator::early`.
     pub flush_started: AtomicU64,
+    /// The flush's entry points (see [`FlushHooks`]).
+    pub flush_hooks: &'static FlushHooks,
     /// Membership in the background flush service (`FlushMode::Background`).
-    flusher: Mutex<Option<crate::flush::Membership>>,
+    pub flusher: Mutex<Option<LeaveFlushService>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -203,20 +231,15 @@ fn env_err(op: &'static str, path: &Path, e: std::io::Error) -> Error {
 }
 
 impl Storage {
-    /// Opens the storage in directory `path`, creating it when it is missing or empty (unless
-    /// [`Options::create`] is false), and recovers every commit the journal holds.
-    ///
-    /// Errors: [`Error::AlreadyOpen`] when another handle or process holds it;
-    /// [`Error::NotAStorage`] for a non-empty directory without a data file, or a data file
-    /// without the omnibus header; [`Error::FormatVersion`]; [`Error::Corruption`] when both
-    /// header pages are damaged or the journal's txn ids are not contiguous;
-    /// [`Error::InvalidOptions`]; I/O errors with the operation and path.
-    pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Storage> {
-        Storage::open_with(path.as_ref(), opts, Binding::Own { lock: None })
-    }
-
-    pub(crate) fn open_with(path: &Path, opts: Options, binding: Binding) -> Result<Storage> {
-        let inner = Inner::open(path, opts, binding)?;
+    /// Opens the storage in `path` bound to a journal as `binding` says, calling the flush
+    /// through `flush_hooks`. [`Storage::open`] (in `flush.rs`) is the public entry.
+    pub(crate) fn open_with(
+        path: &Path,
+        opts: Options,
+        binding: Binding,
+        flush_hooks: &'static FlushHooks,
+    ) -> Result<Storage> {
+        let inner = Inner::open(path, opts, binding, flush_hooks)?;
         Ok(Storage {
             _last: Arc::new(LastHandle(inner.clone())),
             inner,
@@ -262,7 +285,7 @@ impl Storage {
     /// Errors: an I/O error writing or syncing the data file (the storage is then poisoned);
     /// [`Error::Poisoned`].
     pub fn flush(&self) -> Result<()> {
-        crate::flush::flush(&self.inner).map(|_| ())
+        (self.inner.flush_hooks.flush)(&self.inner)
     }
 
     /// Sizes and counters (see [`StorageStats`]).
@@ -350,12 +373,17 @@ impl Storage {
 }
 
 impl Inner {
-    fn open(path: &Path, opts: Options, binding: Binding) -> Result<Arc<Inner>> {
+    fn open(
+        path: &Path,
+        opts: Options,
+        binding: Binding,
+        flush_hooks: &'static FlushHooks,
+    ) -> Result<Arc<Inner>> {
         let lock_path = path.join(LOCK_FILE);
         let lock_existed = lock_path.exists();
         // Built once per process, here rather than inside the first commit.
         crate::page::init_seal_tables();
-        let r = Inner::open_inner(path, opts, binding);
+        let r = Inner::open_inner(path, opts, binding, flush_hooks);
         if matches!(r, Err(Error::NotAStorage { .. })) && !lock_existed {
             // Leave a directory that is not a storage as it was.
             let _ = std::fs::remove_file(&lock_path);
@@ -363,7 +391,12 @@ impl Inner {
         r
     }
 
-    fn open_inner(path: &Path, opts: Options, binding: Binding) -> Result<Arc<Inner>> {
+    fn open_inner(
+        path: &Path,
+        opts: Options,
+        binding: Binding,
+        flush_hooks: &'static FlushHooks,
+    ) -> Result<Arc<Inner>> {
         opts.validate()?;
         let env = opts.env.clone();
         let path = path.to_path_buf();
@@ -401,9 +434,7 @@ impl Inner {
         if !has_data {
             let foreign: Vec<&String> = names
                 .iter()
-                .filter(|n| {
-                    *n != LOCK_FILE && *n != JOURNALS_DIR && *n != crate::database::INDEXES_DIR
-                })
+                .filter(|n| *n != LOCK_FILE && *n != JOURNALS_DIR && *n != INDEXES_DIR)
                 .collect();
             if !foreign.is_empty() {
                 return Err(Error::NotAStorage {
@@ -550,6 +581,7 @@ impl Inner {
             freed_unflushed: AtomicU64::new(0),
             allocated_unflushed: AtomicU64::new(0),
             flush_started: AtomicU64::new(hdr.flushed_txn),
+            flush_hooks,
             flusher: Mutex::new(None),
             opts,
         });
@@ -557,14 +589,8 @@ impl Inner {
         if !inner.opts.read_only {
             inner.ensure_data_len(state.next_page)?;
             // Write what was replayed to the data file and drop journal files fully flushed;
-            // then make both header slots hold the newest header.
-            crate::flush::flush(&inner)?;
-            crate::flush::mirror_header(&inner)?;
-            if inner.opts.flush_mode == FlushMode::Background {
-                let tick = (inner.opts.flush_max_age / 4)
-                    .clamp(Duration::from_millis(10), Duration::from_millis(200));
-                *lock(&inner.flusher) = Some(crate::flush::Membership::join(&inner, tick));
-            }
+            // then make both header slots hold the newest header, and join the flush service.
+            (inner.flush_hooks.opened)(&inner)?;
         }
         Ok(inner)
     }
@@ -777,12 +803,12 @@ impl Inner {
         }
         match self.opts.flush_mode {
             FlushMode::Inline => {
-                if let Err(e) = crate::flush::flush(self) {
+                if let Err(e) = (self.flush_hooks.flush)(self) {
                     tracing::warn!(error = %e, "inline flush failed");
                 }
             }
             FlushMode::Background => {
-                crate::flush::signal_service();
+                (self.flush_hooks.signal)();
             }
             FlushMode::Manual => {}
         }
@@ -815,8 +841,8 @@ impl Inner {
 
     fn stop_flusher(&self) {
         let membership = lock(&self.flusher).take();
-        if let Some(m) = membership {
-            m.leave();
+        if let Some(leave) = membership {
+            leave();
         }
     }
 }
@@ -831,7 +857,7 @@ impl Inner {
             && !self.closed.load(Ordering::Acquire)
             && self.poisoned().is_none()
         {
-            if let Err(e) = crate::flush::flush(self) {
+            if let Err(e) = (self.flush_hooks.flush)(self) {
                 tracing::warn!(error = %e, "flush on drop failed");
             }
         }
@@ -937,7 +963,7 @@ pub(crate) fn missing_data_file_is_damage(
             "the data file is missing",
         )));
     }
-    let indexes = dir.join(crate::database::INDEXES_DIR);
+    let indexes = dir.join(INDEXES_DIR);
     if env.exists(&indexes) {
         for n in env.list_dir(&indexes)? {
             if env.exists(&indexes.join(&n).join(DATA_FILE)) {

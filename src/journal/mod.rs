@@ -4,13 +4,30 @@
 //! - [`writer`]: [`Journal`], the group-commit writer: every commit that arrives while a batch
 //!   is being written joins the next batch; one `pwritev` and one `fdatasync` per batch; no
 //!   commit is acknowledged before the sync that covers it (DESIGN invariant 1).
+//! - `files`: the journal file lifecycle: the next file, hard links and link records for branch
+//!   storages, per-file retention (`release`), recycling, and the directory syncs of DESIGN
+//!   invariants 5 and 6.
+//! - `pool`: whole pre-zeroed files prepared in the background.
+//! - `prezero`: zeros ahead of the write position ([`Prezero`]) and the process's background
+//!   pre-zeroing thread.
 //! - [`recovery`]: reading a storage's `Journals/` back on open (DESIGN invariant 7).
 
+mod files;
+mod pool;
+mod prezero;
 pub mod record;
 pub mod recovery;
 pub mod writer;
 
 pub use writer::{Journal, JournalConfig, JournalStats, Prezero};
+
+use std::sync::{Mutex, MutexGuard};
+
+/// Locks `m`, taking the inner value of a poisoned mutex (a panic in one thread must not turn
+/// into panics in others).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// File name of journal number `no`: 16 decimal digits and `.journal`.
 pub fn file_name(no: u64) -> String {

@@ -1,0 +1,413 @@
+//! The journal files: which file is current, which storage directories hold an entry for
+//! which file, and every change to those entries.
+//!
+//! - Creating the next file (`Journal::new_file`): a pre-zeroed file from the pool renamed into
+//!   place, or a new file zeroed and synced here; then the journal directory is fsynced before
+//!   any record in the file is acknowledged (DESIGN invariant 6).
+//! - Registering the storages whose records the journal carries, with the files their
+//!   `Journals/` hold (`Journal::register`, `Journal::unregister`).
+//! - Shared journal: the first record of a branch storage in a file hard-links the file into the
+//!   branch's `Journals/` and adds a link record to the same batch (`Journal::link_batch`), which
+//!   stands in for a directory fsync (recovery re-creates a missing link from its record).
+//! - Retention (`Journal::release`): a storage's entry for a file is removed once the storage
+//!   has flushed every record it has in it; before that, every directory that got a link to the
+//!   file since its last fsync is fsynced (DESIGN invariant 5, one fsync covering every link made
+//!   before it), and before a released file is recycled into the pool, every branch `Journals/`
+//!   whose entry for it was removed since its last fsync is fsynced too, so a power loss cannot
+//!   bring back a name for the file's new contents. Only files this journal created in this
+//!   session, with no other name, are recycled.
+//!
+//! Apart from this module, only `database.rs` creates or removes journal file names (see
+//! `docs/ARCHITECTURE.md`).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::IoSlice;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::lock;
+use super::pool::POOL_SUFFIX;
+use super::prezero::write_zeros;
+use super::record::{OutRecord, BATCH_ALIGN};
+use super::writer::{Journal, Waiting};
+use super::Prezero;
+use crate::env::{EnvFile, OpenMode};
+use crate::error::Result;
+
+/// A storage whose records this journal carries.
+#[derive(Debug, Clone)]
+pub(super) struct StorageDir {
+    /// The storage directory (absolute or as given to open).
+    dir: PathBuf,
+    /// Its path relative to the journal owner's directory, written in link records.
+    rel: String,
+}
+
+/// The journal's files, under its `io` lock (held by the batch writer for a whole batch).
+pub(super) struct Io {
+    /// The current file.
+    pub(super) file: Arc<dyn EnvFile>,
+    /// Its journal number.
+    pub(super) no: u64,
+    /// The write position in it: where the next batch starts (4 KiB-aligned).
+    pub(super) pos: u64,
+    /// Journal number -> storage id -> highest txn id of that storage in the file, for every
+    /// storage whose directory holds an entry (the owner's name or a hard link) for the file.
+    pub(super) entries: BTreeMap<u64, HashMap<u64, u64>>,
+    /// Storages registered with this journal.
+    storages: HashMap<u64, StorageDir>,
+    /// Journal number -> links made to it in this session: (storage id, sequence when made).
+    links: HashMap<u64, Vec<(u64, u64)>>,
+    /// Journal number -> entries of it removed from branch storages' `Journals/` in this
+    /// session: (storage id, sequence when removed). Until that directory is fsynced, a power
+    /// loss can bring the entry back, so the file is not recycled before (its new contents would
+    /// be read under the old name).
+    unlinked: HashMap<u64, Vec<(u64, u64)>>,
+    /// Storage id -> sequence of the last `fsync` of its `Journals/` directory.
+    dir_synced: HashMap<u64, u64>,
+    /// Orders links and directory syncs (invariant 5: a sync covers the links made before it).
+    seq: u64,
+    /// Journal files this journal created (or took from its pool) in this session.
+    created: HashSet<u64>,
+}
+
+impl Io {
+    /// Before the first file: storage `owner` in `owner_dir` registered, no file yet.
+    pub(super) fn new(owner: u64, owner_dir: &Path) -> Io {
+        let mut storages = HashMap::new();
+        storages.insert(
+            owner,
+            StorageDir {
+                dir: owner_dir.to_path_buf(),
+                rel: String::new(),
+            },
+        );
+        Io {
+            file: Arc::new(NoFile),
+            no: 0,
+            pos: 0,
+            entries: BTreeMap::new(),
+            storages,
+            links: HashMap::new(),
+            unlinked: HashMap::new(),
+            dir_synced: HashMap::new(),
+            seq: 1,
+            created: Default::default(),
+        }
+    }
+}
+
+impl Journal {
+    /// Registers storage `sid` living in `dir`, whose path relative to the owner's directory
+    /// is `rel` (written in link records), and the journal files its `Journals/` holds with the
+    /// highest txn id of its records in each (`files`, from its recovery scan).
+    pub fn register(&self, sid: u64, dir: &Path, rel: &str, files: &BTreeMap<u64, u64>) {
+        let mut io = lock(&self.io);
+        io.storages.insert(
+            sid,
+            StorageDir {
+                dir: dir.to_path_buf(),
+                rel: rel.to_string(),
+            },
+        );
+        for (no, max) in files {
+            let m = io.entries.entry(*no).or_default().entry(sid).or_insert(0);
+            *m = (*m).max(*max);
+        }
+        // Entries that existed before this session count as synced: the database syncs every
+        // branch's Journals/ once at open.
+        let seq = io.seq;
+        io.dir_synced.insert(sid, seq);
+        io.seq += 1;
+    }
+
+    /// Forgets storage `sid` (dropped): its directory is going away, its records no longer pin
+    /// any journal file.
+    pub fn unregister(&self, sid: u64) {
+        let mut io = lock(&self.io);
+        io.storages.remove(&sid);
+        io.dir_synced.remove(&sid);
+        for per in io.entries.values_mut() {
+            per.remove(&sid);
+        }
+        for l in io.links.values_mut() {
+            l.retain(|(s, _)| *s != sid);
+        }
+        for u in io.unlinked.values_mut() {
+            u.retain(|(s, _)| *s != sid);
+        }
+        let current = io.no;
+        io.entries
+            .retain(|no, per| *no == current || !per.is_empty());
+        let Io {
+            entries, unlinked, ..
+        } = &mut *io;
+        unlinked.retain(|no, u| !u.is_empty() && entries.contains_key(no));
+    }
+    /// Hard-links the current file into the `Journals/` of every storage of the batch that has
+    /// no entry for it yet, and returns the link records that go in the same batch (they stand
+    /// in for a directory fsync: recovery re-creates a missing link from its record).
+    pub(super) fn link_batch(&self, io: &mut Io, batch: &[Waiting]) -> Result<Vec<OutRecord>> {
+        let mut out = Vec::new();
+        let no = io.no;
+        // Named only when a link is made (most batches make none).
+        let mut name = None;
+        for w in batch {
+            let sid = w.record.storage_id;
+            if sid == self.owner || io.entries.get(&no).is_some_and(|e| e.contains_key(&sid)) {
+                continue;
+            }
+            // A storage dropped while its commit was queued: its directory is going away.
+            let Some(sd) = io.storages.get(&sid).cloned() else {
+                continue;
+            };
+            let name = name.get_or_insert_with(|| super::file_name(no));
+            let to = sd.dir.join(crate::storage::JOURNALS_DIR).join(&*name);
+            match self.env.link(&self.dir.join(&*name), &to) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+            io.entries.entry(no).or_default().insert(sid, 0);
+            let seq = io.seq;
+            io.seq += 1;
+            io.links.entry(no).or_default().push((sid, seq));
+            self.links_made.fetch_add(1, Ordering::Relaxed);
+            let mut body = Vec::with_capacity(8 + sd.rel.len());
+            body.extend_from_slice(&sid.to_le_bytes());
+            body.extend_from_slice(sd.rel.as_bytes());
+            out.push(OutRecord::new(
+                super::record::RecordKind::Link,
+                sid,
+                0,
+                vec![body.into()],
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Makes journal file `no` current: a pre-zeroed file from the pool renamed into place, or
+    /// a new file zeroed here (room for at least `need` bytes); then syncs the directory.
+    pub(super) fn new_file(&self, io: &mut Io, no: u64, need: u64) -> Result<()> {
+        let path = self.dir.join(super::file_name(no));
+        self.zero.pause();
+        let pooled = if need <= self.file_size {
+            self.pool.take()
+        } else {
+            None
+        };
+        let (file, zeroed) = match pooled {
+            Some(p) => {
+                self.env.rename(&p, &path)?;
+                let f = self.env.open(&path, OpenMode::Existing)?;
+                let len = f.len()?;
+                (f, len)
+            }
+            None => {
+                let f = self.env.open(&path, OpenMode::CreateNew)?;
+                self.files_created.fetch_add(1, Ordering::Relaxed);
+                let first = match self.prezero {
+                    Prezero::Ahead(_) => self.zero.window.max(need),
+                    Prezero::WholeFile => self.file_size.max(need),
+                    Prezero::Off => 0,
+                };
+                let first = first.div_ceil(BATCH_ALIGN) * BATCH_ALIGN;
+                write_zeros(&*f, 0, first)?;
+                f.sync_data()?;
+                self.fdatasyncs.fetch_add(1, Ordering::Relaxed);
+                (f, first)
+            }
+        };
+        self.pool.wanted.store(false, Ordering::Release);
+        io.file = file;
+        io.no = no;
+        io.pos = 0;
+        self.zero.start_file(path, zeroed);
+        self.env.sync_dir(&self.dir)?;
+        self.dir_syncs.fetch_add(1, Ordering::Relaxed);
+        io.entries
+            .entry(no)
+            .or_default()
+            .entry(self.owner)
+            .or_insert(0);
+        io.created.insert(no);
+        Ok(())
+    }
+
+    /// Storage `sid` has flushed every transaction up to `flushed`: removes its directory
+    /// entry of every journal file (but the current one) whose records of `sid` are all at or
+    /// below it. Before removing an entry, every directory that got a link to that file since
+    /// its last fsync is fsynced (DESIGN invariant 5), so no storage that still needs the file
+    /// can lose it to a power loss. Returns the journal numbers removed for `sid`.
+    pub fn release(&self, sid: u64, flushed: u64) -> Result<Vec<u64>> {
+        let mut io = lock(&self.io);
+        let current = io.no;
+        let done: Vec<u64> = io
+            .entries
+            .iter()
+            .filter(|(no, per)| **no != current && per.get(&sid).is_some_and(|m| *m <= flushed))
+            .map(|(no, _)| *no)
+            .collect();
+        for no in &done {
+            self.make_links_durable(&mut io, *no)?;
+            let Some(sd) = io.storages.get(&sid).cloned() else {
+                break;
+            };
+            let path = sd
+                .dir
+                .join(crate::storage::JOURNALS_DIR)
+                .join(super::file_name(*no));
+            let last = io.entries.get(no).map(|p| p.len() == 1).unwrap_or(true);
+            // Recycle only a file this journal created in this session whose only name is the
+            // one being removed: a file from an earlier session may still be hard-linked from
+            // another directory (a branch opened standalone), and reusing it would overwrite
+            // records another storage still needs.
+            let recycle = last
+                && sid == self.owner
+                && io.created.contains(no)
+                && self.pool.ready_len() < self.pool.target
+                && std::fs::metadata(&path)
+                    .map(|m| std::os::unix::fs::MetadataExt::nlink(&m) == 1)
+                    .unwrap_or(false);
+            let r = if recycle {
+                let to = self.dir.join(format!("{no:016}{POOL_SUFFIX}"));
+                let ok = self
+                    .env
+                    .open(&path, OpenMode::Existing)
+                    .and_then(|f| f.len())
+                    .map(|l| l == self.file_size)
+                    .unwrap_or(false);
+                if ok {
+                    self.make_unlinks_durable(&mut io, *no)?;
+                    self.env.rename(&path, &to).map(|()| {
+                        self.pool.put(to);
+                        self.files_recycled.fetch_add(1, Ordering::Relaxed);
+                    })
+                } else {
+                    self.env.remove_file(&path)
+                }
+            } else {
+                self.env.remove_file(&path)
+            };
+            match r {
+                Ok(()) => {}
+                Err(e) if e.source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+            if sid != self.owner {
+                let seq = io.seq;
+                io.seq += 1;
+                io.unlinked.entry(*no).or_default().push((sid, seq));
+            }
+            if let Some(per) = io.entries.get_mut(no) {
+                per.remove(&sid);
+                if per.is_empty() {
+                    io.entries.remove(no);
+                    io.links.remove(no);
+                    io.unlinked.remove(no);
+                    io.created.remove(no);
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// Fsyncs the `Journals/` of every storage that got a link to file `no` after that
+    /// directory's last fsync (one fsync covers every link made before it).
+    fn make_links_durable(&self, io: &mut Io, no: u64) -> Result<()> {
+        let links = io.links.get(&no).cloned().unwrap_or_default();
+        self.sync_dirs_after(io, links)
+    }
+
+    /// Fsyncs the `Journals/` of every (still registered) storage whose entry for file `no` was
+    /// removed after that directory's last fsync: before the file is recycled, no power loss
+    /// may bring such an entry back to name the file's new contents.
+    fn make_unlinks_durable(&self, io: &mut Io, no: u64) -> Result<()> {
+        let unlinked = io.unlinked.get(&no).cloned().unwrap_or_default();
+        self.sync_dirs_after(io, unlinked)
+    }
+
+    /// For each `(storage, sequence)` of a directory change, fsyncs that storage's `Journals/`
+    /// unless a sync after the change covered it already. A dropped storage (no longer
+    /// registered) is skipped: its directory is gone with every entry in it.
+    fn sync_dirs_after(&self, io: &mut Io, changes: Vec<(u64, u64)>) -> Result<()> {
+        for (sid, changed) in changes {
+            if io.dir_synced.get(&sid).is_some_and(|s| *s > changed) {
+                continue;
+            }
+            let Some(sd) = io.storages.get(&sid).cloned() else {
+                continue;
+            };
+            self.env
+                .sync_dir(&sd.dir.join(crate::storage::JOURNALS_DIR))?;
+            self.dir_syncs.fetch_add(1, Ordering::Relaxed);
+            let seq = io.seq;
+            io.seq += 1;
+            io.dir_synced.insert(sid, seq);
+        }
+        Ok(())
+    }
+
+    /// True when storage `sid` still has an entry for a journal file older than the current
+    /// one: flushing it lets that file go (bounded retention, DESIGN invariant 11).
+    pub fn pins_old_file(&self, sid: u64) -> bool {
+        let io = lock(&self.io);
+        io.entries
+            .iter()
+            .any(|(no, per)| *no != io.no && per.contains_key(&sid))
+    }
+
+    /// The number of the current journal file.
+    pub fn current_no(&self) -> u64 {
+        lock(&self.io).no
+    }
+}
+
+/// Placeholder before the first file is created.
+#[derive(Debug)]
+struct NoFile;
+
+impl EnvFile for NoFile {
+    fn path(&self) -> &Path {
+        Path::new("")
+    }
+    fn read_exact_at(&self, _: &mut [u8], _: u64) -> crate::env::EnvResult<()> {
+        Err(no_file())
+    }
+    fn write_all_at(&self, _: &[u8], _: u64) -> crate::env::EnvResult<()> {
+        Err(no_file())
+    }
+    fn write_vectored_all_at(&self, _: &[IoSlice<'_>], _: u64) -> crate::env::EnvResult<()> {
+        Err(no_file())
+    }
+    fn sync_data(&self) -> crate::env::EnvResult<()> {
+        Err(no_file())
+    }
+    fn allocate(&self, _: u64, _: u64) -> crate::env::EnvResult<()> {
+        Err(no_file())
+    }
+    fn punch_hole(&self, _: u64, _: u64) -> crate::env::EnvResult<()> {
+        Err(no_file())
+    }
+    fn set_len(&self, _: u64) -> crate::env::EnvResult<()> {
+        Err(no_file())
+    }
+    fn len(&self) -> crate::env::EnvResult<u64> {
+        Err(no_file())
+    }
+    fn allocated_bytes(&self) -> crate::env::EnvResult<u64> {
+        Err(no_file())
+    }
+    fn raw_fd(&self) -> std::os::fd::RawFd {
+        -1
+    }
+}
+
+fn no_file() -> crate::env::EnvError {
+    crate::env::EnvError::new(
+        "write",
+        "<no journal file>",
+        std::io::Error::from_raw_os_error(libc::EBADF),
+    )
+}
