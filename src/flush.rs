@@ -40,6 +40,9 @@ use crate::storage::{for_each_bitmap, lock, Binding, FlushHooks, Inner, Storage}
 
 /// Bytes per `pwritev` call at most.
 const MAX_WRITE: u64 = 64 << 20;
+/// Bytes of runs written between two `sync_file_range` writeback starts (issue 11: a large
+/// flush is handed to the disk in bounded chunks rather than in one final fdatasync).
+const WRITEBACK_BYTES: u64 = 8 << 20;
 
 /// What one flush did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -239,11 +242,35 @@ fn mirror_header(inner: &Inner) -> Result<()> {
 
 /// Writes the target's unflushed scratch pages (txn > `already`), merging adjacent ones.
 fn write_pages(inner: &Inner, target: &State, already: u64) -> Result<u64> {
+    let mode = inner.write_mode.0;
     let mut written = 0u64;
-    let mut run: Vec<IoSlice<'_>> = Vec::new();
-    let mut run_start = 0u64;
+    // Runs of adjacent pages as (first page, page images), written WRITEBACK_BYTES at a time
+    // with the storage's write mode; after each such chunk the kernel is asked to start
+    // writing it back (sync_file_range), so the flush's final fdatasync finds little left and
+    // does not hold the disk for one long burst.
+    let mut runs: Vec<(u64, Vec<IoSlice<'_>>)> = Vec::new();
     let mut run_end = 0u64;
     let mut run_bytes = 0u64;
+    let mut chunk_bytes = 0u64;
+    let flush_chunk = |runs: &mut Vec<(u64, Vec<IoSlice<'_>>)>| -> Result<()> {
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let refs: Vec<crate::env::Run<'_>> = runs
+            .iter()
+            .map(|(p, s)| (p * PAGE_SIZE as u64, &s[..]))
+            .collect();
+        inner.data.write_runs(&refs, mode)?;
+        let lo = refs[0].0;
+        let hi = refs
+            .iter()
+            .map(|(o, s)| o + s.iter().map(|b| b.len() as u64).sum::<u64>())
+            .max()
+            .unwrap_or(lo);
+        inner.data.start_writeback(lo, hi - lo)?;
+        runs.clear();
+        Ok(())
+    };
     for (p, sp) in target.scratch.iter() {
         if sp.txn <= already {
             continue;
@@ -253,31 +280,30 @@ fn write_pages(inner: &Inner, target: &State, already: u64) -> Result<u64> {
             crate::page::verify_checksum(&sp.image),
             "scratch page {p} unsealed"
         );
-        if run.is_empty()
-            || *p != run_end
-            || run.len() >= crate::env::IOV_MAX_SLICES
-            || run_bytes >= MAX_WRITE
-        {
-            if !run.is_empty() {
-                inner
-                    .data
-                    .write_vectored_all_at(&run, run_start * PAGE_SIZE as u64)?;
-                run.clear();
+        let new_run = match runs.last() {
+            None => true,
+            Some((_, r)) => {
+                *p != run_end || r.len() >= crate::env::IOV_MAX_SLICES || run_bytes >= MAX_WRITE
             }
-            run_start = *p;
+        };
+        if new_run {
+            if chunk_bytes >= WRITEBACK_BYTES {
+                flush_chunk(&mut runs)?;
+                chunk_bytes = 0;
+            }
+            runs.push((*p, Vec::new()));
             run_end = *p;
             run_bytes = 0;
         }
-        run.push(IoSlice::new(&sp.image));
+        if let Some((_, r)) = runs.last_mut() {
+            r.push(IoSlice::new(&sp.image));
+        }
         run_end += pages;
         run_bytes += sp.image.len() as u64;
+        chunk_bytes += sp.image.len() as u64;
         written += pages;
     }
-    if !run.is_empty() {
-        inner
-            .data
-            .write_vectored_all_at(&run, run_start * PAGE_SIZE as u64)?;
-    }
+    flush_chunk(&mut runs)?;
     Ok(written)
 }
 

@@ -36,12 +36,14 @@ pub mod page;
 pub(crate) mod state;
 pub mod storage;
 pub mod txn;
+pub mod write_mode;
 
 #[path = "../actors/mod.rs"]
 pub mod actors;
 
 pub use btree::{CheckReport, Range};
 pub use database::{Database, DatabaseStats};
+pub use env::WriteMode;
 pub use error::{Corruption, Error, IndexFailure, Result};
 pub use journal::Prezero;
 pub use options::{FlushMode, JournalMode, Options};

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::env::{default_env, StorageEnv};
+use crate::env::{default_env, StorageEnv, WriteMode};
 use crate::error::{Error, Result};
 use crate::journal::Prezero;
 
@@ -70,6 +70,9 @@ pub struct Options {
     /// Shared or separate journals for a [`crate::Database`]. Default [`JournalMode::Shared`].
     /// Ignored by a standalone [`crate::Storage::open`].
     pub journal_mode: JournalMode,
+    /// How flushes write pages into the data file. Default [`WriteMode::Auto`]: measured once
+    /// per device in the process ([`crate::write_mode`]). `OMNIBUS_WRITE_MODE` overrides it.
+    pub write_mode: WriteMode,
 }
 
 impl Default for Options {
@@ -87,6 +90,7 @@ impl Default for Options {
             flush_on_close: true,
             journal_pool_files: 0,
             journal_mode: JournalMode::Shared,
+            write_mode: WriteMode::Auto,
         }
     }
 }

@@ -152,6 +152,8 @@ pub(crate) struct Inner {
     pub storage_id: u64,
     _lock: File,
     pub data: Arc<dyn EnvFile>,
+    /// How flushes write the data file, and why ([`crate::write_mode::resolve`]).
+    pub write_mode: (crate::env::WriteMode, String),
     pub current: ArcSwap<State>,
     pub registry: SnapshotRegistry,
     publish: Mutex<()>,
@@ -286,6 +288,12 @@ impl Storage {
     /// [`Error::Poisoned`].
     pub fn flush(&self) -> Result<()> {
         (self.inner.flush_hooks.flush)(&self.inner)
+    }
+
+    /// How flushes write this storage's data file ([`crate::WriteMode`], never `Auto`: the
+    /// mode `Auto` picked) and why, e.g. `"auto: measured on this device (mmap 900 µs, ...)"`.
+    pub fn write_mode(&self) -> (crate::WriteMode, String) {
+        self.inner.write_mode.clone()
     }
 
     /// Sizes and counters (see [`StorageStats`]).
@@ -549,7 +557,16 @@ impl Inner {
             }
         };
         let state = Arc::new(state);
+        let write_mode = if opts.read_only {
+            (
+                crate::env::WriteMode::VectoredFileIo,
+                "read-only: no flushes".to_string(),
+            )
+        } else {
+            crate::write_mode::resolve(opts.write_mode, &env, &path)
+        };
         let inner = Arc::new(Inner {
+            write_mode,
             path,
             data_path,
             journals_dir,

@@ -1485,7 +1485,11 @@ mod tests {
         let f = env
             .open(&dir.path().join("data.pages"), OpenMode::Create)
             .unwrap();
-        let e = f.write_all_at(&[7u8; 4096], 0).unwrap_err();
+        let page = [7u8; 4096];
+        let run = [IoSlice::new(&page)];
+        let e = f
+            .write_runs(&[(0, &run[..])], crate::env::WriteMode::IoRing)
+            .unwrap_err();
         assert_eq!(e.raw_os_error(), None, "a message-carrying error: {e}");
         assert!(e.to_string().contains("resubmissions"), "{e}");
         let s = env.lane_stats(LaneKind::Background);
@@ -1525,7 +1529,10 @@ mod tests {
                 s.spawn(move || {
                     for i in 0..32u64 {
                         let off = (t * 32 + i) * 4096;
-                        f.write_all_at(&[(t * 32 + i) as u8; 4096], off).unwrap();
+                        let page = [(t * 32 + i) as u8; 4096];
+                        let run = [IoSlice::new(&page)];
+                        f.write_runs(&[(off, &run[..])], crate::env::WriteMode::IoRing)
+                            .unwrap();
                     }
                 });
             }

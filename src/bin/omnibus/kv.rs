@@ -312,9 +312,14 @@ pub fn stat(a: StatArgs) -> CliResult {
         .map(|(i, (n, s))| storage_stat(n, s, i > 0))
         .collect();
     let d = db.stats();
+    let io = omnibus::env::io_backend();
+    let (mode, mode_why) = omnibus::write_mode::describe(&a.db);
+    let mode_name = mode.map_or("auto", |m| m.name());
     if a.json {
         let v = json!({
             "db": a.db.display().to_string(),
+            "io": { "io_uring": io.io_uring, "reason": io.reason },
+            "write_mode": { "mode": mode_name, "reason": mode_why },
             "storages": all,
             "database_since_open": {
                 "storages": d.storages,
@@ -332,6 +337,8 @@ pub fn stat(a: StatArgs) -> CliResult {
         return Ok(());
     }
     println!("database {} ({} storages)", a.db.display(), all.len());
+    println!("io path    {}", io.reason);
+    println!("write mode {mode_name} ({mode_why})");
     for s in &all {
         println!("storage {}", s.name);
         println!(

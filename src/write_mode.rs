@@ -1,0 +1,144 @@
+//! Choosing a storage's flush [`WriteMode`]: `Options::write_mode`, overridden by the
+//! environment variable `OMNIBUS_WRITE_MODE` (`auto|mmap|file_io|vectored_file_io|io_ring`);
+//! [`WriteMode::Auto`] measures once per file system and device in the process (a short probe)
+//! and picks the cheapest mode there.
+//!
+//! The probe (about 50-150 ms, once per device per process): in the storage's directory, a
+//! scratch file `.omnibus-write-probe` receives the same 2 MiB (16 runs of 16 pages, a gap of
+//! one page between runs, so runs stay separate) with every mode in turn, each followed by
+//! `fdatasync`, three rounds interleaved; the mode with the lowest median time wins; the file is
+//! removed. It runs only through the process's default environment ([`crate::env::default_env`]):
+//! a storage opened with another environment (the test environments) gets
+//! [`WriteMode::VectoredFileIo`] without a probe, so tests stay deterministic.
+
+use std::collections::HashMap;
+use std::io::IoSlice;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use crate::env::{default_env, OpenMode, StorageEnv, WriteMode};
+use crate::page::PAGE_SIZE;
+
+const PROBE_FILE: &str = ".omnibus-write-probe";
+const PROBE_RUNS: usize = 16;
+const PROBE_RUN_PAGES: usize = 16;
+const PROBE_ROUNDS: usize = 3;
+
+/// The mode a storage in `dir` flushes with, and why (shown by `omnibus stat`).
+///
+/// `requested` is `Options::write_mode`; `OMNIBUS_WRITE_MODE`, when set to a valid name,
+/// overrides it (an invalid value is ignored with a warning). A failed probe falls back to
+/// [`WriteMode::VectoredFileIo`] and says why.
+pub fn resolve(requested: WriteMode, env: &Arc<dyn StorageEnv>, dir: &Path) -> (WriteMode, String) {
+    let mut mode = requested;
+    let mut why = "Options::write_mode".to_string();
+    if let Ok(v) = std::env::var("OMNIBUS_WRITE_MODE") {
+        match WriteMode::parse(&v) {
+            Some(m) => {
+                mode = m;
+                why = "OMNIBUS_WRITE_MODE".into();
+            }
+            None => {
+                tracing::warn!(value = %v, "OMNIBUS_WRITE_MODE is not auto, mmap, file_io, vectored_file_io or io_ring; ignored")
+            }
+        }
+    }
+    if mode != WriteMode::Auto {
+        return (mode, format!("{} by {why}", mode.name()));
+    }
+    if !Arc::ptr_eq(env, &default_env()) {
+        return (
+            WriteMode::VectoredFileIo,
+            "auto: a custom storage environment, no probe".into(),
+        );
+    }
+    let dev = match std::fs::metadata(dir) {
+        Ok(m) => m.dev(),
+        Err(e) => {
+            return (
+                WriteMode::VectoredFileIo,
+                format!("auto: no probe ({}: {e})", dir.display()),
+            )
+        }
+    };
+    static CACHE: OnceLock<Mutex<HashMap<u64, (WriteMode, String)>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(hit) = c.get(&dev) {
+        return hit.clone();
+    }
+    let chosen = match probe(env.as_ref(), dir) {
+        Ok((m, table)) => (m, format!("auto: measured on this device ({table})")),
+        Err(e) => (
+            WriteMode::VectoredFileIo,
+            format!("auto: probe failed ({e}), vectored_file_io"),
+        ),
+    };
+    c.insert(dev, chosen.clone());
+    chosen
+}
+
+/// Times each concrete mode writing the same runs plus `fdatasync`; returns the fastest and a
+/// summary (`mode median-µs, ...`).
+fn probe(env: &dyn StorageEnv, dir: &Path) -> crate::Result<(WriteMode, String)> {
+    let path = dir.join(PROBE_FILE);
+    let f = env.open(&path, OpenMode::Create)?;
+    let result = (|| -> crate::Result<(WriteMode, String)> {
+        let page: Vec<u8> = (0..PAGE_SIZE).map(|i| (i % 251) as u8).collect();
+        let slices: Vec<IoSlice<'_>> = (0..PROBE_RUN_PAGES).map(|_| IoSlice::new(&page)).collect();
+        let run_bytes = (PROBE_RUN_PAGES * PAGE_SIZE) as u64;
+        let runs: Vec<(u64, &[IoSlice<'_>])> = (0..PROBE_RUNS as u64)
+            .map(|i| (i * (run_bytes + PAGE_SIZE as u64), &slices[..]))
+            .collect();
+        f.allocate(0, PROBE_RUNS as u64 * (run_bytes + PAGE_SIZE as u64))?;
+        let mut times: Vec<(WriteMode, Vec<u128>)> = WriteMode::CONCRETE
+            .iter()
+            .map(|m| (*m, Vec::new()))
+            .collect();
+        for _ in 0..PROBE_ROUNDS {
+            for (mode, t) in times.iter_mut() {
+                let t0 = Instant::now();
+                f.write_runs(&runs, *mode)?;
+                f.sync_data()?;
+                t.push(t0.elapsed().as_micros());
+            }
+        }
+        let mut best = (WriteMode::VectoredFileIo, u128::MAX);
+        let mut table = Vec::new();
+        for (mode, t) in times.iter_mut() {
+            t.sort_unstable();
+            let med = t[t.len() / 2];
+            table.push(format!("{} {med} µs", mode.name()));
+            if med < best.1 {
+                best = (*mode, med);
+            }
+        }
+        Ok((best.0, table.join(", ")))
+    })();
+    drop(f);
+    let _ = env.remove_file(&path);
+    result
+}
+
+/// The mode a writable open of the storage in `dir` would use with [`WriteMode::Auto`], for
+/// read-only reports (`omnibus stat`), without writing anything into `dir`: the probe runs in
+/// the system's temporary directory when that is on the same device, else the answer says the
+/// mode is measured at the first writable open.
+pub fn describe(dir: &Path) -> (Option<WriteMode>, String) {
+    let env = default_env();
+    let tmp = std::env::temp_dir();
+    let same_device = match (std::fs::metadata(dir), std::fs::metadata(&tmp)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev(),
+        _ => false,
+    };
+    if std::env::var("OMNIBUS_WRITE_MODE").is_ok() || same_device {
+        let (m, why) = resolve(WriteMode::Auto, &env, &tmp);
+        return (Some(m), why);
+    }
+    (
+        None,
+        "auto: measured at the first writable open (this device has no writable temporary directory to probe from a read-only command)".into(),
+    )
+}
