@@ -3,11 +3,12 @@
 //! [`WriteMode::Auto`] measures once per file system and device in the process (a short probe)
 //! and picks the cheapest mode there.
 //!
-//! The probe (about 50-150 ms, once per device per process): in the storage's directory, a
-//! scratch file `.omnibus-write-probe` receives the same 2 MiB (16 runs of 16 pages, a gap of
+//! The probe (about 100-300 ms, once per device per process): in the storage's directory, a
+//! scratch file `.omnibus-write-probe` receives the same 4 MiB (32 runs of 16 pages, a gap of
 //! one page between runs, so runs stay separate) with every mode in turn, each followed by
-//! `fdatasync`, three rounds interleaved; the mode with the lowest median time wins; the file is
-//! removed. It runs only through the process's default environment ([`crate::env::default_env`]):
+//! `fdatasync`, five rounds interleaved; among the modes whose median time is within 10% of the
+//! fastest (a probe this short cannot tell them apart), the first of [`PREFERENCE`] wins; the
+//! file is removed. It runs only through the process's default environment ([`crate::env::default_env`]):
 //! a storage opened with another environment (the test environments) gets
 //! [`WriteMode::VectoredFileIo`] without a probe, so tests stay deterministic.
 
@@ -22,9 +23,20 @@ use crate::env::{default_env, OpenMode, StorageEnv, WriteMode};
 use crate::page::PAGE_SIZE;
 
 const PROBE_FILE: &str = ".omnibus-write-probe";
-const PROBE_RUNS: usize = 16;
+const PROBE_RUNS: usize = 32;
 const PROBE_RUN_PAGES: usize = 16;
-const PROBE_ROUNDS: usize = 3;
+const PROBE_ROUNDS: usize = 5;
+/// Modes whose median is within this fraction of the fastest count as tied ...
+const TIE: f64 = 0.10;
+/// ... and a tie goes to the first of this order: the fewest moving parts and the least CPU per
+/// byte where measured (docs/BENCHMARKS.md, write modes): one `pwritev` per run on the flusher's
+/// thread, then `pwrite` per page, then the ring, then the map.
+const PREFERENCE: [WriteMode; 4] = [
+    WriteMode::VectoredFileIo,
+    WriteMode::FileIo,
+    WriteMode::IoRing,
+    WriteMode::Mmap,
+];
 
 /// The mode a storage in `dir` flushes with, and why (shown by `omnibus stat`).
 ///
@@ -80,6 +92,20 @@ pub fn resolve(requested: WriteMode, env: &Arc<dyn StorageEnv>, dir: &Path) -> (
     chosen
 }
 
+/// The mode to use given each mode's median probe time (µs): the first of [`PREFERENCE`]
+/// within [`TIE`] of the fastest.
+fn pick(medians: &[(WriteMode, u128)]) -> WriteMode {
+    let fastest = medians.iter().map(|m| m.1).min().unwrap_or(0) as f64;
+    PREFERENCE
+        .into_iter()
+        .find(|p| {
+            medians
+                .iter()
+                .any(|(m, t)| m == p && (*t as f64) <= fastest * (1.0 + TIE))
+        })
+        .unwrap_or(WriteMode::VectoredFileIo)
+}
+
 /// Times each concrete mode writing the same runs plus `fdatasync`; returns the fastest and a
 /// summary (`mode median-µs, ...`).
 fn probe(env: &dyn StorageEnv, dir: &Path) -> crate::Result<(WriteMode, String)> {
@@ -105,17 +131,15 @@ fn probe(env: &dyn StorageEnv, dir: &Path) -> crate::Result<(WriteMode, String)>
                 t.push(t0.elapsed().as_micros());
             }
         }
-        let mut best = (WriteMode::VectoredFileIo, u128::MAX);
         let mut table = Vec::new();
+        let mut medians = Vec::new();
         for (mode, t) in times.iter_mut() {
             t.sort_unstable();
             let med = t[t.len() / 2];
             table.push(format!("{} {med} µs", mode.name()));
-            if med < best.1 {
-                best = (*mode, med);
-            }
+            medians.push((*mode, med));
         }
-        Ok((best.0, table.join(", ")))
+        Ok((pick(&medians), table.join(", ")))
     })();
     drop(f);
     let _ = env.remove_file(&path);
@@ -141,4 +165,22 @@ pub fn describe(dir: &Path) -> (Option<WriteMode>, String) {
         None,
         "auto: measured at the first writable open (this device has no writable temporary directory to probe from a read-only command)".into(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ties_go_to_the_preferred_mode_and_a_clear_winner_wins() {
+        use WriteMode::*;
+        // ext4 as measured: io_ring 1,331 µs, vectored 1,359 µs: a tie, vectored preferred.
+        let ext4 = [(Mmap, 1926), (FileIo, 1562), (VectoredFileIo, 1359), (IoRing, 1331)];
+        assert_eq!(pick(&ext4), VectoredFileIo);
+        let ring_wins = [(Mmap, 900), (FileIo, 900), (VectoredFileIo, 800), (IoRing, 400)];
+        assert_eq!(pick(&ring_wins), IoRing);
+        let map_wins = [(Mmap, 100), (FileIo, 300), (VectoredFileIo, 300), (IoRing, 300)];
+        assert_eq!(pick(&map_wins), Mmap);
+        assert_eq!(pick(&[]), VectoredFileIo);
+    }
 }
