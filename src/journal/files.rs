@@ -37,7 +37,7 @@ use crate::error::Result;
 
 /// A storage whose records this journal carries.
 #[derive(Debug, Clone)]
-pub(super) struct StorageDir {
+struct StorageDir {
     /// The storage directory (absolute or as given to open).
     dir: PathBuf,
     /// Its path relative to the journal owner's directory, written in link records.
