@@ -88,7 +88,9 @@ fn main() {
         rounds = 1;
     }
     if dirs.is_empty() {
-        let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target").join("bench-tmp");
+        let d = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("target")
+            .join("bench-tmp");
         std::fs::create_dir_all(&d).unwrap();
         dirs.push(d);
         if std::path::Path::new("/dev/shm").is_dir() {
@@ -102,8 +104,10 @@ fn main() {
     for dir in &dirs {
         println!("\n{}", dir.display());
         println!("{:<18} {:>8} {:>12}", "mode", "GiB/s", "CPU-s/GiB");
-        let mut res: Vec<(WriteMode, Vec<f64>, Vec<f64>)> =
-            WriteMode::CONCRETE.iter().map(|m| (*m, vec![], vec![])).collect();
+        let mut res: Vec<(WriteMode, Vec<f64>, Vec<f64>)> = WriteMode::CONCRETE
+            .iter()
+            .map(|m| (*m, vec![], vec![]))
+            .collect();
         for _ in 0..rounds {
             for (m, rate, cpu) in res.iter_mut() {
                 let (r, c) = flush_once(dir, *m, keys);

@@ -175,11 +175,26 @@ mod tests {
     fn ties_go_to_the_preferred_mode_and_a_clear_winner_wins() {
         use WriteMode::*;
         // ext4 as measured: io_ring 1,331 µs, vectored 1,359 µs: a tie, vectored preferred.
-        let ext4 = [(Mmap, 1926), (FileIo, 1562), (VectoredFileIo, 1359), (IoRing, 1331)];
+        let ext4 = [
+            (Mmap, 1926),
+            (FileIo, 1562),
+            (VectoredFileIo, 1359),
+            (IoRing, 1331),
+        ];
         assert_eq!(pick(&ext4), VectoredFileIo);
-        let ring_wins = [(Mmap, 900), (FileIo, 900), (VectoredFileIo, 800), (IoRing, 400)];
+        let ring_wins = [
+            (Mmap, 900),
+            (FileIo, 900),
+            (VectoredFileIo, 800),
+            (IoRing, 400),
+        ];
         assert_eq!(pick(&ring_wins), IoRing);
-        let map_wins = [(Mmap, 100), (FileIo, 300), (VectoredFileIo, 300), (IoRing, 300)];
+        let map_wins = [
+            (Mmap, 100),
+            (FileIo, 300),
+            (VectoredFileIo, 300),
+            (IoRing, 300),
+        ];
         assert_eq!(pick(&map_wins), Mmap);
         assert_eq!(pick(&[]), VectoredFileIo);
     }

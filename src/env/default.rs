@@ -98,6 +98,29 @@ impl EnvFile for DefaultFile {
         self.file.sync_data().map_err(|e| self.err("fdatasync", e))
     }
 
+    fn write_back(&self, offset: u64, len: u64, wait: bool) -> EnvResult<()> {
+        let flags = if wait {
+            libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                | libc::SYNC_FILE_RANGE_WRITE
+                | libc::SYNC_FILE_RANGE_WAIT_AFTER
+        } else {
+            libc::SYNC_FILE_RANGE_WRITE
+        };
+        // SAFETY: sync_file_range on our own descriptor touches no memory of ours.
+        let r = unsafe {
+            libc::sync_file_range(
+                self.file.as_raw_fd(),
+                offset as libc::off64_t,
+                len as libc::off64_t,
+                flags,
+            )
+        };
+        if r < 0 {
+            return Err(self.err("sync_file_range", io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
     fn write_runs(&self, runs: &[super::Run<'_>], mode: super::WriteMode) -> EnvResult<()> {
         if mode != super::WriteMode::Mmap {
             return super::write_runs_with_writes(self, runs, mode);

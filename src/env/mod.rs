@@ -157,14 +157,16 @@ pub trait EnvFile: Send + Sync + std::fmt::Debug {
     fn write_runs(&self, runs: &[Run<'_>], mode: WriteMode) -> EnvResult<()> {
         write_runs_with_writes(self, runs, mode)
     }
-    /// Starts writeback of `offset..offset + len` without waiting for it
-    /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`): a large flush calls it every few MiB so the
-    /// final `fdatasync` finds little left to write. Durability still comes only from
-    /// [`EnvFile::sync_data`]. The default does nothing.
+    /// Writes back `offset..offset + len` (`sync_file_range`): with `wait`, waits until that
+    /// range's dirty pages are on the device (`WAIT_BEFORE | WRITE | WAIT_AFTER`); without, only
+    /// starts it (`WRITE`). A flush writes its pages in chunks and waits for each, so it never
+    /// has more than one chunk queued on the device ahead of a journal `fdatasync`. Not a
+    /// durability operation: metadata and the device cache still need [`EnvFile::sync_data`].
+    /// The default does nothing (the test environments model no writeback).
     ///
     /// Errors: the OS error of `sync_file_range`.
-    fn start_writeback(&self, offset: u64, len: u64) -> EnvResult<()> {
-        let _ = (offset, len);
+    fn write_back(&self, offset: u64, len: u64, wait: bool) -> EnvResult<()> {
+        let _ = (offset, len, wait);
         Ok(())
     }
     /// Ensures `offset..offset+len` is allocated (`fallocate` mode 0, file length grows to cover

@@ -257,8 +257,8 @@ enum Work {
     Sync,
     /// `fallocate(mode, offset, len)`.
     Fallocate { mode: i32, len: u64 },
-    /// `sync_file_range(offset, len, SYNC_FILE_RANGE_WRITE)`.
-    SyncRange { len: u32 },
+    /// `sync_file_range(offset, len, flags)`.
+    SyncRange { len: u32, flags: u32 },
 }
 
 /// One operation handed to a lane.
@@ -853,12 +853,12 @@ impl RingThread {
                         .user_data(ud(slot, false)),
                 );
             }
-            Work::SyncRange { len } => {
+            Work::SyncRange { len, flags } => {
                 op_kind = RingOp::SyncRange;
                 entries.push(
                     opcode::SyncFileRange::new(fd, *len)
                         .offset(a.req.offset)
-                        .flags(libc::SYNC_FILE_RANGE_WRITE)
+                        .flags(*flags)
                         .build()
                         .user_data(ud(slot, false)),
                 );
@@ -1374,13 +1374,24 @@ impl EnvFile for UringFile {
                 e
             })
     }
-    fn start_writeback(&self, offset: u64, len: u64) -> EnvResult<()> {
+    fn write_back(&self, offset: u64, len: u64, wait: bool) -> EnvResult<()> {
+        let flags = if wait {
+            libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                | libc::SYNC_FILE_RANGE_WRITE
+                | libc::SYNC_FILE_RANGE_WAIT_AFTER
+        } else {
+            libc::SYNC_FILE_RANGE_WRITE
+        };
         // Bounded: one request per 2 GiB piece (the SQE's length is 32 bits).
         let mut at = offset;
         let end = offset + len;
         while at < end {
             let n = (end - at).min(1 << 31);
-            self.call(self.lane(), at, Work::SyncRange { len: n as u32 })?;
+            let work = Work::SyncRange {
+                len: n as u32,
+                flags,
+            };
+            self.call(self.lane(), at, work)?;
             at += n;
         }
         Ok(())
@@ -1556,7 +1567,8 @@ mod tests {
         assert!(f.allocated_bytes().unwrap() >= 4 << 20);
         f.punch_hole(1 << 20, 1 << 20).unwrap();
         assert!(f.allocated_bytes().unwrap() < 4 << 20);
-        f.start_writeback(0, 4 << 20).unwrap();
+        f.write_back(0, 4 << 20, false).unwrap();
+        f.write_back(0, 4 << 20, true).unwrap();
     }
 
     #[test]

@@ -10,8 +10,10 @@
 //! - `pool`: whole pre-zeroed files prepared in the background.
 //! - `prezero`: zeros ahead of the write position ([`Prezero`]) and the process's background
 //!   pre-zeroing thread.
+//! - `activity`: whether a batch is being written now (flushes yield the disk to it).
 //! - [`recovery`]: reading a storage's `Journals/` back on open (DESIGN invariant 7).
 
+pub(crate) mod activity;
 mod files;
 mod pool;
 mod prezero;

@@ -392,7 +392,10 @@ impl Journal {
             "the batch's slices cover its records and padding"
         );
         // One write and one fdatasync (on io_uring: a linked WRITEV + FSYNC(DATASYNC)).
-        io.file.write_vectored_and_sync(&slices, io.pos)?;
+        {
+            let _busy = super::activity::batch();
+            io.file.write_vectored_and_sync(&slices, io.pos)?;
+        }
         self.fdatasyncs.fetch_add(1, Ordering::Relaxed);
         io.pos += len;
         if self.pool.target > 0
