@@ -160,6 +160,9 @@ impl Drop for Timeline {
 /// `fdatasync` pairs on a pre-allocated file (deleted afterwards).
 pub fn probe_synced_writes(dir: &Path, count: u32) -> CliResult<f64> {
     let path = dir.join(format!(".omnibus-probe-{}", std::process::id()));
+    // Regression (a fresh-user trial of `cli_bench_measures`): a SIGTERM while this probe ran
+    // left the file behind in the user's --dir.
+    remove_on_interrupt(&path);
     let r = (|| -> std::io::Result<f64> {
         let mut f = std::fs::OpenOptions::new()
             .create(true)
@@ -344,7 +347,8 @@ fn cleanup() -> std::sync::MutexGuard<'static, Cleanup> {
     CLEANUP.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Registers `dir` to be deleted if the run is interrupted (SIGINT, SIGTERM, SIGHUP).
+/// Registers `dir` (a directory, or a file) to be deleted if the run is interrupted (SIGINT,
+/// SIGTERM, SIGHUP).
 pub fn remove_on_interrupt(dir: &Path) {
     cleanup().dirs.push(dir.to_path_buf());
 }
@@ -381,7 +385,9 @@ pub fn handle_interrupts() {
                 leave_cgroup(group, parent_procs);
             }
             for d in c.dirs.iter().rev() {
-                let _ = std::fs::remove_dir_all(d);
+                if std::fs::remove_dir_all(d).is_err() {
+                    let _ = std::fs::remove_file(d);
+                }
             }
             std::process::exit(128 + sig);
         });
