@@ -254,22 +254,20 @@ fn assert_poisoned(s: &omnibus::Storage) {
     assert!(refused, "poisoned after a failed batch");
 }
 
-/// The threads of this process whose name starts with `prefix` (from `/proc/self/task`).
-fn threads_named(prefix: &str) -> Vec<i32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
-        if comm.starts_with(prefix) {
-            if let Ok(tid) = e.file_name().to_string_lossy().parse() {
-                out.push(tid);
-            }
-        }
-    }
-    out
+/// Every thread of this process but `except` (from `/proc/self/task`).
+fn threads_except(except: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+        .filter(|tid| *tid != except)
+        .collect()
 }
 
-/// A thread sends SIGPROF 1,000 times a second to the ring threads (`tgkill`) while three
-/// storages commit: their `io_uring_enter` calls return EINTR and are retried; no commit fails.
+/// A thread sends SIGPROF 1,000 times a second to every other thread of the process (`tgkill`)
+/// while three storages commit: the committing threads drive their journal batches through
+/// their own rings and the lane threads wait in `io_uring_enter`; interrupted calls (EINTR)
+/// are retried and no commit fails.
 #[test]
 fn signal_storm_never_fails_a_commit() {
     extern "C" fn on_signal(_: libc::c_int) {}
@@ -288,10 +286,10 @@ fn signal_storm_never_fails_a_commit() {
     let st = stop.clone();
     let storm = std::thread::spawn(move || {
         let mut sent = 0u64;
-        // SAFETY: getpid has no preconditions.
-        let pid = unsafe { libc::getpid() };
+        // SAFETY: getpid and gettid have no preconditions.
+        let (pid, me) = unsafe { (libc::getpid(), libc::gettid()) };
         while !st.load(Ordering::Relaxed) {
-            for tid in threads_named("omnibus-ring") {
+            for tid in threads_except(me) {
                 // SAFETY: tgkill(2) to a thread of our own process, with a handled signal.
                 unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, libc::SIGPROF) };
                 sent += 1;
