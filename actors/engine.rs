@@ -54,7 +54,8 @@ pub struct EngineOptions {
     /// Requests merged into one transaction at most. Default 1,024.
     pub max_requests_per_txn: usize,
     /// Threads of the critical I/O lane (journal batches of separate-mode journals, which use
-    /// them concurrently). Default 16. A shared journal's writer has a thread of its own.
+    /// them concurrently, and the `fallocate` of commits that grow their data file). Default
+    /// 16. A shared journal's writer has a thread of its own.
     pub critical_lane_threads: usize,
     /// Threads of the background I/O lane (flushes, opening storages, index builds), low I/O
     /// priority. Default: four per executor (each flusher runs up to four flushes at once).
@@ -354,11 +355,16 @@ impl EngineInner {
         };
         let (tx, rx) = flume::bounded::<StorageMsg>(self.opts.mailbox_capacity.max(1));
         let s = storage.clone();
-        let max = self.opts.max_requests_per_txn.max(1);
-        let pressure = self.pressure(exec);
+        let links = storage_actor::Links {
+            journal,
+            lane: self.critical.clone(),
+            max_requests: self.opts.max_requests_per_txn.max(1),
+            feed,
+            pressure: self.pressure(exec),
+        };
         self.spawn_on(
             exec,
-            Box::new(move || Box::pin(storage_actor::run(s, rx, journal, max, feed, pressure))),
+            Box::new(move || Box::pin(storage_actor::run(s, rx, links))),
         )?;
         if let Some(f) = self.flusher(exec) {
             let _ = f.send(FlusherMsg::Add(storage.clone()));
