@@ -3,11 +3,12 @@
 //!
 //! `Engine::start` raises the soft `RLIMIT_MEMLOCK` toward the hard limit (glommio locks about
 //! 512 KiB per executor for its rings), starts one `LocalExecutor` pinned to each chosen CPU,
-//! and on each a reader task and a flusher actor. Storage actors and journal writers are spawned
-//! onto executors as databases and storages are opened. `Engine::shutdown` stops the storage
-//! actors (each finishes its queued requests), then the journal writers, flushers and readers,
-//! closes the databases (flushing them) and joins the executor threads; errors are returned, not
-//! lost. Dropping an `Engine` shuts it down.
+//! marks its thread as an executor (a blocking disk call there is a bug: counted, and a panic
+//! in debug builds), and on each a reader task and a flusher actor. Storage actors and journal
+//! writers are spawned onto executors as databases and storages are opened. `Engine::shutdown`
+//! stops the storage actors (each finishes its queued requests), then the journal writers,
+//! flushers and readers, closes the databases (flushing them) and joins the executor threads;
+//! errors are returned, not lost. Dropping an `Engine` shuts it down.
 //!
 //! Indexes ([`DatabaseHandle::define_index`]) are index actors (`index.rs`) fed by the root's
 //! storage actor. Shutdown abandons the builds in progress, stops the root's actor first (its
@@ -226,6 +227,9 @@ impl Engine {
             let handle = LocalExecutorBuilder::new(Placement::Fixed(*cpu))
                 .name(&format!("omnibus-exec-{i}"))
                 .spawn(move || async move {
+                    // Any blocking disk call on this thread is a bug (checked by the core's
+                    // default environment).
+                    crate::env::mark_executor_thread();
                     glommio::spawn_local(reader_pool::run(readers)).detach();
                     glommio::spawn_local(flusher::run(frx, lane, tick, budget, flag)).detach();
                     while let Ok(job) = srx.recv_async().await {

@@ -16,9 +16,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod default;
+pub mod executor_guard;
 pub mod testing;
 
 pub use default::DefaultEnv;
+pub use executor_guard::{mark_executor_thread, on_executor};
 
 /// A failed file operation: the operation, the path and the operating system's error.
 #[derive(Debug, thiserror::Error)]
