@@ -3,11 +3,12 @@
 //!
 //! `Engine::start` raises the soft `RLIMIT_MEMLOCK` toward the hard limit (glommio locks about
 //! 512 KiB per executor for its rings), starts one `LocalExecutor` pinned to each chosen CPU,
-//! and on each a reader task and a flusher actor. Storage actors and journal writers are spawned
-//! onto executors as databases and storages are opened. `Engine::shutdown` stops the storage
-//! actors (each finishes its queued requests), then the journal writers, flushers and readers,
-//! closes the databases (flushing them) and joins the executor threads; errors are returned, not
-//! lost. Dropping an `Engine` shuts it down.
+//! marks its thread as an executor (a blocking disk call there is a bug: counted, and a panic
+//! in debug builds), and on each a reader task and a flusher actor. Storage actors and journal
+//! writers are spawned onto executors as databases and storages are opened. `Engine::shutdown`
+//! stops the storage actors (each finishes its queued requests), then the journal writers,
+//! flushers and readers, closes the databases (flushing them) and joins the executor threads;
+//! errors are returned, not lost. Dropping an `Engine` shuts it down.
 //!
 //! Indexes ([`DatabaseHandle::define_index`]) are index actors (`index.rs`) fed by the root's
 //! storage actor. Shutdown abandons the builds in progress, stops the root's actor first (its
@@ -54,7 +55,8 @@ pub struct EngineOptions {
     /// Requests merged into one transaction at most. Default 1,024.
     pub max_requests_per_txn: usize,
     /// Threads of the critical I/O lane (journal batches of separate-mode journals, which use
-    /// them concurrently). Default 16. A shared journal's writer has a thread of its own.
+    /// them concurrently, and the `fallocate` of commits that grow their data file). Default
+    /// 16. A shared journal's writer has a thread of its own.
     pub critical_lane_threads: usize,
     /// Threads of the background I/O lane (flushes, opening storages, index builds), low I/O
     /// priority. Default: four per executor (each flusher runs up to four flushes at once).
@@ -225,6 +227,9 @@ impl Engine {
             let handle = LocalExecutorBuilder::new(Placement::Fixed(*cpu))
                 .name(&format!("omnibus-exec-{i}"))
                 .spawn(move || async move {
+                    // Any blocking disk call on this thread is a bug (checked by the core's
+                    // default environment).
+                    crate::env::mark_executor_thread();
                     glommio::spawn_local(reader_pool::run(readers)).detach();
                     glommio::spawn_local(flusher::run(frx, lane, tick, budget, flag)).detach();
                     while let Ok(job) = srx.recv_async().await {
@@ -354,11 +359,16 @@ impl EngineInner {
         };
         let (tx, rx) = flume::bounded::<StorageMsg>(self.opts.mailbox_capacity.max(1));
         let s = storage.clone();
-        let max = self.opts.max_requests_per_txn.max(1);
-        let pressure = self.pressure(exec);
+        let links = storage_actor::Links {
+            journal,
+            lane: self.critical.clone(),
+            max_requests: self.opts.max_requests_per_txn.max(1),
+            feed,
+            pressure: self.pressure(exec),
+        };
         self.spawn_on(
             exec,
-            Box::new(move || Box::pin(storage_actor::run(s, rx, journal, max, feed, pressure))),
+            Box::new(move || Box::pin(storage_actor::run(s, rx, links))),
         )?;
         if let Some(f) = self.flusher(exec) {
             let _ = f.send(FlusherMsg::Add(storage.clone()));

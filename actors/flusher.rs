@@ -7,7 +7,8 @@
 //!
 //! State owned: the list of storages of this executor, and this executor's share of the
 //! engine's memory budget ([`crate::actors::EngineOptions::memory_budget_bytes`] divided by the
-//! executors). Every tick it asks each storage whether a flush is due
+//! executors). Every tick it asks each storage, in one job on the lane (asking takes the
+//! journal's lock, which a batch holds across its `fdatasync`), whether a flush is due
 //! ([`crate::Storage::flush_due`]: scratch plus freed pages over the storage's threshold, age,
 //! or records in a journal file that is no longer current, which bounds journal retention) and
 //! runs the due flushes on the lane, up to four at a time; then, while the storages' scratch tables
@@ -86,6 +87,20 @@ pub(crate) async fn pace(pressure: &Pressure) {
     }
 }
 
+/// The scratch bytes of each of `live` and whether a flush is due, asked on `lane`:
+/// [`Storage::flush_due`] takes the journal's lock, which a batch holds across its `pwritev`
+/// and `fdatasync`, so asking here would hold up this executor for a sync. A closed lane
+/// (shutdown) answers nothing due.
+async fn poll(live: Vec<Storage>, lane: &IoLane) -> (Vec<Storage>, Vec<u64>, Vec<bool>) {
+    lane.run(move || {
+        let scratch = live.iter().map(Storage::scratch_bytes).collect();
+        let due = live.iter().map(Storage::flush_due).collect();
+        Ok((live, scratch, due))
+    })
+    .await
+    .unwrap_or_default()
+}
+
 /// The flusher's loop; `budget` is this executor's share of the engine's memory budget.
 pub(crate) async fn run(
     rx: flume::Receiver<FlusherMsg>,
@@ -107,9 +122,12 @@ pub(crate) async fn run(
                 }
             }
         }
-        let live: Vec<&Storage> = storages.iter().filter(|s| !s.is_poisoned()).collect();
-        let scratch: Vec<u64> = live.iter().map(|s| s.scratch_bytes()).collect();
-        let due: Vec<bool> = live.iter().map(|s| s.flush_due()).collect();
+        let live: Vec<Storage> = storages
+            .iter()
+            .filter(|s| !s.is_poisoned())
+            .cloned()
+            .collect();
+        let (live, scratch, due) = poll(live, &lane).await;
         let picked = pick(&scratch, &due, budget);
         // Bounded: FLUSH_CONCURRENCY flushes in flight at a time, each storage once.
         for group in picked.chunks(FLUSH_CONCURRENCY) {

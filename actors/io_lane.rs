@@ -1,10 +1,13 @@
 //! I/O lanes: plain threads that run the blocking disk calls (`pwritev`, `fdatasync`,
-//! `fallocate`, flushes) so that no executor blocks on the disk for longer than a short call.
+//! `fallocate`, flushes, opening files, directory syncs) so that no executor ever waits for the
+//! disk (checked in debug builds: see `mod.rs`).
 //!
-//! - The *critical lane* runs journal batches (write + `fdatasync`) for the journal-writer
-//!   actors: a small pool of threads at normal I/O priority.
-//! - The *background lane* runs flushes (and the other blocking housekeeping: opening
-//!   storages) at low I/O priority: `ioprio_set(IOPRIO_CLASS_BE, 7)` on each of its threads.
+//! - The *critical lane* runs what a commit waits for: journal batches (write + `fdatasync`)
+//!   for the journal-writer actors of separate journals, and the `fallocate` of a commit that
+//!   grows its data file. A pool of threads at normal I/O priority.
+//! - The *background lane* runs flushes and the other blocking housekeeping (opening, creating
+//!   and dropping storages, index builds' scans, the flushers' polls) at low I/O priority:
+//!   `ioprio_set(IOPRIO_CLASS_BE, 7)` on each of its threads.
 //!
 //! Why threads and not glommio's file API: the core (`src/`) is synchronous and goes through
 //! the `StorageEnv` trait (default, power-loss, hooked environments), which glommio's DMA files

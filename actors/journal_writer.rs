@@ -121,10 +121,23 @@ pub(crate) async fn run(journal: Arc<Journal>, rx: flume::Receiver<JournalMsg>, 
             }
         }
         if let Some(reply) = b.stop {
+            release(journal, &lane).await;
             let _ = reply.send(());
             return;
         }
     }
+    release(journal, &lane).await;
+}
+
+/// Drops the actor's reference to `journal` on `lane`: once its storage is dropped it is the
+/// last one, and `Journal`'s drop waits for a background zero write and `fdatasync` in flight.
+async fn release(journal: Arc<Journal>, lane: &IoLane) {
+    let _ = lane
+        .run(move || {
+            drop(journal);
+            Ok(())
+        })
+        .await;
 }
 
 /// Starts the writer's own thread (shared mode): it blocks on the mailbox, writes and syncs

@@ -13,6 +13,21 @@
 //! root actor ──Arc<changes> per durable commit──▶ index actor (per index) ──Apply──▶ its storage actor
 //! ```
 //! Every mailbox is a bounded flume channel. The core (`src/`) never imports this module.
+//!
+//! Executors never block on the disk: an executor runs many actors, and a task that waits for
+//! an `fdatasync` or an `fallocate` stalls all of them. Every call that may wait for the disk
+//! runs on an I/O lane (`io_lane.rs`) or the shared journal writer's thread: journal batches;
+//! the `fallocate` of a commit that grows the data file (the storage actor grows the file on
+//! the critical lane before it prepares the commit); flushes; opening, creating and dropping
+//! storages; index builds' scans; the flusher's poll, whose `Storage::flush_due` takes the
+//! journal's lock that a batch holds across its sync; and a separate journal's writer actor's
+//! last reference to its journal (`Journal`'s drop waits for a background zero write). The
+//! engine marks each executor thread ([`crate::env::mark_executor_thread`]); the default
+//! environment counts every blocking call made on a marked thread and panics in debug builds
+//! ([`crate::env::executor_guard::blocking_calls_on_executors`]), and
+//! `tests/executor_never_blocks.rs` checks a whole workload. What no check sees: page faults
+//! of the read-only map (readers on executors may wait for a page to come in) and waits for a
+//! lock held across I/O.
 
 mod engine;
 mod flusher;

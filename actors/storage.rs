@@ -16,11 +16,14 @@
 //!
 //! Loop: wait for a request, take every request already queued (up to
 //! [`crate::actors::EngineOptions::max_requests_per_txn`]), apply them all in one write
-//! transaction, prepare the commit, send its record to the journal writer, and once it is
-//! durable publish the new state and answer every request. On the root, when any index is
-//! defined, each put and delete first reads the document's old value inside the transaction;
-//! once the commit is durable, its changes (txn id, key, old value, new value) go to every
-//! index feed, then the root's acknowledged txn id is stored, then the requests are answered.
+//! transaction, grow the data file on the critical I/O lane when the transaction needs more
+//! pages than it holds (a blocking `fallocate`: never on the executor; it happens once per
+//! 1/8 of the file's size, 1 to 64 MiB), prepare the commit, send its record to the journal
+//! writer, and once it is durable publish the new state and answer every request. On the
+//! root, when any index is defined, each put and delete first reads the document's old value
+//! inside the transaction; once the commit is durable, its changes (txn id, key, old value,
+//! new value) go to every index feed, then the root's acknowledged txn id is stored, then the
+//! requests are answered.
 //! `AddFeed` and `Stop` are handled between transactions. Invariant: no request is answered,
 //! and no state published, before its transaction is durable; no change is fed before it is
 //! durable, and every root commit acknowledged after an `AddFeed` is fed to that port.
@@ -42,6 +45,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::index::{DocumentChange, IndexMsg, RootCommit, RootFeed};
+use super::io_lane::IoLane;
 use super::journal_writer::{self, JournalMsg};
 use super::reader_pool::ReadMsg;
 use futures_lite::future::block_on;
@@ -153,16 +157,30 @@ enum Reply {
     Apply(flume::Sender<Result<()>>),
 }
 
-/// The actor's loop. `feed` is set for a database's root storage: its commits are fed to the
-/// index actors registered with [`StorageMsg::AddFeed`].
-pub(crate) async fn run(
-    storage: Storage,
-    rx: flume::Receiver<StorageMsg>,
-    journal: flume::Sender<JournalMsg>,
-    max_requests: usize,
-    feed: Option<Arc<RootFeed>>,
-    pressure: super::flusher::Pressure,
-) {
+/// What a storage actor is connected to, besides its storage and mailbox.
+pub(crate) struct Links {
+    /// The journal writer its commits go to.
+    pub journal: flume::Sender<JournalMsg>,
+    /// The lane that grows its data file (the critical lane: growth is on the commit path).
+    pub lane: IoLane,
+    /// Requests merged into one transaction at most.
+    pub max_requests: usize,
+    /// Set for a database's root storage: its commits are fed to the index actors registered
+    /// with [`StorageMsg::AddFeed`].
+    pub feed: Option<Arc<RootFeed>>,
+    /// Its executor's pressure flag (see `flusher.rs`).
+    pub pressure: super::flusher::Pressure,
+}
+
+/// The actor's loop.
+pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links: Links) {
+    let Links {
+        journal,
+        lane,
+        max_requests,
+        feed,
+        pressure,
+    } = links;
     // The index actors' feeds (root storage only). Owned by this actor: no lock.
     let mut ports: Vec<flume::Sender<IndexMsg>> = Vec::new();
     loop {
@@ -197,7 +215,7 @@ pub(crate) async fn run(
         }
         if !payloads.is_empty() {
             let capture = feed.is_some() && !ports.is_empty();
-            match apply(&storage, payloads, &journal, capture).await {
+            match apply(&storage, payloads, &journal, &lane, capture).await {
                 Ok((per, committed)) => {
                     if let (Some(f), Some((txn, changes))) = (&feed, committed) {
                         if capture {
@@ -277,16 +295,29 @@ async fn feed_indexes(
 /// One transaction's per-request results, and `(txn id, document changes)` when it committed.
 type Applied = (Vec<Vec<bool>>, Option<(u64, Vec<DocumentChange>)>);
 
-/// Applies every request in one write transaction and commits it through the journal writer.
-/// With `capture`, each put and delete also records the document's old and new value (read
-/// inside the transaction), for the index feed.
+/// Runs `f`, which builds or prepares a transaction of `storage`; a panic poisons the storage
+/// (and its journal) and is answered as [`Error::Poisoned`].
+fn poison_on_panic<T>(storage: &Storage, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        storage.poison("a storage actor panicked while building a transaction");
+        Err(Error::Poisoned {
+            cause: "a storage actor panicked".into(),
+        })
+    })
+}
+
+/// Applies every request in one write transaction and commits it through the journal writer;
+/// the data file is grown on `lane` first when the transaction needs it. With `capture`, each
+/// put and delete also records the document's old and new value (read inside the
+/// transaction), for the index feed.
 async fn apply(
     storage: &Storage,
     payloads: Vec<Payload>,
     journal: &flume::Sender<JournalMsg>,
+    lane: &IoLane,
     capture: bool,
 ) -> Result<Applied> {
-    let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<_> {
+    let (w, per, changes) = poison_on_panic(storage, || {
         let mut w = storage.try_begin_write()?;
         let mut per = Vec::with_capacity(payloads.len());
         let mut changes = Vec::new();
@@ -334,17 +365,15 @@ async fn apply(
                 }
             }
         }
-        Ok((w.prepare()?, per, changes))
-    }));
-    let (prepared, per, changes) = match built {
-        Ok(r) => r?,
-        Err(_) => {
-            storage.poison("a storage actor panicked while building a transaction");
-            return Err(Error::Poisoned {
-                cause: "a storage actor panicked".into(),
-            });
-        }
-    };
+        Ok((w, per, changes))
+    })?;
+    // Growing the data file is a blocking `fallocate`: on the lane, while this executor serves
+    // its other actors. An error (ENOSPC) fails this transaction only; nothing is lost.
+    if let Some(pages) = w.data_file_growth() {
+        let s = storage.clone();
+        lane.run(move || s.grow_data_file(pages)).await?;
+    }
+    let prepared = poison_on_panic(storage, || w.prepare())?;
     let Some(mut p) = prepared else {
         return Ok((per, None));
     };

@@ -351,6 +351,21 @@ impl Storage {
         self.inner.needs_flush() || self.inner.journal.pins_old_file(self.inner.storage_id)
     }
 
+    /// Grows the data file (`fallocate`, in steps of 1/8 of its size, 1 MiB to 64 MiB) so that
+    /// it holds at least `pages` pages of 8 KiB; does nothing when it already does. A write
+    /// transaction's commit grows the file itself when it must
+    /// ([`crate::WriteTransaction::prepare`]); the actor runtime calls this first on an I/O lane
+    /// for a transaction that needs it ([`crate::WriteTransaction::data_file_growth`]), so that
+    /// no executor waits for `fallocate`. Blocking: one `fallocate` when the file is too short.
+    ///
+    /// Errors: [`Error::Closed`], [`Error::ReadOnly`], [`Error::Poisoned`]; the `fallocate`
+    /// error (`ENOSPC` when the file system is full: nothing is lost and the storage stays
+    /// usable).
+    pub fn grow_data_file(&self, pages: u64) -> Result<()> {
+        self.inner.check_writable()?;
+        self.inner.ensure_data_len(pages)
+    }
+
     /// Bytes a flush would give back: the scratch table's page images (memory) plus the pages
     /// freed since the last flush (data file space that cannot be reused until a flush).
     /// Cheap (two atomic loads).
@@ -685,6 +700,8 @@ impl Inner {
     }
 
     /// Grows the data file (in steps of 1/8 of its size, 1 MiB to 64 MiB) to hold `pages`.
+    /// The known length only grows (`fetch_max`), so two growths racing (a commit's and
+    /// [`Storage::grow_data_file`]'s) leave it at most the length really allocated.
     pub fn ensure_data_len(&self, pages: u64) -> Result<()> {
         let need = pages * PAGE_SIZE as u64;
         let cur = self.file_len.load(Ordering::Acquire);
@@ -698,12 +715,12 @@ impl Inner {
             Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && target > need => {
                 // Try just what is needed before giving up.
                 self.data.allocate(cur, need - cur)?;
-                self.file_len.store(need, Ordering::Release);
+                self.file_len.fetch_max(need, Ordering::AcqRel);
                 return Ok(());
             }
             Err(e) => return Err(e.into()),
         }
-        self.file_len.store(target, Ordering::Release);
+        self.file_len.fetch_max(target, Ordering::AcqRel);
         Ok(())
     }
 

@@ -1,5 +1,9 @@
 //! The real file system: `pread`, `pwrite`, `pwritev`, `fdatasync`, `fallocate`, `link`,
 //! directory `fsync`, through `std` and `rustix`.
+//!
+//! Every call that may wait for the disk first checks that it is not made on an executor
+//! thread ([`super::executor_guard`]: counted, and a panic in debug builds); `fstat` of an open
+//! file is not checked (no disk wait).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, IoSlice};
@@ -10,6 +14,7 @@ use std::sync::Arc;
 
 use rustix::fs::FallocateFlags;
 
+use super::executor_guard::check_blocking;
 use super::{EnvError, EnvFile, EnvResult, OpenMode, StorageEnv};
 
 /// The default storage environment: real files, real `fdatasync`.
@@ -36,6 +41,11 @@ impl DefaultFile {
     fn err(&self, op: &'static str, e: io::Error) -> EnvError {
         EnvError::new(op, &self.path, e)
     }
+
+    /// Checks that `op`, about to wait for the disk, is not made on an executor thread.
+    fn blocking(&self, op: &'static str) {
+        check_blocking(op, &self.path);
+    }
 }
 
 /// `IOV_MAX` on Linux.
@@ -51,18 +61,21 @@ impl EnvFile for DefaultFile {
     }
 
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> EnvResult<()> {
+        self.blocking("pread");
         self.file
             .read_exact_at(buf, offset)
             .map_err(|e| self.err("pread", e))
     }
 
     fn write_all_at(&self, buf: &[u8], offset: u64) -> EnvResult<()> {
+        self.blocking("pwrite");
         self.file
             .write_all_at(buf, offset)
             .map_err(|e| self.err("pwrite", e))
     }
 
     fn write_vectored_all_at(&self, bufs: &[IoSlice<'_>], mut offset: u64) -> EnvResult<()> {
+        self.blocking("pwritev");
         assert!(bufs.len() <= IOV_MAX, "more than IOV_MAX slices");
         // Skip whole slices already written, and the written prefix of the first partial one.
         let mut idx = 0;
@@ -95,6 +108,7 @@ impl EnvFile for DefaultFile {
     }
 
     fn sync_data(&self) -> EnvResult<()> {
+        self.blocking("fdatasync");
         self.file.sync_data().map_err(|e| self.err("fdatasync", e))
     }
 
@@ -160,11 +174,13 @@ impl EnvFile for DefaultFile {
     }
 
     fn allocate(&self, offset: u64, len: u64) -> EnvResult<()> {
+        self.blocking("fallocate");
         rustix::fs::fallocate(&self.file, FallocateFlags::empty(), offset, len)
             .map_err(|e| self.err("fallocate", errno(e)))
     }
 
     fn punch_hole(&self, offset: u64, len: u64) -> EnvResult<()> {
+        self.blocking("fallocate(PUNCH_HOLE)");
         rustix::fs::fallocate(
             &self.file,
             FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
@@ -175,6 +191,7 @@ impl EnvFile for DefaultFile {
     }
 
     fn set_len(&self, len: u64) -> EnvResult<()> {
+        self.blocking("ftruncate");
         self.file.set_len(len).map_err(|e| self.err("ftruncate", e))
     }
 
@@ -198,6 +215,7 @@ impl EnvFile for DefaultFile {
     }
 
     fn write_zeros_uncached(&self, offset: u64, len: u64) -> EnvResult<()> {
+        self.blocking("pwrite (O_DIRECT zeros)");
         let block = DIRECT_ZEROS.0.len() as u64;
         // O_DIRECT needs block-aligned offsets and lengths; the pool's files are whole MiBs.
         let direct = offset % 4096 == 0 && len % 4096 == 0;
@@ -240,6 +258,7 @@ static DIRECT_ZEROS: AlignedZeros = AlignedZeros([0u8; 1 << 20]);
 
 impl StorageEnv for DefaultEnv {
     fn open(&self, path: &Path, mode: OpenMode) -> EnvResult<Arc<dyn EnvFile>> {
+        check_blocking("open", path);
         let mut o = OpenOptions::new();
         o.read(true).write(true);
         match mode {
@@ -259,10 +278,12 @@ impl StorageEnv for DefaultEnv {
     }
 
     fn exists(&self, path: &Path) -> bool {
+        check_blocking("stat", path);
         path.exists()
     }
 
     fn create_dir(&self, path: &Path) -> EnvResult<()> {
+        check_blocking("mkdir", path);
         match std::fs::create_dir(path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
@@ -271,12 +292,14 @@ impl StorageEnv for DefaultEnv {
     }
 
     fn sync_dir(&self, path: &Path) -> EnvResult<()> {
+        check_blocking("fsync dir", path);
         let dir = File::open(path).map_err(|e| EnvError::new("open dir", path, e))?;
         dir.sync_all()
             .map_err(|e| EnvError::new("fsync dir", path, e))
     }
 
     fn list_dir(&self, path: &Path) -> EnvResult<Vec<String>> {
+        check_blocking("readdir", path);
         let rd = std::fs::read_dir(path).map_err(|e| EnvError::new("readdir", path, e))?;
         let mut out = Vec::new();
         for entry in rd {
@@ -287,18 +310,22 @@ impl StorageEnv for DefaultEnv {
     }
 
     fn link(&self, from: &Path, to: &Path) -> EnvResult<()> {
+        check_blocking("link", to);
         std::fs::hard_link(from, to).map_err(|e| EnvError::new("link", to, e))
     }
 
     fn rename(&self, from: &Path, to: &Path) -> EnvResult<()> {
+        check_blocking("rename", to);
         std::fs::rename(from, to).map_err(|e| EnvError::new("rename", to, e))
     }
 
     fn remove_file(&self, path: &Path) -> EnvResult<()> {
+        check_blocking("unlink", path);
         std::fs::remove_file(path).map_err(|e| EnvError::new("unlink", path, e))
     }
 
     fn remove_dir_all(&self, path: &Path) -> EnvResult<()> {
+        check_blocking("rmdir", path);
         std::fs::remove_dir_all(path).map_err(|e| EnvError::new("rmdir", path, e))
     }
 }

@@ -16,10 +16,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod default;
+pub mod executor_guard;
 pub mod testing;
 pub mod uring;
 
 pub use default::DefaultEnv;
+pub use executor_guard::{mark_executor_thread, on_executor};
 pub use uring::UringEnv;
 
 /// A failed file operation: the operation, the path and the operating system's error.

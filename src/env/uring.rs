@@ -1373,6 +1373,7 @@ impl UringFile {
     }
 
     fn call(&self, lane: &Lane, offset: u64, work: Work) -> EnvResult<()> {
+        super::executor_guard::check_blocking("io_uring (lane)", self.inner.path());
         debug_assert!(
             lane.kind == LaneKind::Critical || !self.journal,
             "journal file on the background lane"
@@ -1383,6 +1384,7 @@ impl UringFile {
 
     /// A critical-lane operation on the calling thread's own ring (`Lane::call_inline`).
     fn inline(&self, offset: u64, work: Work) -> EnvResult<()> {
+        super::executor_guard::check_blocking("io_uring (inline ring)", self.inner.path());
         self.lanes
             .critical
             .call_inline(&self.lanes, self.inner.raw_fd(), offset, work)
@@ -1454,6 +1456,7 @@ impl EnvFile for UringFile {
                     spans.push((*offset, start, iov.len() - start, total));
                 }
             }
+            super::executor_guard::check_blocking("io_uring writev (io_ring)", self.inner.path());
             let fd = self.inner.raw_fd();
             let base = iov.as_ptr();
             let works = spans.into_iter().map(|(offset, start, n, total)| {

@@ -976,6 +976,16 @@ impl WriteTransaction {
         prepared.finish(r)
     }
 
+    /// The data file length, in pages, that this transaction's commit needs when the file is
+    /// shorter than that now (`None` when it fits): [`WriteTransaction::prepare`] would grow the
+    /// file with a blocking `fallocate`. The actor runtime grows it first on an I/O lane with
+    /// [`crate::Storage::grow_data_file`], so that no executor waits for the disk. Cheap (one
+    /// atomic load).
+    pub fn data_file_growth(&self) -> Option<u64> {
+        let need = self.next_page * PAGE_SIZE as u64;
+        (need > self.inner.file_len.load(Ordering::Acquire)).then_some(self.next_page)
+    }
+
     /// The first half of [`WriteTransaction::commit`]: encodes every dirty page into a sealed
     /// image, grows the data file, and builds the journal record, without writing it. Returns
     /// `None` when the transaction changed nothing. The actor runtime sends the record to its
