@@ -2,9 +2,14 @@
 //! per *lane*, each ring owned by one dedicated thread (RavenDB Voron 7.1's global ring: one ring
 //! per lane for all files, rather than one per file, so the kernel's io-wq workers are shared).
 //!
-//! - The **critical lane** (`omnibus-ring-critical`) carries the journal: a batch is one
-//!   `IORING_OP_WRITEV` linked (`IOSQE_IO_LINK`) to one `IORING_OP_FSYNC` with
-//!   `IORING_FSYNC_DATASYNC`, and the journal files' other syncs.
+//! - The **critical lane** carries the journal: a batch is one `IORING_OP_WRITEV` linked
+//!   (`IOSQE_IO_LINK`) to one `IORING_OP_FSYNC` with `IORING_FSYNC_DATASYNC`, and the journal
+//!   files' other syncs. These run on a ring owned by the thread that writes the batch (the
+//!   shared journal's writer thread, a separate journal's lane thread, or a standalone
+//!   storage's group-commit leader: one ring per thread, created on first use), which submits
+//!   and waits itself: a hand-off to a lane thread cost two thread wake-ups each way
+//!   (`Lane::call_inline`, docs/BENCHMARKS.md). The lane's own thread
+//!   (`omnibus-ring-critical`) serves the journal files' rare other requests (`fallocate`).
 //! - The **background lane** (`omnibus-ring-background`, its thread at
 //!   `ioprio_set(IOPRIO_CLASS_BE, 7)` and each write SQE carrying that priority) carries the
 //!   data files: flush writes, header writes, `fallocate` (growth and `PUNCH_HOLE`),
