@@ -48,8 +48,11 @@ const CHUNK_BYTES: u64 = 1 << 20;
 const IDLE_CHUNK_BYTES: u64 = 16 << 20;
 /// While the journal is busy (a batch in flight, or one ended within [`JOURNAL_QUIET`]), a flush
 /// waits before its next chunk, up to this many times the last chunk's time (so a flush keeps
-/// at least a tenth of its speed under a steady stream of commits) and at most [`MAX_YIELD`].
-const YIELD_FACTOR: u32 = 9;
+/// at least a twentieth of its speed under a steady stream of commits) and at most
+/// [`MAX_YIELD`]. 9 gave serial commits 0.74-0.79x of their idle rate on the io_uring path (the
+/// ring's fsync waits for an io-wq worker while the flush's copies keep both cores busy); 19
+/// gave 0.99x (docs/BENCHMARKS.md).
+const YIELD_FACTOR: u32 = 19;
 /// How recently a journal batch must have ended for the journal to count as busy.
 const JOURNAL_QUIET: Duration = Duration::from_millis(1);
 /// The longest a flush waits before one chunk.
@@ -210,7 +213,11 @@ fn write_header(inner: &Inner, fs: &mut crate::storage::FlushState, h: Header) -
     };
     let img = h.encode(slot);
     debug_assert!(crate::page::verify_checksum(&img));
-    inner.data.write_all_at(&img, slot * PAGE_SIZE as u64)?;
+    // With the storage's write mode, as the pages it commits (io_ring: the background lane).
+    let page = [IoSlice::new(&img)];
+    inner
+        .data
+        .write_runs(&[(slot * PAGE_SIZE as u64, &page[..])], inner.write_mode.0)?;
     inner.data.sync_data()?;
     fs.header_seq += 1;
     fs.header_slot = slot;

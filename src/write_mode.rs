@@ -6,8 +6,9 @@
 //! The probe (about 100-300 ms, once per device per process): in the storage's directory, a
 //! scratch file `.omnibus-write-probe` receives the same 4 MiB (32 runs of 16 pages, a gap of
 //! one page between runs, so runs stay separate) with every mode in turn, each followed by
-//! `fdatasync`, five rounds interleaved; among the modes whose median time is within 10% of the
-//! fastest (a probe this short cannot tell them apart), the first of [`PREFERENCE`] wins; the
+//! `fdatasync`, five rounds interleaved; among the modes whose median time is within 20% of the
+//! fastest (a probe this short cannot tell them apart), the first of
+//! [`PREFERENCE`] wins; the
 //! file is removed. It runs only through the process's default environment ([`crate::env::default_env`]):
 //! a storage opened with another environment (the test environments) gets
 //! [`WriteMode::VectoredFileIo`] without a probe, so tests stay deterministic.
@@ -26,8 +27,11 @@ const PROBE_FILE: &str = ".omnibus-write-probe";
 const PROBE_RUNS: usize = 32;
 const PROBE_RUN_PAGES: usize = 16;
 const PROBE_ROUNDS: usize = 5;
-/// Modes whose median is within this fraction of the fastest count as tied ...
-const TIE: f64 = 0.10;
+/// Modes whose median is within this fraction of the fastest count as tied ... (10% first; on
+/// an XFS loop device the 4 MiB probe then put file_io ahead of vectored_file_io, which was
+/// the faster mode for real 65 MiB flushes there, 85% of the best: the probe's noise on that
+/// device is about 20%, docs/BENCHMARKS.md)
+const TIE: f64 = 0.20;
 /// ... and a tie goes to the first of this order: the fewest moving parts and the least CPU per
 /// byte where measured (docs/BENCHMARKS.md, write modes): one `pwritev` per run on the flusher's
 /// thread, then `pwrite` per page, then the ring, then the map.
@@ -182,6 +186,15 @@ mod tests {
             (IoRing, 1331),
         ];
         assert_eq!(pick(&ext4), VectoredFileIo);
+        // XFS on a loop device as probed: file_io 3,322 µs, vectored 3,810 µs (15% slower in the
+        // probe, 15% faster in 65 MiB flushes): within the tie window, vectored preferred.
+        let xfs = [
+            (Mmap, 4422),
+            (FileIo, 3322),
+            (VectoredFileIo, 3810),
+            (IoRing, 3338),
+        ];
+        assert_eq!(pick(&xfs), VectoredFileIo);
         let ring_wins = [
             (Mmap, 900),
             (FileIo, 900),
