@@ -464,14 +464,14 @@ impl Lane {
         };
         INLINE_RINGS.with(|rings| -> LaneResult {
             let mut rings = rings.borrow_mut();
-            if !rings.contains_key(&env.id) {
-                let (_tx, rx) = flume::bounded(1);
-                let rt = RingThread::new(self.kind, &env.cfg, self.shared.clone(), rx)
-                    .map_err(|e| ("io_uring_setup", e))?;
-                rings.insert(env.id, rt);
-            }
-            let Some(rt) = rings.get_mut(&env.id) else {
-                return Err(closed());
+            let rt = match rings.entry(env.id) {
+                std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    let (_tx, rx) = flume::bounded(1);
+                    let rt = RingThread::new(self.kind, &env.cfg, self.shared.clone(), rx)
+                        .map_err(|e| ("io_uring_setup", e))?;
+                    v.insert(rt)
+                }
             };
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.drive(req)));
             if r.is_err() {
