@@ -7,31 +7,17 @@
 //!
 //! `cargo bench --bench flush_interference -- [--keys N] [--dir D]`
 
+#[path = "common/mod.rs"]
+mod common;
+use common::cpu_now;
+use common::splitmix;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hdrhistogram::Histogram;
 use omnibus::{FlushMode, Options, Storage};
-
-fn cpu_now() -> Duration {
-    // SAFETY: getrusage writes into the zeroed struct we pass.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
-        ru
-    };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
-fn splitmix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
 
 struct Phase {
     hist: Histogram<u64>,

@@ -10,6 +10,9 @@
 //! `cargo bench --bench shared_journal -- [--seconds S] [--branches N] [--threads T] [--dir D]`
 //! (`OMNIBUS_BENCH_QUICK=1`: 2 s per mode, 20 branches, 16 threads).
 
+#[path = "common/mod.rs"]
+mod common;
+use common::cpu_now;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -68,18 +71,6 @@ struct Run {
 
 fn run_mode(a: &Args, mode: JournalMode) -> Run {
     run_with(a, mode, omnibus::env::default_env(), a.threads)
-}
-
-/// Process CPU time (user + system) so far, from getrusage.
-fn cpu_now() -> Duration {
-    // SAFETY: getrusage writes into the zeroed struct we pass.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
-        ru
-    };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 fn run_with(

@@ -8,28 +8,14 @@
 //!
 //! `cargo bench --bench write_modes -- [--keys N] [--rounds R] [--dir D]...`
 
+#[path = "common/mod.rs"]
+mod common;
+use common::cpu_now;
+use common::splitmix;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use omnibus::{FlushMode, Options, Storage, WriteMode};
-
-fn cpu_now() -> Duration {
-    // SAFETY: getrusage writes into the zeroed struct we pass.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
-        ru
-    };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
-fn splitmix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
 
 /// One flush of `keys` freshly committed keys in `dir` with `mode`: (GiB/s, CPU-s per GiB).
 fn flush_once(dir: &PathBuf, mode: WriteMode, keys: u64) -> (f64, f64) {

@@ -113,13 +113,7 @@ impl EnvFile for DefaultFile {
     }
 
     fn write_back(&self, offset: u64, len: u64, wait: bool) -> EnvResult<()> {
-        let flags = if wait {
-            libc::SYNC_FILE_RANGE_WAIT_BEFORE
-                | libc::SYNC_FILE_RANGE_WRITE
-                | libc::SYNC_FILE_RANGE_WAIT_AFTER
-        } else {
-            libc::SYNC_FILE_RANGE_WRITE
-        };
+        let flags = super::write_back_flags(wait);
         // SAFETY: sync_file_range on our own descriptor touches no memory of ours.
         let r = unsafe {
             libc::sync_file_range(

@@ -213,6 +213,19 @@ pub(crate) fn write_vectored_chunks<F: EnvFile + ?Sized>(
     Ok(())
 }
 
+/// `sync_file_range` flags for [`EnvFile::write_back`]: with `wait`,
+/// `WAIT_BEFORE | WRITE | WAIT_AFTER` (the range is on the device when it returns); without,
+/// `WRITE` (writeback started).
+pub(crate) fn write_back_flags(wait: bool) -> u32 {
+    if wait {
+        libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER
+    } else {
+        libc::SYNC_FILE_RANGE_WRITE
+    }
+}
+
 /// [`EnvFile::write_runs`]'s default: `FileIo` as one [`EnvFile::write_all_at`] per slice,
 /// every other mode as one [`EnvFile::write_vectored_all_at`] per run.
 pub(crate) fn write_runs_with_writes<F: EnvFile + ?Sized>(

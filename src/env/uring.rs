@@ -674,6 +674,28 @@ impl RingThread {
         })
     }
 
+    /// `io_uring_enter`: submits what is queued and, with `want > 0`, waits for that many
+    /// completions. A signal (`EINTR`) is counted and retried by the caller's loop; `EBUSY`
+    /// (completions not reaped yet) returns to be reaped; any other error is a broken ring and
+    /// panics (the lane's death: every waiter gets an error).
+    fn enter(&mut self, want: usize) {
+        let r = if want == 0 {
+            self.ring.submit()
+        } else {
+            self.ring.submit_and_wait(want)
+        };
+        match r {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
+                self.shared
+                    .enter_interrupted
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+            Err(e) => panic!("io_uring_enter failed: {e}"),
+        }
+    }
+
     /// Runs `req` to its answer on the calling thread (an inline ring: no eventfd read armed).
     fn drive(&mut self, req: Request) {
         self.backlog.push_back(req);
@@ -681,16 +703,7 @@ impl RingThread {
         // Bounded: every pass reaps at least one completion (or retries an interrupted
         // enter), and every operation ends within its bounded rounds.
         while !self.backlog.is_empty() || self.slots.iter().any(Option::is_some) {
-            match self.ring.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
-                    self.shared
-                        .enter_interrupted
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
-                Err(e) => panic!("io_uring_enter failed: {e}"),
-            }
+            self.enter(1);
             self.reap();
             self.start_backlog();
         }
@@ -772,16 +785,7 @@ impl RingThread {
                     return;
                 }
             }
-            match self.ring.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
-                    self.shared
-                        .enter_interrupted
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
-                Err(e) => panic!("io_uring_enter failed: {e}"),
-            }
+            self.enter(1);
             self.reap();
         }
     }
@@ -826,16 +830,7 @@ impl RingThread {
             }
             if attempt == 0 {
                 self.shared.sq_full.fetch_add(1, Ordering::Relaxed);
-                match self.ring.submit() {
-                    Ok(_) => {}
-                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
-                        self.shared
-                            .enter_interrupted
-                            .fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
-                    Err(e) => panic!("io_uring_enter failed: {e}"),
-                }
+                self.enter(0);
             }
         }
         false
@@ -1135,16 +1130,7 @@ impl RingThread {
         let mut tries = 0u32;
         while !self.start_round(slot) {
             tries += 1;
-            match self.ring.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
-                    self.shared
-                        .enter_interrupted
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
-                Err(e) => panic!("io_uring_enter failed: {e}"),
-            }
+            self.enter(1);
             assert!(tries < 1_000_000, "io_uring lane cannot make room");
             self.reap();
         }
@@ -1501,13 +1487,7 @@ impl EnvFile for UringFile {
             })
     }
     fn write_back(&self, offset: u64, len: u64, wait: bool) -> EnvResult<()> {
-        let flags = if wait {
-            libc::SYNC_FILE_RANGE_WAIT_BEFORE
-                | libc::SYNC_FILE_RANGE_WRITE
-                | libc::SYNC_FILE_RANGE_WAIT_AFTER
-        } else {
-            libc::SYNC_FILE_RANGE_WRITE
-        };
+        let flags = super::write_back_flags(wait);
         // Bounded: one request per 2 GiB piece (the SQE's length is 32 bits).
         let mut at = offset;
         let end = offset + len;
