@@ -710,11 +710,12 @@ impl Inner {
         }
         let step = (cur / 8).clamp(1 << 20, 64 << 20);
         let target = (need.max(cur + step)).div_ceil(1 << 20) << 20;
-        match self.data.allocate(cur, target - cur) {
+        // `allocate_or_zero`: where the file system has no fallocate, grow by writing zeros.
+        match crate::env::allocate_or_zero(&*self.data, cur, target - cur) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && target > need => {
                 // Try just what is needed before giving up.
-                self.data.allocate(cur, need - cur)?;
+                crate::env::allocate_or_zero(&*self.data, cur, need - cur)?;
                 self.file_len.fetch_max(need, Ordering::AcqRel);
                 return Ok(());
             }

@@ -122,7 +122,7 @@ fn probe(env: &dyn StorageEnv, dir: &Path) -> crate::Result<(WriteMode, String)>
         let runs: Vec<(u64, &[IoSlice<'_>])> = (0..PROBE_RUNS as u64)
             .map(|i| (i * (run_bytes + PAGE_SIZE as u64), &slices[..]))
             .collect();
-        f.allocate(0, PROBE_RUNS as u64 * (run_bytes + PAGE_SIZE as u64))?;
+        crate::env::allocate_or_zero(&*f, 0, PROBE_RUNS as u64 * (run_bytes + PAGE_SIZE as u64))?;
         let mut times: Vec<(WriteMode, Vec<u128>)> = WriteMode::CONCRETE
             .iter()
             .map(|m| (*m, Vec::new()))

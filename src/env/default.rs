@@ -142,7 +142,18 @@ impl EnvFile for DefaultFile {
         // through a map on a full disk is a SIGBUS; fallocate turns it into ENOSPC here. It
         // also extends the file to cover the runs, so the map never reaches past its end.
         for (o, b) in runs {
-            self.allocate(*o, run_len(b))?;
+            match self.allocate(*o, run_len(b)) {
+                // No fallocate here (FUSE, some network file systems): pwritev allocates the
+                // blocks itself and reports a full disk as ENOSPC.
+                Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                    return super::write_runs_with_writes(
+                        self,
+                        runs,
+                        super::WriteMode::VectoredFileIo,
+                    );
+                }
+                r => r?,
+            }
         }
         let map_off = lo & !4095;
         // SAFETY: a shared writable map of our own file's range [map_off, hi), which the

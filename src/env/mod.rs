@@ -213,6 +213,31 @@ pub(crate) fn write_vectored_chunks<F: EnvFile + ?Sized>(
     Ok(())
 }
 
+/// Ensures `offset..offset + len` of `file` is allocated: [`EnvFile::allocate`], or where the
+/// file system has no `fallocate` (`EOPNOTSUPP`: FUSE, some network and overlay file systems)
+/// extends the file with [`EnvFile::set_len`] and writes zeros over the range, which allocates
+/// its blocks just the same (a full disk is then `ENOSPC` here, never later; and no page a map
+/// can reach lies past the end of the file). Says so once per process (a `tracing` warning).
+/// The range must hold no data (a file's growth).
+///
+/// Errors: `allocate`'s other errors (`ENOSPC`...); `set_len`'s or the zero writes'.
+pub fn allocate_or_zero<F: EnvFile + ?Sized>(file: &F, offset: u64, len: u64) -> EnvResult<()> {
+    match file.allocate(offset, len) {
+        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+            static WARNED: std::sync::atomic::AtomicBool =
+                std::sync::atomic::AtomicBool::new(false);
+            if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(path = %file.path().display(), "the file system has no fallocate: files grow by writing zeros");
+            }
+            if file.len()? < offset + len {
+                file.set_len(offset + len)?;
+            }
+            write_zeros(file, offset, len)
+        }
+        r => r,
+    }
+}
+
 /// `sync_file_range` flags for [`EnvFile::write_back`]: with `wait`,
 /// `WAIT_BEFORE | WRITE | WAIT_AFTER` (the range is on the device when it returns); without,
 /// `WRITE` (writeback started).
