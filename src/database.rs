@@ -109,6 +109,8 @@ struct DbInner {
     root: Storage,
     journal: Option<Arc<Journal>>,
     branches: Mutex<BTreeMap<String, Storage>>,
+    /// Branch storages that failed to open as damaged, with why.
+    damaged: BTreeMap<String, Error>,
     dev: u64,
     closed: AtomicBool,
 }
@@ -202,6 +204,7 @@ impl Database {
         let dev = std::fs::metadata(&path)
             .map_err(|e| io_err("stat", &path, e))?
             .dev();
+        let mut damaged = BTreeMap::new();
         let (root, journal, branches) = match opts.journal_mode {
             JournalMode::Shared if !opts.read_only => {
                 let data = env.open(&data_path, OpenMode::Create)?;
@@ -255,8 +258,15 @@ impl Database {
                 )?;
                 let mut branches = BTreeMap::new();
                 for n in names {
-                    let s = open_branch(&opts, &path, &n, Some(&journal), dev)?;
-                    branches.insert(n, s);
+                    match open_branch(&opts, &path, &n, Some(&journal), dev) {
+                        Ok(s) => {
+                            branches.insert(n, s);
+                        }
+                        Err(e) if is_damage(&e) => {
+                            damaged.insert(n, e);
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
                 (root, Some(journal), branches)
             }
@@ -270,12 +280,31 @@ impl Database {
                 )?;
                 let mut branches = BTreeMap::new();
                 for n in names {
-                    let s = open_branch(&opts, &path, &n, None, dev)?;
-                    branches.insert(n, s);
+                    match open_branch(&opts, &path, &n, None, dev) {
+                        Ok(s) => {
+                            branches.insert(n, s);
+                        }
+                        Err(e) if is_damage(&e) => {
+                            damaged.insert(n, e);
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
                 (root, None, branches)
             }
         };
+        if !damaged.is_empty() {
+            let names: Vec<String> = damaged.keys().cloned().collect();
+            for (n, e) in &damaged {
+                tracing::error!(storage = %n, error = %e, "damaged storage: the others open; it is left out");
+            }
+            if !opts.write_with_damaged_storages {
+                root.inner.refuse_writes(names.clone());
+                for s in branches.values() {
+                    s.inner.refuse_writes(names.clone());
+                }
+            }
+        }
         Ok(Database {
             inner: Arc::new(DbInner {
                 path,
@@ -283,6 +312,7 @@ impl Database {
                 root,
                 journal,
                 branches: Mutex::new(branches),
+                damaged,
                 dev,
                 closed: AtomicBool::new(false),
             }),
@@ -313,6 +343,9 @@ impl Database {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
+        if let Some(e) = self.inner.damaged.get(name) {
+            return Err(e.clone());
+        }
         let mut map = lock(&self.inner.branches);
         if let Some(s) = map.get(name) {
             return Ok(s.clone());
@@ -331,7 +364,21 @@ impl Database {
         Ok(s)
     }
 
-    /// Names of the branch storages, sorted.
+    /// The branch storages that failed to open because they are damaged, with the error each
+    /// gave ([`Error::Corruption`] or [`Error::NotAStorage`]: a truncated or foreign data file,
+    /// both header pages bad, a journal whose txn ids are not contiguous...), in name order.
+    /// The rest of the database opened; [`Database::storage`] returns that error for these
+    /// names, and until they are repaired or dropped every write fails with
+    /// [`Error::DatabaseDamaged`] unless [`Options::write_with_damaged_storages`] is set.
+    pub fn damaged(&self) -> Vec<(String, Error)> {
+        self.inner
+            .damaged
+            .iter()
+            .map(|(n, e)| (n.clone(), e.clone()))
+            .collect()
+    }
+
+    /// Names of the branch storages that opened, sorted (damaged ones: [`Database::damaged`]).
     pub fn storages(&self) -> Vec<String> {
         lock(&self.inner.branches).keys().cloned().collect()
     }
@@ -421,6 +468,15 @@ impl Database {
         let r = self.inner.root.clone().close();
         first.and(r)
     }
+}
+
+/// Errors that mean a branch storage itself is damaged (the database opens without it), as
+/// opposed to errors of the environment or the caller (which fail the open).
+fn is_damage(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Corruption(_) | Error::NotAStorage { .. } | Error::FormatVersion { .. }
+    )
 }
 
 fn open_branch(

@@ -106,6 +106,14 @@ pub enum Error {
     /// A write was attempted on a storage opened with [`crate::Options::read_only`].
     #[error("storage is open read-only")]
     ReadOnly,
+    /// A write was attempted on a database that opened with damaged storages
+    /// ([`crate::Database::damaged`]) without [`crate::Options::write_with_damaged_storages`]:
+    /// writes could leave the damaged indexes behind the documents for good.
+    #[error("writes refused: the database has damaged storages ({}); repair or drop them, or open with Options::write_with_damaged_storages", storages.join(", "))]
+    DatabaseDamaged {
+        /// The damaged storages' names.
+        storages: Vec<String>,
+    },
     /// The storage was closed.
     #[error("storage is closed")]
     Closed,
@@ -257,6 +265,9 @@ impl Clone for Error {
                 cause: cause.clone(),
             },
             Error::ReadOnly => Error::ReadOnly,
+            Error::DatabaseDamaged { storages } => Error::DatabaseDamaged {
+                storages: storages.clone(),
+            },
             Error::Closed => Error::Closed,
             Error::WriteInProgress => Error::WriteInProgress,
             Error::InvalidOptions(s) => Error::InvalidOptions(s.clone()),

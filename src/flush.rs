@@ -215,9 +215,10 @@ fn write_header(inner: &Inner, fs: &mut crate::storage::FlushState, h: Header) -
     debug_assert!(crate::page::verify_checksum(&img));
     // With the storage's write mode, as the pages it commits (io_ring: the background lane).
     let page = [IoSlice::new(&img)];
-    inner
-        .data
-        .write_runs(&[(slot * PAGE_SIZE as u64, &page[..])], inner.write_mode.0)?;
+    inner.data.write_runs(
+        &[(slot * PAGE_SIZE as u64, &page[..])],
+        inner.write_mode().0,
+    )?;
     inner.data.sync_data()?;
     fs.header_seq += 1;
     fs.header_slot = slot;
@@ -271,7 +272,7 @@ fn mirror_header(inner: &Inner) -> Result<()> {
 
 /// Writes the target's unflushed scratch pages (txn > `already`), merging adjacent ones.
 fn write_pages(inner: &Inner, target: &State, already: u64) -> Result<u64> {
-    let mode = inner.write_mode.0;
+    let mode = inner.write_mode().0;
     let mut written = 0u64;
     // Runs of adjacent pages as (first page, page images), written a chunk at a time with the
     // storage's write mode. While the journal is idle a chunk is IDLE_CHUNK_BYTES and its

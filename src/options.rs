@@ -73,6 +73,12 @@ pub struct Options {
     /// How flushes write pages into the data file. Default [`WriteMode::Auto`]: measured once
     /// per device in the process ([`crate::write_mode`]). `OMNIBUS_WRITE_MODE` overrides it.
     pub write_mode: WriteMode,
+    /// For [`crate::Database::open`]: when some branch storages are damaged (they fail to open
+    /// with [`Error::Corruption`] or [`Error::NotAStorage`]; see [`crate::Database::damaged`]),
+    /// still let the healthy storages be written. Default `false`: such a database opens,
+    /// its healthy storages can be read, and every write fails with
+    /// [`Error::DatabaseDamaged`].
+    pub write_with_damaged_storages: bool,
 }
 
 impl Default for Options {
@@ -91,6 +97,7 @@ impl Default for Options {
             journal_pool_files: 0,
             journal_mode: JournalMode::Shared,
             write_mode: WriteMode::Auto,
+            write_with_damaged_storages: false,
         }
     }
 }

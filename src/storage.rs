@@ -152,8 +152,10 @@ pub(crate) struct Inner {
     pub storage_id: u64,
     _lock: File,
     pub data: Arc<dyn EnvFile>,
-    /// How flushes write the data file, and why ([`crate::write_mode::resolve`]).
-    pub write_mode: (crate::env::WriteMode, String),
+    /// How flushes write the data file, and why ([`crate::write_mode::resolve`]), resolved on
+    /// first need (the first flush that writes pages, or [`Storage::write_mode`]): `Auto`'s
+    /// probe then costs an open nothing.
+    write_mode: std::sync::OnceLock<(crate::env::WriteMode, String)>,
     pub current: ArcSwap<State>,
     pub registry: SnapshotRegistry,
     publish: Mutex<()>,
@@ -164,6 +166,8 @@ pub(crate) struct Inner {
     poisoned: Mutex<Option<String>>,
     pub file_len: AtomicU64,
     pub closed: AtomicBool,
+    /// Writes refused because the database this storage belongs to has damaged storages.
+    refused: Mutex<Option<Vec<String>>>,
     pub holes_punched: AtomicU64,
     /// Page images journaled since open, and those journaled as diffs.
     pub pages_journaled: AtomicU64,
@@ -293,7 +297,7 @@ impl Storage {
     /// How flushes write this storage's data file ([`crate::WriteMode`], never `Auto`: the
     /// mode `Auto` picked) and why, e.g. `"auto: measured on this device (mmap 900 µs, ...)"`.
     pub fn write_mode(&self) -> (crate::WriteMode, String) {
-        self.inner.write_mode.clone()
+        self.inner.write_mode().clone()
     }
 
     /// Sizes and counters (see [`StorageStats`]).
@@ -572,16 +576,8 @@ impl Inner {
             }
         };
         let state = Arc::new(state);
-        let write_mode = if opts.read_only {
-            (
-                crate::env::WriteMode::VectoredFileIo,
-                "read-only: no flushes".to_string(),
-            )
-        } else {
-            crate::write_mode::resolve(opts.write_mode, &env, &path)
-        };
         let inner = Arc::new(Inner {
-            write_mode,
+            write_mode: std::sync::OnceLock::new(),
             path,
             data_path,
             journals_dir,
@@ -605,6 +601,7 @@ impl Inner {
             poisoned: Mutex::new(None),
             file_len: AtomicU64::new(len),
             closed: AtomicBool::new(false),
+            refused: Mutex::new(None),
             holes_punched: AtomicU64::new(0),
             pages_journaled: AtomicU64::new(0),
             pages_journaled_as_diffs: AtomicU64::new(0),
@@ -652,7 +649,30 @@ impl Inner {
         if let Some(cause) = self.poisoned() {
             return Err(Error::Poisoned { cause });
         }
+        if let Some(storages) = lock(&self.refused).clone() {
+            return Err(Error::DatabaseDamaged { storages });
+        }
         Ok(())
+    }
+
+    /// The flush write mode and why, resolved on first call ([`crate::write_mode::resolve`]).
+    pub fn write_mode(&self) -> &(crate::env::WriteMode, String) {
+        self.write_mode.get_or_init(|| {
+            if self.opts.read_only {
+                (
+                    crate::env::WriteMode::VectoredFileIo,
+                    "read-only: no flushes".into(),
+                )
+            } else {
+                crate::write_mode::resolve(self.opts.write_mode, &self.env, &self.path)
+            }
+        })
+    }
+
+    /// Refuses writes with [`Error::DatabaseDamaged`] naming `damaged` (a database with damaged
+    /// storages; see `Database::open`).
+    pub(crate) fn refuse_writes(&self, damaged: Vec<String>) {
+        *lock(&self.refused) = Some(damaged);
     }
 
     fn begin_write(self: &Arc<Self>, wait: bool) -> Result<WriteTransaction> {

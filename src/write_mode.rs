@@ -3,10 +3,10 @@
 //! [`WriteMode::Auto`] measures once per file system and device in the process (a short probe)
 //! and picks the cheapest mode there.
 //!
-//! The probe (about 100-300 ms, once per device per process): in the storage's directory, a
-//! scratch file `.omnibus-write-probe` receives the same 4 MiB (32 runs of 16 pages, a gap of
-//! one page between runs, so runs stay separate) with every mode in turn, each followed by
-//! `fdatasync`, five rounds interleaved; among the modes whose median time is within 20% of the
+//! The probe (about 20-60 ms, once per device per process, at the first flush that writes
+//! pages): in the storage's directory, a scratch file `.omnibus-write-probe` receives the same
+//! 1 MiB (8 runs of 16 pages, a gap of one page between runs, so runs stay separate) with every
+//! mode in turn, each followed by `fdatasync`, three rounds interleaved; among the modes whose median time is within 20% of the
 //! fastest (a probe this short cannot tell them apart), the first of
 //! [`PREFERENCE`] wins; the
 //! file is removed. It runs only through the process's default environment ([`crate::env::default_env`]):
@@ -24,9 +24,9 @@ use crate::env::{default_env, OpenMode, StorageEnv, WriteMode};
 use crate::page::PAGE_SIZE;
 
 const PROBE_FILE: &str = ".omnibus-write-probe";
-const PROBE_RUNS: usize = 32;
+const PROBE_RUNS: usize = 8;
 const PROBE_RUN_PAGES: usize = 16;
-const PROBE_ROUNDS: usize = 5;
+const PROBE_ROUNDS: usize = 3;
 /// Modes whose median is within this fraction of the fastest count as tied ... (10% first; on
 /// an XFS loop device the 4 MiB probe then put file_io ahead of vectored_file_io, which was
 /// the faster mode for real 65 MiB flushes there, 85% of the best: the probe's noise on that

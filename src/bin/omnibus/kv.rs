@@ -319,6 +319,7 @@ pub fn stat(a: StatArgs) -> CliResult {
         let v = json!({
             "db": a.db.display().to_string(),
             "io": { "io_uring": io.io_uring, "reason": io.reason },
+            "damaged": db.damaged().iter().map(|(n, e)| json!({ "storage": n, "error": e.to_string() })).collect::<Vec<_>>(),
             "write_mode": { "mode": mode_name, "reason": mode_why },
             "storages": all,
             "database_since_open": {
@@ -338,6 +339,9 @@ pub fn stat(a: StatArgs) -> CliResult {
     }
     println!("database {} ({} storages)", a.db.display(), all.len());
     println!("io path    {}", io.reason);
+    for (n, e) in db.damaged() {
+        println!("storage {n}: DAMAGED, left out: {e}");
+    }
     println!("write mode {mode_name} ({mode_why})");
     for s in &all {
         println!("storage {}", s.name);
@@ -404,10 +408,15 @@ pub fn check(a: CheckArgs) -> CliResult {
     // Why the database as a whole did not open, if it did not.
     let mut db_error = None;
     let storages: Vec<(String, Result<Storage, omnibus::Error>)> = match open_read(&a.db) {
-        Ok(db) => named_storages(&db)?
-            .into_iter()
-            .map(|(n, s)| (n, Ok(s)))
-            .collect(),
+        Ok(db) => {
+            let mut v: Vec<(String, Result<Storage, omnibus::Error>)> = named_storages(&db)?
+                .into_iter()
+                .map(|(n, s)| (n, Ok(s)))
+                .collect();
+            // Branches the database opened without, because they are damaged.
+            v.extend(db.damaged().into_iter().map(|(n, e)| (n, Err(e))));
+            v
+        }
         Err(f) if f.code == 2 => {
             // Something is damaged: open each storage on its own to say which.
             db_error = Some(f.msg);
