@@ -1,7 +1,7 @@
 //! [`Storage`]: one self-contained storage directory.
 //!
 //! ```text
-//! <dir>/LOCK          flock()ed while open
+//! <dir>/LOCK          flock()ed while open (exclusive; shared by read-only opens)
 //! <dir>/data.pages    header pages 0 and 1, then B+tree, overflow and free-space pages
 //! <dir>/Journals/     numbered journal files
 //! ```
