@@ -82,7 +82,7 @@ fn populate(dir: &Path) -> (PathBuf, PathBuf) {
     let s = Storage::open(&store, unflushed()).unwrap();
     for i in 0..100u32 {
         let mut w = s.begin_write().unwrap();
-        w.put(format!("k{i:03}").as_bytes(), &i.to_le_bytes())
+        w.put(format!("k{i:03}").as_bytes(), i.to_le_bytes())
             .unwrap();
         w.commit().unwrap();
     }
