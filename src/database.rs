@@ -146,8 +146,9 @@ impl Database {
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Database> {
         let lock_path = path.as_ref().join(crate::storage::LOCK_FILE);
         let lock_existed = lock_path.exists();
+        let read_only = opts.read_only;
         let r = Database::open_inner(path.as_ref(), opts);
-        if matches!(r, Err(Error::NotAStorage { .. })) && !lock_existed {
+        if matches!(r, Err(Error::NotAStorage { .. })) && !lock_existed && !read_only {
             // Leave a directory that is not a database as it was.
             let _ = std::fs::remove_file(&lock_path);
         }
@@ -200,7 +201,7 @@ impl Database {
             env.sync_dir(&indexes)?;
             env.sync_dir(&path)?;
         }
-        let names = branch_names(&*env, &indexes)?;
+        let names = branch_names(&*env, &indexes, opts.read_only)?;
         let dev = std::fs::metadata(&path)
             .map_err(|e| io_err("stat", &path, e))?
             .dev();
@@ -512,11 +513,15 @@ fn open_branch(
     Ok(s)
 }
 
-/// Branch directory names under `Indexes/`; removes leftovers of dropped storages.
-fn branch_names(env: &dyn StorageEnv, indexes: &Path) -> Result<Vec<String>> {
+/// Branch directory names under `Indexes/`; removes leftovers of dropped storages (unless
+/// `read_only`: a read-only open writes nothing, and skips them).
+fn branch_names(env: &dyn StorageEnv, indexes: &Path, read_only: bool) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for n in env.list_dir(indexes)? {
         if n.starts_with(DROPPED_PREFIX) {
+            if read_only {
+                continue;
+            }
             if let Err(e) = env.remove_dir_all(&indexes.join(&n)) {
                 tracing::warn!(error = %e, "removing a dropped storage failed");
             }

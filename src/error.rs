@@ -89,12 +89,15 @@ pub enum Error {
     /// A checksum, structure or ordering violation.
     #[error("corruption: {0}")]
     Corruption(Corruption),
-    /// The storage (or database) is already open, in this process or another one (its `LOCK`
-    /// file is held with `flock`).
-    #[error("{path}: already open (the LOCK file is held by another handle or process)")]
+    /// The storage (or database) is already open, in this process or another one, in a mode
+    /// that excludes this open: its `LOCK` file is held with `flock`, exclusively by a
+    /// read-write opener, or shared by read-only openers (which exclude a read-write open only).
+    #[error("{path}: already open (its LOCK file is held by {holder})")]
     AlreadyOpen {
         /// The storage directory.
         path: PathBuf,
+        /// Who holds it, in words: `"a read-write opener"` or `"read-only openers"`.
+        holder: String,
     },
     /// An earlier write or sync of the journal or data file failed; the storage refuses writes
     /// until it is closed and reopened (fail-stop: a failed fsync is never retried into success).
@@ -260,7 +263,10 @@ impl Clone for Error {
                 expected: *expected,
             },
             Error::Corruption(c) => Error::Corruption(c.clone()),
-            Error::AlreadyOpen { path } => Error::AlreadyOpen { path: path.clone() },
+            Error::AlreadyOpen { path, holder } => Error::AlreadyOpen {
+                path: path.clone(),
+                holder: holder.clone(),
+            },
             Error::Poisoned { cause } => Error::Poisoned {
                 cause: cause.clone(),
             },

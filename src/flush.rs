@@ -95,7 +95,8 @@ impl Storage {
     /// Opens the storage in directory `path`, creating it when it is missing or empty (unless
     /// [`Options::create`] is false), and recovers every commit the journal holds.
     ///
-    /// Errors: [`Error::AlreadyOpen`] when another handle or process holds it;
+    /// Errors: [`Error::AlreadyOpen`] when another handle or process holds it in a conflicting
+    /// mode (a read-write opener excludes every other opener; read-only openers share it);
     /// [`Error::NotAStorage`] for a non-empty directory without a data file, or a data file
     /// without the omnibus header; [`Error::FormatVersion`]; [`Error::Corruption`] when both
     /// header pages are damaged or the journal's txn ids are not contiguous;

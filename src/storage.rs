@@ -1,7 +1,7 @@
 //! [`Storage`]: one self-contained storage directory.
 //!
 //! ```text
-//! <dir>/LOCK          flock()ed while open
+//! <dir>/LOCK          flock()ed while open (exclusive; shared by read-only opens)
 //! <dir>/data.pages    header pages 0 and 1, then B+tree, overflow and free-space pages
 //! <dir>/Journals/     numbered journal files
 //! ```
@@ -51,13 +51,13 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) enum Binding {
     /// Its own journal in its own `Journals/` (a standalone storage, or separate-journals mode).
     /// `lock` is its LOCK when the caller (a database, for its root) already holds it.
-    Own { lock: Option<File> },
+    Own { lock: Option<Lock> },
     /// A database's shared journal. `rel` is the storage's path relative to the root (empty for
     /// the root); `lock` is the root's LOCK, already held by the database.
     Shared {
         journal: Arc<Journal>,
         rel: String,
-        lock: Option<File>,
+        lock: Option<Lock>,
     },
 }
 
@@ -150,7 +150,7 @@ pub(crate) struct Inner {
     pub env: Arc<dyn StorageEnv>,
     pub opts: Options,
     pub storage_id: u64,
-    _lock: File,
+    _lock: Lock,
     pub data: Arc<dyn EnvFile>,
     /// How flushes write the data file, and why ([`crate::write_mode::resolve`]), resolved on
     /// first need (the first flush that writes pages, or [`Storage::write_mode`]): `Auto`'s
@@ -410,8 +410,9 @@ impl Inner {
         let lock_existed = lock_path.exists();
         // Built once per process, here rather than inside the first commit.
         crate::page::init_seal_tables();
+        let read_only = opts.read_only;
         let r = Inner::open_inner(path, opts, binding, flush_hooks);
-        if matches!(r, Err(Error::NotAStorage { .. })) && !lock_existed {
+        if matches!(r, Err(Error::NotAStorage { .. })) && !lock_existed && !read_only {
             // Leave a directory that is not a storage as it was.
             let _ = std::fs::remove_file(&lock_path);
         }
@@ -482,7 +483,7 @@ impl Inner {
         let data = env.open(
             &data_path,
             if opts.read_only {
-                OpenMode::Existing
+                OpenMode::ReadOnly
             } else {
                 OpenMode::Create
             },
@@ -1045,9 +1046,27 @@ pub(crate) fn read_header(data: &dyn EnvFile, data_path: &Path) -> Result<(Heade
     header::choose(&p0, &p1, data_path)
 }
 
-/// Takes the `flock` of `<dir>/LOCK` (exclusive, non-blocking): [`Error::AlreadyOpen`] when
-/// another handle or process holds it.
-pub(crate) fn take_lock(dir: &Path, read_only: bool) -> Result<File> {
+/// The `flock` an open storage holds on its `LOCK` file, released when dropped. `None`: a
+/// read-only open where `LOCK` could not be opened (missing, not readable, on read-only media
+/// without one), which proceeds without a lock (DESIGN section "Read-only opens").
+#[derive(Debug)]
+pub(crate) struct Lock(#[allow(dead_code)] Option<File>);
+
+/// Holder of a LOCK that a read-write opener holds, for [`Error::AlreadyOpen`].
+const HELD_BY_WRITER: &str = "a read-write opener";
+/// Holder of a LOCK that read-only openers hold, for [`Error::AlreadyOpen`].
+const HELD_BY_READERS: &str = "read-only openers";
+
+/// Takes the `flock` of `<dir>/LOCK`, non-blocking. A read-write open creates the file and takes
+/// it exclusively; a read-only open never creates or writes it, opens it for reading and takes it
+/// shared, so that any number of read-only openers (in any process) coexist while no read-write
+/// opener can, and none of them can while a read-write opener holds it. Where `LOCK` cannot be
+/// opened for reading (missing, `EACCES`, `EROFS`), a read-only open proceeds without a lock.
+///
+/// Errors: [`Error::AlreadyOpen`] naming the holder's mode when the lock is held in a mode that
+/// excludes this open; an I/O error opening or locking the file.
+pub(crate) fn take_lock(dir: &Path, read_only: bool) -> Result<Lock> {
+    use rustix::fs::FlockOperation as Op;
     let lock_path = dir.join(LOCK_FILE);
     if read_only && !lock_path.exists() && !dir.join(DATA_FILE).exists() {
         return Err(Error::NotAStorage {
@@ -1055,27 +1074,67 @@ pub(crate) fn take_lock(dir: &Path, read_only: bool) -> Result<File> {
             reason: format!("no {DATA_FILE}"),
         });
     }
-    let lock_file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&lock_path)
-        .map_err(|e| env_err("open", &lock_path, e))?;
-    match rustix::fs::flock(
-        &lock_file,
-        rustix::fs::FlockOperation::NonBlockingLockExclusive,
-    ) {
-        Ok(()) => Ok(lock_file),
-        Err(rustix::io::Errno::WOULDBLOCK) => Err(Error::AlreadyOpen {
-            path: dir.to_path_buf(),
-        }),
+    let opened = if read_only {
+        std::fs::File::open(&lock_path)
+    } else {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+    };
+    let lock_file = match opened {
+        Ok(f) => f,
+        Err(e) if read_only && lock_unavailable(&e) => {
+            tracing::debug!(path = %lock_path.display(), error = %e, "read-only open without a lock");
+            return Ok(Lock(None));
+        }
+        Err(e) => return Err(env_err("open", &lock_path, e)),
+    };
+    let op = if read_only {
+        Op::NonBlockingLockShared
+    } else {
+        Op::NonBlockingLockExclusive
+    };
+    match rustix::fs::flock(&lock_file, op) {
+        Ok(()) => Ok(Lock(Some(lock_file))),
+        Err(rustix::io::Errno::WOULDBLOCK) => {
+            // A shared lock fails only against an exclusive one. An exclusive one fails against
+            // either: a shared lock taken (and dropped) on this file tells which.
+            let holder =
+                if read_only || rustix::fs::flock(&lock_file, Op::NonBlockingLockShared).is_err() {
+                    HELD_BY_WRITER
+                } else {
+                    HELD_BY_READERS
+                };
+            Err(Error::AlreadyOpen {
+                path: dir.to_path_buf(),
+                holder: holder.to_string(),
+            })
+        }
+        Err(e)
+            if read_only
+                && matches!(e, rustix::io::Errno::NOLCK | rustix::io::Errno::OPNOTSUPP) =>
+        {
+            tracing::debug!(path = %lock_path.display(), error = %e, "read-only open without a lock (flock unsupported)");
+            Ok(Lock(None))
+        }
         Err(e) => Err(env_err(
             "flock",
             &lock_path,
             std::io::Error::from_raw_os_error(e.raw_os_error()),
         )),
     }
+}
+
+/// True when a read-only open may go on without `LOCK`: it is missing, or cannot be opened for
+/// reading (no permission, or read-only media that never had one).
+fn lock_unavailable(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOENT | libc::EACCES | libc::EPERM | libc::EROFS)
+    )
 }
 
 /// Counts free bits of the state's free-space map below `next_page`.

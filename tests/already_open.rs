@@ -21,7 +21,7 @@ fn opts(flush_mode: FlushMode) -> Options {
 
 fn assert_already_open(r: omnibus::Result<Storage>, path: &Path, what: &str) {
     match r {
-        Err(Error::AlreadyOpen { path: p }) => {
+        Err(Error::AlreadyOpen { path: p, .. }) => {
             assert_eq!(p, path, "{what}: the error names the directory")
         }
         Err(e) => panic!("{what}: expected AlreadyOpen, got {e}"),

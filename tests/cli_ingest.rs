@@ -307,9 +307,7 @@ fn ingest_into_a_database_open_elsewhere_names_it_once() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert_eq!(
         err,
-        format!(
-            "omnibus: {dbs}: already open (the LOCK file is held by another handle or process)\n"
-        )
+        format!("omnibus: {dbs}: already open (its LOCK file is held by a read-write opener)\n")
     );
     held.close().unwrap();
     ok(&args);

@@ -341,9 +341,8 @@ fn a_database_open_elsewhere_is_named_once() {
     let dbs = db.to_str().unwrap();
     ok(&["put", dbs, "k", "v"]);
     let held = omnibus::Database::open(&db, omnibus::Options::default()).unwrap();
-    let want = format!(
-        "omnibus: {dbs}: already open (the LOCK file is held by another handle or process)\n"
-    );
+    let want =
+        format!("omnibus: {dbs}: already open (its LOCK file is held by a read-write opener)\n");
     for args in [
         vec!["put", dbs, "k", "v"],
         vec!["delete", dbs, "k"],

@@ -265,9 +265,9 @@ impl StorageEnv for DefaultEnv {
     fn open(&self, path: &Path, mode: OpenMode) -> EnvResult<Arc<dyn EnvFile>> {
         check_blocking("open", path);
         let mut o = OpenOptions::new();
-        o.read(true).write(true);
+        o.read(true).write(mode != OpenMode::ReadOnly);
         match mode {
-            OpenMode::Existing => {}
+            OpenMode::Existing | OpenMode::ReadOnly => {}
             OpenMode::Create => {
                 o.create(true);
             }

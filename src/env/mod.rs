@@ -62,6 +62,9 @@ pub type EnvResult<T> = std::result::Result<T, EnvError>;
 pub enum OpenMode {
     /// The file must exist.
     Existing,
+    /// The file must exist; it is opened for reading only (`O_RDONLY`), so that read-only
+    /// media and files the user may not write open too. Writes through it fail with `EBADF`.
+    ReadOnly,
     /// Open it, creating an empty file when it is missing.
     Create,
     /// Create it; fail with `EEXIST` when it exists.

@@ -57,7 +57,8 @@ pub fn scan(
     known: &[(u64, u64)],
     mut f: impl FnMut(&RecordHeader, &[u8], u64) -> Result<()>,
 ) -> Result<ScanEnd> {
-    let file: Arc<dyn EnvFile> = env.open(path, OpenMode::Existing)?;
+    // Reading only: read-only opens on read-only media scan with it too.
+    let file: Arc<dyn EnvFile> = env.open(path, OpenMode::ReadOnly)?;
     let len = file.len()?;
     let mut records = 0u64;
     // Last good txn id of each storage, for the damage check after the stop.

@@ -120,7 +120,7 @@ impl StorageEnv for RecordingEnv {
     fn open(&self, path: &Path, mode: OpenMode) -> EnvResult<Arc<dyn EnvFile>> {
         let sh = &self.shared;
         let creates = match mode {
-            OpenMode::Existing => false,
+            OpenMode::Existing | OpenMode::ReadOnly => false,
             OpenMode::Create => !sh.inner.exists(path),
             OpenMode::CreateNew => true,
         };
