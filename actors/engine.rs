@@ -207,6 +207,15 @@ impl Engine {
                 .collect(),
         };
         ensure_memlock(cpus.len())?;
+        // glommio's executors run on io_uring and panic on their own thread where it cannot be
+        // set up (seccomp, containers, kernel.io_uring_disabled): say so here instead.
+        // Regression (fresh-user trial): with io_uring blocked, `ingest` and `bench shop`
+        // panicked on the executor threads and then waited forever.
+        if let Err(e) = io_uring::IoUring::new(2) {
+            return Err(Error::ResourceLimit(format!(
+                "the actor runtime needs io_uring (its glommio executors run on it) and io_uring_setup failed: {e}; the core API (Storage, Database) works without it, from plain threads"
+            )));
+        }
         let critical = IoLane::start("omnibus-journal-io", opts.critical_lane_threads, false)?;
         let background = IoLane::start(
             "omnibus-flush-io",
@@ -214,6 +223,8 @@ impl Engine {
             true,
         )?;
         let (rtx, rrx) = flume::bounded::<ReadMsg>(reader_pool::MAILBOX);
+        // Each executor says it runs; one that dies first (a glommio panic) drops its sender.
+        let (up_tx, up_rx) = flume::bounded::<()>(cpus.len());
         let mut executors = Vec::new();
         for (i, cpu) in cpus.iter().enumerate() {
             let (stx, srx) = flume::bounded::<Spawn>(1024);
@@ -224,9 +235,12 @@ impl Engine {
             let budget = opts.memory_budget_bytes / cpus.len() as u64;
             let pressure = flusher::Pressure::default();
             let flag = pressure.clone();
+            let up = up_tx.clone();
             let handle = LocalExecutorBuilder::new(Placement::Fixed(*cpu))
                 .name(&format!("omnibus-exec-{i}"))
                 .spawn(move || async move {
+                    let _ = up.send(());
+                    drop(up);
                     // Any blocking disk call on this thread is a bug (checked by the core's
                     // default environment).
                     crate::env::mark_executor_thread();
@@ -247,6 +261,18 @@ impl Engine {
                 pressure,
                 handle: Some(handle),
             });
+        }
+        drop(up_tx);
+        for _ in 0..executors.len() {
+            // Bounded: every executor either reports or drops its sender (its thread ended).
+            if up_rx
+                .recv_timeout(std::time::Duration::from_secs(30))
+                .is_err()
+            {
+                return Err(Error::ResourceLimit(
+                    "an executor thread failed to start (glommio panicked: see stderr); the actor runtime cannot run here".into(),
+                ));
+            }
         }
         Ok(Engine {
             inner: Arc::new(EngineInner {

@@ -7,8 +7,8 @@
 //! pages): in the storage's directory, a scratch file `.omnibus-write-probe` receives the same
 //! 1 MiB (8 runs of 16 pages, a gap of one page between runs, so runs stay separate) with every
 //! mode in turn, each followed by `fdatasync`, three rounds interleaved; among the modes whose median time is within 20% of the
-//! fastest (a probe this short cannot tell them apart), the first of
-//! [`PREFERENCE`] wins; the
+//! fastest (a probe this short cannot tell them apart), the first in a fixed preference
+//! (vectored_file_io, file_io, io_ring, mmap: the lowest CPU per GiB first) wins; the
 //! file is removed. It runs only through the process's default environment ([`crate::env::default_env`]):
 //! a storage opened with another environment (the test environments) gets
 //! [`WriteMode::VectoredFileIo`] without a probe, so tests stay deterministic.
@@ -22,6 +22,9 @@ use std::time::Instant;
 
 use crate::env::{default_env, OpenMode, StorageEnv, WriteMode};
 use crate::page::PAGE_SIZE;
+
+/// `Auto`'s choice per device (`st_dev`) in this process.
+static CACHE: OnceLock<Mutex<HashMap<u64, (WriteMode, String)>>> = OnceLock::new();
 
 const PROBE_FILE: &str = ".omnibus-write-probe";
 const PROBE_RUNS: usize = 8;
@@ -61,6 +64,15 @@ pub fn resolve(requested: WriteMode, env: &Arc<dyn StorageEnv>, dir: &Path) -> (
             }
         }
     }
+    if mode == WriteMode::IoRing && !crate::env::io_backend().io_uring {
+        return (
+            mode,
+            format!(
+                "io_ring by {why}, but this process has no ring ({}): runs are written as vectored_file_io",
+                crate::env::io_backend().reason
+            ),
+        );
+    }
     if mode != WriteMode::Auto {
         return (mode, format!("{} by {why}", mode.name()));
     }
@@ -79,7 +91,6 @@ pub fn resolve(requested: WriteMode, env: &Arc<dyn StorageEnv>, dir: &Path) -> (
             )
         }
     };
-    static CACHE: OnceLock<Mutex<HashMap<u64, (WriteMode, String)>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(hit) = c.get(&dev) {
@@ -96,8 +107,8 @@ pub fn resolve(requested: WriteMode, env: &Arc<dyn StorageEnv>, dir: &Path) -> (
     chosen
 }
 
-/// The mode to use given each mode's median probe time (µs): the first of [`PREFERENCE`]
-/// within [`TIE`] of the fastest.
+/// The mode to use given each mode's median probe time (µs): the first of `PREFERENCE`
+/// within `TIE` of the fastest.
 fn pick(medians: &[(WriteMode, u128)]) -> WriteMode {
     let fastest = medians.iter().map(|m| m.1).min().unwrap_or(0) as f64;
     PREFERENCE
@@ -150,65 +161,27 @@ fn probe(env: &dyn StorageEnv, dir: &Path) -> crate::Result<(WriteMode, String)>
     result
 }
 
-/// The mode a writable open of the storage in `dir` would use with [`WriteMode::Auto`], for
-/// read-only reports (`omnibus stat`), without writing anything into `dir`: the probe runs in
-/// the system's temporary directory when that is on the same device, else the answer says the
-/// mode is measured at the first writable open.
+/// The mode a writable open of the storage in `dir` would use, for read-only reports
+/// (`omnibus stat`), without writing anything anywhere: an explicit `OMNIBUS_WRITE_MODE`, or
+/// `Auto`'s result if this process already probed the device, else `None` with the reason
+/// (`Auto` probes at the first flush that writes pages).
 pub fn describe(dir: &Path) -> (Option<WriteMode>, String) {
-    let env = default_env();
-    let tmp = std::env::temp_dir();
-    let same_device = match (std::fs::metadata(dir), std::fs::metadata(&tmp)) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev(),
-        _ => false,
-    };
-    if std::env::var("OMNIBUS_WRITE_MODE").is_ok() || same_device {
-        let (m, why) = resolve(WriteMode::Auto, &env, &tmp);
-        return (Some(m), why);
+    if let Some(m) = std::env::var("OMNIBUS_WRITE_MODE")
+        .ok()
+        .and_then(|v| WriteMode::parse(&v))
+        .filter(|m| *m != WriteMode::Auto)
+    {
+        return (Some(m), format!("{} by OMNIBUS_WRITE_MODE", m.name()));
+    }
+    if let Ok(md) = std::fs::metadata(dir) {
+        if let Some(c) = CACHE.get() {
+            if let Some(hit) = c.lock().unwrap_or_else(|e| e.into_inner()).get(&md.dev()) {
+                return (Some(hit.0), hit.1.clone());
+            }
+        }
     }
     (
         None,
-        "auto: measured at the first writable open (this device has no writable temporary directory to probe from a read-only command)".into(),
+        "auto: measured by a short probe at the first flush that writes pages (a read-only command does not probe)".into(),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ties_go_to_the_preferred_mode_and_a_clear_winner_wins() {
-        use WriteMode::*;
-        // ext4 as measured: io_ring 1,331 µs, vectored 1,359 µs: a tie, vectored preferred.
-        let ext4 = [
-            (Mmap, 1926),
-            (FileIo, 1562),
-            (VectoredFileIo, 1359),
-            (IoRing, 1331),
-        ];
-        assert_eq!(pick(&ext4), VectoredFileIo);
-        // XFS on a loop device as probed: file_io 3,322 µs, vectored 3,810 µs (15% slower in the
-        // probe, 15% faster in 65 MiB flushes): within the tie window, vectored preferred.
-        let xfs = [
-            (Mmap, 4422),
-            (FileIo, 3322),
-            (VectoredFileIo, 3810),
-            (IoRing, 3338),
-        ];
-        assert_eq!(pick(&xfs), VectoredFileIo);
-        let ring_wins = [
-            (Mmap, 900),
-            (FileIo, 900),
-            (VectoredFileIo, 800),
-            (IoRing, 400),
-        ];
-        assert_eq!(pick(&ring_wins), IoRing);
-        let map_wins = [
-            (Mmap, 100),
-            (FileIo, 300),
-            (VectoredFileIo, 300),
-            (IoRing, 300),
-        ];
-        assert_eq!(pick(&map_wins), Mmap);
-        assert_eq!(pick(&[]), VectoredFileIo);
-    }
 }

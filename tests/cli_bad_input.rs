@@ -250,3 +250,34 @@ fn input_that_is_a_directory_is_an_input_error() {
     );
     assert!(!db.exists(), "no database is made for a bad --input");
 }
+
+// Regression (fresh-user trial): an invalid OMNIBUS_WRITE_MODE was silently ignored (the
+// library's warning goes to `tracing`, which the command line does not print), so a user who
+// typed `MMAP` believed mmap was in use.
+#[test]
+fn an_invalid_write_mode_variable_is_named_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let db = db.to_str().unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_omnibus"))
+        .args(["put", db, "k", "v"])
+        .env("OMNIBUS_WRITE_MODE", "MMAP")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("OMNIBUS_WRITE_MODE=\"MMAP\"") && err.contains("ignored"),
+        "{err}"
+    );
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_omnibus"))
+        .args(["stat", db])
+        .env("OMNIBUS_WRITE_MODE", "mmap")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("write mode mmap (mmap by OMNIBUS_WRITE_MODE)"),
+        "{out}"
+    );
+}

@@ -360,7 +360,8 @@ static DEFAULT_ENV: std::sync::OnceLock<(Arc<dyn StorageEnv>, IoBackend)> =
 
 /// The environment used when none is given, one per process: [`UringEnv`] (one critical and
 /// one background ring for every storage of the process) when io_uring can be set up, else
-/// [`DefaultEnv`], with a `tracing` warning once. `OMNIBUS_IO_URING=0` forces [`DefaultEnv`].
+/// [`DefaultEnv`], with a `tracing` warning once. `OMNIBUS_IO_URING=0` (or `false`, `off`, `no`)
+/// forces [`DefaultEnv`].
 pub fn default_env() -> Arc<dyn StorageEnv> {
     default_choice().0.clone()
 }
@@ -372,7 +373,12 @@ pub fn io_backend() -> IoBackend {
 
 fn default_choice() -> &'static (Arc<dyn StorageEnv>, IoBackend) {
     DEFAULT_ENV.get_or_init(|| {
-        let off = std::env::var("OMNIBUS_IO_URING").is_ok_and(|v| v.trim() == "0");
+        let off = std::env::var("OMNIBUS_IO_URING").is_ok_and(|v| {
+            matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "0" | "false" | "off" | "no"
+            )
+        });
         choose_env(off, UringEnv::new)
     })
 }

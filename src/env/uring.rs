@@ -420,6 +420,11 @@ impl Lane {
         let handle = std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
+                // Process-directed signals (SIGTERM, SIGINT...) belong to the application's
+                // threads, not to a lane started before it set up its handling (a thread that
+                // does not block them may receive them and die with the default action).
+                // Regression: `omnibus bench shop`'s SIGTERM cleanup lost to the lanes.
+                block_signals();
                 if kind == LaneKind::Background {
                     if let Err(e) = super::set_thread_io_priority(7) {
                         tracing::warn!(error = %e, "ioprio_set failed; the background ring runs at normal I/O priority");
@@ -567,6 +572,17 @@ impl Drop for Lane {
         if let Some(h) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = h.join();
         }
+    }
+}
+
+/// Blocks every blockable signal in the calling thread (a lane thread).
+fn block_signals() {
+    // SAFETY: sigfillset/pthread_sigmask on a local, zeroed sigset_t, changing only this
+    // thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
 }
 
