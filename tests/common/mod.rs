@@ -16,9 +16,22 @@ pub fn run_and_kill(
     dir: &Path,
     run_for: Duration,
 ) -> Vec<(usize, String)> {
+    run_and_kill_with(child_test, env_var, dir, run_for, &[])
+}
+
+/// As [`run_and_kill`], with more environment variables for the child (e.g.
+/// `OMNIBUS_WRITE_MODE`).
+pub fn run_and_kill_with(
+    child_test: &str,
+    env_var: &str,
+    dir: &Path,
+    run_for: Duration,
+    extra_env: &[(&str, &str)],
+) -> Vec<(usize, String)> {
     let exe = std::env::current_exe().expect("test binary path");
     let mut child = Command::new(exe)
         .args(["--exact", child_test, "--nocapture", "--test-threads=1"])
+        .envs(extra_env.iter().copied())
         .env(env_var, dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
