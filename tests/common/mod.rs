@@ -10,6 +10,7 @@ use std::time::Duration;
 /// Starts `child_test` of the current test binary with `env_var` set to `dir`, lets it run for
 /// `run_for`, kills it with SIGKILL, and returns the `(storage index, key)` lines it printed
 /// (keys of 16 characters; other output is ignored).
+#[allow(dead_code)] // not every crash test uses it
 pub fn run_and_kill(
     child_test: &str,
     env_var: &str,
