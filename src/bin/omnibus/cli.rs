@@ -23,7 +23,7 @@ pub enum Command {
     /// Load JSON Lines into a database's root storage and maintain index storages from it.
     #[command(long_about = INGEST_LONG)]
     Ingest(IngestArgs),
-    /// Print the value of KEY (raw bytes on stdout, nothing else).
+    /// Print the value of KEY: its raw bytes on stdout, then one newline (nothing else).
     Get(GetArgs),
     /// Store VALUE under KEY (one durable transaction; creates a missing database); --create
     /// makes a new --storage.
