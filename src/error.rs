@@ -200,9 +200,18 @@ impl std::fmt::Display for IndexFailure {
 }
 
 impl Error {
-    /// True when this is an I/O error with `ENOSPC` (the file system is full).
+    /// True when this is an I/O error with `ENOSPC` (the file system is full), or
+    /// [`Error::Poisoned`] by one (a later commit after a batch failed on a full disk: free
+    /// space, then close and reopen). Regression (fresh-user trial): the poisoned commits after a
+    /// full disk said `false`, so a program could not tell a full disk from a broken one.
     pub fn is_no_space(&self) -> bool {
-        matches!(self, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC))
+        match self {
+            Error::Io { source, .. } => source.raw_os_error() == Some(libc::ENOSPC),
+            // The cause is the failed operation's error as displayed, whose OS error std
+            // prints as "(os error N)".
+            Error::Poisoned { cause } => cause.contains(&format!("(os error {})", libc::ENOSPC)),
+            _ => false,
+        }
     }
 
     /// True for errors that mean the files are damaged ([`Error::Corruption`]).
@@ -300,5 +309,33 @@ pub(crate) fn clone_io(e: &io::Error) -> io::Error {
     match e.raw_os_error() {
         Some(code) => io::Error::from_raw_os_error(code),
         None => io::Error::new(e.kind(), e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_space_is_seen_through_poisoning() {
+        let e = Error::Io {
+            op: "pwritev",
+            path: "/x/Journals/1.journal".into(),
+            source: io::Error::from_raw_os_error(libc::ENOSPC),
+        };
+        assert!(e.is_no_space());
+        let p = Error::Poisoned {
+            cause: e.to_string(),
+        };
+        assert!(p.is_no_space(), "{p}");
+        let eio = Error::Poisoned {
+            cause: Error::Io {
+                op: "fdatasync",
+                path: "/x".into(),
+                source: io::Error::from_raw_os_error(libc::EIO),
+            }
+            .to_string(),
+        };
+        assert!(!eio.is_no_space());
     }
 }
