@@ -297,7 +297,7 @@ impl Database {
         if !damaged.is_empty() {
             let names: Vec<String> = damaged.keys().cloned().collect();
             for (n, e) in &damaged {
-                tracing::error!(storage = %n, error = %e, "damaged storage: the others open; it is left out");
+                tracing::info!(storage = %n, error = %e, "damaged storage: the others open; it is left out (Database::damaged)");
             }
             if !opts.write_with_damaged_storages {
                 root.inner.refuse_writes(names.clone());

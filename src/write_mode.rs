@@ -60,7 +60,12 @@ pub fn resolve(requested: WriteMode, env: &Arc<dyn StorageEnv>, dir: &Path) -> (
                 why = "OMNIBUS_WRITE_MODE".into();
             }
             None => {
-                tracing::warn!(value = %v, "OMNIBUS_WRITE_MODE is not auto, mmap, file_io, vectored_file_io or io_ring; ignored")
+                // Once per process, not once per storage.
+                static WARNED: std::sync::atomic::AtomicBool =
+                    std::sync::atomic::AtomicBool::new(false);
+                if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::warn!("OMNIBUS_WRITE_MODE={v:?} is not auto, mmap, file_io, vectored_file_io or io_ring; ignored");
+                }
             }
         }
     }

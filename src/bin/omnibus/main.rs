@@ -148,21 +148,15 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    // The library warns through `tracing`, which this binary does not print: say the two
-    // warnings a user acts on here. Regression (fresh-user trial): an invalid
-    // OMNIBUS_WRITE_MODE and the io_uring fallback were silent.
-    if let Ok(v) = std::env::var("OMNIBUS_WRITE_MODE") {
-        if omnibus::WriteMode::parse(&v).is_none() {
-            eprintln!("omnibus: warning: OMNIBUS_WRITE_MODE={v:?} is not auto, mmap, file_io, vectored_file_io or io_ring; ignored");
-        }
-    }
-    let io = omnibus::env::io_backend();
-    if !io.io_uring && !io.reason.contains("OMNIBUS_IO_URING") {
-        eprintln!(
-            "omnibus: warning: {}; using the pwritev I/O path",
-            io.reason
-        );
-    }
+    // The library warns through `tracing`: print its warnings and errors on stderr.
+    // Regression (fresh-user trial): an invalid OMNIBUS_WRITE_MODE, the io_uring fallback and
+    // every other library warning were silent, since nothing printed `tracing` events.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::WARN)
+        .with_target(false)
+        .without_time()
+        .init();
     let r = match cli.command {
         cli::Command::Ingest(a) => ingest::run(a),
         cli::Command::Get(a) => kv::get(a),
