@@ -157,6 +157,9 @@ impl Database {
 
     fn open_inner(path: &Path, opts: Options) -> Result<Database> {
         opts.validate()?;
+        // Every operation retries EINTR/EAGAIN a bounded number of times (`env::retry`).
+        let mut opts = opts;
+        opts.env = crate::env::retry::wrap(opts.env);
         let env = opts.env.clone();
         let path = path.to_path_buf();
         let mut created = false;

@@ -426,6 +426,9 @@ impl Inner {
         flush_hooks: &'static FlushHooks,
     ) -> Result<Arc<Inner>> {
         opts.validate()?;
+        // Every operation retries EINTR/EAGAIN a bounded number of times (`env::retry`).
+        let mut opts = opts;
+        opts.env = crate::env::retry::wrap(opts.env);
         let env = opts.env.clone();
         let path = path.to_path_buf();
         let data_path = Arc::new(path.join(DATA_FILE));

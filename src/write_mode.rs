@@ -81,7 +81,9 @@ pub fn resolve(requested: WriteMode, env: &Arc<dyn StorageEnv>, dir: &Path) -> (
     if mode != WriteMode::Auto {
         return (mode, format!("{} by {why}", mode.name()));
     }
-    if !Arc::ptr_eq(env, &default_env()) {
+    // The engine's retry wrapper is seen through: under it, the default environment probes.
+    let base = env.retry_inner().unwrap_or(env);
+    if !Arc::ptr_eq(base, &default_env()) {
         return (
             WriteMode::VectoredFileIo,
             "auto: a custom storage environment, no probe".into(),

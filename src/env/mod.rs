@@ -4,6 +4,8 @@
 //! Implementations:
 //! - [`DefaultEnv`]: the real file system through `pread` / `pwrite` / `pwritev` / `fdatasync` /
 //!   `fallocate` / `link` / directory `fsync`.
+//! - [`retry::RetryEnv`]: the engine's bounded retry of `EINTR`/`EAGAIN`, wrapped around the
+//!   environment a storage is opened with.
 //! - [`testing`]: wrappers for tests: power loss ([`testing::PowerLossEnv`]), fault injection
 //!   ([`testing::HookedEnv`]) and the ordered list of durable operations
 //!   ([`testing::RecordingEnv`]).
@@ -17,6 +19,7 @@ use std::sync::Arc;
 
 mod default;
 pub mod executor_guard;
+pub mod retry;
 pub mod testing;
 pub mod uring;
 
@@ -310,6 +313,12 @@ pub trait StorageEnv: Send + Sync + std::fmt::Debug + 'static {
     fn remove_file(&self, path: &Path) -> EnvResult<()>;
     /// Removes a directory and everything in it.
     fn remove_dir_all(&self, path: &Path) -> EnvResult<()>;
+    /// The environment a [`retry::RetryEnv`] wraps; `None` for every other environment (the
+    /// default). Lets the engine wrap an environment once and see through the wrapper.
+    #[doc(hidden)]
+    fn retry_inner(&self) -> Option<&Arc<dyn StorageEnv>> {
+        None
+    }
 }
 
 #[cfg(test)]

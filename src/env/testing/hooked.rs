@@ -75,11 +75,21 @@ pub enum Fault {
     Ecanceled,
     /// Fails with `EOPNOTSUPP` without doing the operation.
     Eopnotsupp,
+    /// Fails with `EINTR` without doing the operation (a signal arrived first): the engine
+    /// retries it (`crate::env::retry`).
+    Eintr,
+    /// Fails with `EAGAIN` without doing the operation: the engine retries it.
+    Eagain,
     /// Fails with the given `errno` without doing the operation.
     Errno(i32),
     /// For a write: writes the first half of the bytes (rounded down) to the inner file, then
     /// fails with `EIO`. For any other operation: as [`Fault::Eio`].
     ShortWrite,
+    /// For a read: reads the first half of the bytes (rounded down) into the buffer and
+    /// scribbles `0xA5` over the rest, then fails with `EIO` (a `pread` that returned short,
+    /// then failed): the caller must not use the buffer. For any other operation: as
+    /// [`Fault::Eio`].
+    ShortRead,
     /// Sleeps this long, then does the operation normally.
     Delay(Duration),
 }
@@ -197,7 +207,9 @@ impl Shared {
 /// The error a fault fails an operation with (`None`: the operation proceeds, after a delay).
 fn fault_error(fault: Fault, name: &'static str, path: &Path) -> Option<EnvError> {
     let code = match fault {
-        Fault::Eio | Fault::ShortWrite => libc::EIO,
+        Fault::Eio | Fault::ShortWrite | Fault::ShortRead => libc::EIO,
+        Fault::Eintr => libc::EINTR,
+        Fault::Eagain => libc::EAGAIN,
         Fault::Enospc => libc::ENOSPC,
         Fault::Exdev => libc::EXDEV,
         Fault::Ecanceled => libc::ECANCELED,
@@ -370,8 +382,8 @@ pub struct HookedFile {
 }
 
 impl HookedFile {
-    /// Counts the operation; `Ok(None)`: run it; `Ok(Some(fault))`: a [`Fault::ShortWrite`] to
-    /// apply; `Err`: the injected error.
+    /// Counts the operation; `Ok(None)`: run it; `Ok(Some(fault))`: a [`Fault::ShortWrite`] or
+    /// [`Fault::ShortRead`] to apply; `Err`: the injected error.
     fn gate(
         &self,
         kind: OpKind,
@@ -389,6 +401,7 @@ impl HookedFile {
         };
         match self.shared.check(&op) {
             Some(Fault::ShortWrite) if kind == OpKind::Write => Ok(Some(Fault::ShortWrite)),
+            Some(Fault::ShortRead) if kind == OpKind::Read => Ok(Some(Fault::ShortRead)),
             Some(f) => match fault_error(f, name, path) {
                 Some(e) => Err(e),
                 None => Ok(None),
@@ -397,6 +410,7 @@ impl HookedFile {
         }
     }
 
+    /// The `EIO` a short write or read ends with.
     fn short_write_error(&self, name: &'static str) -> EnvError {
         EnvError::new(
             name,
@@ -412,7 +426,17 @@ impl EnvFile for HookedFile {
     }
 
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> EnvResult<()> {
-        self.gate(OpKind::Read, "pread", offset, buf.len() as u64)?;
+        if self
+            .gate(OpKind::Read, "pread", offset, buf.len() as u64)?
+            .is_some()
+        {
+            let half = buf.len() / 2;
+            if half > 0 {
+                self.inner.read_exact_at(&mut buf[..half], offset)?;
+            }
+            buf[half..].fill(0xA5);
+            return Err(self.short_write_error("pread"));
+        }
         self.inner.read_exact_at(buf, offset)
     }
 
@@ -515,6 +539,8 @@ mod tests {
             (Fault::Ecanceled, libc::ECANCELED),
             (Fault::Eopnotsupp, libc::EOPNOTSUPP),
             (Fault::Errno(libc::EROFS), libc::EROFS),
+            (Fault::Eintr, libc::EINTR),
+            (Fault::Eagain, libc::EAGAIN),
         ];
         for (fault, code) in cases {
             env.fail(OpKind::Write, 1, fault);
@@ -580,6 +606,11 @@ mod tests {
         // On other kinds a short write is EIO.
         env.fail(OpKind::SyncData, 1, Fault::ShortWrite);
         assert_eq!(errno_of(f.sync_data()), Some(libc::EIO));
+        // A short read fills half the buffer, scribbles over the rest and fails.
+        env.fail(OpKind::Read, 1, Fault::ShortRead);
+        let mut got = [0u8; 4];
+        assert_eq!(errno_of(f.read_exact_at(&mut got, 100)), Some(libc::EIO));
+        assert_eq!(got, [1, 1, 0xA5, 0xA5]);
     }
 
     #[test]
