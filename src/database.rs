@@ -493,7 +493,7 @@ fn open_branch(
     let dir = root.join(INDEXES_DIR).join(name);
     if journal.is_some() {
         if let Ok(m) = std::fs::metadata(&dir) {
-            if m.dev() != dev {
+            if m.dev() != dev || !same_mount(root, &dir) {
                 return Err(Error::CrossDevice { path: dir });
             }
         }
@@ -509,11 +509,32 @@ fn open_branch(
     let s = open_storage(&dir, opts.clone(), binding)?;
     if journal.is_some() {
         let m = std::fs::metadata(&dir).map_err(|e| io_err("stat", &dir, e))?;
-        if m.dev() != dev {
+        if m.dev() != dev || !same_mount(root, &dir) {
             return Err(Error::CrossDevice { path: dir });
         }
     }
     Ok(s)
+}
+
+/// False when `a` and `b` are known to lie on different mounts (`statx` mount ids, Linux 5.8
+/// and later). Regression (issue 12, fault kinds): a branch directory bind-mounted from the
+/// root's own file system has the root's device number, so the device check let it open; the
+/// first commit's hard link into it then failed with `EXDEV` (links never cross mounts, even of
+/// one file system), failing the batch and poisoning the whole database. `true` when either
+/// mount id is unknown (the device check still applies, and a link's `EXDEV` still surfaces
+/// as [`Error::CrossDevice`]).
+fn same_mount(a: &Path, b: &Path) -> bool {
+    use rustix::fs::{statx, AtFlags, StatxFlags, CWD};
+    let id = |p: &Path| {
+        statx(CWD, p, AtFlags::empty(), StatxFlags::MNT_ID)
+            .ok()
+            .filter(|x| StatxFlags::from_bits_retain(x.stx_mask).contains(StatxFlags::MNT_ID))
+            .map(|x| x.stx_mnt_id)
+    };
+    match (id(a), id(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => true,
+    }
 }
 
 /// Branch directory names under `Indexes/`; removes leftovers of dropped storages (unless

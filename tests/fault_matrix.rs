@@ -228,7 +228,10 @@ fn verify(path: &Path, run: &Run, label: &str) {
 fn typed(e: &Error, errno: i32) -> bool {
     match e {
         Error::Io { source, .. } => source.raw_os_error() == Some(errno),
-        Error::Poisoned { cause } => cause.contains(&format!("(os error {errno})")),
+        Error::Poisoned { cause } => {
+            cause.contains(&format!("(os error {errno})"))
+                || (errno == libc::EXDEV && cause.contains("on another file system"))
+        }
         Error::CrossDevice { .. } => errno == libc::EXDEV,
         _ => false,
     }
@@ -333,6 +336,14 @@ fn every_fault_kind_on_every_operation() {
                 }
                 for (step, e) in &run.errors {
                     assert!(typed(e, errno), "{label}: {step} gave an untyped error {e:?}");
+                }
+                if (kind, fault) == (OpKind::Link, Fault::Exdev) {
+                    // A link that cannot cross to the branch's file system says so.
+                    let first = run.errors.first().map(|(_, e)| e);
+                    assert!(
+                        matches!(first, Some(Error::CrossDevice { .. })),
+                        "{label}: {first:?}"
+                    );
                 }
                 surfaced += !run.errors.is_empty() as u32;
                 // A failed commit that did not poison left its storage usable: the next commit

@@ -167,6 +167,12 @@ impl Journal {
             match self.env.link(&self.dir.join(&*name), &to) {
                 Ok(()) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                // Hard links never cross file systems or mounts: the branch directory is on
+                // another one (the database checks device and mount at open; this catches a
+                // mount made since).
+                Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+                    return Err(crate::Error::CrossDevice { path: sd.dir })
+                }
                 Err(e) => return Err(e.into()),
             }
             io.entries.entry(no).or_default().insert(sid, 0);

@@ -1,0 +1,107 @@
+//! A branch storage on another file system, or another mount of the same one, gets
+//! `Error::CrossDevice`, and the database stays usable (issue 12, "Fault kinds").
+//!
+//! The story: a shared journal hard-links its files into each branch's `Journals/`, and hard
+//! links cannot cross file systems, nor mounts (`link(2)` returns `EXDEV` across two mounts of
+//! one file system too). A branch directory on a tmpfs (a symlink from `Indexes/` to it) was
+//! caught by the device-number check; a directory bind-mounted from the root's own file system
+//! has the same device number, so the branch opened, and its first commit's link failed with
+//! `EXDEV` as a plain I/O error that failed the batch and poisoned the whole database. The
+//! database now also compares mount ids, and a link's `EXDEV` is `Error::CrossDevice`.
+//!
+//! Mounting needs root (CI runs as root); elsewhere the test prints why and passes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use omnibus::{Database, Error, FlushMode, Options};
+
+/// Unmounts its paths when dropped (also when an assertion fails).
+struct Mounts(Vec<PathBuf>);
+
+impl Drop for Mounts {
+    fn drop(&mut self) {
+        for p in self.0.iter().rev() {
+            let _ = Command::new("umount").arg(p).status();
+        }
+    }
+}
+
+/// Runs `mount args...`; `Err` with the reason when it fails.
+fn mount(args: &[&str], at: &Path) -> Result<(), String> {
+    let out = Command::new("mount")
+        .args(args)
+        .arg(at)
+        .output()
+        .map_err(|e| format!("cannot run mount: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "mount {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+fn opts() -> Options {
+    Options {
+        flush_mode: FlushMode::Manual,
+        ..Options::default()
+    }
+}
+
+fn put(db: &Database, storage: &str, key: &str) -> omnibus::Result<()> {
+    let s = if storage.is_empty() {
+        db.root()
+    } else {
+        db.storage(storage)?
+    };
+    let mut w = s.begin_write()?;
+    w.put(key, b"v")?;
+    w.commit()
+}
+
+#[test]
+fn branch_on_another_file_system_or_mount_is_cross_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let db = Database::open(&path, opts()).unwrap();
+    put(&db, "", "before").unwrap();
+
+    // Another file system: a tmpfs, reached through a symlink from Indexes/.
+    let tmpfs = dir.path().join("tmpfs");
+    std::fs::create_dir(&tmpfs).unwrap();
+    let mut mounts = Mounts(Vec::new());
+    if let Err(why) = mount(&["-t", "tmpfs", "-o", "size=8m", "tmpfs"], &tmpfs) {
+        eprintln!("skipped: cannot mount a file system here ({why}); needs root");
+        return;
+    }
+    mounts.0.push(tmpfs.clone());
+    std::fs::create_dir(tmpfs.join("far")).unwrap();
+    std::os::unix::fs::symlink(tmpfs.join("far"), path.join("Indexes/far")).unwrap();
+    let e = db.storage("far").unwrap_err();
+    assert!(matches!(&e, Error::CrossDevice { .. }), "{e:?}");
+
+    // Another mount of the root's own file system: a bind mount (same device number).
+    let other = dir.path().join("other");
+    let bound = path.join("Indexes/bound");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::create_dir(&bound).unwrap();
+    mount(&["--bind", other.to_str().unwrap()], &bound).unwrap();
+    mounts.0.push(bound.clone());
+    let e = put(&db, "bound", "k").unwrap_err();
+    assert!(matches!(&e, Error::CrossDevice { .. }), "{e:?}");
+
+    // The database stays usable: the root and a branch on its own file system commit.
+    assert!(!db.root().is_poisoned());
+    put(&db, "", "after").unwrap();
+    put(&db, "near", "k").unwrap();
+    drop(db);
+    drop(mounts);
+    let db = Database::open(&path, opts()).unwrap();
+    let r = db.root().begin_read().unwrap();
+    assert!(r.get("before").unwrap().is_some() && r.get("after").unwrap().is_some());
+    assert!(db.storage("near").unwrap().begin_read().unwrap().get("k").unwrap().is_some());
+    assert_eq!(db.storages(), vec!["near".to_string()]);
+}
