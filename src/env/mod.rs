@@ -1,5 +1,6 @@
 //! Storage environments: every file operation of the engine goes through [`StorageEnv`]
-//! (as RocksDB's `Env`/`FileSystem`), the `LOCK` file's `flock` aside.
+//! (as RocksDB's `Env`/`FileSystem`), but the `LOCK` file, the read-only map of the data file
+//! and a few metadata reads (`docs/ARCHITECTURE.md` lists them all).
 //!
 //! Implementations:
 //! - [`DefaultEnv`]: the real file system through `pread` / `pwrite` / `pwritev` / `fdatasync` /

@@ -15,7 +15,7 @@
 //!   whether unsynced directory entries are lost; the env is then dead (`EIO` everywhere).
 //!   `sync_data`/`sync_dir` are simulated only, unless [`PowerLossEnv::with_real_sync`].
 //! - [`HookedEnv`]: fault injection. Arms a [`Fault`] (`EIO`, `ENOSPC`, `EXDEV`, `ECANCELED`,
-//!   `EOPNOTSUPP`, any errno, a short write, a delay) for the n-th operation of an [`OpKind`],
+//!   `EOPNOTSUPP`, `EINTR`, `EAGAIN`, any errno, a short write or read, a delay) for the n-th operation of an [`OpKind`],
 //!   optionally only on paths containing a substring, or for every such operation; or decides
 //!   per operation through a hook ([`HookedEnv::set_hook`]) that sees an [`OpInfo`] and may
 //!   also block to hold the operation at a chosen point. Counts operations per kind.
