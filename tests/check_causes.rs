@@ -82,11 +82,13 @@ fn targets(file: &[u8], path: &Path) -> Targets {
     }
 }
 
-/// Flips one byte at `offset` of a copy of `pristine`, opens it read-only and checks it.
+/// Flips one byte at `offset` of a copy of `pristine`, opens it read-only and checks it, with
+/// the library and with `omnibus check`.
 fn check_flipped(pristine: &Path, offset: usize) -> CheckReport {
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("s");
     std::fs::create_dir_all(copy.join("Journals")).unwrap();
+    std::fs::create_dir_all(copy.join("Indexes")).unwrap();
     for e in std::fs::read_dir(pristine).unwrap() {
         let e = e.unwrap();
         if e.file_type().unwrap().is_file() {
@@ -105,7 +107,25 @@ fn check_flipped(pristine: &Path, offset: usize) -> CheckReport {
         },
     )
     .unwrap();
-    s.check().unwrap()
+    let r = s.check().unwrap();
+    drop(s);
+    // `omnibus check` of the same directory (a storage directory is a database's root): one
+    // line for the damaged page, one summary line.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_omnibus"))
+        .args(["check", copy.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("omnibus: storage `(root)`"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(lines[0].contains("checksum"), "{err}");
+    assert!(lines[1].contains("not verified because of 1 damaged page"), "{err}");
+    assert!(!err.contains("leaked"), "{err}");
+    r
 }
 
 /// One damage report for `page` (a checksum mismatch), and one summary of the hidden pages
