@@ -63,7 +63,9 @@ fn targets(file: &[u8], path: &Path) -> Targets {
         let ph = PageHeader::read(img).unwrap();
         assert_eq!(ph.kind, PageKind::Branch, "page {p}");
         let v = BranchView::new(img, &ph);
-        (0..=v.keys()).map(|i| v.child(i).unwrap()).collect::<Vec<_>>()
+        (0..=v.keys())
+            .map(|i| v.child(i).unwrap())
+            .collect::<Vec<_>>()
     };
     let inner = children(h.root)[1];
     let leaf = children(inner)[1];
@@ -123,7 +125,10 @@ fn check_flipped(pristine: &Path, offset: usize) -> CheckReport {
         .collect();
     assert_eq!(lines.len(), 2, "{err}");
     assert!(lines[0].contains("checksum"), "{err}");
-    assert!(lines[1].contains("not verified because of 1 damaged page"), "{err}");
+    assert!(
+        lines[1].contains("not verified because of 1 damaged page"),
+        "{err}"
+    );
     assert!(!err.contains("leaked"), "{err}");
     r
 }
@@ -138,7 +143,10 @@ fn assert_one_cause(r: &CheckReport, page: u64, min_hidden: u64, what: &str) {
         "{what}: {:?}",
         r.problems
     );
-    let h = r.hidden.as_ref().unwrap_or_else(|| panic!("{what}: no summary"));
+    let h = r
+        .hidden
+        .as_ref()
+        .unwrap_or_else(|| panic!("{what}: no summary"));
     assert_eq!(h.damaged, 1, "{what}: {h:?}");
     assert!(h.pages >= min_hidden, "{what}: {h:?}");
     assert!(h.first <= page && page <= h.last, "{what}: {h:?}");

@@ -10,10 +10,10 @@
 //! missed it): the library function, the engine's `check_indexes` and `omnibus check` report
 //! each kind with the right count.
 
-#[path = "common/index.rs"]
-mod index_common;
 #[path = "common/cli.rs"]
 mod cli;
+#[path = "common/index.rs"]
+mod index_common;
 
 use omnibus::actors::{check_index, IndexCheckReport, IndexDefinition};
 use omnibus::{Database, Options};
@@ -87,7 +87,10 @@ fn a_damaged_index_is_reported_with_counts_and_a_healthy_one_is_not() {
     assert_eq!(reports.len(), 1);
     let r = &reports[0];
     assert!(r.is_ok() && r.in_step, "{r:?}");
-    assert_eq!((r.documents, r.entries, r.expected_entries), (300, 600, 600));
+    assert_eq!(
+        (r.documents, r.entries, r.expected_entries),
+        (300, 600, 600)
+    );
     drop((root, db));
     e.shutdown().unwrap();
     let r = core_check(&path);

@@ -657,7 +657,10 @@ pub(crate) fn check(state: &State) -> CheckReport {
         c.problem(a, format!("page in use but marked free{}", span(a, b)));
     }
     for (a, b) in leaked.0 {
-        c.problem(a, format!("page neither in use nor free (leaked){}", span(a, b)));
+        c.problem(
+            a,
+            format!("page neither in use nor free (leaked){}", span(a, b)),
+        );
     }
     if c.damaged.is_empty() {
         if c.report.entries != state.entries {

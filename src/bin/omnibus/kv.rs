@@ -557,17 +557,17 @@ fn check_indexes(
             }
             continue;
         };
-        let r = match omnibus::actors::check_index(&docs, &index, &spec.definition(), INDEX_EXAMPLES)
-        {
-            Ok(r) => r,
-            Err(e) => {
-                *problems += 1;
-                let f = Fail::from(e);
-                eprintln!("omnibus: index `{name}`: cross-check failed: {}", f.msg);
-                reports.push(json!({ "index": name, "ok": false, "error": f.msg }));
-                continue;
-            }
-        };
+        let r =
+            match omnibus::actors::check_index(&docs, &index, &spec.definition(), INDEX_EXAMPLES) {
+                Ok(r) => r,
+                Err(e) => {
+                    *problems += 1;
+                    let f = Fail::from(e);
+                    eprintln!("omnibus: index `{name}`: cross-check failed: {}", f.msg);
+                    reports.push(json!({ "index": name, "ok": false, "error": f.msg }));
+                    continue;
+                }
+            };
         let wrong = r.in_step && !r.is_ok();
         if wrong {
             *problems += 1;
