@@ -29,6 +29,7 @@ use super::flusher::{self, FlusherMsg};
 use super::index::{
     self, BuildSlots, IndexActor, IndexDefinition, IndexMsg, IndexShared, IndexStats, RootFeed,
 };
+use super::index_check::{check_index, IndexCheckReport};
 use super::io_lane::IoLane;
 use super::journal_writer::{self, JournalMsg};
 use super::reader_pool::{self, ReadMsg};
@@ -140,6 +141,8 @@ struct IndexEntry {
     shared: Arc<IndexShared>,
     port: flume::Sender<IndexMsg>,
     storage: Storage,
+    /// The definition (its map function, for `check_indexes`).
+    def: IndexDefinition,
 }
 
 /// A database served by the engine's actors. Cheap to clone, `Send + Sync`.
@@ -728,6 +731,7 @@ impl DatabaseHandle {
         let shared = Arc::new(IndexShared::new(&def.name, applied.unwrap_or(0)));
         let name = def.name.clone();
         let storage = branch.storage.clone();
+        let kept = def.clone();
         let actor = IndexActor {
             def,
             shared: shared.clone(),
@@ -757,6 +761,7 @@ impl DatabaseHandle {
                 shared,
                 port,
                 storage,
+                def: kept,
             },
         );
         Ok(())
@@ -874,6 +879,61 @@ impl DatabaseHandle {
                 s.stats(root_txn, n)
             })
             .collect()
+    }
+
+    /// Cross-checks every defined index against the documents ([`check_index`]): entries
+    /// missing for a document, entries naming no document, entries a changed document no
+    /// longer gives; counts and up to `max_examples` entry keys of each kind, one report per
+    /// index, by name.
+    ///
+    /// Each index is checked on a pair of snapshots of one moment: it waits for the index
+    /// ([`DatabaseHandle::wait_for_index`]), reads the txn the index actor has applied, takes
+    /// the index's snapshot and then the documents'; when the documents' txn is the applied one,
+    /// the pair is in step ([`IndexCheckReport::in_step`]). Under concurrent root writes it
+    /// tries up to 5 times; a report not in step holds differences that may be unapplied
+    /// changes. The check itself runs on the background I/O lane, walking both storages in key
+    /// order with point lookups (bounded memory: see [`check_index`]).
+    ///
+    /// Errors: the first index that fails: [`Error::IndexPoisoned`] (poisoned index, or its map
+    /// function panics during the check), [`Error::Closed`], read errors of either storage
+    /// ([`Error::Corruption`]).
+    pub async fn check_indexes(&self, max_examples: usize) -> Result<Vec<IndexCheckReport>> {
+        let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
+        let list: Vec<(Arc<IndexShared>, Storage, IndexDefinition)> = self
+            .inner
+            .indexes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|e| (e.shared.clone(), e.storage.clone(), e.def.clone()))
+            .collect();
+        let mut out = Vec::with_capacity(list.len());
+        for (shared, storage, def) in list {
+            let mut tries = 0;
+            let (index, docs, in_step) = loop {
+                tries += 1;
+                self.wait_for_index(&def.name).await?;
+                let applied = shared.applied_if_current();
+                let index = storage.begin_read()?;
+                let docs = self.inner.root.storage.begin_read()?;
+                let in_step = applied == Some(docs.txn_id());
+                if in_step || tries >= 5 {
+                    break (index, docs, in_step);
+                }
+            };
+            let mut r = engine
+                .background
+                .run(move || check_index(&docs, &index, &def, max_examples))
+                .await?;
+            r.in_step = in_step;
+            out.push(r);
+        }
+        Ok(out)
+    }
+
+    /// Blocking [`DatabaseHandle::check_indexes`].
+    pub fn blocking_check_indexes(&self, max_examples: usize) -> Result<Vec<IndexCheckReport>> {
+        block_on(self.check_indexes(max_examples))
     }
 
     /// Names of the defined indexes.

@@ -449,6 +449,14 @@ impl IndexShared {
         self.progress.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The root txn applied up to, when the index is current (following the feed, not building,
+    /// poisoned or stopped): every root commit up to it is in the index storage's snapshots
+    /// taken from now on.
+    pub fn applied_if_current(&self) -> Option<u64> {
+        let p = self.lock();
+        matches!(p.phase, Phase::Current).then_some(p.applied)
+    }
+
     /// Registers a wait for `target`: `Ok(None)` when already applied, a receiver answered once
     /// it is (or with the poison error); the poison error at once when poisoned.
     pub fn waiter(&self, target: u64) -> Result<Option<flume::Receiver<Result<()>>>> {
@@ -605,7 +613,7 @@ pub(crate) fn entries(index: &ReadTransaction) -> u64 {
 }
 
 /// Runs the map function, turning a panic into [`IndexFailure::MapPanicked`].
-fn call_map(
+pub(crate) fn call_map(
     map: &MapFn,
     key: &[u8],
     value: &[u8],

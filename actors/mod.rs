@@ -32,6 +32,7 @@
 mod engine;
 mod flusher;
 mod index;
+mod index_check;
 mod io_lane;
 mod journal_writer;
 mod reader_pool;
@@ -42,4 +43,5 @@ pub use index::{
     index_applied_txn, BuildProgress, IndexDefinition, IndexState, IndexStats, LagStats, MapFn,
     INDEX_APPLIED_KEY,
 };
+pub use index_check::{check_index, IndexCheckReport};
 pub use storage::{StorageHandle, WriteBatch, WriteOp};

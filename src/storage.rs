@@ -307,7 +307,9 @@ impl Storage {
 
     /// Checks the last committed state: every page checksum, key order and bounds, equal leaf
     /// depth, overflow runs, and the free-space map (every page in use or free, never both).
-    /// Problems are listed in the report; `Err` only when the storage is closed.
+    /// Problems are listed in the report, causes only: a damaged page is one problem, and the
+    /// pages it hides (below it, or covered by a damaged free-space page) are one summary,
+    /// [`CheckReport::hidden`], not leaks. `Err` only when the storage is closed.
     pub fn check(&self) -> Result<CheckReport> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);

@@ -232,13 +232,20 @@ impl<'a> Iterator for Range<'a> {
 }
 
 /// What [`crate::Storage::check`] found.
+///
+/// Causes, not cascades: a damaged page (bad checksum, bad header, wrong kind) is one entry of
+/// [`CheckReport::problems`], and the pages the check could not reach because of it are counted
+/// once in [`CheckReport::hidden`], not reported as leaks. A page that is neither reachable nor
+/// free while no damage hides anything is a leak, reported as one problem per run of
+/// consecutive leaked pages.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CheckReport {
     /// Transaction id of the checked snapshot.
     pub txn_id: u64,
     /// Pages whose checksum was verified (an overflow run counts its pages).
     pub pages_checked: u64,
-    /// Pages reachable from the root and the free-space map (header pages included).
+    /// Pages reachable from the root and the free-space map (header pages included; a damaged
+    /// page or overflow run that a checked page points to counts as in use).
     pub pages_in_use: u64,
     /// Pages the free-space map marks free.
     pub pages_free: u64,
@@ -246,8 +253,12 @@ pub struct CheckReport {
     pub entries: u64,
     /// Levels of the tree (0 = empty).
     pub depth: u32,
-    /// Every problem found: checksums, key order, structure, free-space map disagreements.
+    /// The causes found: each damaged page once (checksum, header, kind; problems of one page
+    /// are joined into one entry), key order and structure errors, free-space map
+    /// disagreements, and runs of leaked pages. At most 1,000 entries.
     pub problems: Vec<Corruption>,
+    /// What the damaged pages among `problems` hid: `None` when no page was damaged.
+    pub hidden: Option<HiddenPages>,
 }
 
 impl CheckReport {
@@ -257,23 +268,129 @@ impl CheckReport {
     }
 }
 
+/// The pages a check could not verify because of damaged pages (one summary instead of one
+/// "leaked page" line per page below the damage).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HiddenPages {
+    /// Damaged pages or overflow runs that a checked page points to (each one is a problem of
+    /// the report), plus a damaged free-space directory or bitmap page.
+    pub damaged: u64,
+    /// Pages not verified because of the damage: the damaged pages and runs themselves, the
+    /// pages below a damaged branch or leaf (not reached: neither in use nor free as far as the
+    /// check can tell), and unreached pages whose free-space bitmap page is damaged. A real
+    /// leak among them cannot be told apart from them until the damage is repaired.
+    pub pages: u64,
+    /// Lowest page number among `pages`.
+    pub first: u64,
+    /// Highest page number among `pages`.
+    pub last: u64,
+    /// Keys recorded in the state but not counted in the leaves (below the damage).
+    pub entries_not_counted: u64,
+}
+
+impl std::fmt::Display for HiddenPages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = |n: u64| if n == 1 { "" } else { "s" };
+        write!(
+            f,
+            "{} page{} not verified because of {} damaged page{} (pages {}..={}: the damaged pages and those reachable only through them, not leaks)",
+            self.pages,
+            s(self.pages),
+            self.damaged,
+            s(self.damaged),
+            self.first,
+            self.last
+        )?;
+        if self.entries_not_counted > 0 {
+            write!(
+                f,
+                "; {} recorded key{} not counted",
+                self.entries_not_counted,
+                s(self.entries_not_counted)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Most problems one report lists.
+const MAX_PROBLEMS: usize = 1000;
+
+/// Most descriptions joined into one page's problem (the rest are counted).
+const MAX_PARTS: usize = 3;
+
+/// Consecutive page numbers, collected as `(first, last)` runs.
+#[derive(Default)]
+struct Runs(Vec<(u64, u64)>);
+
+impl Runs {
+    fn add(&mut self, p: u64) {
+        match self.0.last_mut() {
+            Some((_, last)) if *last + 1 == p => *last = p,
+            _ => self.0.push((p, p)),
+        }
+    }
+}
+
 struct Checker<'a> {
     state: &'a State,
     report: CheckReport,
     used: Vec<u64>,
     leaf_depth: Option<u32>,
+    /// Descriptions joined into the last problem, and how many more were left out.
+    parts: usize,
+    more: usize,
+    /// Damaged pages or runs: (first page, pages).
+    damaged: Vec<(u64, u64)>,
+    /// A damaged branch or leaf hid its subtree: unreached pages are not leaks.
+    subtree_hidden: bool,
+    /// Page ranges `[start, end)` whose free-space bits are unknown (damaged map pages).
+    free_unknown: Vec<(u64, u64)>,
 }
 
 impl<'a> Checker<'a> {
-    fn problem(&mut self, page: u64, what: impl Into<String>) {
-        if self.report.problems.len() < 1000 {
-            self.report.problems.push(Corruption {
-                file: self.state.path().to_path_buf(),
-                page: Some(page),
-                offset: None,
-                what: what.into(),
-            });
+    /// Records a problem; one page's problems in a row are joined into one entry.
+    fn push(&mut self, c: Corruption) {
+        if let Some(last) = self.report.problems.last_mut() {
+            if c.page.is_some() && last.page == c.page && last.file == c.file {
+                if self.parts < MAX_PARTS {
+                    last.what.push_str("; ");
+                    last.what.push_str(&c.what);
+                    self.parts += 1;
+                } else {
+                    self.more += 1;
+                    let base = last.what.split(" (and ").next().unwrap_or("").to_string();
+                    last.what = format!("{base} (and {} more)", self.more);
+                }
+                return;
+            }
         }
+        if self.report.problems.len() < MAX_PROBLEMS {
+            self.report.problems.push(c);
+            self.parts = 1;
+            self.more = 0;
+        }
+    }
+
+    fn problem(&mut self, page: u64, what: impl Into<String>) {
+        self.push(Corruption {
+            file: self.state.path().to_path_buf(),
+            page: Some(page),
+            offset: None,
+            what: what.into(),
+        });
+    }
+
+    /// Records a damaged page or run of `pages` pages starting at `p`: one problem, its pages
+    /// counted in use (something points to them), and, with `hides_subtree`, every unreached
+    /// page counted as hidden rather than leaked.
+    fn damage(&mut self, c: Corruption, p: u64, pages: u64, hides_subtree: bool) {
+        self.push(c);
+        self.damaged.push((p, pages));
+        for q in p..p.saturating_add(pages).min(self.state.next_page) {
+            self.used[(q / 64) as usize] |= 1 << (q % 64);
+        }
+        self.subtree_hidden |= hides_subtree;
     }
 
     fn mark(&mut self, start: u64, n: u64) {
@@ -296,23 +413,22 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn page(&mut self, p: u64) -> Option<(&'a [u8], PageHeader)> {
+    /// Reads and verifies page `p`; the damage, if any, as a `Corruption` for the caller to
+    /// record with what the page would have held.
+    fn page(&mut self, p: u64) -> std::result::Result<(&'a [u8], PageHeader), Corruption> {
         let state: &'a State = self.state;
         match state.page_verified(p) {
             Ok((img, h)) => {
                 self.report.pages_checked += h.run_pages as u64;
-                Some((img, h))
+                Ok((img, h))
             }
-            Err(Error::Corruption(c)) => {
-                if self.report.problems.len() < 1000 {
-                    self.report.problems.push(c);
-                }
-                None
-            }
-            Err(e) => {
-                self.problem(p, format!("unreadable: {e}"));
-                None
-            }
+            Err(Error::Corruption(c)) => Err(c),
+            Err(e) => Err(Corruption {
+                file: state.path().to_path_buf(),
+                page: Some(p),
+                offset: None,
+                what: format!("unreadable: {e}"),
+            }),
         }
     }
 
@@ -321,8 +437,10 @@ impl<'a> Checker<'a> {
             self.problem(p, "tree deeper than 32 levels");
             return;
         }
-        let state = self.state;
-        let Some((img, h)) = self.page(p) else { return };
+        let (img, h) = match self.page(p) {
+            Ok(x) => x,
+            Err(c) => return self.damage(c, p, 1, true),
+        };
         self.mark(p, 1);
         let in_bounds = |k: &[u8]| lo.is_none_or(|l| k >= l) && hi.is_none_or(|h| k < h);
         match h.kind {
@@ -337,10 +455,13 @@ impl<'a> Checker<'a> {
                 }
                 let v = LeafView::new(img, &h);
                 let mut prev: Option<&[u8]> = None;
+                let mut overflow = Vec::new();
                 for i in 0..v.len() {
                     let Some((k, val)) = v.cell(i) else {
                         self.problem(p, format!("malformed leaf cell {i}"));
-                        return;
+                        // The cells after it (and their overflow runs) are not reached.
+                        self.subtree_hidden = true;
+                        break;
                     };
                     if prev.is_some_and(|q| q >= k) {
                         self.problem(p, format!("keys out of order at cell {i}"));
@@ -354,20 +475,25 @@ impl<'a> Checker<'a> {
                     prev = Some(k);
                     self.report.entries += 1;
                     if let ValRef::Overflow { page, len } = val {
-                        if let Some((_, oh)) = self.page(page) {
-                            if oh.kind != PageKind::Overflow {
-                                self.problem(page, "expected an overflow page");
-                            } else if (oh.run_pages as u64)
-                                < crate::page::overflow_run_pages(len as usize) as u64
-                            {
-                                self.problem(page, "overflow run shorter than its value");
-                            } else {
-                                self.mark(page, oh.run_pages as u64);
-                            }
-                        }
+                        overflow.push((page, len));
                     }
                 }
-                let _ = state;
+                // Overflow runs after the leaf's own problems: a page's problems stay one entry.
+                for (page, len) in overflow {
+                    let want = crate::page::overflow_run_pages(len as usize) as u64;
+                    match self.page(page) {
+                        Err(c) => self.damage(c, page, want, false),
+                        Ok((_, oh)) if oh.kind != PageKind::Overflow => {
+                            let c = self.corruption(page, "expected an overflow page");
+                            self.damage(c, page, 1, true);
+                        }
+                        Ok((_, oh)) if (oh.run_pages as u64) < want => {
+                            let c = self.corruption(page, "overflow run shorter than its value");
+                            self.damage(c, page, oh.run_pages as u64, true);
+                        }
+                        Ok((_, oh)) => self.mark(page, oh.run_pages as u64),
+                    }
+                }
             }
             PageKind::Branch => {
                 let v = BranchView::new(img, &h);
@@ -376,8 +502,8 @@ impl<'a> Checker<'a> {
                     match v.key(i) {
                         Some(k) => keys.push(k),
                         None => {
-                            self.problem(p, format!("malformed branch key {i}"));
-                            return;
+                            let c = self.corruption(p, format!("malformed branch key {i}"));
+                            return self.damage(c, p, 0, true);
                         }
                     }
                 }
@@ -389,15 +515,82 @@ impl<'a> Checker<'a> {
                 }
                 for i in 0..=keys.len() {
                     let Some(c) = v.child(i) else {
-                        self.problem(p, format!("malformed child {i}"));
-                        return;
+                        let c = self.corruption(p, format!("malformed child {i}"));
+                        return self.damage(c, p, 0, true);
                     };
                     let clo = if i == 0 { lo } else { Some(keys[i - 1]) };
                     let chi = if i == keys.len() { hi } else { Some(keys[i]) };
                     self.node(c, clo, chi, depth + 1);
                 }
             }
-            _ => self.problem(p, "expected a branch or leaf page"),
+            _ => {
+                let c = self.corruption(p, "expected a branch or leaf page");
+                self.damage(c, p, 0, true);
+            }
+        }
+    }
+
+    fn corruption(&self, page: u64, what: impl Into<String>) -> Corruption {
+        Corruption {
+            file: self.state.path().to_path_buf(),
+            page: Some(page),
+            offset: None,
+            what: what.into(),
+        }
+    }
+
+    /// Reads the free-space map into `free` (one bit per page); pages whose bits cannot be
+    /// read (a damaged directory or bitmap page) go to `free_unknown`.
+    fn free_map(&mut self, free: &mut [u64]) {
+        let state = self.state;
+        if state.freedir == 0 {
+            return;
+        }
+        let everything = (0, state.next_page);
+        let (img, h) = match self.page(state.freedir) {
+            Ok(x) => x,
+            Err(c) => {
+                self.free_unknown.push(everything);
+                return self.damage(c, state.freedir, 1, false);
+            }
+        };
+        self.mark(state.freedir, 1);
+        if h.kind != PageKind::FreeDir {
+            self.free_unknown.push(everything);
+            let c = self.corruption(state.freedir, "expected a free-space directory page");
+            return self.damage(c, state.freedir, 0, false);
+        }
+        let n = h.count as usize;
+        let pages: Vec<u64> = (0..n)
+            .filter_map(|i| crate::page::rd_u64(img, HEADER_LEN + 8 * i))
+            .collect();
+        for (idx, bp) in pages.into_iter().enumerate() {
+            let base = idx as u64 * crate::freespace::BITS_PER_BITMAP;
+            let covered = (base, base.saturating_add(crate::freespace::BITS_PER_BITMAP));
+            let (bimg, bh) = match self.page(bp) {
+                Ok(x) => x,
+                Err(c) => {
+                    self.free_unknown.push(covered);
+                    self.damage(c, bp, 1, false);
+                    continue;
+                }
+            };
+            self.mark(bp, 1);
+            if bh.kind != PageKind::FreeBitmap {
+                self.free_unknown.push(covered);
+                let c = self.corruption(bp, "expected a free-space bitmap page");
+                self.damage(c, bp, 0, false);
+                continue;
+            }
+            for w in 0..crate::freespace::WORDS {
+                let bits = crate::page::rd_u64(bimg, HEADER_LEN + 8 * w).unwrap_or(0);
+                for b in 0..64u64 {
+                    let p = base + w as u64 * 64 + b;
+                    if bits & (1 << b) != 0 && p < state.next_page {
+                        free[(p / 64) as usize] |= 1 << b;
+                    }
+                }
+            }
         }
     }
 }
@@ -405,6 +598,12 @@ impl<'a> Checker<'a> {
 /// Checks the snapshot `state`: page checksums, key order and bounds, equal leaf depth,
 /// overflow runs, and that every page below `next_page` is either in use or marked free in
 /// the free-space map, never both and never neither.
+///
+/// Causes, not cascades: a damaged page is one problem; the pages it hides (its subtree, the
+/// pages of a damaged overflow run, the pages a damaged free-space page covers) are summed up
+/// in [`CheckReport::hidden`] instead of being reported as leaked, and the recorded key count
+/// is not compared with the leaves. Without damage, unreached pages that are not free are
+/// leaks, one problem per run of consecutive pages. Memory: two bits per page of the file.
 pub(crate) fn check(state: &State) -> CheckReport {
     let words = (state.next_page as usize).div_ceil(64) + 1;
     let mut c = Checker {
@@ -415,59 +614,73 @@ pub(crate) fn check(state: &State) -> CheckReport {
         },
         used: vec![0; words],
         leaf_depth: None,
+        parts: 0,
+        more: 0,
+        damaged: Vec::new(),
+        subtree_hidden: false,
+        free_unknown: Vec::new(),
     };
     c.mark(0, 2.min(state.next_page));
     if state.root != 0 {
         c.node(state.root, None, None, 1);
     }
-    if c.report.entries != state.entries {
-        let (e, s) = (c.report.entries, state.entries);
-        c.problem(state.root, format!("{e} keys in the leaves, {s} recorded"));
-    }
     let mut free = vec![0u64; words];
-    if state.freedir != 0 {
-        if let Some((img, h)) = c.page(state.freedir) {
-            c.mark(state.freedir, 1);
-            if h.kind != PageKind::FreeDir {
-                c.problem(state.freedir, "expected a free-space directory page");
-            } else {
-                let n = h.count as usize;
-                let pages: Vec<u64> = (0..n)
-                    .filter_map(|i| crate::page::rd_u64(img, HEADER_LEN + 8 * i))
-                    .collect();
-                for (idx, bp) in pages.into_iter().enumerate() {
-                    let Some((bimg, bh)) = c.page(bp) else {
-                        continue;
-                    };
-                    c.mark(bp, 1);
-                    if bh.kind != PageKind::FreeBitmap {
-                        c.problem(bp, "expected a free-space bitmap page");
-                        continue;
-                    }
-                    let base = idx as u64 * crate::freespace::BITS_PER_BITMAP;
-                    for w in 0..crate::freespace::WORDS {
-                        let bits = crate::page::rd_u64(bimg, HEADER_LEN + 8 * w).unwrap_or(0);
-                        for b in 0..64u64 {
-                            let p = base + w as u64 * 64 + b;
-                            if bits & (1 << b) != 0 && p < state.next_page {
-                                free[(p / 64) as usize] |= 1 << b;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
+    c.free_map(&mut free);
+    let mut hidden = Runs::default();
+    let mut leaked = Runs::default();
+    let mut marked_free = Runs::default();
     for p in 0..state.next_page {
         let (w, b) = ((p / 64) as usize, p % 64);
         let used = c.used[w] & (1 << b) != 0;
         let is_free = free[w] & (1 << b) != 0;
         match (used, is_free) {
-            (true, true) => c.problem(p, "page in use but marked free"),
-            (false, false) => c.problem(p, "page neither in use nor free (leaked)"),
+            (true, true) => marked_free.add(p),
+            (false, false) => {
+                if c.subtree_hidden || c.free_unknown.iter().any(|&(a, e)| p >= a && p < e) {
+                    hidden.add(p);
+                } else {
+                    leaked.add(p);
+                }
+            }
             (true, false) => c.report.pages_in_use += 1,
             (false, true) => c.report.pages_free += 1,
         }
+    }
+    let span = |a: u64, b: u64| {
+        if a == b {
+            String::new()
+        } else {
+            format!(" (pages {a}..={b}, {} pages)", b - a + 1)
+        }
+    };
+    for (a, b) in marked_free.0 {
+        c.problem(a, format!("page in use but marked free{}", span(a, b)));
+    }
+    for (a, b) in leaked.0 {
+        c.problem(
+            a,
+            format!("page neither in use nor free (leaked){}", span(a, b)),
+        );
+    }
+    if c.damaged.is_empty() {
+        if c.report.entries != state.entries {
+            let (e, s) = (c.report.entries, state.entries);
+            c.problem(state.root, format!("{e} keys in the leaves, {s} recorded"));
+        }
+    } else {
+        let mut h = HiddenPages {
+            damaged: c.damaged.len() as u64,
+            first: u64::MAX,
+            entries_not_counted: state.entries.saturating_sub(c.report.entries),
+            ..Default::default()
+        };
+        let runs = c.damaged.iter().map(|&(p, n)| (p, p + n.max(1) - 1));
+        for (a, b) in runs.chain(hidden.0.iter().copied()) {
+            h.pages += b - a + 1;
+            h.first = h.first.min(a);
+            h.last = h.last.max(b);
+        }
+        c.report.hidden = Some(h);
     }
     c.report
 }

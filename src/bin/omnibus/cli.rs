@@ -39,8 +39,15 @@ pub enum Command {
     /// Verify every storage (checksums, key order, tree shape, free-space map).
     #[command(
         long_about = "Verify every storage of the database: every page checksum, key order and bounds, equal \
-leaf depth, overflow runs, and the free-space map.\n\nExit code 0 when every storage is sound; 2 with one message a \
-problem on stderr, naming the storage, the file and the page, when one is not."
+leaf depth, overflow runs, and the free-space map.\n\nCauses, not cascades: a damaged page is one message, and the \
+pages it hides (below it, or covered by a damaged free-space page) are one summary line with their count and \
+range, not leaks.\n\nThen every index (a branch storage holding an index's applied record, named by its `--index` \
+spec) is cross-checked against the documents: entries missing for a document, entries naming no document, and \
+entries a changed document no longer gives, with counts and up to 5 examples of each. An index behind the \
+documents (after `put` or `delete` on the root, or a crash) is reported as behind, its differences not counted \
+as problems: the next `ingest --index` of it reconciles it.\n\nExit code 0 when every storage and every index in \
+step with the documents is sound; 2 with one message a problem on stderr, naming the storage, the file and the \
+page, when one is not."
     )]
     Check(CheckArgs),
     /// Benchmarks.

@@ -424,6 +424,8 @@ pub fn check(a: CheckArgs) -> CliResult {
         }
         Err(f) => return Err(f),
     };
+    // Storages whose check found nothing: the index cross-check reads them.
+    let mut sound: Vec<(String, Storage)> = Vec::new();
     for (name, s) in storages {
         let s = match s {
             Ok(s) => s,
@@ -465,6 +467,10 @@ pub fn check(a: CheckArgs) -> CliResult {
                     p.what
                 );
             }
+            // The pages the damage hides: one line, not one "leaked" line per page.
+            if let Some(h) = &r.hidden {
+                eprintln!("omnibus: storage `{name}`: {h}");
+            }
         }
         if a.json {
             reports.push(json!({
@@ -479,6 +485,10 @@ pub fn check(a: CheckArgs) -> CliResult {
                 "problems": r.problems.iter().map(|p| json!({
                     "file": p.file.display().to_string(), "page": p.page, "offset": p.offset, "what": p.what
                 })).collect::<Vec<_>>(),
+                "hidden": r.hidden.as_ref().map(|h| json!({
+                    "damaged": h.damaged, "pages": h.pages, "first": h.first, "last": h.last,
+                    "entries_not_counted": h.entries_not_counted, "summary": h.to_string(),
+                })),
             }));
         } else {
             println!(
@@ -491,7 +501,12 @@ pub fn check(a: CheckArgs) -> CliResult {
                 r.depth
             );
         }
+        if r.is_ok() {
+            sound.push((name, s));
+        }
     }
+    let mut index_reports = Vec::new();
+    check_indexes(&sound, a.json, &mut index_reports, &mut problems);
     // The database-level error is printed only when no storage's own error explains it (it
     // repeats one of them otherwise).
     if let (Some(msg), 0) = (&db_error, bad_storages) {
@@ -501,7 +516,7 @@ pub fn check(a: CheckArgs) -> CliResult {
     if a.json {
         println!(
             "{}",
-            json!({ "db": a.db.display().to_string(), "ok": problems == 0, "storages": reports })
+            json!({ "db": a.db.display().to_string(), "ok": problems == 0, "storages": reports, "indexes": index_reports })
         );
     }
     if problems > 0 {
@@ -511,4 +526,99 @@ pub fn check(a: CheckArgs) -> CliResult {
         )));
     }
     Ok(())
+}
+
+/// Examples of each kind of index difference that `check` prints.
+const INDEX_EXAMPLES: usize = 5;
+
+/// `check`'s index cross-check: every sound branch storage holding an applied record is an
+/// index whose name is its `--index` spec; it is checked against the sound root storage with
+/// [`omnibus::actors::check_index`] (both walked in key order: bounded memory). Differences of
+/// an index in step with the documents are problems; an index behind them is only reported.
+fn check_indexes(
+    sound: &[(String, Storage)],
+    json_out: bool,
+    reports: &mut Vec<serde_json::Value>,
+    problems: &mut usize,
+) {
+    let Some((_, root)) = sound.iter().find(|(n, _)| n == "(root)") else {
+        return;
+    };
+    for (name, s) in sound.iter().filter(|(n, _)| n != "(root)") {
+        let (Ok(docs), Ok(index)) = (root.begin_read(), s.begin_read()) else {
+            continue;
+        };
+        if applied_record(&index).is_none() {
+            continue; // not an index
+        }
+        let Ok(spec) = crate::index_spec::IndexSpec::parse(name) else {
+            if !json_out {
+                println!("index `{name}`: not checked (its name is not an `--index` spec)");
+            }
+            continue;
+        };
+        let r =
+            match omnibus::actors::check_index(&docs, &index, &spec.definition(), INDEX_EXAMPLES) {
+                Ok(r) => r,
+                Err(e) => {
+                    *problems += 1;
+                    let f = Fail::from(e);
+                    eprintln!("omnibus: index `{name}`: cross-check failed: {}", f.msg);
+                    reports.push(json!({ "index": name, "ok": false, "error": f.msg }));
+                    continue;
+                }
+            };
+        let wrong = r.in_step && !r.is_ok();
+        if wrong {
+            *problems += 1;
+            let kinds: [(&str, &Vec<Vec<u8>>); 3] = [
+                ("missing entry", &r.missing_examples),
+                ("entry without document", &r.without_document_examples),
+                ("stale entry", &r.stale_examples),
+            ];
+            eprintln!(
+                "omnibus: index `{name}`: {} missing entries ({} documents missing from it), {} entries without document, {} stale entries (their document no longer gives them)",
+                r.missing_entries, r.documents_missing, r.entries_without_document, r.stale_entries
+            );
+            for (kind, examples) in kinds {
+                for e in examples {
+                    eprintln!("omnibus: index `{name}`: {kind}: {}", fmt::escape(e));
+                }
+            }
+        }
+        let applied = r.applied_txn.unwrap_or(0);
+        if json_out {
+            reports.push(json!({
+                "index": name,
+                "ok": !wrong,
+                "in_step": r.in_step,
+                "applied_txn": r.applied_txn,
+                "documents_txn": r.documents_txn,
+                "documents": r.documents,
+                "entries": r.entries,
+                "expected_entries": r.expected_entries,
+                "missing_entries": r.missing_entries,
+                "documents_missing": r.documents_missing,
+                "entries_without_document": r.entries_without_document,
+                "stale_entries": r.stale_entries,
+                "missing_examples": r.missing_examples.iter().map(|k| fmt::escape(k)).collect::<Vec<_>>(),
+                "without_document_examples": r.without_document_examples.iter().map(|k| fmt::escape(k)).collect::<Vec<_>>(),
+                "stale_examples": r.stale_examples.iter().map(|k| fmt::escape(k)).collect::<Vec<_>>(),
+            }));
+        } else if !r.in_step {
+            println!(
+                "index `{name}`: behind the documents (applied txn {applied}, documents at txn {}): {} differences not judged; `ingest --index {name}` reconciles it",
+                r.documents_txn,
+                r.differences()
+            );
+        } else {
+            println!(
+                "index `{name}`: {} ({} documents, {} entries, {} differences)",
+                if wrong { "WRONG" } else { "ok" },
+                r.documents,
+                r.entries,
+                r.differences()
+            );
+        }
+    }
 }
