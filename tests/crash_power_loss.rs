@@ -19,12 +19,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use omnibus::env::testing::{
-    CrashMode, CrashSnapshot, DurableEvent, DurableStep, HookedEnv, OpKind, PowerLossEnv,
+    CrashMode, CrashSnapshot, DurableEvent, DurableStep, HookedEnv, PowerLossEnv,
 };
 use omnibus::env::{default_env, StorageEnv};
 use omnibus::{FlushMode, Options, Prezero, Storage};
@@ -36,7 +36,7 @@ mod model;
 use model::{content, diff, Model};
 #[path = "common/points.rs"]
 mod points;
-use points::{scratch_base, verify_snaps, Snap, Tally};
+use points::{scratch_base, verify_snaps, Snap, Tally, Tracker};
 
 /// The workloads; every durable operation of each is a crash point, before and after, in every
 /// crash mode with and without losing unsynced directory entries.
@@ -277,103 +277,24 @@ fn workload(
     s.close()
 }
 
-/// Changes since the last sync of their file or directory, seen by the hook of [`run_once`].
-const PUNCHED: u8 = 1;
-const JOURNAL_CREATED: u8 = 2;
-const JOURNAL_REMOVED: u8 = 4;
-const JOURNAL_RENAMED: u8 = 8;
-
-/// The kind of the durable operation `e`, from its path and the changes `pending` waiting for
-/// it.
-fn classify(e: &DurableEvent<'_>, pending: u8) -> &'static str {
-    let name = e.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    if e.dir {
-        if name != "Journals" {
-            "storage directory (creation)"
-        } else if pending & JOURNAL_CREATED != 0 {
-            "journal directory: new file (rotation)"
-        } else if pending & JOURNAL_RENAMED != 0 {
-            "journal directory: file from the pool"
-        } else if pending & JOURNAL_REMOVED != 0 {
-            "journal unlink not yet durable"
-        } else {
-            "journal directory: nothing new"
-        }
-    } else if name == "data.pages" && pending & PUNCHED != 0 {
-        "data file sync with holes punched"
-    } else if pending & JOURNAL_REMOVED != 0 {
-        // An unlink is made durable by the next sync of `Journals/` (a rotation's).
-        "journal unlink not yet durable"
-    } else if name.ends_with(".journal") {
-        "journal batch"
-    } else if name == "data.pages" && pending & PUNCHED != 0 {
-        "data file sync with holes punched"
-    } else if name == "data.pages" {
-        "data file sync (flush)"
-    } else {
-        "other file sync"
-    }
-}
-
-fn is_journal(p: &Path) -> bool {
-    p.extension().is_some_and(|e| e == "journal")
-}
-
 /// Runs `w` once under a power-loss env in a new directory under `base`, snapshotting before
 /// and after every durable operation; checks that the run ends where the model says and
 /// exercises what it is meant to. Returns the snapshots.
 fn run_once(base: &Path, w: Workload) -> Vec<Snap<Expect>> {
     let dir = tempfile::tempdir_in(base).unwrap();
     let pl = PowerLossEnv::new(default_env(), dir.path());
-    // Changes waiting for a sync: holes in the data file, entries in `Journals/`.
-    let data_pending = Arc::new(AtomicU8::new(0));
-    let dir_pending = Arc::new(AtomicU8::new(0));
-    let rotations = Arc::new(AtomicU8::new(0));
+    let tracker = Arc::new(Tracker::default());
     let h = HookedEnv::new(Arc::new(pl.clone()));
-    let (dp, jp) = (data_pending.clone(), dir_pending.clone());
+    let t = tracker.clone();
     h.set_hook(Box::new(move |op| {
-        let in_journals = op
-            .to
-            .unwrap_or(op.path)
-            .parent()
-            .is_some_and(|d| d.ends_with("Journals"));
-        match op.kind {
-            OpKind::PunchHole => {
-                dp.fetch_or(PUNCHED, Ordering::SeqCst);
-            }
-            OpKind::Open if is_journal(op.path) && !op.path.exists() => {
-                jp.fetch_or(JOURNAL_CREATED, Ordering::SeqCst);
-            }
-            OpKind::Remove if in_journals => {
-                jp.fetch_or(JOURNAL_REMOVED, Ordering::SeqCst);
-            }
-            OpKind::Rename if in_journals => {
-                jp.fetch_or(JOURNAL_RENAMED, Ordering::SeqCst);
-            }
-            _ => {}
-        }
+        t.hook(&op);
         None
     }));
     let out = Arc::new(Mutex::new(Outcome::default()));
     let snaps: Arc<Mutex<Vec<Snap<Expect>>>> = Arc::default();
-    let (o, sn, dp, jp, rot) = (
-        out.clone(),
-        snaps.clone(),
-        data_pending.clone(),
-        dir_pending.clone(),
-        rotations.clone(),
-    );
+    let (o, sn, t) = (out.clone(), snaps.clone(), tracker.clone());
     pl.set_durable_observer(Some(Arc::new(move |e: &DurableEvent<'_>| {
-        let journals = e.dir && e.path.ends_with("Journals");
-        let data = !e.dir && e.path.ends_with("data.pages");
-        let pending = if journals {
-            jp.load(Ordering::SeqCst)
-        } else if data {
-            dp.load(Ordering::SeqCst) | (jp.load(Ordering::SeqCst) & JOURNAL_REMOVED)
-        } else {
-            jp.load(Ordering::SeqCst) & JOURNAL_REMOVED
-        };
-        let what = classify(e, pending);
+        let what = t.what(e);
         let expect = {
             let o = o.lock().unwrap();
             Expect {
@@ -388,15 +309,6 @@ fn run_once(base: &Path, w: Workload) -> Vec<Snap<Expect>> {
             n: e.n,
             expect,
         });
-        if e.step == DurableStep::After {
-            if journals {
-                if jp.swap(0, Ordering::SeqCst) & (JOURNAL_CREATED | JOURNAL_RENAMED) != 0 {
-                    rot.fetch_add(1, Ordering::SeqCst);
-                }
-            } else if data {
-                dp.store(0, Ordering::SeqCst);
-            }
-        }
     })));
     let path = dir.path().join("s");
     run_workload(Arc::new(h), &path, w, &out);
@@ -410,7 +322,7 @@ fn run_once(base: &Path, w: Workload) -> Vec<Snap<Expect>> {
     );
     let snaps = std::mem::take(&mut *snaps.lock().unwrap());
     assert!(
-        rotations.load(Ordering::SeqCst) >= 4,
+        tracker.rotations.load(Ordering::SeqCst) >= 4,
         "{w:?}: too few journal rotations"
     );
     let has = |what: &str| snaps.iter().any(|s| s.what == what);

@@ -11,10 +11,10 @@
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use omnibus::env::testing::{CrashMode, CrashSnapshot, DurableStep};
+use omnibus::env::testing::{CrashMode, CrashSnapshot, DurableEvent, DurableStep, OpInfo, OpKind};
 
 /// The crash modes, in the order points rotate over them.
 pub const MODES: [CrashMode; 4] = [
@@ -209,4 +209,102 @@ pub fn scratch_base(prefix: &str) -> tempfile::TempDir {
         }
     }
     tempfile::tempdir().unwrap()
+}
+
+/// Changes since the last sync of their file or directory, seen by [`Tracker::hook`].
+const PUNCHED: u8 = 1;
+const JOURNAL_CREATED: u8 = 2;
+const JOURNAL_REMOVED: u8 = 4;
+const JOURNAL_RENAMED: u8 = 8;
+
+/// Names the kind of each durable operation from its path and the changes waiting for it
+/// (holes punched in a data file, new, renamed and removed journal files), which a
+/// `HookedEnv` hook reports to [`Tracker::hook`].
+#[derive(Default)]
+pub struct Tracker {
+    data: AtomicU8,
+    journals: AtomicU8,
+    /// Syncs of a `Journals/` after a new journal file (created or from the pool).
+    pub rotations: AtomicUsize,
+}
+
+fn is_journal(p: &Path) -> bool {
+    p.extension().is_some_and(|e| e == "journal")
+}
+
+impl Tracker {
+    /// To be called by a `HookedEnv` hook (above the power-loss env) on every operation.
+    pub fn hook(&self, op: &OpInfo<'_>) {
+        let in_journals = op
+            .to
+            .unwrap_or(op.path)
+            .parent()
+            .is_some_and(|d| d.ends_with("Journals"));
+        match op.kind {
+            OpKind::PunchHole => {
+                self.data.fetch_or(PUNCHED, Ordering::SeqCst);
+            }
+            OpKind::Open if is_journal(op.path) && !op.path.exists() => {
+                self.journals.fetch_or(JOURNAL_CREATED, Ordering::SeqCst);
+            }
+            OpKind::Remove if in_journals => {
+                self.journals.fetch_or(JOURNAL_REMOVED, Ordering::SeqCst);
+            }
+            OpKind::Rename if in_journals => {
+                self.journals.fetch_or(JOURNAL_RENAMED, Ordering::SeqCst);
+            }
+            _ => {}
+        }
+    }
+
+    /// The kind of `e` (call from the durable observer, at both steps).
+    pub fn what(&self, e: &DurableEvent<'_>) -> &'static str {
+        let name = e.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let j = self.journals.load(Ordering::SeqCst);
+        let d = self.data.load(Ordering::SeqCst);
+        let what = if e.dir {
+            let branch = e
+                .path
+                .parent()
+                .and_then(Path::parent)
+                .is_some_and(|p| p.ends_with("Indexes"));
+            if name == "Indexes" {
+                "Indexes directory (branch creation or drop)"
+            } else if name != "Journals" {
+                "storage directory (creation)"
+            } else if branch {
+                "branch journal directory (links)"
+            } else if j & JOURNAL_CREATED != 0 {
+                "journal directory: new file (rotation)"
+            } else if j & JOURNAL_RENAMED != 0 {
+                "journal directory: file from the pool"
+            } else if j & JOURNAL_REMOVED != 0 {
+                "journal unlink not yet durable"
+            } else {
+                "journal directory: nothing new"
+            }
+        } else if name == "data.pages" && d & PUNCHED != 0 {
+            "data file sync with holes punched"
+        } else if j & JOURNAL_REMOVED != 0 {
+            // An unlink is made durable by the next sync of `Journals/` (a rotation's).
+            "journal unlink not yet durable"
+        } else if is_journal(e.path) {
+            "journal batch"
+        } else if name == "data.pages" {
+            "data file sync (flush)"
+        } else {
+            "other file sync"
+        };
+        if e.step == DurableStep::After {
+            if e.dir && name == "Journals" {
+                let was = self.journals.swap(0, Ordering::SeqCst);
+                if was & (JOURNAL_CREATED | JOURNAL_RENAMED) != 0 {
+                    self.rotations.fetch_add(1, Ordering::SeqCst);
+                }
+            } else if name == "data.pages" {
+                self.data.store(0, Ordering::SeqCst);
+            }
+        }
+        what
+    }
 }
