@@ -424,6 +424,16 @@ fn crash_at_every_durable_operation() {
             let snaps = run_once(base.path(), w);
             ops.push(snaps.iter().map(|s| s.n).max().unwrap_or(0));
             tally.add(verify_snaps(base.path(), w.seed, &snaps, 1, verify));
+            if target > MIN_CRASH_STATES {
+                // Offline runs: progress, for a run cut short.
+                eprintln!(
+                    "round {r}: {} points, {} distinct states checked, {} failed, {:.1?}",
+                    tally.points,
+                    tally.states,
+                    tally.failures.len(),
+                    start.elapsed()
+                );
+            }
             if !tally.failures.is_empty() {
                 break;
             }

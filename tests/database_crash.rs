@@ -1181,6 +1181,16 @@ fn crash_at_every_durable_operation_of_a_database() {
                     verify_all(&dir.join("db"), views, i % 5 == 0).map(|v| v.inflight > 0)
                 },
             ));
+            if target > MIN_CRASH_STATES {
+                // Offline runs: progress, for a run cut short.
+                eprintln!(
+                    "round {r}: {} points, {} distinct states checked, {} failed, {:.1?}",
+                    tally.points,
+                    tally.states,
+                    tally.failures.len(),
+                    start.elapsed()
+                );
+            }
             if !tally.failures.is_empty() {
                 break 'rounds;
             }
