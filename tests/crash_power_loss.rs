@@ -287,7 +287,7 @@ fn run_once(base: &Path, w: Workload) -> Vec<Snap<Expect>> {
     let h = HookedEnv::new(Arc::new(pl.clone()));
     let t = tracker.clone();
     h.set_hook(Box::new(move |op| {
-        t.hook(&op);
+        t.hook(op);
         None
     }));
     let out = Arc::new(Mutex::new(Outcome::default()));
@@ -484,7 +484,8 @@ fn crash_at_every_durable_operation() {
 /// Everything under `root`: each path with its bytes (`None` for a directory) and the index of
 /// the first path of its inode (hard links share it).
 fn tree(root: &Path) -> BTreeMap<PathBuf, (Option<Vec<u8>>, usize)> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, Option<Vec<u8>>, (u64, u64))>) {
+    type Entries = Vec<(PathBuf, Option<Vec<u8>>, (u64, u64))>;
+    fn walk(root: &Path, dir: &Path, out: &mut Entries) {
         let mut names: Vec<_> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().path())

@@ -508,7 +508,7 @@ fn verify_all(
             &mut problems,
         );
     }
-    finish_verify(path, db, present, views, verdict, problems, commit_after)
+    finish_verify(path, db, present, verdict, problems, commit_after)
 }
 
 /// Checks one view of the workload against the reopened database (see [`verify_all`]).
@@ -602,7 +602,6 @@ fn verify_view(
             ));
         }
     }
-    let _ = path;
 }
 
 /// The checks of [`verify_all`] that do not depend on the view, and new commits.
@@ -610,12 +609,10 @@ fn finish_verify(
     path: &Path,
     db: Database,
     present: BTreeSet<String>,
-    views: &[&BTreeMap<String, Seen>],
     verdict: Verdict,
     mut problems: Vec<String>,
     commit_after: bool,
 ) -> Result<Verdict, String> {
-    let _ = views;
     if let Ok(rd) = std::fs::read_dir(path.join("Indexes")) {
         for e in rd.flatten() {
             if e.file_name().to_string_lossy().starts_with(".dropped-") {
@@ -1123,11 +1120,12 @@ fn run_once(base: &Path, w: &Workload) -> Vec<Snap<BTreeMap<String, Seen>>> {
     let h = HookedEnv::new(Arc::new(pl.clone()));
     let t = tracker.clone();
     h.set_hook(Box::new(move |op| {
-        t.hook(&op);
+        t.hook(op);
         None
     }));
     let out = Arc::new(Outcome::default());
-    let snaps: Arc<Mutex<Vec<Snap<BTreeMap<String, Seen>>>>> = Arc::default();
+    type Snaps = Vec<Snap<BTreeMap<String, Seen>>>;
+    let snaps: Arc<Mutex<Snaps>> = Arc::default();
     let (o, sn, t) = (out.clone(), snaps.clone(), tracker.clone());
     pl.set_durable_observer(Some(Arc::new(move |e: &DurableEvent<'_>| {
         let what = t.what(e);

@@ -1765,7 +1765,8 @@ mod tests {
     /// Everything under `root`: each path with its bytes (`None` for a directory) and the
     /// index of the first path of its inode (hard links share it).
     fn tree(root: &Path) -> BTreeMap<PathBuf, (Option<Vec<u8>>, usize)> {
-        fn walk(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, Option<Vec<u8>>, (u64, u64))>) {
+        type Entries = Vec<(PathBuf, Option<Vec<u8>>, (u64, u64))>;
+        fn walk(root: &Path, dir: &Path, out: &mut Entries) {
             let mut names: Vec<_> = fs::read_dir(dir)
                 .unwrap()
                 .map(|e| e.unwrap().path())
@@ -1860,8 +1861,8 @@ mod tests {
     /// writes, and the one before a `write_vectored_and_sync` holds its write as pending.
     #[test]
     fn durable_observer_sees_each_operation_before_and_after() {
-        let seen: Arc<Mutex<Vec<(DurableStep, u64, PathBuf, bool, CrashSnapshot)>>> =
-            Arc::default();
+        type Seen = Vec<(DurableStep, u64, PathBuf, bool, CrashSnapshot)>;
+        let seen: Arc<Mutex<Seen>> = Arc::default();
         let script = |env: &PowerLossEnv, root: &Path| {
             let f = env.open(&root.join("f"), OpenMode::Create).unwrap();
             f.write_all_at(b"one", 0).unwrap();
