@@ -31,7 +31,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use omnibus::env::testing::{CrashMode, DurableOp, HookedEnv, OpKind, PowerLossEnv, RecordingEnv};
+use omnibus::env::testing::{
+    CrashMode, DurableEvent, DurableOp, HookedEnv, OpKind, PowerLossEnv, RecordingEnv,
+};
 use omnibus::env::{default_env, EnvFile, EnvResult, OpenMode, StorageEnv};
 use omnibus::{Database, FlushMode, JournalMode, Options, Prezero, Storage, WriteTransaction};
 use rand::rngs::SmallRng;
@@ -40,6 +42,9 @@ use rand::{Rng, SeedableRng};
 #[path = "common/model.rs"]
 mod model;
 use model::{content, diff, Model};
+#[path = "common/points.rs"]
+mod points;
+use points::{verify_snaps, Snap, Tally, Tracker};
 
 const MODES: [CrashMode; 4] = [
     CrashMode::DropUnsynced,
@@ -140,9 +145,9 @@ enum Status {
 /// What the workload saw of one storage.
 #[derive(Debug, Clone, Default)]
 struct Seen {
-    acked: Model,
+    acked: Arc<Model>,
     /// The content the commit in flight would give (set before `commit()`, cleared on `Ok`).
-    inflight: Option<Model>,
+    inflight: Option<Arc<Model>>,
     commits: u64,
     status: Status,
 }
@@ -164,7 +169,7 @@ impl Outcome {
             .or_default())
     }
     fn acked(&self, name: &str) -> Model {
-        self.with(name, |s| s.acked.clone())
+        self.with(name, |s| (*s.acked).clone())
     }
     fn commits(&self) -> u64 {
         self.stores
@@ -204,6 +209,7 @@ fn commit_with(
     let mut model = out.acked(name);
     let mut w = s.begin_write()?;
     f(&mut w, &mut model)?;
+    let model = Arc::new(model);
     out.with(name, |st| st.inflight = Some(model.clone()));
     w.commit()?;
     out.with(name, |st| {
@@ -255,16 +261,22 @@ fn branch(i: usize) -> String {
 
 fn run_workload(env: Arc<dyn StorageEnv>, path: &Path, w: &Workload) -> Outcome {
     let out = Outcome::default();
+    run_workload_into(env, path, w, &out);
+    out
+}
+
+/// Runs `w`, keeping `out` up to date as it goes (its locks are never held while the engine
+/// runs: the durable observer of the snapshot suite takes them).
+fn run_workload_into(env: Arc<dyn StorageEnv>, path: &Path, w: &Workload, out: &Outcome) {
     out.with("", |_| ());
     let r = match w.kind {
-        Kind::Mixed => mixed(env, path, w, &out),
-        Kind::Drop => drop_workload(env, path, w, &out),
-        Kind::Inv5 => inv5_workload(env, path, w, &out),
+        Kind::Mixed => mixed(env, path, w, out),
+        Kind::Drop => drop_workload(env, path, w, out),
+        Kind::Inv5 => inv5_workload(env, path, w, out),
     };
     if let Err(e) = r {
         out.error.lock().unwrap().get_or_insert(e.to_string());
     }
-    out
 }
 
 /// Creates a branch, recording it first (its creation may be in flight at the crash).
@@ -465,13 +477,53 @@ struct Verdict {
 /// Reopens the database at `path` with the default environment and checks every storage
 /// against what the workload saw.
 fn verify(path: &Path, out: &Outcome, commit_after: bool) -> Result<Verdict, String> {
+    let stores = out.stores.lock().unwrap().clone();
+    verify_all(path, &[&stores], commit_after)
+}
+
+/// As [`verify`], against each of several views of the workload (of crash points that leave
+/// the same state): each storage is read and checked once.
+fn verify_all(
+    path: &Path,
+    views: &[&BTreeMap<String, Seen>],
+    commit_after: bool,
+) -> Result<Verdict, String> {
     let db = Database::open(path, recovery_opts())
         .map_err(|e| format!("reopen after the crash failed: {e}"))?;
     let present: BTreeSet<String> = db.storages().into_iter().collect();
-    let stores = out.stores.lock().unwrap().clone();
     let mut verdict = Verdict::default();
     let mut problems = Vec::new();
-    for (name, seen) in &stores {
+    // Each storage's content and check, read once.
+    let mut read: BTreeMap<String, Result<Model, String>> = BTreeMap::new();
+    let mut checked = BTreeSet::new();
+    for stores in views {
+        verify_view(
+            path,
+            &db,
+            &present,
+            stores,
+            &mut read,
+            &mut checked,
+            &mut verdict,
+            &mut problems,
+        );
+    }
+    finish_verify(path, db, present, verdict, problems, commit_after)
+}
+
+/// Checks one view of the workload against the reopened database (see [`verify_all`]).
+#[allow(clippy::too_many_arguments)]
+fn verify_view(
+    path: &Path,
+    db: &Database,
+    present: &BTreeSet<String>,
+    stores: &BTreeMap<String, Seen>,
+    read: &mut BTreeMap<String, Result<Model, String>>,
+    checked: &mut BTreeSet<String>,
+    verdict: &mut Verdict,
+    problems: &mut Vec<String>,
+) {
+    for (name, seen) in stores {
         let label = if name.is_empty() {
             "root"
         } else {
@@ -502,22 +554,23 @@ fn verify(path: &Path, out: &Outcome, commit_after: bool) -> Result<Verdict, Str
                 _ => {}
             }
         }
-        let s = match storage_of(&db, name) {
-            Ok(s) => s,
-            Err(e) => {
-                problems.push(format!("{label}: {e}"));
-                continue;
-            }
-        };
-        let got = match content(&s) {
+        let got = read
+            .entry(name.clone())
+            .or_insert_with(|| {
+                storage_of(db, name)
+                    .map_err(|e| e.to_string())
+                    .and_then(|s| content(&s))
+            })
+            .clone();
+        let got = match got {
             Ok(m) => m,
             Err(e) => {
                 problems.push(format!("{label}: {e}"));
                 continue;
             }
         };
-        if got == seen.acked {
-        } else if seen.inflight.as_ref() == Some(&got) {
+        if got == *seen.acked {
+        } else if seen.inflight.as_deref() == Some(&got) {
             verdict.inflight += 1;
         } else {
             let vs = seen
@@ -531,12 +584,35 @@ fn verify(path: &Path, out: &Outcome, commit_after: bool) -> Result<Verdict, Str
                 seen.commits
             ));
         }
-        match s.check() {
-            Ok(r) if r.is_ok() => {}
-            Ok(r) => problems.push(format!("{label}: check(): {:?}", r.problems)),
-            Err(e) => problems.push(format!("{label}: check(): {e}")),
+        if checked.insert(name.clone()) {
+            match storage_of(db, name).and_then(|s| s.check()) {
+                Ok(r) if r.is_ok() => {}
+                Ok(r) => problems.push(format!("{label}: check(): {:?}", r.problems)),
+                Err(e) => problems.push(format!("{label}: check(): {e}")),
+            }
         }
     }
+    for name in present {
+        if !stores
+            .get(name)
+            .is_some_and(|s| s.status != Status::Dropped)
+        {
+            problems.push(format!(
+                "{name}: listed by storages(), never made (or dropped) by the workload"
+            ));
+        }
+    }
+}
+
+/// The checks of [`verify_all`] that do not depend on the view, and new commits.
+fn finish_verify(
+    path: &Path,
+    db: Database,
+    present: BTreeSet<String>,
+    verdict: Verdict,
+    mut problems: Vec<String>,
+    commit_after: bool,
+) -> Result<Verdict, String> {
     if let Ok(rd) = std::fs::read_dir(path.join("Indexes")) {
         for e in rd.flatten() {
             if e.file_name().to_string_lossy().starts_with(".dropped-") {
@@ -547,17 +623,9 @@ fn verify(path: &Path, out: &Outcome, commit_after: bool) -> Result<Verdict, Str
             }
         }
     }
-    for name in &present {
-        if !stores
-            .get(name)
-            .is_some_and(|s| s.status != Status::Dropped)
-        {
-            problems.push(format!(
-                "{name}: listed by storages(), never made (or dropped) by the workload"
-            ));
-        }
-    }
     if !problems.is_empty() {
+        problems.sort();
+        problems.dedup();
         return Err(problems.join("; "));
     }
     if commit_after {
@@ -792,16 +860,7 @@ impl StorageEnv for SkipDirSync {
 
 /// A directory for the many short-lived databases: tmpfs when there is one.
 fn scratch_base() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(d) = tempfile::Builder::new()
-            .prefix("omnibus-dbcrash")
-            .tempdir_in(shm)
-        {
-            return d;
-        }
-    }
-    tempfile::tempdir().unwrap()
+    points::scratch_base("omnibus-dbcrash")
 }
 
 /// Counts of a run without a crash.
@@ -1006,13 +1065,22 @@ fn assert_clean(name: &str, s: &Summary, total: usize, max_skipped_pct: usize) {
 // 1. Every durable operation of the mixed workloads (new commits after recovery at every fifth)
 // ---------------------------------------------------------------------------------------------
 
-const MIN_CRASH_POINTS: usize = 2000;
+/// Distinct crash states a CI run must check here (with `crash_power_loss.rs`: at least 5,000).
+const MIN_CRASH_STATES: usize = 2500;
+/// The operation kinds every crash mode must meet (see `Tracker::what`).
+const KINDS: [&str; 6] = [
+    "journal batch",
+    "data file sync (flush)",
+    "journal directory: new file (rotation)",
+    "journal unlink not yet durable",
+    "branch journal directory (links)",
+    "Indexes directory (branch creation or drop)",
+];
 
-#[test]
-fn crash_at_every_durable_operation_of_a_database() {
-    let start = Instant::now();
-    let base = scratch_base();
-    let workloads = [
+/// The mixed workloads of round `r` (round 0 in CI; later rounds, other seeds, for
+/// `OMNIBUS_CRASH_POINTS`).
+fn mixed_round(r: u64) -> Vec<Workload> {
+    [
         Workload {
             seed: 0xDB5E_ED01,
             ..MIXED
@@ -1033,54 +1101,136 @@ fn crash_at_every_durable_operation_of_a_database() {
             txns: 60,
             ..MIXED
         },
-    ];
-    let mut points = Vec::new();
-    let mut refs = Vec::new();
-    for (wi, w) in workloads.iter().enumerate() {
-        let r = reference(base.path(), w);
+    ]
+    .into_iter()
+    .map(|w| Workload {
+        seed: w.seed ^ (r << 32),
+        ..w
+    })
+    .collect()
+}
+
+/// Runs `w` once under a power-loss env in a new directory under `base`, snapshotting the
+/// simulated disk before and after every durable operation (of every thread, the journal
+/// pool's too) with what each storage must recover to; checks the clean end of the run.
+fn run_once(base: &Path, w: &Workload) -> Vec<Snap<BTreeMap<String, Seen>>> {
+    let dir = tempfile::tempdir_in(base).unwrap();
+    let pl = PowerLossEnv::new(default_env(), dir.path());
+    let tracker = Arc::new(Tracker::default());
+    let h = HookedEnv::new(Arc::new(pl.clone()));
+    let t = tracker.clone();
+    h.set_hook(Box::new(move |op| {
+        t.hook(op);
+        None
+    }));
+    let out = Arc::new(Outcome::default());
+    type Snaps = Vec<Snap<BTreeMap<String, Seen>>>;
+    let snaps: Arc<Mutex<Snaps>> = Arc::default();
+    let (o, sn, t) = (out.clone(), snaps.clone(), tracker.clone());
+    pl.set_durable_observer(Some(Arc::new(move |e: &DurableEvent<'_>| {
+        let what = t.what(e);
+        let expect = o.stores.lock().unwrap().clone();
+        sn.lock().unwrap().push(Snap {
+            snap: e.snapshot(),
+            what,
+            step: e.step,
+            n: e.n,
+            expect,
+        });
+    })));
+    let path = dir.path().join("db");
+    run_workload_into(Arc::new(h), &path, w, &out);
+    pl.set_durable_observer(None);
+    assert_eq!(
+        *out.error.lock().unwrap(),
+        None,
+        "{w:?} fails without a crash"
+    );
+    verify(&path, &out, true).unwrap_or_else(|e| panic!("{w:?}, clean run: {e}"));
+    assert!(
+        tracker.rotations.load(Ordering::SeqCst) >= 2,
+        "{w:?}: too few journal rotations"
+    );
+    let snaps = std::mem::take(&mut *snaps.lock().unwrap());
+    snaps
+}
+
+/// Every durable operation of the mixed workloads, before and after, in every crash mode with
+/// and without entry loss; each distinct state verified once (new commits after recovery at
+/// every fifth).
+#[test]
+fn crash_at_every_durable_operation_of_a_database() {
+    let start = Instant::now();
+    let base = scratch_base();
+    let target = points::target(MIN_CRASH_STATES);
+    let mut tally = Tally::default();
+    let mut ops = Vec::new();
+    let mut r = 0;
+    'rounds: while r == 0 || tally.states < target {
+        for w in mixed_round(r) {
+            let snaps = run_once(base.path(), &w);
+            ops.push(snaps.iter().map(|s| s.n).max().unwrap_or(0));
+            tally.add(verify_snaps(
+                base.path(),
+                w.seed,
+                &snaps,
+                1,
+                |dir, views, i| {
+                    verify_all(&dir.join("db"), views, i % 5 == 0).map(|v| v.inflight > 0)
+                },
+            ));
+            if target > MIN_CRASH_STATES {
+                // Offline runs: progress, for a run cut short.
+                eprintln!(
+                    "round {r}: {} points, {} distinct states checked, {} failed, {:.1?}",
+                    tally.points,
+                    tally.states,
+                    tally.failures.len(),
+                    start.elapsed()
+                );
+            }
+            if !tally.failures.is_empty() {
+                break 'rounds;
+            }
+        }
+        r += 1;
+    }
+    println!(
+        "durable operations per workload: {ops:?}; crash points: {} leaving {} distinct states, all checked ({} with a commit in flight recovered), in {:.1?} ({r} workload rounds); per mode: {:?}; per kind and mode: {:?}",
+        tally.points,
+        tally.states,
+        tally.inflight,
+        start.elapsed(),
+        tally.by_mode,
+        tally.by_kind
+    );
+    assert!(
+        tally.failures.is_empty(),
+        "{} crash states failed; first ones:\n{}",
+        tally.failures.len(),
+        tally
+            .failures
+            .iter()
+            .take(8)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        tally.states >= target,
+        "only {} distinct crash states, want {target}",
+        tally.states
+    );
+    let covered = tally.kinds_in_every_mode();
+    for kind in KINDS {
         assert!(
-            r.links >= 2 * BRANCHES as u64,
-            "{w:?}: only {} links made",
-            r.links
-        );
-        assert!(
-            r.journal_creates + r.renames >= 4,
-            "{w:?}: too few journal files: {r:?}"
-        );
-        assert!(
-            r.journal_removes >= 4,
-            "{w:?}: too few journal entries removed: {r:?}"
-        );
-        refs.push(r.durable);
-        points.extend(
-            durable_points(w, r.durable, false, wi)
-                .into_iter()
-                .map(|c| (*w, c)),
+            covered.contains(&kind),
+            "{kind}: not met by every crash mode with and without entry loss: {:?}",
+            tally.by_kind
         );
     }
-    let s = run_points(base.path(), &points, 5);
-    println!(
-        "durable operations per workload: {refs:?}; crash points tested: {} ({} with a commit in flight recovered, {} skipped) in {:.1?}; per mode: {:?}",
-        s.tested,
-        s.inflight,
-        s.skipped,
-        start.elapsed(),
-        s.tally
-    );
-    assert_clean("mixed", &s, points.len(), 10);
     assert!(
-        s.tested >= MIN_CRASH_POINTS,
-        "only {} crash points",
-        s.tested
-    );
-    assert_eq!(
-        s.tally.len(),
-        8,
-        "every crash mode with and without losing unsynced entries: {:?}",
-        s.tally
-    );
-    assert!(
-        s.inflight > 0,
+        tally.inflight > 0,
         "no crash point left a commit in flight on disk"
     );
 }

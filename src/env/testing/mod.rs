@@ -14,6 +14,9 @@
 //!   changes, keep a prefix or a subset of them, or tear them at 4 KiB sectors), a seed, and
 //!   whether unsynced directory entries are lost; the env is then dead (`EIO` everywhere).
 //!   `sync_data`/`sync_dir` are simulated only, unless [`PowerLossEnv::with_real_sync`].
+//!   Without crashing, [`PowerLossEnv::snapshot`] (or a [`DurableObserver`], at each durable
+//!   operation) copies the model into a [`CrashSnapshot`], from which the [`CrashState`] of
+//!   any crash at that moment is written out later: one run yields every crash point.
 //! - [`HookedEnv`]: fault injection. Arms a [`Fault`] (`EIO`, `ENOSPC`, `EXDEV`, `ECANCELED`,
 //!   `EOPNOTSUPP`, `EINTR`, `EAGAIN`, any errno, a short write or read, a delay) for the n-th operation of an [`OpKind`],
 //!   optionally only on paths containing a substring, or for every such operation; or decides
@@ -28,7 +31,10 @@ mod power_loss;
 mod recording;
 
 pub use hooked::{Fault, Hook, HookedEnv, HookedFile, OpInfo, OpKind};
-pub use power_loss::{CrashMode, PowerLossEnv, PowerLossFile, SECTOR_SIZE};
+pub use power_loss::{
+    CrashMode, CrashSnapshot, CrashState, DurableEvent, DurableObserver, DurableStep, PowerLossEnv,
+    PowerLossFile, SECTOR_SIZE,
+};
 pub use recording::{DurableOp, RecordingEnv, RecordingFile};
 
 #[cfg(test)]

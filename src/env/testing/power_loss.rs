@@ -13,15 +13,24 @@
 //! - a crash deletes everything under the root and writes out the durable namespace (or the
 //!   live one) with, for each inode, its durable image plus some of its pending changes, chosen
 //!   by a [`CrashMode`] and a seed.
+//!
+//! Instead of crashing, a test may also take a [`CrashSnapshot`] of the model (at any time with
+//! [`PowerLossEnv::snapshot`], or at every durable operation, just before it is issued and right
+//! after it completes, through a [`DurableObserver`]) and write out, later and as often as it
+//! likes, the state a crash at that moment would leave ([`CrashSnapshot::state`],
+//! [`CrashState::write_to`]): one run of a workload then gives every crash point of the run.
+//! The snapshot shares the file images with the model (pages and pending writes are
+//! reference-counted), so taking one costs a copy of the namespace and the page tables only.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsString;
 use std::fs;
+use std::hash::{Hash, Hasher};
 use std::io::{self, IoSlice};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -70,8 +79,9 @@ struct Armed {
 struct Image {
     /// Length in bytes.
     len: u64,
-    /// Page index (offset / 4096) to the page's 4,096 bytes.
-    pages: BTreeMap<u64, Box<[u8]>>,
+    /// Page index (offset / 4096) to the page's 4,096 bytes, shared with the snapshots taken
+    /// before the page last changed (copied on write).
+    pages: BTreeMap<u64, Arc<[u8; SECTOR]>>,
 }
 
 impl Image {
@@ -84,10 +94,11 @@ impl Image {
             let idx = pos / SECTOR_SIZE;
             let in_page = (pos % SECTOR_SIZE) as usize;
             let n = rest.len().min(SECTOR - in_page);
-            let page = self
-                .pages
-                .entry(idx)
-                .or_insert_with(|| vec![0u8; SECTOR].into_boxed_slice());
+            let page = Arc::make_mut(
+                self.pages
+                    .entry(idx)
+                    .or_insert_with(|| Arc::new([0u8; SECTOR])),
+            );
             page[in_page..in_page + n].copy_from_slice(&rest[..n]);
             rest = &rest[n..];
             pos = pos.saturating_add(n as u64);
@@ -116,7 +127,7 @@ impl Image {
             if from == 0 && to == SECTOR {
                 self.pages.remove(&idx);
             } else if let Some(page) = self.pages.get_mut(&idx) {
-                page[from..to].fill(0);
+                Arc::make_mut(page)[from..to].fill(0);
             }
             pos = page_start + to as u64;
         }
@@ -129,7 +140,7 @@ impl Image {
             self.pages.retain(|&idx, _| idx < first_dropped);
             if len % SECTOR_SIZE != 0 {
                 if let Some(page) = self.pages.get_mut(&(len / SECTOR_SIZE)) {
-                    page[(len % SECTOR_SIZE) as usize..].fill(0);
+                    Arc::make_mut(page)[(len % SECTOR_SIZE) as usize..].fill(0);
                 }
             }
         }
@@ -201,17 +212,17 @@ fn sector_pieces(offset: u64, len: u64) -> Vec<(u64, u64)> {
     out
 }
 
-/// One unsynced change to a file.
+/// One unsynced change to a file (a write's bytes shared with the snapshots).
 #[derive(Debug, Clone)]
 enum Change {
-    Write { offset: u64, data: Vec<u8> },
+    Write { offset: u64, data: Arc<[u8]> },
     SetLen(u64),
     Allocate { offset: u64, len: u64 },
     PunchHole { offset: u64, len: u64 },
 }
 
 /// A regular file's inode.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct FileNode {
     durable: Image,
     pending: Vec<Change>,
@@ -220,13 +231,13 @@ struct FileNode {
 }
 
 /// A directory's inode.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct DirNode {
     live: BTreeMap<OsString, u64>,
     durable: BTreeMap<OsString, u64>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Node {
     File(FileNode),
     Dir(DirNode),
@@ -345,6 +356,7 @@ impl Model {
 }
 
 /// One entry of the namespace a crash writes out.
+#[derive(Debug)]
 enum PlanEntry {
     Dir(PathBuf),
     File(PathBuf, u64),
@@ -360,6 +372,7 @@ struct Shared {
     root_canonical: Option<PathBuf>,
     real_sync: AtomicBool,
     model: Mutex<Model>,
+    observer: ObserverSlot,
 }
 
 fn eio(op: &'static str, path: &Path) -> EnvError {
@@ -453,9 +466,11 @@ impl Shared {
         Ok(Some(id))
     }
 
-    /// Counts a successful durable operation and fires an armed crash.
-    fn durable_op_done(&self, m: &mut Model) -> EnvResult<()> {
+    /// Counts a successful durable operation on `path`, tells the observer, and fires an armed
+    /// crash.
+    fn durable_op_done(&self, m: &mut Model, path: &Path, dir: bool) -> EnvResult<()> {
         m.durable_ops += 1;
+        self.observe(m, DurableStep::After, m.durable_ops, path, dir);
         if let Some(a) = m.armed {
             if m.durable_ops >= a.after {
                 m.armed = None;
@@ -478,73 +493,186 @@ impl Shared {
         }
         m.crashed = true;
         m.armed = None;
+        crash_state(&m.nodes, mode, lose_unsynced_entries, seed).write_to(&self.root)
+    }
 
-        // The namespace to write out, depth first, names in order (deterministic for a seed).
-        let mut plan = Vec::new();
-        let mut seen_dirs = HashSet::new();
-        seen_dirs.insert(ROOT);
-        let mut stack = vec![(ROOT, PathBuf::new())];
-        while let Some((id, rel)) = stack.pop() {
-            let Some(dir) = m.dir(id) else { continue };
-            let entries = if lose_unsynced_entries {
-                &dir.durable
-            } else {
-                &dir.live
-            };
-            let mut subdirs = Vec::new();
-            for (name, &child) in entries {
-                let path = rel.join(name);
-                match m.nodes.get(&child) {
-                    Some(Node::Dir(_)) if seen_dirs.insert(child) => {
-                        plan.push(PlanEntry::Dir(path.clone()));
-                        subdirs.push((child, path));
-                    }
-                    Some(Node::Dir(_)) => {}
-                    Some(Node::File(_)) => plan.push(PlanEntry::File(path, child)),
-                    None => {}
+    /// Calls the durable observer, if any, on `path`'s durable operation number `n`.
+    fn observe(&self, m: &Model, step: DurableStep, n: u64, path: &Path, dir: bool) {
+        let obs = self
+            .observer
+            .0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(obs) = obs {
+            obs(&DurableEvent {
+                step,
+                n,
+                path,
+                dir,
+                nodes: &m.nodes,
+            });
+        }
+    }
+}
+
+/// The directory `id` in `nodes`.
+fn dir_of(nodes: &HashMap<u64, Node>, id: u64) -> Option<&DirNode> {
+    match nodes.get(&id) {
+        Some(Node::Dir(d)) => Some(d),
+        _ => None,
+    }
+}
+
+/// What a crash now leaves of the model's `nodes`: the durable namespace (with
+/// `lose_unsynced_entries`) or the live one, each file's durable image plus the pending changes
+/// `mode` and `seed` keep.
+fn crash_state(
+    nodes: &HashMap<u64, Node>,
+    mode: CrashMode,
+    lose_unsynced_entries: bool,
+    seed: u64,
+) -> CrashState {
+    // The namespace to write out, depth first, names in order (deterministic for a seed).
+    let mut plan = Vec::new();
+    let mut seen_dirs = HashSet::new();
+    seen_dirs.insert(ROOT);
+    let mut stack = vec![(ROOT, PathBuf::new())];
+    while let Some((id, rel)) = stack.pop() {
+        let Some(dir) = dir_of(nodes, id) else {
+            continue;
+        };
+        let entries = if lose_unsynced_entries {
+            &dir.durable
+        } else {
+            &dir.live
+        };
+        let mut subdirs = Vec::new();
+        for (name, &child) in entries {
+            let path = rel.join(name);
+            match nodes.get(&child) {
+                Some(Node::Dir(_)) if seen_dirs.insert(child) => {
+                    plan.push(PlanEntry::Dir(path.clone()));
+                    subdirs.push((child, path));
+                }
+                Some(Node::Dir(_)) => {}
+                Some(Node::File(_)) => plan.push(PlanEntry::File(path, child)),
+                None => {}
+            }
+        }
+        stack.extend(subdirs.into_iter().rev());
+    }
+
+    // Each inode's content after the crash.
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut images: HashMap<u64, Image> = HashMap::new();
+    for e in &plan {
+        let PlanEntry::File(_, id) = e else { continue };
+        if images.contains_key(id) {
+            continue;
+        }
+        let Some(Node::File(f)) = nodes.get(id) else {
+            continue;
+        };
+        let mut img = f.durable.clone();
+        match mode {
+            CrashMode::DropUnsynced => {}
+            CrashMode::KeepPrefix => {
+                let k = rng.random_range(0..=f.pending.len());
+                for c in &f.pending[..k] {
+                    img.apply(c);
                 }
             }
-            stack.extend(subdirs.into_iter().rev());
-        }
-
-        // Each inode's content after the crash.
-        let mut rng = SmallRng::seed_from_u64(seed);
-        let mut images: HashMap<u64, Image> = HashMap::new();
-        for e in &plan {
-            let PlanEntry::File(_, id) = e else { continue };
-            if images.contains_key(id) {
-                continue;
-            }
-            let Some(Node::File(f)) = m.nodes.get(id) else {
-                continue;
-            };
-            let mut img = f.durable.clone();
-            match mode {
-                CrashMode::DropUnsynced => {}
-                CrashMode::KeepPrefix => {
-                    let k = rng.random_range(0..=f.pending.len());
-                    for c in &f.pending[..k] {
+            CrashMode::KeepSubset => {
+                for c in &f.pending {
+                    if rng.random_bool(0.5) {
                         img.apply(c);
                     }
                 }
-                CrashMode::KeepSubset => {
-                    for c in &f.pending {
-                        if rng.random_bool(0.5) {
-                            img.apply(c);
-                        }
-                    }
+            }
+            CrashMode::TornSectors => {
+                for c in &f.pending {
+                    img.apply_torn(c, &mut rng);
                 }
-                CrashMode::TornSectors => {
-                    for c in &f.pending {
-                        img.apply_torn(c, &mut rng);
+            }
+        }
+        images.insert(*id, img);
+    }
+    CrashState { plan, images }
+}
+
+/// The non-zero part of each page of `img` that lies below its length, in page order (what a
+/// crash writes; the rest reads as zeros).
+fn written_pages(img: &Image) -> impl Iterator<Item = (u64, &[u8])> {
+    img.pages.iter().filter_map(|(&idx, page)| {
+        let off = idx.saturating_mul(SECTOR_SIZE);
+        if off >= img.len {
+            return None;
+        }
+        let n = (img.len - off).min(SECTOR_SIZE) as usize;
+        let bytes = &page[..n];
+        (!bytes.iter().all(|&b| b == 0)).then_some((off, bytes))
+    })
+}
+
+/// The files and directories a power loss leaves under a root, computed from a model
+/// ([`CrashSnapshot::state`]) and not yet written ([`CrashState::write_to`]).
+#[derive(Debug)]
+pub struct CrashState {
+    /// Directories and file entries, relative to the root, parents first.
+    plan: Vec<PlanEntry>,
+    /// Each file inode's bytes.
+    images: HashMap<u64, Image>,
+}
+
+impl CrashState {
+    /// A 64-bit hash of the state: equal states (same names, same hard-link structure, same
+    /// lengths and bytes, zeros and holes alike) hash alike, so a test can verify each distinct
+    /// state once.
+    pub fn fingerprint(&self) -> u64 {
+        let mut h = std::hash::DefaultHasher::new();
+        let mut first: HashMap<u64, usize> = HashMap::new();
+        for e in &self.plan {
+            match e {
+                PlanEntry::Dir(rel) => {
+                    0u8.hash(&mut h);
+                    rel.hash(&mut h);
+                }
+                PlanEntry::File(rel, id) => {
+                    1u8.hash(&mut h);
+                    rel.hash(&mut h);
+                    let n = first.len();
+                    if let Some(&i) = first.get(id) {
+                        // A hard link to the i-th file written.
+                        2u8.hash(&mut h);
+                        i.hash(&mut h);
+                        continue;
+                    }
+                    first.insert(*id, n);
+                    3u8.hash(&mut h);
+                    match self.images.get(id) {
+                        Some(img) => {
+                            img.len.hash(&mut h);
+                            for (off, bytes) in written_pages(img) {
+                                off.hash(&mut h);
+                                bytes.hash(&mut h);
+                            }
+                        }
+                        None => u64::MAX.hash(&mut h),
                     }
                 }
             }
-            images.insert(*id, img);
         }
+        h.finish()
+    }
 
-        // Wipe the root and write the plan out.
-        let root = &self.root;
+    /// Deletes everything under `root` (creating it when missing) and writes the state there:
+    /// directories, files (holes where the bytes are zeros), hard links as hard links.
+    ///
+    /// # Errors
+    /// The real file system's error when deleting or writing fails (`root` is then in an
+    /// unspecified state).
+    pub fn write_to(&self, root: &Path) -> EnvResult<()> {
         match fs::read_dir(root) {
             Ok(rd) => {
                 for entry in rd {
@@ -565,7 +693,7 @@ impl Shared {
             Err(e) => return Err(EnvError::new("readdir", root, e)),
         }
         let mut first_path: HashMap<u64, PathBuf> = HashMap::new();
-        for e in &plan {
+        for e in &self.plan {
             match e {
                 PlanEntry::Dir(rel) => {
                     let p = root.join(rel);
@@ -583,16 +711,11 @@ impl Shared {
                         .create_new(true)
                         .open(&p)
                         .map_err(|e| EnvError::new("crash: create", &p, e))?;
-                    if let Some(img) = images.get(id) {
+                    if let Some(img) = self.images.get(id) {
                         file.set_len(img.len)
                             .map_err(|e| EnvError::new("crash: ftruncate", &p, e))?;
-                        for (&idx, page) in &img.pages {
-                            let off = idx.saturating_mul(SECTOR_SIZE);
-                            if off >= img.len || page.iter().all(|&b| b == 0) {
-                                continue;
-                            }
-                            let n = (img.len - off).min(SECTOR_SIZE) as usize;
-                            file.write_all_at(&page[..n], off)
+                        for (off, bytes) in written_pages(img) {
+                            file.write_all_at(bytes, off)
                                 .map_err(|e| EnvError::new("crash: pwrite", &p, e))?;
                         }
                     }
@@ -601,6 +724,77 @@ impl Shared {
             }
         }
         Ok(())
+    }
+}
+
+/// A copy of a [`PowerLossEnv`]'s model at one moment ([`PowerLossEnv::snapshot`],
+/// [`DurableEvent::snapshot`]): every crash that moment allows can be computed from it, any
+/// number of times, while the env goes on. Cheap to clone (shared).
+#[derive(Debug, Clone)]
+pub struct CrashSnapshot {
+    nodes: Arc<HashMap<u64, Node>>,
+}
+
+impl CrashSnapshot {
+    /// What a crash at the snapshot's moment leaves with `mode`, `seed` and
+    /// `lose_unsynced_entries`: exactly what [`PowerLossEnv::crash`] with the same arguments
+    /// would have written then.
+    pub fn state(&self, mode: CrashMode, lose_unsynced_entries: bool, seed: u64) -> CrashState {
+        crash_state(&self.nodes, mode, lose_unsynced_entries, seed)
+    }
+}
+
+/// When a [`DurableObserver`] is called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DurableStep {
+    /// Just before the durable operation takes effect: for `write_vectored_and_sync`, its write
+    /// is already pending (a crash may keep any part of it), for `sync_data` and `sync_dir`
+    /// everything before it is pending.
+    Before,
+    /// Right after it completed, before the caller sees its result (as
+    /// [`PowerLossEnv::crash_after`] fires).
+    After,
+}
+
+/// A durable operation (`sync_data`, `write_vectored_and_sync` or `sync_dir`) of a
+/// [`PowerLossEnv`], as a [`DurableObserver`] sees it.
+#[derive(Debug)]
+pub struct DurableEvent<'a> {
+    /// Before or after the operation.
+    pub step: DurableStep,
+    /// The operation's number, 1-based, as [`PowerLossEnv::durable_ops`] counts: the count is
+    /// `n - 1` before it and `n` after.
+    pub n: u64,
+    /// The file synced, or the directory.
+    pub path: &'a Path,
+    /// True for `sync_dir`.
+    pub dir: bool,
+    nodes: &'a HashMap<u64, Node>,
+}
+
+impl DurableEvent<'_> {
+    /// The model at this moment (see [`CrashSnapshot`]).
+    pub fn snapshot(&self) -> CrashSnapshot {
+        CrashSnapshot {
+            nodes: Arc::new(self.nodes.clone()),
+        }
+    }
+}
+
+/// Called by a [`PowerLossEnv`] just before and right after each durable operation
+/// ([`PowerLossEnv::set_durable_observer`]), on the thread issuing it, with the env's model
+/// locked: it must not call into the env (that deadlocks); it may take its own locks, as long as
+/// no thread holds them while calling into the env.
+pub type DurableObserver = Arc<dyn Fn(&DurableEvent<'_>) + Send + Sync>;
+
+/// The observer slot of [`Shared`].
+#[derive(Default)]
+struct ObserverSlot(RwLock<Option<DurableObserver>>);
+
+impl std::fmt::Debug for ObserverSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = self.0.read().map(|o| o.is_some()).unwrap_or(false);
+        write!(f, "ObserverSlot({})", if set { "set" } else { "none" })
     }
 }
 
@@ -733,6 +927,7 @@ impl PowerLossEnv {
                 root_canonical: canonical,
                 real_sync: AtomicBool::new(false),
                 model: Mutex::new(Model::new()),
+                observer: ObserverSlot::default(),
             }),
         }
     }
@@ -809,6 +1004,27 @@ impl PowerLossEnv {
     /// True once the env crashed (by [`PowerLossEnv::crash`] or an armed crash).
     pub fn is_crashed(&self) -> bool {
         self.shared.lock().crashed
+    }
+
+    /// A copy of the model now, from which the state any crash at this moment leaves can be
+    /// written out later ([`CrashSnapshot::state`]), while the env goes on. Cheap: file pages
+    /// and pending writes are shared, not copied.
+    pub fn snapshot(&self) -> CrashSnapshot {
+        CrashSnapshot {
+            nodes: Arc::new(self.shared.lock().nodes.clone()),
+        }
+    }
+
+    /// Installs (or with `None` removes) the observer called just before and right after each
+    /// durable operation (see [`DurableObserver`] for what it may do). Shared with the env's
+    /// clones; replaces an earlier observer.
+    pub fn set_durable_observer(&self, observer: Option<DurableObserver>) {
+        *self
+            .shared
+            .observer
+            .0
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = observer;
     }
 }
 
@@ -914,16 +1130,18 @@ impl StorageEnv for PowerLossEnv {
             },
             None => None,
         };
+        if target.is_none() && !sh.real_sync.load(Ordering::Relaxed) && !path.is_dir() {
+            return Err(errno("open dir", path, libc::ENOENT));
+        }
+        sh.observe(&m, DurableStep::Before, m.durable_ops + 1, path, true);
         if sh.real_sync.load(Ordering::Relaxed) {
             sh.inner.sync_dir(path)?;
-        } else if target.is_none() && !path.is_dir() {
-            return Err(errno("open dir", path, libc::ENOENT));
         }
         if let Some(d) = target.and_then(|id| m.dir_mut(id)) {
             d.durable = d.live.clone();
         }
         m.maybe_gc();
-        sh.durable_op_done(&mut m)
+        sh.durable_op_done(&mut m, path, true)
     }
 
     fn list_dir(&self, path: &Path) -> EnvResult<Vec<String>> {
@@ -1072,6 +1290,15 @@ impl StorageEnv for PowerLossEnv {
     }
 }
 
+/// The bytes of `bufs`, one after the other, shared.
+fn concat(bufs: &[IoSlice<'_>]) -> Arc<[u8]> {
+    let mut v = Vec::with_capacity(bufs.iter().map(|b| b.len()).sum());
+    for b in bufs {
+        v.extend_from_slice(b);
+    }
+    Arc::from(v)
+}
+
 /// A file opened through a [`PowerLossEnv`]: I/O goes to the real file, changes are recorded
 /// as pending on the file's inode.
 #[derive(Debug)]
@@ -1135,7 +1362,7 @@ impl EnvFile for PowerLossFile {
             "pwrite",
             || Change::Write {
                 offset,
-                data: buf.to_vec(),
+                data: Arc::from(buf),
             },
             |f| f.write_all_at(buf, offset),
         )
@@ -1146,7 +1373,7 @@ impl EnvFile for PowerLossFile {
             "pwritev",
             || Change::Write {
                 offset,
-                data: bufs.iter().flat_map(|b| b.iter().copied()).collect(),
+                data: concat(bufs),
             },
             |f| f.write_vectored_all_at(bufs, offset),
         )
@@ -1158,6 +1385,13 @@ impl EnvFile for PowerLossFile {
         if m.crashed {
             return Err(eio("fdatasync", self.inner.path()));
         }
+        sh.observe(
+            &m,
+            DurableStep::Before,
+            m.durable_ops + 1,
+            self.inner.path(),
+            false,
+        );
         if sh.real_sync.load(Ordering::Relaxed) {
             if let Err(e) = self.inner.sync_data() {
                 if let Some(f) = self.inode.and_then(|id| m.file_mut(id)) {
@@ -1171,7 +1405,7 @@ impl EnvFile for PowerLossFile {
                 f.durable.apply(&c);
             }
         }
-        sh.durable_op_done(&mut m)
+        sh.durable_op_done(&mut m, self.inner.path(), false)
     }
 
     fn write_vectored_and_sync(&self, bufs: &[IoSlice<'_>], offset: u64) -> EnvResult<()> {
@@ -1187,23 +1421,32 @@ impl EnvFile for PowerLossFile {
         } else {
             crate::env::write_vectored_chunks(&*self.inner, bufs, offset)
         };
-        let file = self.inode.and_then(|id| m.file_mut(id));
         if let Err(e) = real {
-            if let Some(f) = file {
+            if let Some(f) = self.inode.and_then(|id| m.file_mut(id)) {
                 f.pending.clear();
             }
             return Err(e);
         }
-        if let Some(f) = file {
+        if let Some(f) = self.inode.and_then(|id| m.file_mut(id)) {
             f.pending.push(Change::Write {
                 offset,
-                data: bufs.iter().flat_map(|b| b.iter().copied()).collect(),
+                data: concat(bufs),
             });
+        }
+        // The write is issued, its sync not done: a crash now may keep any part of it.
+        sh.observe(
+            &m,
+            DurableStep::Before,
+            m.durable_ops + 1,
+            self.inner.path(),
+            false,
+        );
+        if let Some(f) = self.inode.and_then(|id| m.file_mut(id)) {
             for c in std::mem::take(&mut f.pending) {
                 f.durable.apply(&c);
             }
         }
-        sh.durable_op_done(&mut m)
+        sh.durable_op_done(&mut m, self.inner.path(), false)
     }
 
     fn write_runs(
@@ -1222,7 +1465,7 @@ impl EnvFile for PowerLossFile {
             for (offset, bufs) in runs {
                 f.pending.push(Change::Write {
                     offset: *offset,
-                    data: bufs.iter().flat_map(|b| b.iter().copied()).collect(),
+                    data: concat(bufs),
                 });
             }
         }
@@ -1517,6 +1760,181 @@ mod tests {
         assert!(!env.exists(&root.join("f")));
         // The real files are untouched by the dead env.
         assert_eq!(fs::read(root.join("f")).unwrap(), b"x");
+    }
+
+    /// Everything under `root`: each path with its bytes (`None` for a directory) and the
+    /// index of the first path of its inode (hard links share it).
+    fn tree(root: &Path) -> BTreeMap<PathBuf, (Option<Vec<u8>>, usize)> {
+        type Entries = Vec<(PathBuf, Option<Vec<u8>>, (u64, u64))>;
+        fn walk(root: &Path, dir: &Path, out: &mut Entries) {
+            let mut names: Vec<_> = fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .collect();
+            names.sort();
+            for p in names {
+                let meta = fs::symlink_metadata(&p).unwrap();
+                let rel = p.strip_prefix(root).unwrap().to_path_buf();
+                if meta.is_dir() {
+                    out.push((rel, None, (0, 0)));
+                    walk(root, &p, out);
+                } else {
+                    out.push((rel, Some(fs::read(&p).unwrap()), (meta.dev(), meta.ino())));
+                }
+            }
+        }
+        let mut v = Vec::new();
+        walk(root, root, &mut v);
+        let mut first: HashMap<(u64, u64), usize> = HashMap::new();
+        v.into_iter()
+            .enumerate()
+            .map(|(i, (p, bytes, ino))| {
+                let idx = if bytes.is_some() {
+                    *first.entry(ino).or_insert(i)
+                } else {
+                    i
+                };
+                (p, (bytes, idx))
+            })
+            .collect()
+    }
+
+    /// A run of changes of every kind: durable files, pending writes, a hole, a length change,
+    /// a new file, a hard link, a rename and an unlink, none of them synced.
+    fn busy(env: &PowerLossEnv, root: &Path) -> Arc<dyn EnvFile> {
+        durable_file(env, root, "a", &[1u8; 20000]);
+        durable_file(env, root, "gone", b"old");
+        let f = env.open(&root.join("a"), OpenMode::Existing).unwrap();
+        f.write_all_at(&[2u8; 9000], 3000).unwrap();
+        f.punch_hole(12288, 4096).unwrap();
+        f.set_len(18000).unwrap();
+        f.write_all_at(&[3u8; 100], 17950).unwrap();
+        let g = env.open(&root.join("b"), OpenMode::Create).unwrap();
+        g.write_all_at(b"new file", 0).unwrap();
+        env.link(&root.join("a"), &root.join("c")).unwrap();
+        env.rename(&root.join("b"), &root.join("d")).unwrap();
+        env.remove_file(&root.join("gone")).unwrap();
+        f
+    }
+
+    /// A snapshot's state, written out after the env went on, is exactly what a crash at the
+    /// snapshot's moment writes (same mode, seed and entry loss), in every mode; equal states
+    /// fingerprint alike, and different ones (almost always) not.
+    #[test]
+    fn snapshot_state_is_what_the_crash_writes() {
+        let mut prints = HashSet::new();
+        for (i, &mode) in MODES.iter().enumerate() {
+            for lose in [false, true] {
+                for seed in [i as u64, 100 + i as u64] {
+                    let (_d, root, env) = setup();
+                    let f = busy(&env, &root);
+                    let snap = env.snapshot();
+                    // The env goes on after the snapshot.
+                    f.write_all_at(&[4u8; 5000], 0).unwrap();
+                    f.sync_data().unwrap();
+                    env.sync_dir(&root).unwrap();
+                    let state = snap.state(mode, lose, seed);
+                    assert_eq!(
+                        state.fingerprint(),
+                        snap.state(mode, lose, seed).fingerprint()
+                    );
+                    prints.insert(state.fingerprint());
+                    let out = _d.path().join("out");
+                    state.write_to(&out).unwrap();
+
+                    let (_d2, root2, env2) = setup();
+                    let _f2 = busy(&env2, &root2);
+                    env2.crash(mode, lose, seed).unwrap();
+                    assert_eq!(tree(&out), tree(&root2), "{mode:?} lose={lose} seed={seed}");
+                    // Writing over an existing directory replaces what is there.
+                    fs::write(out.join("stray"), b"x").unwrap();
+                    state.write_to(&out).unwrap();
+                    assert_eq!(tree(&out), tree(&root2));
+                }
+            }
+        }
+        assert!(prints.len() > 8, "only {} distinct states", prints.len());
+    }
+
+    /// The observer sees every durable operation twice, before and after, numbered as
+    /// `durable_ops` counts, with its path; the snapshot after the n-th is what `crash_after(n)`
+    /// writes, and the one before a `write_vectored_and_sync` holds its write as pending.
+    #[test]
+    fn durable_observer_sees_each_operation_before_and_after() {
+        type Seen = Vec<(DurableStep, u64, PathBuf, bool, CrashSnapshot)>;
+        let seen: Arc<Mutex<Seen>> = Arc::default();
+        let script = |env: &PowerLossEnv, root: &Path| {
+            let f = env.open(&root.join("f"), OpenMode::Create).unwrap();
+            f.write_all_at(b"one", 0).unwrap();
+            f.sync_data()?; // 1
+            env.sync_dir(root)?; // 2
+            f.write_vectored_and_sync(&[IoSlice::new(b"tw"), IoSlice::new(b"o")], 0)?; // 3
+            f.write_all_at(b"three", 0)?;
+            f.sync_data() // 4
+        };
+        let (_d, root, env) = setup();
+        let s2 = seen.clone();
+        env.set_durable_observer(Some(Arc::new(move |e: &DurableEvent<'_>| {
+            s2.lock()
+                .unwrap()
+                .push((e.step, e.n, e.path.to_path_buf(), e.dir, e.snapshot()))
+        })));
+        script(&env, &root).unwrap();
+        env.set_durable_observer(None);
+        env.sync_dir(&root).unwrap();
+        let seen = seen.lock().unwrap();
+        let steps: Vec<_> = seen
+            .iter()
+            .map(|(s, n, p, d, _)| (*s, *n, p.file_name().unwrap().to_owned(), *d))
+            .collect();
+        let f = OsString::from("f");
+        let r = root.file_name().unwrap().to_owned();
+        use DurableStep::{After, Before};
+        assert_eq!(
+            steps,
+            vec![
+                (Before, 1, f.clone(), false),
+                (After, 1, f.clone(), false),
+                (Before, 2, r.clone(), true),
+                (After, 2, r, true),
+                (Before, 3, f.clone(), false),
+                (After, 3, f.clone(), false),
+                (Before, 4, f.clone(), false),
+                (After, 4, f, false),
+            ]
+        );
+        for (step, n, _, _, snap) in seen.iter() {
+            if *step == After {
+                let (_d2, root2, env2) = setup();
+                env2.crash_after(*n, CrashMode::KeepSubset, false, 9)
+                    .unwrap();
+                let _ = script(&env2, &root2);
+                assert!(env2.is_crashed());
+                let out = _d2.path().join("out");
+                snap.state(CrashMode::KeepSubset, false, 9)
+                    .write_to(&out)
+                    .unwrap();
+                assert_eq!(tree(&out), tree(&root2), "after {n}");
+            }
+        }
+        // Before the 3rd: "one" durable, "two" pending (kept by KeepPrefix when it keeps all).
+        let before3 = &seen[4].4;
+        let out = _d.path().join("b3");
+        before3
+            .state(CrashMode::DropUnsynced, true, 0)
+            .write_to(&out)
+            .unwrap();
+        assert_eq!(fs::read(out.join("f")).unwrap(), b"one");
+        let kept: HashSet<Vec<u8>> = (0..32)
+            .map(|seed| {
+                before3
+                    .state(CrashMode::KeepPrefix, true, seed)
+                    .write_to(&out)
+                    .unwrap();
+                fs::read(out.join("f")).unwrap()
+            })
+            .collect();
+        assert_eq!(kept, HashSet::from([b"one".to_vec(), b"two".to_vec()]));
     }
 
     #[test]
