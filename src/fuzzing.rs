@@ -18,7 +18,7 @@ use crate::journal::record::{
     commit_record, decode_commit, CommitMeta, PageRecord, RecordHeader, RecordKind,
     RECORD_HEADER_LEN,
 };
-use crate::page::node::{leaf_put_in_place, BranchView, LeafView, LeafEntry, Node, Val};
+use crate::page::node::{leaf_put_in_place, BranchView, LeafEntry, LeafView, Node, Val};
 use crate::page::{self, header, PageHeader, PageKind, PAGE_SIZE};
 
 /// Bytes of a journal record header (48).
@@ -51,7 +51,11 @@ pub fn journal_record(bytes: &[u8]) -> Result<RecordSummary> {
     if let Some(h) = RecordHeader::decode(bytes) {
         summary.header_valid = true;
         let again = RecordHeader::decode(&h.encode());
-        assert_eq!(again, Some(h), "a decoded record header does not round-trip");
+        assert_eq!(
+            again,
+            Some(h),
+            "a decoded record header does not round-trip"
+        );
     }
     let body = bytes.get(RECORD_HEADER_LEN..).unwrap_or(&[]);
     let (meta, images) = decode_commit(body).ok_or_else(|| corrupt("malformed commit body"))?;
@@ -84,7 +88,9 @@ pub fn journal_record(bytes: &[u8]) -> Result<RecordSummary> {
         assert_eq!(*p, p2, "page number does not round-trip");
         match rec2 {
             PageRecord::Full(img2) => assert!(img2[..] == img[..], "page {p}: image differs"),
-            PageRecord::Diff { .. } => panic!("page {p}: encoded without a base, decoded as a diff"),
+            PageRecord::Diff { .. } => {
+                panic!("page {p}: encoded without a base, decoded as a diff")
+            }
         }
     }
     Ok(summary)
@@ -224,17 +230,15 @@ fn node_round_trip(node: &Node, bytes: &[u8]) {
         let mut want = es.clone();
         match want.binary_search_by(|e| e.key[..].cmp(&key[..])) {
             Ok(i) => want[i].val = val,
-            Err(i) => want.insert(
-                i,
-                LeafEntry {
-                    key,
-                    val,
-                },
-            ),
+            Err(i) => want.insert(i, LeafEntry { key, val }),
         }
         let h = PageHeader::read(&edited).expect("an edited leaf has a header");
         let got = Node::decode(&edited, &h).expect("an edited leaf decodes");
-        assert_eq!(got, Node::Leaf(want), "in-place insert differs from the node's");
+        assert_eq!(
+            got,
+            Node::Leaf(want),
+            "in-place insert differs from the node's"
+        );
     }
 }
 
@@ -300,7 +304,8 @@ pub fn leaf_page(page_number: u64, txn_id: u64, entries: &[(Vec<u8>, Vec<u8>)]) 
             })
             .collect(),
     );
-    node.fits().then(|| node.encode(page_number, txn_id).to_vec())
+    node.fits()
+        .then(|| node.encode(page_number, txn_id).to_vec())
 }
 
 /// The file name of journal file `no` in a storage's `Journals/` directory.
