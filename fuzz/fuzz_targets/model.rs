@@ -37,8 +37,14 @@ enum FaultKind {
 #[derive(Arbitrary, Debug)]
 enum Op {
     /// Key `k{key}`; value of `len` bytes (a large one goes to overflow pages).
-    Put { key: u8, len: Len, byte: u8 },
-    Delete { key: u8 },
+    Put {
+        key: u8,
+        len: Len,
+        byte: u8,
+    },
+    Delete {
+        key: u8,
+    },
     Commit,
     Abort,
     Flush,
@@ -106,7 +112,9 @@ fuzz_target!(|input: Input| {
     let env: Arc<dyn StorageEnv> = Arc::new(hooked.clone());
     // Creation is not under test: the countdown starts once the storage exists.
     let mut s = Some(Storage::open(&path, opts(env.clone())).expect("create the storage"));
-    let left = Arc::new(AtomicU64::new(input.countdown.map_or(u64::MAX, |c| c as u64)));
+    let left = Arc::new(AtomicU64::new(
+        input.countdown.map_or(u64::MAX, |c| c as u64),
+    ));
     let failing = Arc::new(AtomicBool::new(false));
     let fault = match input.fault {
         FaultKind::Eio => Fault::Eio,

@@ -211,9 +211,13 @@ fn build_file(t: &Template, f: &JFile) -> (u64, Vec<u8>) {
                 t.flushed_txn + *txn as u64,
                 body,
             )),
-            Rec::Padding(n) => {
-                out.extend(fuzzing::encode_record(2, no, 0, 0, &vec![0; *n as usize % 9000 + 1]))
-            }
+            Rec::Padding(n) => out.extend(fuzzing::encode_record(
+                2,
+                no,
+                0,
+                0,
+                &vec![0; *n as usize % 9000 + 1],
+            )),
             Rec::Link(b) => out.extend(fuzzing::encode_record(3, no, t.storage_id, 0, b)),
         }
     }
