@@ -30,6 +30,11 @@ pub mod env;
 pub mod error;
 pub mod flush;
 pub(crate) mod freespace;
+/// Decoder entry points for the cargo-fuzz targets in `fuzz/` (cargo feature `fuzzing`, off by
+/// default). Not a stable API.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod journal;
 pub mod options;
 pub mod page;

@@ -588,13 +588,25 @@ impl PageRecord<'_> {
 pub type DecodedCommit<'a> = (CommitMeta, Vec<(u64, PageRecord<'a>)>);
 
 /// A decoded commit body: meta and `(page number, page record)` pairs, borrowed from the body
-/// or rebuilt (trimmed pages). `None` when the body is malformed.
+/// or rebuilt (trimmed pages). `None` when the body is malformed: cut short or too long, a
+/// bad run-pages field, a tree state out of range ([`crate::page::tree_state_in_range`]), or
+/// a page (or the run it starts) outside `2..next_page` (a transaction writes only pages it
+/// allocated, all below its high-water mark; the header pages are never journaled).
 pub fn decode_commit(body: &[u8]) -> Option<DecodedCommit<'_>> {
     let meta = CommitMeta {
         root: rd_u64(body, 0)?,
         freedir: rd_u64(body, 8)?,
         next_page: rd_u64(body, 16)?,
         entries: rd_u64(body, 24)?,
+    };
+    if !crate::page::tree_state_in_range(meta.root, meta.freedir, meta.next_page) {
+        return None;
+    }
+    // Pages `p..p + run` of an image must lie in `2..next_page`.
+    let in_range = |p: u64, run: u64| {
+        p >= 2
+            && p.checked_add(run.max(1))
+                .is_some_and(|e| e <= meta.next_page)
     };
     let n = rd_u32(body, 32)? as usize;
     let mut at = COMMIT_FIXED;
@@ -615,6 +627,9 @@ pub fn decode_commit(body: &[u8]) -> Option<DecodedCommit<'_>> {
                 ranges.push((off, body.get(at..at.checked_add(len)?)?));
                 at += len;
             }
+            if !in_range(p, 1) {
+                return None;
+            }
             images.push((p, PageRecord::Diff { base, ranges }));
             continue;
         }
@@ -634,12 +649,18 @@ pub fn decode_commit(body: &[u8]) -> Option<DecodedCommit<'_>> {
             at += a;
             img[b..].copy_from_slice(body.get(at..at.checked_add(tail)?)?);
             at += tail;
+            if !in_range(p, 1) {
+                return None;
+            }
             images.push((p, PageRecord::Full(std::borrow::Cow::Owned(img))));
             continue;
         }
         let len = (run as usize).checked_mul(PAGE_SIZE)?;
         let img = body.get(at..at.checked_add(len)?)?;
         at += len;
+        if !in_range(p, run as u64) {
+            return None;
+        }
         images.push((p, PageRecord::Full(std::borrow::Cow::Borrowed(img))));
     }
     if at != body.len() {
@@ -891,6 +912,49 @@ mod tests {
                 img[m] = 1;
             }
             assert_eq!(longest_zero_run(&img), reference(&img), "marks {marks:?}");
+        }
+    }
+
+    #[test]
+    fn commit_bodies_out_of_range_do_not_decode() {
+        // Regression (found by the `recovery` fuzz target, 2026-12-01): a commit record whose
+        // checksums hold but whose tree state is absurd was replayed as it was. Its
+        // `next_page` of about 2^60 then sized `check`'s page bitmaps (the process died out of
+        // memory: `rust_oom` in `btree::check`), and would have sized the data file; a page
+        // number near 2^64 overflowed `p + run` in the replay. The decoder now refuses them,
+        // and recovery reports the record as a malformed commit record (`Error::Corruption`).
+        let body = |meta: CommitMeta, pages: &[(u64, u32)]| {
+            let mut b = Vec::new();
+            for v in [meta.root, meta.freedir, meta.next_page, meta.entries] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+            b.extend_from_slice(&(pages.len() as u32).to_le_bytes());
+            for &(p, run) in pages {
+                b.extend_from_slice(&p.to_le_bytes());
+                b.extend_from_slice(&run.to_le_bytes());
+                b.resize(b.len() + run as usize * PAGE_SIZE, 7);
+            }
+            b
+        };
+        let meta = |root, freedir, next_page| CommitMeta {
+            root,
+            freedir,
+            next_page,
+            entries: 1,
+        };
+        assert!(decode_commit(&body(meta(5, 0, 10), &[(5, 1), (6, 2)])).is_some());
+        assert!(decode_commit(&body(meta(0, 0, 2), &[])).is_some());
+        for (m, pages) in [
+            (meta(5, 0, 1 << 60), vec![(5, 1)]),
+            (meta(5, 0, crate::page::MAX_PAGES + 1), vec![]),
+            (meta(5, 0, 1), vec![]),
+            (meta(10, 0, 10), vec![]),
+            (meta(5, 1, 10), vec![]),
+            (meta(5, 0, 10), vec![(u64::MAX, 1)]),
+            (meta(5, 0, 10), vec![(9, 2)]),
+            (meta(5, 0, 10), vec![(1, 1)]),
+        ] {
+            assert!(decode_commit(&body(m, &pages)).is_none(), "{m:?} {pages:?}");
         }
     }
 

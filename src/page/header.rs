@@ -81,7 +81,9 @@ pub enum Slot {
     Valid(Header),
     /// Magic and checksum fine, but another format version.
     OtherVersion(u32),
-    /// Omnibus magic but a bad checksum or page size (torn or damaged).
+    /// Omnibus magic but a bad checksum or page size (torn or damaged), or a tree state out of
+    /// range (`next_page` above [`super::MAX_PAGES`], a root or free-space directory at or past
+    /// `next_page`).
     Damaged,
     /// No omnibus magic.
     Foreign,
@@ -108,7 +110,7 @@ pub fn decode(page: &[u8], slot: u64) -> Slot {
         return Slot::Damaged;
     }
     let f = |at| rd_u64(page, at).unwrap_or(0);
-    Slot::Valid(Header {
+    let h = Header {
         sequence: f(48),
         storage_id: f(56),
         flushed_txn: f(64),
@@ -116,7 +118,13 @@ pub fn decode(page: &[u8], slot: u64) -> Slot {
         freedir: f(80),
         next_page: f(88),
         entries: f(96),
-    })
+    };
+    // A checksum that holds over a tree state out of range: written by something else, or
+    // damage that kept the checksum; trusting it would size the file and `check` from it.
+    if !super::tree_state_in_range(h.root, h.freedir, h.next_page) {
+        return Slot::Damaged;
+    }
+    Slot::Valid(h)
 }
 
 /// Picks the newest valid header of the two slots, or the error that explains why none is.
@@ -172,6 +180,45 @@ mod tests {
             next_page: 2,
             entries: 0,
         }
+    }
+
+    #[test]
+    fn a_header_out_of_range_is_damaged() {
+        // Regression (with the `recovery` fuzz target's find, 2026-12-01): a header page whose
+        // checksum holds over an absurd tree state (written by something else, or damage that
+        // kept the checksum) was taken as valid; its `next_page` sizes the data file at open
+        // and `check`'s page bitmaps (out of memory for 2^60), and `next_page * 8192`
+        // overflowed. Such a slot is now damaged, so the other slot is used.
+        let p = Path::new("d");
+        let good = h(3).encode(0);
+        for (root, freedir, next_page) in [
+            (0, 0, 1u64 << 60),
+            (0, 0, super::super::MAX_PAGES + 1),
+            (0, 0, 1),
+            (7, 0, 7),
+            (0, 9, 5),
+        ] {
+            let bad = Header {
+                root,
+                freedir,
+                next_page,
+                ..h(4)
+            }
+            .encode(1);
+            assert_eq!(
+                decode(&bad, 1),
+                Slot::Damaged,
+                "{root} {freedir} {next_page}"
+            );
+            assert_eq!(choose(&good, &bad, p).unwrap().0.sequence, 3);
+        }
+        let edge = Header {
+            root: 2,
+            freedir: super::super::MAX_PAGES - 1,
+            next_page: super::super::MAX_PAGES,
+            ..h(4)
+        };
+        assert_eq!(decode(&edge.encode(1), 1), Slot::Valid(edge));
     }
 
     #[test]

@@ -21,6 +21,19 @@ pub const HEADER_LEN: usize = 32;
 /// Bytes available after the header.
 pub const BODY_LEN: usize = PAGE_SIZE - HEADER_LEN;
 
+/// Most pages a data file may hold (2^32 pages: 32 TiB): every page number and page count
+/// read from a header page or a journal record is checked against it, so damaged or forged
+/// bytes that keep their checksum cannot make an open grow the file, or `check` size its
+/// page bitmaps, past it (and `pages * 8192` never overflows).
+pub const MAX_PAGES: u64 = 1 << 32;
+
+/// True when a tree state read from disk is in range: `next_page` (the high-water page count)
+/// in `2..=MAX_PAGES`, and `root` and `freedir` each 0 (none) or a page in `2..next_page`.
+pub fn tree_state_in_range(root: u64, freedir: u64, next_page: u64) -> bool {
+    let page_ok = |p: u64| p == 0 || (2..next_page).contains(&p);
+    (2..=MAX_PAGES).contains(&next_page) && page_ok(root) && page_ok(freedir)
+}
+
 const _: () = assert!(PAGE_SIZE.is_power_of_two());
 const _: () = assert!(BODY_LEN == 8160);
 
