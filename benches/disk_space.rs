@@ -53,7 +53,9 @@ fn docs() -> (Vec<Doc>, String) {
         Err(_) => {
             let mut x = 0x5EED_u64;
             let mut next = || {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 x >> 33
             };
             let lines = (0..171_075)
@@ -206,14 +208,18 @@ fn main() {
         docs.len(),
         mib(raw as u64)
     );
-    let base = std::env::var("OMNIBUS_BENCH_DIR").unwrap_or_else(|_| std::env::temp_dir().display().to_string());
+    let base = std::env::var("OMNIBUS_BENCH_DIR")
+        .unwrap_or_else(|_| std::env::temp_dir().display().to_string());
     let dir = tempfile::Builder::new()
         .prefix("disk_space")
         .tempdir_in(base)
         .expect("tempdir");
     let (o, l) = (dir.path().join("omnibus"), dir.path().join("lmdb"));
     let half = docs.len() / 2;
-    for (step, slice, put) in [("loaded", &docs[..], true), ("half deleted", &docs[..half], false)] {
+    for (step, slice, put) in [
+        ("loaded", &docs[..], true),
+        ("half deleted", &docs[..half], false),
+    ] {
         let t = std::time::Instant::now();
         omnibus_apply(&o, slice, put);
         let to = t.elapsed();

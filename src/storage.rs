@@ -549,7 +549,12 @@ impl Inner {
             env.sync_dir(&path)?;
         }
         let map_end = Arc::new(AtomicU64::new(u64::MAX));
-        let mapping = Arc::new(Mapping::new(&data, len, data_path.clone(), map_end.clone())?);
+        let mapping = Arc::new(Mapping::new(
+            &data,
+            len,
+            data_path.clone(),
+            map_end.clone(),
+        )?);
         let mut state = State {
             txn_id: hdr.flushed_txn,
             root: hdr.root,

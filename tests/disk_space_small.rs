@@ -9,9 +9,11 @@
 //! closing), a closing storage cuts the free tail of its data file, and a dropped journal whose
 //! records are all flushed is emptied.
 //!
-//! The scenario writes the same workload (Manual flushes, a snapshot held across the commits so
-//! freed pages cannot be reused early, as a reader or an index build would), flushes, checks
-//! the data file's bytes on disk, then closes and checks the whole directory on disk.
+//! The scenario writes the same workload (Manual flushes, a snapshot held across every 16
+//! commits), flushes, checks the data file's bytes on disk, then closes and checks the whole
+//! directory on disk. Early reuse keeps this data file small even with the old slack (the
+//! user's 50 MiB file is not reproduced here; `tests/punch_clustered_delete.rs` covers the
+//! slack); without the journal emptying at close the directory holds 5.6 MiB and this fails.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -60,7 +62,8 @@ fn two_thousand_small_keys_stay_small_on_disk() {
         let n = if c < 2_000 % 287 { 7 } else { 6 };
         for _ in 0..n {
             let k = next.wrapping_mul(2_654_435_761) % 1_000_003;
-            w.put(format!("key{k:08}"), vec![(next % 251) as u8; 200]).unwrap();
+            w.put(format!("key{k:08}"), vec![(next % 251) as u8; 200])
+                .unwrap();
             next += 1;
         }
         w.commit().unwrap();

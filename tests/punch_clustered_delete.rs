@@ -108,11 +108,16 @@ fn a_clustered_delete_is_punched_without_a_flush_in_between() {
         "{holes} of {} free aligned MiB punched: {after:?}",
         free.len()
     );
-    assert!(after.allocated_bytes + (holes as u64 * (1 << 20)) <= loaded.allocated_bytes + (1 << 20));
+    assert!(
+        after.allocated_bytes + (holes as u64 * (1 << 20)) <= loaded.allocated_bytes + (1 << 20)
+    );
 
     let r = s.begin_read().unwrap();
     for i in COUNT / 2..COUNT {
-        assert!(r.get(format!("k{i:05}")).unwrap() == Some(&value(i)[..]), "value {i}");
+        assert!(
+            r.get(format!("k{i:05}")).unwrap() == Some(&value(i)[..]),
+            "value {i}"
+        );
     }
     drop(r);
     assert!(s.check().unwrap().is_ok());
