@@ -31,6 +31,9 @@ pub(crate) type Scratch = imbl::OrdMap<u64, ScratchPage>;
 /// A read-only map of the data file, with a bit per page saying its checksum was verified.
 pub(crate) struct Mapping {
     map: Option<Mmap>,
+    /// The storage's end of file for readers (shared by all its mappings): lowered before the
+    /// closing flush cuts the file's free tail, so no read touches a byte past the file's end.
+    end: Arc<AtomicU64>,
     len: u64,
     verified: Box<[AtomicU64]>,
     path: Arc<PathBuf>,
@@ -44,12 +47,20 @@ impl std::fmt::Debug for Mapping {
 
 impl Mapping {
     /// Maps the first `len` bytes of `file` read-only.
-    pub fn new(file: &Arc<dyn EnvFile>, len: u64, path: Arc<PathBuf>) -> Result<Mapping> {
+    /// `end` is the storage's shared end of file for readers ([`crate::storage::Inner`]'s
+    /// `map_end`): pages at or past it are refused, never touched.
+    pub fn new(
+        file: &Arc<dyn EnvFile>,
+        len: u64,
+        path: Arc<PathBuf>,
+        end: Arc<AtomicU64>,
+    ) -> Result<Mapping> {
         let map = if len == 0 {
             None
         } else {
             // SAFETY: the map is read-only and covers bytes below the file's length; the data
-            // file is never truncated while open, and the only writer (the flush) never writes a
+            // file is cut only by a closing storage's `Inner::trim_tail`, which first lowers
+            // `end`, below which every read stays (`page`), and the only writer (the flush) never writes a
             // page that a live snapshot can read from the map (DESIGN invariants 3, 4 and 12),
             // so no reader observes bytes changing under a `&[u8]` it holds.
             let m = unsafe { MmapOptions::new().len(len as usize).map(file.raw_fd()) }.map_err(
@@ -65,6 +76,7 @@ impl Mapping {
         let verified = (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
         Ok(Mapping {
             map,
+            end,
             len,
             verified,
             path,
@@ -88,13 +100,20 @@ impl Mapping {
         else {
             return bad("page number beyond any file");
         };
-        let Some(first) = map.get(start..start + PAGE_SIZE) else {
+        let end = self.end.load(Ordering::Acquire);
+        let Some(first) = map
+            .get(start..start + PAGE_SIZE)
+            .filter(|_| (start + PAGE_SIZE) as u64 <= end)
+        else {
             return bad("page beyond the end of the data file");
         };
         let Some(h) = PageHeader::read(first) else {
             return bad("unknown page kind (unwritten or overwritten page)");
         };
         let run = (h.run_pages.max(1) as usize).saturating_mul(PAGE_SIZE);
+        if start.saturating_add(run) as u64 > end {
+            return bad("page beyond the end of the data file");
+        }
         let Some(image) = map.get(start..start.saturating_add(run)) else {
             return bad("page run beyond the end of the data file");
         };

@@ -165,7 +165,15 @@ pub(crate) struct Inner {
     pub journal: Arc<Journal>,
     poisoned: Mutex<Option<String>>,
     pub file_len: AtomicU64,
+    /// The end of the data file for readers of every [`Mapping`] of this storage: `u64::MAX`
+    /// until [`Inner::trim_tail`] cuts the file, then the new length. A page at or past it is
+    /// refused as corruption instead of touched (a mapped byte past the end of the file is
+    /// `SIGBUS`).
+    pub map_end: Arc<AtomicU64>,
     pub closed: AtomicBool,
+    /// Set by [`Storage::close`] and the last handle's drop before their flush: that flush
+    /// keeps no punch slack and cuts the free tail of the data file (no commit follows).
+    pub closing: AtomicBool,
     /// Writes refused because the database this storage belongs to has damaged storages.
     refused: Mutex<Option<Vec<String>>>,
     pub holes_punched: AtomicU64,
@@ -332,6 +340,7 @@ impl Storage {
         {
             Ok(())
         } else {
+            self.inner.closing.store(true, Ordering::Release);
             self.flush()
         };
         self.inner.closed.store(true, Ordering::Release);
@@ -539,7 +548,13 @@ impl Inner {
             env.create_dir(&journals_dir)?;
             env.sync_dir(&path)?;
         }
-        let mapping = Arc::new(Mapping::new(&data, len, data_path.clone())?);
+        let map_end = Arc::new(AtomicU64::new(u64::MAX));
+        let mapping = Arc::new(Mapping::new(
+            &data,
+            len,
+            data_path.clone(),
+            map_end.clone(),
+        )?);
         let mut state = State {
             txn_id: hdr.flushed_txn,
             root: hdr.root,
@@ -606,7 +621,9 @@ impl Inner {
             journal,
             poisoned: Mutex::new(None),
             file_len: AtomicU64::new(len),
+            map_end,
             closed: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
             refused: Mutex::new(None),
             holes_punched: AtomicU64::new(0),
             pages_journaled: AtomicU64::new(0),
@@ -749,6 +766,47 @@ impl Inner {
         }
         self.file_len.fetch_max(target, Ordering::AcqRel);
         Ok(())
+    }
+
+    /// Cuts the data file to `next_page` pages when the storage is closing, no write
+    /// transaction is open, and every committed transaction is flushed (called by the closing
+    /// flush, which holds the flush lock). The tail past `next_page` is no page of any state
+    /// (states' `next_page` only grows, and the current one is the newest), so nothing is lost,
+    /// and a crash before the cut reaches the disk leaves a longer file, which is harmless. Every
+    /// mapping first learns the new end ([`Inner::map_end`]): a reader still holding a snapshot
+    /// gets a corruption error for a page past it, never `SIGBUS`. Best effort: a failed
+    /// `ftruncate` is logged and leaves the file as it was. Returns the bytes cut.
+    pub fn trim_tail(&self) -> u64 {
+        if self.opts.read_only || self.poisoned().is_some() {
+            return 0;
+        }
+        // No write transaction may grow the file (or allocate past `next_page`) meanwhile.
+        let writer = lock(&self.writer);
+        if writer.is_none() {
+            return 0;
+        }
+        let cur = self.current.load_full();
+        if cur.txn_id != cur.flushed_txn {
+            return 0;
+        }
+        let end = cur.next_page.max(2) * PAGE_SIZE as u64;
+        let len = self.file_len.load(Ordering::Acquire);
+        if len <= end {
+            return 0;
+        }
+        self.map_end.store(end, Ordering::SeqCst);
+        match self.data.set_len(end) {
+            Ok(()) => {
+                self.file_len.store(end, Ordering::Release);
+                drop(writer);
+                len - end
+            }
+            Err(e) => {
+                self.map_end.store(u64::MAX, Ordering::SeqCst);
+                tracing::warn!(path = %self.data_path.display(), error = %e, "cutting the free tail of the data file failed");
+                0
+            }
+        }
     }
 
     /// Publishes the state after a durable commit (DESIGN invariant 3: one pointer swap).
@@ -918,6 +976,7 @@ impl Inner {
             && !self.closed.load(Ordering::Acquire)
             && self.poisoned().is_none()
         {
+            self.closing.store(true, Ordering::Release);
             if let Err(e) = (self.flush_hooks.flush)(self) {
                 tracing::warn!(error = %e, "flush on drop failed");
             }

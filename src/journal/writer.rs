@@ -121,6 +121,9 @@ pub struct Journal {
     pub(super) inline_zero_bytes: AtomicU64,
     pub(super) inline_zeroings: AtomicU64,
     pub(super) zeroing_waits: AtomicU64,
+    /// Storage id -> highest txn id it has flushed (`Journal::note_flushed`): on drop, a current
+    /// file whose records are all flushed is emptied.
+    flushed: Mutex<HashMap<u64, u64>>,
 }
 
 impl std::fmt::Debug for Journal {
@@ -188,7 +191,54 @@ impl Journal {
             inline_zero_bytes: AtomicU64::new(0),
             inline_zeroings: AtomicU64::new(0),
             zeroing_waits: AtomicU64::new(0),
+            flushed: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Storage `sid` has flushed every transaction up to `flushed` (a durable header records
+    /// it). Used when the journal is dropped: see `Drop for Journal`.
+    pub fn note_flushed(&self, sid: u64, flushed: u64) {
+        let mut g = lock(&self.flushed);
+        let m = g.entry(sid).or_insert(0);
+        *m = (*m).max(flushed);
+    }
+
+    /// On drop: empties the current file when every storage with records in it has flushed
+    /// them (its zeroed tail, up to the journal file size, and its records cost disk space that
+    /// no recovery needs), and removes the pre-zeroed pool files (an idle database keeps no
+    /// zeros; the next session zeroes new ones in the background). Best effort, not synced:
+    /// after a crash the file may be back whole, which is harmless (its records are at or below
+    /// every storage's durable header). Returns the bytes given back (by file lengths).
+    fn release_on_drop(&self) -> u64 {
+        if self.file_size == 0 || self.poisoned().is_some() {
+            return 0;
+        }
+        let mut given = 0u64;
+        for p in std::iter::from_fn(|| self.pool.take()) {
+            let len = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
+            if self.env.remove_file(&p).is_ok() {
+                given += len;
+            }
+        }
+        let io = lock(&self.io);
+        if io.no == 0 {
+            return given;
+        }
+        let flushed = lock(&self.flushed);
+        let all_flushed = io.entries.get(&io.no).is_some_and(|per| {
+            per.iter()
+                .all(|(sid, max)| flushed.get(sid).is_some_and(|f| f >= max) || *max == 0)
+        });
+        if all_flushed {
+            let len = io.file.len().unwrap_or(0);
+            match io.file.set_len(0) {
+                Ok(()) => given += len,
+                Err(e) => {
+                    tracing::warn!(error = %e, "emptying the flushed journal file at close failed")
+                }
+            }
+        }
+        given
     }
 
     /// A journal that refuses every commit (storages opened read-only).
@@ -423,5 +473,6 @@ impl Drop for Journal {
         // No background zeroing of this journal's file after this (bounded: one window).
         self.zero.close();
         self.pool.stop();
+        self.release_on_drop();
     }
 }
