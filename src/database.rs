@@ -335,11 +335,39 @@ impl Database {
         self.inner.root.clone()
     }
 
-    /// The branch storage `name` (`Indexes/<name>/`), created when missing.
+    /// The existing branch storage `name` (`Indexes/<name>/`). A name that is not there is an
+    /// error, not a new empty storage (a typo must not silently create one): create storages
+    /// with [`Database::create_storage`].
     ///
-    /// Errors: [`Error::InvalidStorageName`]; [`Error::Closed`]; [`Error::CrossDevice`];
-    /// errors of opening a storage.
+    /// Errors: [`Error::StorageNotFound`] when the database has no storage `name`;
+    /// [`Error::InvalidStorageName`]; [`Error::Closed`]; for a damaged branch the error it failed
+    /// to open with ([`Database::damaged`]).
     pub fn storage(&self, name: &str) -> Result<Storage> {
+        validate_storage_name(name)?;
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if let Some(e) = self.inner.damaged.get(name) {
+            return Err(e.clone());
+        }
+        match lock(&self.inner.branches).get(name) {
+            Some(s) => Ok(s.clone()),
+            None => Err(Error::StorageNotFound {
+                name: name.to_string(),
+                path: self.inner.path.join(INDEXES_DIR).join(name),
+            }),
+        }
+    }
+
+    /// The branch storage `name` (`Indexes/<name>/`): created when missing (durably: its header
+    /// pages, its directory and `Indexes/` are synced before this returns), the existing one
+    /// otherwise.
+    ///
+    /// Errors: [`Error::InvalidStorageName`]; [`Error::Closed`]; [`Error::ReadOnly`] on a
+    /// read-only database when the storage is missing; [`Error::CrossDevice`]; for a damaged
+    /// branch the error it failed to open with; errors of creating a storage (I/O with the
+    /// operation and path).
+    pub fn create_storage(&self, name: &str) -> Result<Storage> {
         validate_storage_name(name)?;
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
@@ -444,13 +472,22 @@ impl Database {
         st
     }
 
-    /// Flushes every storage.
-    pub fn flush(&self) -> Result<()> {
+    /// Flushes every storage (branches first, then the root) and returns the sum of their
+    /// reports ([`crate::flush::FlushReport::add`]): `flushed_txn` is the root's;
+    /// `limited_by_snapshot` the root's, else the first limited branch's.
+    ///
+    /// Errors: the first storage's flush error (the storages after it are not flushed).
+    pub fn flush(&self) -> Result<crate::flush::FlushReport> {
         let branches: Vec<Storage> = lock(&self.inner.branches).values().cloned().collect();
+        let mut reports = Vec::with_capacity(branches.len());
         for s in branches {
-            s.flush()?;
+            reports.push(s.flush()?);
         }
-        self.inner.root.flush()
+        let mut sum = self.inner.root.flush()?;
+        for r in &reports {
+            sum.add(r);
+        }
+        Ok(sum)
     }
 
     /// Flushes and closes every storage; later calls fail with [`Error::Closed`]. Returns the

@@ -44,6 +44,7 @@ pub mod actors;
 pub use btree::{CheckReport, Range};
 pub use database::{Database, DatabaseStats};
 pub use env::WriteMode;
+pub use flush::FlushReport;
 pub use error::{Corruption, Error, IndexFailure, Result};
 pub use journal::Prezero;
 pub use options::{FlushMode, JournalMode, Options};

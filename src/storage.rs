@@ -72,7 +72,7 @@ pub(crate) struct FlushHooks {
     /// `Inner::flusher`).
     pub opened: fn(&Arc<Inner>) -> Result<()>,
     /// Flushes the storage up to its oldest live snapshot (DESIGN section 6).
-    pub flush: fn(&Inner) -> Result<()>,
+    pub flush: fn(&Inner) -> Result<crate::flush::FlushReport>,
     /// Wakes the background flush service: a commit crossed a flush threshold.
     pub signal: fn(),
 }
@@ -288,9 +288,13 @@ impl Storage {
     /// runs and deletes journal files that hold nothing unflushed (DESIGN section 6). Pages that
     /// an older live snapshot still reads are held back until it ends (DESIGN invariant 4).
     ///
+    /// Returns what it did ([`crate::flush::FlushReport`]): pages and bytes written, and, when
+    /// an older snapshot held it back, that snapshot's txn id and the pages kept in the scratch
+    /// table for it.
+    ///
     /// Errors: an I/O error writing or syncing the data file (the storage is then poisoned);
     /// [`Error::Poisoned`].
-    pub fn flush(&self) -> Result<()> {
+    pub fn flush(&self) -> Result<crate::flush::FlushReport> {
         (self.inner.flush_hooks.flush)(&self.inner)
     }
 
@@ -330,7 +334,7 @@ impl Storage {
         {
             Ok(())
         } else {
-            self.flush()
+            self.flush().map(|_| ())
         };
         self.inner.closed.store(true, Ordering::Release);
         self.inner.stop_flusher();
