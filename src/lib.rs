@@ -24,6 +24,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod backup;
 pub mod btree;
 pub mod database;
 pub mod env;
@@ -41,6 +42,7 @@ pub mod write_mode;
 #[path = "../actors/mod.rs"]
 pub mod actors;
 
+pub use backup::BackupReport;
 pub use btree::{CheckReport, Range};
 pub use database::{Database, DatabaseStats};
 pub use env::WriteMode;

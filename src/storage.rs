@@ -219,7 +219,7 @@ impl Drop for LastHandle {
     }
 }
 
-fn random_id() -> u64 {
+pub(crate) fn random_id() -> u64 {
     use rand::RngCore;
     let mut id = 0;
     while id == 0 {
@@ -296,6 +296,28 @@ impl Storage {
     /// [`Error::Poisoned`].
     pub fn flush(&self) -> Result<crate::flush::FlushReport> {
         (self.inner.flush_hooks.flush)(&self.inner)
+    }
+
+    /// Writes a standalone copy of the last committed state into `dest` (a new directory, or
+    /// an empty one) while writers go on: an online backup. The copy is consistent (exactly
+    /// one snapshot: every commit up to its txn id, none after), opens with
+    /// [`Storage::open`] on its own without any journal, and passes [`Storage::check`]. It is
+    /// built from the snapshot's pages, wherever they are (scratch table or data file): the
+    /// tree's pages at their page numbers (free pages stay holes: the file is sparse), a new
+    /// free-space map, then the header pages; its storage id is new (design.md, section 11).
+    /// Every page copied has its checksum verified. Writers are never blocked; the snapshot
+    /// holds flushes at its txn id (and freed pages from reuse) until the copy is written.
+    ///
+    /// Errors: [`Error::DestinationNotEmpty`] when `dest` exists and is not an empty
+    /// directory; [`Error::Closed`]; [`Error::Corruption`] for a damaged page of the snapshot;
+    /// I/O errors with the operation and path, `ENOSPC` among them
+    /// ([`Error::is_no_space`]). On any error, everything the backup wrote is removed again.
+    pub fn backup(&self, dest: impl AsRef<Path>) -> Result<crate::backup::BackupReport> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        let state = self.inner.current.load_full();
+        crate::backup::backup_storage(&*self.inner.env, &state, dest.as_ref())
     }
 
     /// How flushes write this storage's data file ([`crate::WriteMode`], never `Auto`: the
