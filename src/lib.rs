@@ -50,7 +50,7 @@ pub use flush::FlushReport;
 pub use error::{Corruption, Error, IndexFailure, Result};
 pub use journal::Prezero;
 pub use options::{FlushMode, JournalMode, Options};
-pub use storage::{Storage, StorageStats};
+pub use storage::{CompactReport, Storage, StorageStats};
 pub use txn::{ReadTransaction, WriteTransaction};
 
 /// Largest key in bytes (keys are 1..=1,024 bytes).
