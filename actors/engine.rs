@@ -587,8 +587,12 @@ impl DatabaseHandle {
         self.inner.root.clone()
     }
 
-    /// The handle of branch storage `name`, created when missing; its actor is placed on the
-    /// executor given by a stable hash of the name.
+    /// The handle of the existing branch storage `name`; its actor is placed on the executor
+    /// given by a stable hash of the name.
+    ///
+    /// Errors: [`Error::StorageNotFound`] when the database has no storage `name` (create it
+    /// with [`DatabaseHandle::create_storage`]); the other errors of [`Database::storage`];
+    /// [`Error::Closed`] after shutdown.
     pub async fn storage(&self, name: &str) -> Result<StorageHandle> {
         if let Some(h) = self.cached(name) {
             return Ok(h);
@@ -603,6 +607,30 @@ impl DatabaseHandle {
     /// Blocking [`DatabaseHandle::storage`].
     pub fn blocking_storage(&self, name: &str) -> Result<StorageHandle> {
         block_on(self.storage(name))
+    }
+
+    /// The handle of branch storage `name`, created when missing (on the background I/O lane:
+    /// creating a storage syncs files and directories); its actor is placed as
+    /// [`DatabaseHandle::storage`] places it.
+    ///
+    /// Errors: as [`Database::create_storage`]; [`Error::Closed`] after shutdown.
+    pub async fn create_storage(&self, name: &str) -> Result<StorageHandle> {
+        if let Some(h) = self.cached(name) {
+            return Ok(h);
+        }
+        let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
+        let db = self.inner.db.clone();
+        let n = name.to_string();
+        let s = engine
+            .background
+            .run(move || db.create_storage(&n))
+            .await?;
+        self.install(&engine, name, s)
+    }
+
+    /// Blocking [`DatabaseHandle::create_storage`].
+    pub fn blocking_create_storage(&self, name: &str) -> Result<StorageHandle> {
+        block_on(self.create_storage(name))
     }
 
     fn cached(&self, name: &str) -> Option<StorageHandle> {
@@ -694,7 +722,7 @@ impl DatabaseHandle {
     /// ([`Error::IndexPoisoned`] from `wait_for_indexes`), it is not returned here.
     pub async fn define_index(&self, def: IndexDefinition) -> Result<()> {
         crate::database::validate_storage_name(&def.name)?;
-        let branch = self.storage(&def.name).await?;
+        let branch = self.create_storage(&def.name).await?;
         self.stop_index(&def.name).await;
         let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
         let (port, rx) = flume::bounded(engine.opts.index_queue_capacity.max(1));

@@ -98,7 +98,7 @@ fn hop_cost(a: &Args) {
     for clients in [1usize, 64] {
         let dir = tempfile::tempdir_in(tmpfs()).unwrap();
         let db = Database::open(dir.path().join("direct"), Options::default()).unwrap();
-        let s = db.storage("s").unwrap();
+        let s = db.create_storage("s").unwrap();
         let direct = threads_rate(
             clients,
             a.ops,
@@ -117,7 +117,7 @@ fn hop_cost(a: &Args) {
         let dbh = engine
             .blocking_open_database(dir.path().join("actors"), Options::default())
             .unwrap();
-        let h = dbh.blocking_storage("s").unwrap();
+        let h = dbh.blocking_create_storage("s").unwrap();
         let h2 = h.clone();
         let actor = threads_rate(
             clients,
@@ -182,7 +182,7 @@ fn scaling(a: &Args) {
             .unwrap();
         let mut hs = vec![db.root()];
         for i in 0..a.branches {
-            hs.push(db.blocking_storage(&format!("idx{i:03}")).unwrap());
+            hs.push(db.blocking_create_storage(&format!("idx{i:03}")).unwrap());
         }
         let before = db.stats();
         let rt = tokio::runtime::Builder::new_multi_thread()

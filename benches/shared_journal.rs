@@ -89,7 +89,7 @@ fn run_with(
     let db = Database::open(tmp.path().join("db"), opts).unwrap();
     let mut storages = vec![db.root()];
     for i in 0..a.branches {
-        storages.push(db.storage(&format!("Users_By_{i:03}")).unwrap());
+        storages.push(db.create_storage(&format!("Users_By_{i:03}")).unwrap());
     }
     let before = db.stats();
     let stop = Arc::new(AtomicBool::new(false));

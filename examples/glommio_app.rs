@@ -26,8 +26,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let h = LocalExecutorBuilder::new(Placement::Unbound)
             .name(&format!("app-{a}"))
             .spawn(move || async move {
-                let users = db.storage("users").await?;
-                let by_age = db.storage("users_by_age").await?;
+                let users = db.create_storage("users").await?;
+                let by_age = db.create_storage("users_by_age").await?;
                 // Many concurrent tasks on this executor, each awaiting its own durable writes.
                 let mut tasks = Vec::new();
                 for t in 0..16u32 {
@@ -58,8 +58,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         h.join()
             .map_err(|e| std::io::Error::other(format!("{e:?}")))??;
     }
-    let users = db.blocking_storage("users")?;
-    let by_age = db.blocking_storage("users_by_age")?;
+    let users = db.blocking_create_storage("users")?;
+    let by_age = db.blocking_create_storage("users_by_age")?;
     let n_users = users.snapshot()?.len();
     let n_index = by_age.snapshot()?.len();
     assert_eq!(n_users, 2 * per as u64);

@@ -91,7 +91,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let engine = Engine::start(EngineOptions::default())?;
     let db = engine.blocking_open_database(dir.path().join("kv"), Options::default())?;
-    let store = db.blocking_storage("kv")?;
+    let store = db.blocking_create_storage("kv")?;
     let rt = tokio::runtime::Runtime::new()?;
     let per = requests.div_ceil(clients);
     let started = Instant::now();

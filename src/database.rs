@@ -338,11 +338,39 @@ impl Database {
         self.inner.root.clone()
     }
 
-    /// The branch storage `name` (`Indexes/<name>/`), created when missing.
+    /// The existing branch storage `name` (`Indexes/<name>/`). A name that is not there is an
+    /// error, not a new empty storage (a typo must not silently create one): create storages
+    /// with [`Database::create_storage`].
     ///
-    /// Errors: [`Error::InvalidStorageName`]; [`Error::Closed`]; [`Error::CrossDevice`];
-    /// errors of opening a storage.
+    /// Errors: [`Error::StorageNotFound`] when the database has no storage `name`;
+    /// [`Error::InvalidStorageName`]; [`Error::Closed`]; for a damaged branch the error it failed
+    /// to open with ([`Database::damaged`]).
     pub fn storage(&self, name: &str) -> Result<Storage> {
+        validate_storage_name(name)?;
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if let Some(e) = self.inner.damaged.get(name) {
+            return Err(e.clone());
+        }
+        match lock(&self.inner.branches).get(name) {
+            Some(s) => Ok(s.clone()),
+            None => Err(Error::StorageNotFound {
+                name: name.to_string(),
+                path: self.inner.path.join(INDEXES_DIR).join(name),
+            }),
+        }
+    }
+
+    /// The branch storage `name` (`Indexes/<name>/`): created when missing (durably: its header
+    /// pages, its directory and `Indexes/` are synced before this returns), the existing one
+    /// otherwise.
+    ///
+    /// Errors: [`Error::InvalidStorageName`]; [`Error::Closed`]; [`Error::ReadOnly`] on a
+    /// read-only database when the storage is missing; [`Error::CrossDevice`]; for a damaged
+    /// branch the error it failed to open with; errors of creating a storage (I/O with the
+    /// operation and path).
+    pub fn create_storage(&self, name: &str) -> Result<Storage> {
         validate_storage_name(name)?;
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
@@ -424,6 +452,52 @@ impl Database {
         Ok(())
     }
 
+    /// Writes a standalone copy of the whole database into `dest` (a new directory, or an
+    /// empty one) while writers go on: the root as `dest`, each branch as
+    /// `dest/Indexes/<name>`, each copied as [`Storage::backup`] copies a storage (from one
+    /// snapshot, verified page by page, no journal needed). The copy opens with
+    /// [`Database::open`] and every storage in it passes [`Storage::check`].
+    ///
+    /// *Consistent* means: the copy holds a prefix of the shared journal's order. The
+    /// snapshots of all storages are taken at one point of it, while no batch is being written
+    /// (under the journal's I/O lock), each storage's snapshot being the state of its last
+    /// durable commit (waiting, under that lock, for a commit whose batch is durable to be
+    /// published). So a commit is in the copy exactly when its batch was durable by then; a
+    /// commit of one storage made after a commit of another returned (an index entry written
+    /// after its document) is in the copy only if that earlier one is too. In
+    /// [`JournalMode::Separate`] storages share no order: each storage's copy is consistent on
+    /// its own, and the snapshots are taken branches first, then the root (so an index copied
+    /// is never ahead of the documents it was fed from). Damaged branches
+    /// ([`Database::damaged`]) are not copied.
+    ///
+    /// Errors: [`Error::DestinationNotEmpty`]; [`Error::Closed`]; [`Error::Corruption`] for a
+    /// damaged page; I/O errors with the operation and path (`ENOSPC`:
+    /// [`Error::is_no_space`]); an `Io` error with `TimedOut` when a durable commit was not
+    /// published within 10 s (a stalled committer). On any error, everything the backup wrote
+    /// is removed again.
+    pub fn backup(&self, dest: impl AsRef<Path>) -> Result<crate::backup::BackupReport> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        let branches: Vec<(String, Storage)> = lock(&self.inner.branches)
+            .iter()
+            .map(|(n, s)| (n.clone(), s.clone()))
+            .collect();
+        let root = &self.inner.root;
+        let take = |durable: Option<&dyn Fn(u64) -> u64>| -> Result<_> {
+            let mut states = Vec::with_capacity(branches.len());
+            for (n, s) in &branches {
+                states.push((n.clone(), published_state(s, durable)?));
+            }
+            Ok((published_state(root, durable)?, states))
+        };
+        let (root_state, states) = match &self.inner.journal {
+            Some(j) => j.at_one_point(|d| take(Some(d)))?,
+            None => take(None)?,
+        };
+        crate::backup::backup_database(&*self.inner.opts.env, &root_state, &states, dest.as_ref())
+    }
+
     /// Counters of the journal(s): commits, batches, group-commit factor, fdatasyncs, links.
     pub fn stats(&self) -> DatabaseStats {
         let branches = lock(&self.inner.branches);
@@ -447,13 +521,22 @@ impl Database {
         st
     }
 
-    /// Flushes every storage.
-    pub fn flush(&self) -> Result<()> {
+    /// Flushes every storage (branches first, then the root) and returns the sum of their
+    /// reports ([`crate::flush::FlushReport::add`]): `flushed_txn` is the root's;
+    /// `limited_by_snapshot` the root's, else the first limited branch's.
+    ///
+    /// Errors: the first storage's flush error (the storages after it are not flushed).
+    pub fn flush(&self) -> Result<crate::flush::FlushReport> {
         let branches: Vec<Storage> = lock(&self.inner.branches).values().cloned().collect();
+        let mut reports = Vec::with_capacity(branches.len());
         for s in branches {
-            s.flush()?;
+            reports.push(s.flush()?);
         }
-        self.inner.root.flush()
+        let mut sum = self.inner.root.flush()?;
+        for r in &reports {
+            sum.add(r);
+        }
+        Ok(sum)
     }
 
     /// Flushes and closes every storage; later calls fail with [`Error::Closed`]. Returns the
@@ -471,6 +554,35 @@ impl Database {
         }
         let r = self.inner.root.clone().close();
         first.and(r)
+    }
+}
+
+/// The state of `s` to back up: its current state, once it includes every commit `durable`
+/// says is durable (a committer publishes right after its batch's `fdatasync`; it is waited
+/// for, up to 10 s).
+fn published_state(
+    s: &Storage,
+    durable: Option<&dyn Fn(u64) -> u64>,
+) -> Result<Arc<crate::state::State>> {
+    let want = durable.map_or(0, |d| d(s.storage_id()));
+    let t0 = std::time::Instant::now();
+    // Bounded by the 10 s limit.
+    loop {
+        let st = s.inner.current.load_full();
+        if st.txn_id >= want {
+            return Ok(st);
+        }
+        if let Some(cause) = s.inner.poisoned() {
+            return Err(Error::Poisoned { cause });
+        }
+        if t0.elapsed() > std::time::Duration::from_secs(10) {
+            return Err(io_err(
+                "backup: waiting for a durable commit to be published",
+                s.path(),
+                std::io::Error::from(std::io::ErrorKind::TimedOut),
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_micros(50));
     }
 }
 

@@ -117,6 +117,22 @@ pub enum Error {
         /// The damaged storages' names.
         storages: Vec<String>,
     },
+    /// [`crate::Database::storage`] was asked for a branch storage the database does not have
+    /// (create it with [`crate::Database::create_storage`]).
+    #[error("{path}: no storage {name:?} in this database (create_storage creates one)")]
+    StorageNotFound {
+        /// The name asked for.
+        name: String,
+        /// Where it would be (`<db>/Indexes/<name>`).
+        path: PathBuf,
+    },
+    /// A backup's destination ([`crate::Storage::backup`], [`crate::Database::backup`]) exists
+    /// and is not an empty directory: a backup never writes over or beside other files.
+    #[error("{path}: backup destination exists and is not an empty directory")]
+    DestinationNotEmpty {
+        /// The destination directory.
+        path: PathBuf,
+    },
     /// The storage was closed.
     #[error("storage is closed")]
     Closed,
@@ -284,6 +300,11 @@ impl Clone for Error {
                 storages: storages.clone(),
             },
             Error::Closed => Error::Closed,
+            Error::StorageNotFound { name, path } => Error::StorageNotFound {
+                name: name.clone(),
+                path: path.clone(),
+            },
+            Error::DestinationNotEmpty { path } => Error::DestinationNotEmpty { path: path.clone() },
             Error::WriteInProgress => Error::WriteInProgress,
             Error::InvalidOptions(s) => Error::InvalidOptions(s.clone()),
             Error::InvalidStorageName { name, reason } => Error::InvalidStorageName {

@@ -91,17 +91,46 @@ fn yield_to_journal(last_chunk: Duration) -> Duration {
     t0.elapsed()
 }
 
-/// What one flush did.
+/// What one flush did ([`Storage::flush`], [`crate::Database::flush`]). Page counts are 8 KiB
+/// pages (an overflow run counts its pages), sizes are bytes.
+///
+/// A flush writes only up to the oldest live snapshot (DESIGN invariant 4): with an older
+/// snapshot held, the pages committed after it stay in the scratch table (memory, and the
+/// journal) until it ends, and are counted in [`FlushReport::pages_held_back`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FlushOutcome {
-    /// Transaction id the data file and header now reach.
+pub struct FlushReport {
+    /// Transaction id the data file and its durable header reach after this flush.
     pub flushed_txn: u64,
-    /// Pages written.
+    /// Pages written to the data file by this flush (header pages not counted).
     pub pages_written: u64,
-    /// Runs punched by this flush.
+    /// Bytes written to the data file by this flush (header pages not counted).
+    pub bytes_written: u64,
+    /// Pages committed but not written because a live snapshot older than them holds the
+    /// flush back: they stay in the scratch table until it ends.
+    pub pages_held_back: u64,
+    /// Bytes of those pages.
+    pub bytes_held_back: u64,
+    /// The txn id of the snapshot that limited this flush, when one did (the flush stopped
+    /// at it instead of the last committed transaction).
+    pub limited_by_snapshot: Option<u64>,
+    /// Aligned 1 MiB runs punched by this flush.
     pub runs_punched: u64,
-    /// Journal files deleted.
+    /// Journal files this storage's `Journals/` released.
     pub journals_deleted: u64,
+}
+
+impl FlushReport {
+    /// Adds `o`'s counts to this report (a database's flush sums its storages): the counters
+    /// are summed; `flushed_txn` and `limited_by_snapshot` stay this report's unless unset.
+    pub fn add(&mut self, o: &FlushReport) {
+        self.pages_written += o.pages_written;
+        self.bytes_written += o.bytes_written;
+        self.pages_held_back += o.pages_held_back;
+        self.bytes_held_back += o.bytes_held_back;
+        self.runs_punched += o.runs_punched;
+        self.journals_deleted += o.journals_deleted;
+        self.limited_by_snapshot = self.limited_by_snapshot.or(o.limited_by_snapshot);
+    }
 }
 
 // ---- opening: a storage's flush entry points ------------------------------------------------
@@ -109,7 +138,7 @@ pub struct FlushOutcome {
 /// The flush as every storage calls it (see [`FlushHooks`]).
 static HOOKS: FlushHooks = FlushHooks {
     opened,
-    flush: |inner| flush(inner).map(|_| ()),
+    flush,
     signal: signal_service,
 };
 
@@ -152,7 +181,7 @@ fn opened(inner: &Arc<Inner>) -> Result<()> {
 // ---- the flush ------------------------------------------------------------------------------
 
 /// Flushes `inner` up to the oldest live snapshot. See the module doc.
-pub(crate) fn flush(inner: &Inner) -> Result<FlushOutcome> {
+pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
     let mut fs = lock(&inner.flush_state);
     if let Some(cause) = inner.poisoned() {
         return Err(Error::Poisoned { cause });
@@ -162,11 +191,19 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushOutcome> {
         Some(s) if s.txn_id < cur.txn_id => s,
         _ => cur.clone(),
     };
-    drop(cur);
-    let mut out = FlushOutcome {
+    let mut out = FlushReport {
         flushed_txn: target.txn_id,
         ..Default::default()
     };
+    if target.txn_id < cur.txn_id {
+        // A snapshot holds the flush back: what it keeps in the scratch table.
+        out.limited_by_snapshot = Some(target.txn_id);
+        for sp in cur.scratch.values().filter(|sp| sp.txn > target.txn_id) {
+            out.pages_held_back += (sp.image.len() / PAGE_SIZE) as u64;
+            out.bytes_held_back += sp.image.len() as u64;
+        }
+    }
+    drop(cur);
     let already = inner.current.load().flushed_txn;
     if target.txn_id > already {
         // From now on a page written at or below the target may reach the data file: it can
@@ -179,6 +216,7 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushOutcome> {
         fs.reuse_slack = inner.allocated_unflushed.swap(0, Ordering::Relaxed);
         let r = write_pages(inner, &target, already).and_then(|n| {
             out.pages_written = n;
+            out.bytes_written = n * PAGE_SIZE as u64;
             inner.data.sync_data()?;
             let h = Header {
                 sequence: fs.header_seq,
@@ -223,6 +261,7 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushOutcome> {
         out.runs_punched = punch(inner, &mut fs, &target)?;
     }
     let flushed = inner.current.load().flushed_txn;
+    out.flushed_txn = flushed;
     out.journals_deleted = inner.journal.release(inner.storage_id, flushed)?.len() as u64;
     inner.journal.note_flushed(inner.storage_id, flushed);
     if inner.closing.load(Ordering::Acquire) {

@@ -35,9 +35,45 @@ pub(crate) struct Extents {
 }
 
 impl Extents {
-    #[cfg(test)]
+    /// Pages held.
     pub fn pages(&self) -> u64 {
         self.pages
+    }
+
+    /// Free pages held below `limit`.
+    pub fn pages_below(&self, limit: u64) -> u64 {
+        self.map
+            .range(..limit)
+            .map(|(&s, &l)| l.min(limit - s))
+            .sum()
+    }
+
+    /// The last extent, when it ends exactly at `end`: its start.
+    pub fn tail_start(&self, end: u64) -> Option<u64> {
+        let (&s, &l) = self.map.iter().next_back()?;
+        (s + l == end).then_some(s)
+    }
+
+    /// Removes every page at or above `from` (the caller knows they are all held: the tail
+    /// extent). Returns the pages removed.
+    pub fn remove_from(&mut self, from: u64) -> u64 {
+        let mut removed = 0;
+        let at: Vec<(u64, u64)> = self
+            .map
+            .range(..)
+            .filter(|(&s, &l)| s + l > from)
+            .map(|(&s, &l)| (s, l))
+            .collect();
+        for (s, l) in at {
+            self.map.remove(&s);
+            let keep = from.saturating_sub(s);
+            if keep > 0 {
+                self.map.insert(s, keep);
+            }
+            removed += l - keep;
+        }
+        self.pages -= removed;
+        removed
     }
 
     /// Adds `start..start+len` (must not overlap anything held).

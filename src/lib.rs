@@ -24,6 +24,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod backup;
 pub mod btree;
 pub mod database;
 pub mod env;
@@ -46,13 +47,15 @@ pub mod write_mode;
 #[path = "../actors/mod.rs"]
 pub mod actors;
 
+pub use backup::BackupReport;
 pub use btree::{CheckReport, HiddenPages, Range};
 pub use database::{Database, DatabaseStats};
 pub use env::WriteMode;
+pub use flush::FlushReport;
 pub use error::{Corruption, Error, IndexFailure, Result};
 pub use journal::Prezero;
 pub use options::{FlushMode, JournalMode, Options};
-pub use storage::{Storage, StorageStats};
+pub use storage::{CompactReport, Storage, StorageStats};
 pub use txn::{ReadTransaction, WriteTransaction};
 
 /// Largest key in bytes (keys are 1..=1,024 bytes).

@@ -59,10 +59,12 @@ impl Mapping {
             None
         } else {
             // SAFETY: the map is read-only and covers bytes below the file's length; the data
-            // file is cut only by a closing storage's `Inner::trim_tail`, which first lowers
-            // `end`, below which every read stays (`page`), and the only writer (the flush) never writes a
-            // page that a live snapshot can read from the map (DESIGN invariants 3, 4 and 12),
-            // so no reader observes bytes changing under a `&[u8]` it holds.
+            // file is cut only (a) by a closing storage's `Inner::trim_tail`, which first lowers
+            // `end`, below which every read stays (`page`), and (b) by compaction, only above the
+            // next page of every live state (no snapshot can reach a page there:
+            // `Storage::compact`); the only writer (the flush) never writes a page that a live
+            // snapshot can read from the map (DESIGN invariants 3, 4 and 12), so no reader
+            // observes bytes changing, or vanishing, under a `&[u8]` it holds.
             let m = unsafe { MmapOptions::new().len(len as usize).map(file.raw_fd()) }.map_err(
                 |e| Error::Io {
                     op: "mmap",

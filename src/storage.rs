@@ -72,7 +72,7 @@ pub(crate) struct FlushHooks {
     /// `Inner::flusher`).
     pub opened: fn(&Arc<Inner>) -> Result<()>,
     /// Flushes the storage up to its oldest live snapshot (DESIGN section 6).
-    pub flush: fn(&Inner) -> Result<()>,
+    pub flush: fn(&Inner) -> Result<crate::flush::FlushReport>,
     /// Wakes the background flush service: a commit crossed a flush threshold.
     pub signal: fn(),
 }
@@ -102,6 +102,29 @@ pub(crate) struct FlushState {
     /// the commits until the next flush will allocate again, from the lowest free pages. That
     /// many pages of the lowest wholly free runs are left unpunched (see `flush::punch`).
     pub reuse_slack: u64,
+}
+
+/// What [`Storage::compact`] did. Sizes are bytes: the data file's length, and the bytes it
+/// occupies on disk (`st_blocks * 512`, holes not counted).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompactReport {
+    /// Pages (8 KiB) moved toward the start of the file (an overflow run counts its pages).
+    pub pages_moved: u64,
+    /// Transactions that moved pages.
+    pub passes: u64,
+    /// Length of the data file before.
+    pub data_file_bytes_before: u64,
+    /// Length of the data file after.
+    pub data_file_bytes_after: u64,
+    /// Bytes on disk before.
+    pub allocated_bytes_before: u64,
+    /// Bytes on disk after.
+    pub allocated_bytes_after: u64,
+    /// True when the data file was truncated.
+    pub truncated: bool,
+    /// The txn id of a live snapshot that limited compaction (held flushes back, or kept the
+    /// file from being truncated): call again once it ended.
+    pub limited_by_snapshot: Option<u64>,
 }
 
 /// Counters and sizes of one storage. Page counts are 8 KiB pages, sizes are bytes.
@@ -191,6 +214,9 @@ pub(crate) struct Inner {
     /// open). A page whose freed version was written by a txn above it has never been, and
     /// never will be, in the data file: see `Allocator::early`.
     pub flush_started: AtomicU64,
+    /// The txn id of the last commit that lowered next page ([`Storage::compact`]): the data
+    /// file is cut only once no live state and no replayable record is older.
+    pub last_shrink: AtomicU64,
     /// The flush's entry points (see [`FlushHooks`]).
     pub flush_hooks: &'static FlushHooks,
     /// Membership in the background flush service (`FlushMode::Background`).
@@ -227,7 +253,7 @@ impl Drop for LastHandle {
     }
 }
 
-fn random_id() -> u64 {
+pub(crate) fn random_id() -> u64 {
     use rand::RngCore;
     let mut id = 0;
     while id == 0 {
@@ -296,10 +322,135 @@ impl Storage {
     /// runs and deletes journal files that hold nothing unflushed (DESIGN section 6). Pages that
     /// an older live snapshot still reads are held back until it ends (DESIGN invariant 4).
     ///
+    /// Returns what it did ([`crate::flush::FlushReport`]): pages and bytes written, and, when
+    /// an older snapshot held it back, that snapshot's txn id and the pages kept in the scratch
+    /// table for it.
+    ///
     /// Errors: an I/O error writing or syncing the data file (the storage is then poisoned);
     /// [`Error::Poisoned`].
-    pub fn flush(&self) -> Result<()> {
+    pub fn flush(&self) -> Result<crate::flush::FlushReport> {
         (self.inner.flush_hooks.flush)(&self.inner)
+    }
+
+    /// Writes a standalone copy of the last committed state into `dest` (a new directory, or
+    /// an empty one) while writers go on: an online backup. The copy is consistent (exactly
+    /// one snapshot: every commit up to its txn id, none after), opens with
+    /// [`Storage::open`] on its own without any journal, and passes [`Storage::check`]. It is
+    /// built from the snapshot's pages, wherever they are (scratch table or data file): the
+    /// tree's pages at their page numbers (free pages stay holes: the file is sparse), a new
+    /// free-space map, then the header pages; its storage id is new (design.md, section 12).
+    /// Every page copied has its checksum verified. Writers are never blocked; the snapshot
+    /// holds flushes at its txn id (and freed pages from reuse) until the copy is written.
+    ///
+    /// Errors: [`Error::DestinationNotEmpty`] when `dest` exists and is not an empty
+    /// directory; [`Error::Closed`]; [`Error::Corruption`] for a damaged page of the snapshot;
+    /// I/O errors with the operation and path, `ENOSPC` among them
+    /// ([`Error::is_no_space`]). On any error, everything the backup wrote is removed again.
+    pub fn backup(&self, dest: impl AsRef<Path>) -> Result<crate::backup::BackupReport> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        let state = self.inner.current.load_full();
+        crate::backup::backup_storage(&*self.inner.env, &state, dest.as_ref())
+    }
+
+    /// Compacts the data file: moves the pages in use toward its start, then shrinks it.
+    ///
+    /// 1. Passes (at most 8), each a flush (so pages freed by earlier commits become reusable)
+    ///    then one write transaction that moves every tree page, overflow run and free-space
+    ///    map page above a limit (the pages in use plus slack) into free pages below it. The
+    ///    moves are ordinary copy-on-write: the moved pages are new pages of the commit, their
+    ///    old numbers are freed, readers and recovery see nothing special.
+    /// 2. A flush, then a transaction that lowers the state's next page over the free tail
+    ///    (only pages the writer may reuse now: none a snapshot or a journal record still
+    ///    needs), then a flush, so the durable header names the shorter page space.
+    /// 3. Only then, holding the writer (no commit grows the file meanwhile) and when no live
+    ///    snapshot is older than that transaction, `ftruncate` the data file to the new next
+    ///    page and map it again.
+    ///
+    /// A crash at any point loses nothing: before step 3's truncation the file is only longer
+    /// than the header needs (as after any growth), and the truncation cuts only pages above
+    /// every state's next page (design.md, section 13).
+    ///
+    /// With an older snapshot held it does what it safely can: moves into pages already
+    /// reusable, no truncation (the snapshot may read the tail), and
+    /// [`CompactReport::limited_by_snapshot`] says so; call it again once the snapshot ended.
+    /// Writers wait for each of compaction's transactions as for any other; readers never.
+    ///
+    /// Errors: [`Error::Closed`], [`Error::ReadOnly`], [`Error::Poisoned`]; the flushes' and
+    /// commits' errors; an I/O error of `ftruncate` (nothing lost: the file stays longer).
+    pub fn compact(&self) -> Result<CompactReport> {
+        self.inner.check_writable()?;
+        let mut report = CompactReport {
+            data_file_bytes_before: self.inner.data.len()?,
+            allocated_bytes_before: self.inner.data.allocated_bytes()?,
+            ..Default::default()
+        };
+        let mut note = |f: &crate::flush::FlushReport| {
+            if f.limited_by_snapshot.is_some() {
+                report.limited_by_snapshot = f.limited_by_snapshot;
+            }
+        };
+        // Bounded: at most 8 passes.
+        for _ in 0..8 {
+            note(&self.flush()?);
+            let mut w = self.begin_write()?;
+            let Some(limit) = w.compaction_limit() else {
+                break;
+            };
+            let moved = w.relocate_above(limit)?;
+            if moved == 0 {
+                break;
+            }
+            w.commit()?;
+            report.pages_moved += moved;
+            report.passes += 1;
+        }
+        note(&self.flush()?);
+        let mut w = self.begin_write()?;
+        let shrink_txn = w.txn_id();
+        let shrunk = w.shrink_tail()?;
+        if shrunk.is_some() {
+            w.commit()?;
+            self.inner
+                .last_shrink
+                .fetch_max(shrink_txn, Ordering::AcqRel);
+            note(&self.flush()?);
+        } else {
+            drop(w);
+        }
+        // Truncate, holding the writer: no commit grows the file while it is cut.
+        let w = self.begin_write()?;
+        {
+            let mut fs = lock(&self.inner.flush_state);
+            let cur = self.inner.current.load_full();
+            let oldest = self.inner.registry.oldest_live().map_or(cur.txn_id, |s| s.txn_id);
+            let new_len = cur.next_page * PAGE_SIZE as u64;
+            let len = self.inner.data.len()?;
+            // States from the last shrink on have a next page no higher than the current one
+            // (it only grows after a shrink): with none older alive, and the durable header
+            // past it (recovery replays nothing older), no one reads above the new end.
+            let shrink = self.inner.last_shrink.load(Ordering::Acquire);
+            if oldest < shrink || cur.flushed_txn < shrink {
+                report.limited_by_snapshot = Some(oldest);
+            } else if new_len < len {
+                self.inner.data.set_len(new_len)?;
+                self.inner.file_len.store(new_len, Ordering::Release);
+                let runs = new_len / (crate::freespace::RUN_PAGES * PAGE_SIZE as u64);
+                fs.punched.retain(|r| *r < runs);
+                let mapping = Arc::new(Mapping::new(
+                    &self.inner.data,
+                    new_len,
+                    self.inner.data_path.clone(),
+                )?);
+                self.inner.publish_mapping(mapping);
+                report.truncated = true;
+            }
+        }
+        drop(w);
+        report.data_file_bytes_after = self.inner.data.len()?;
+        report.allocated_bytes_after = self.inner.data.allocated_bytes()?;
+        Ok(report)
     }
 
     /// How flushes write this storage's data file ([`crate::WriteMode`], never `Auto`: the
@@ -341,7 +492,7 @@ impl Storage {
             Ok(())
         } else {
             self.inner.closing.store(true, Ordering::Release);
-            self.flush()
+            self.flush().map(|_| ())
         };
         self.inner.closed.store(true, Ordering::Release);
         self.inner.stop_flusher();
@@ -633,6 +784,7 @@ impl Inner {
             freed_unflushed: AtomicU64::new(0),
             allocated_unflushed: AtomicU64::new(0),
             flush_started: AtomicU64::new(hdr.flushed_txn),
+            last_shrink: AtomicU64::new(0),
             flush_hooks,
             flusher: Mutex::new(None),
             opts,
@@ -897,6 +1049,19 @@ impl Inner {
                 cur.dirty_since
             },
             mapping: mapping.unwrap_or_else(|| cur.mapping.clone()),
+            ..(*cur).clone()
+        });
+        self.registry.register(&next);
+        self.current.store(next);
+    }
+
+    /// Publishes the current state with `mapping` instead of its map (compaction truncated the
+    /// data file: the new map covers the new length).
+    pub fn publish_mapping(&self, mapping: Arc<Mapping>) {
+        let _g = lock(&self.publish);
+        let cur = self.current.load_full();
+        let next = Arc::new(State {
+            mapping,
             ..(*cur).clone()
         });
         self.registry.register(&next);

@@ -40,7 +40,7 @@ fn slow_fdatasync_slows_clients_instead_of_growing_memory() {
         ".journal",
         Fault::Delay(Duration::from_millis(50)),
     );
-    let h = db.blocking_storage("s").unwrap();
+    let h = db.blocking_create_storage("s").unwrap();
     let before = rss_bytes();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

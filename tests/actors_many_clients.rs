@@ -24,7 +24,7 @@ fn sixty_four_tasks_thousand_puts_each() {
     rt.block_on(async {
         let mut handles = Vec::new();
         for i in 0..10 {
-            handles.push(db.storage(&format!("s{i}")).await.unwrap());
+            handles.push(db.create_storage(&format!("s{i}")).await.unwrap());
         }
         let mut tasks = Vec::new();
         for t in 0..64u32 {
@@ -74,14 +74,14 @@ fn sixty_four_tasks_thousand_puts_each() {
     let db = Database::open(&path, Options::default()).unwrap();
     let mut total = 0;
     for i in 0..10 {
-        let s = db.storage(&format!("s{i}")).unwrap();
+        let s = db.create_storage(&format!("s{i}")).unwrap();
         assert!(s.check().unwrap().is_ok());
         total += s.begin_read().unwrap().len();
     }
     assert_eq!(total, 64_000);
     for t in 0..64u32 {
         for i in (0..1000u32).step_by(97) {
-            let s = db.storage(&format!("s{}", (t + i) % 10)).unwrap();
+            let s = db.create_storage(&format!("s{}", (t + i) % 10)).unwrap();
             let r = s.begin_read().unwrap();
             assert_eq!(
                 r.get(format!("t{t:02}-{i:04}")).unwrap(),

@@ -79,7 +79,7 @@ fn eio_on_journal_sync_answers_every_waiter() {
     let _ = engine.shutdown();
     let db = Database::open(&path, Options::default()).unwrap();
     for i in 0..acked {
-        let s = db.storage(&format!("p{i}")).unwrap();
+        let s = db.create_storage(&format!("p{i}")).unwrap();
         assert_eq!(
             s.begin_read().unwrap().get(format!("before{i}")).unwrap(),
             Some(&b"1"[..])
@@ -93,7 +93,7 @@ async fn futures_join(
 ) -> Vec<omnibus::actors::StorageHandle> {
     let mut v = Vec::new();
     for i in 0..n {
-        v.push(db.storage(&format!("p{i}")).await.unwrap());
+        v.push(db.create_storage(&format!("p{i}")).await.unwrap());
     }
     v
 }

@@ -46,7 +46,7 @@ fn child_entry() {
     rt.spawn(async move {
         let mut handles = vec![db.root()];
         for i in 1..=8 {
-            handles.push(db.storage(&format!("b{i}")).await.expect("storage"));
+            handles.push(db.create_storage(&format!("b{i}")).await.expect("storage"));
         }
         for t in 0..16u64 {
             let hs = handles.clone();
@@ -100,7 +100,7 @@ fn sigkill_under_load_keeps_every_acknowledged_put() {
             let s = if *i == 0 {
                 db.root()
             } else {
-                db.storage(&format!("b{i}")).unwrap()
+                db.create_storage(&format!("b{i}")).unwrap()
             };
             assert_eq!(
                 s.begin_read().unwrap().get(k).unwrap(),
@@ -110,7 +110,7 @@ fn sigkill_under_load_keeps_every_acknowledged_put() {
         }
         for n in db.storages() {
             assert!(
-                db.storage(&n).unwrap().check().unwrap().is_ok(),
+                db.create_storage(&n).unwrap().check().unwrap().is_ok(),
                 "round {round}: {n}"
             );
         }

@@ -254,7 +254,7 @@ fn a_database_root_without_its_data_file_is_corruption() {
     let path = dir.path().join("db");
     {
         let db = omnibus::Database::open(&path, opts()).unwrap();
-        let idx = db.storage("idx").unwrap();
+        let idx = db.create_storage("idx").unwrap();
         let mut w = idx.begin_write().unwrap();
         w.put("k", "v").unwrap();
         w.commit().unwrap();

@@ -27,8 +27,8 @@ fn damaged_db(path: &Path) {
         let db = Database::open(path, opts()).unwrap();
         for (s, n) in [
             (db.root(), "doc"),
-            (db.storage("by_a").unwrap(), "a"),
-            (db.storage("by_b").unwrap(), "b"),
+            (db.create_storage("by_a").unwrap(), "a"),
+            (db.create_storage("by_b").unwrap(), "b"),
         ] {
             let mut w = s.begin_write().unwrap();
             for i in 0..100u32 {

@@ -32,7 +32,7 @@ fn fill_tagged(db: &Database, tag: &str, storages: usize, threads: usize, per_th
                     let s = if (t + i) % (names.len() + 1) == 0 {
                         db.root()
                     } else {
-                        db.storage(&names[(t + i) % names.len()]).unwrap()
+                        db.create_storage(&names[(t + i) % names.len()]).unwrap()
                     };
                     let mut w = s.begin_write().unwrap();
                     w.put(format!("{tag}t{t}-{i:05}"), format!("v{t}-{i}"))
@@ -50,7 +50,7 @@ fn fill_tagged(db: &Database, tag: &str, storages: usize, threads: usize, per_th
 fn count_all(db: &Database) -> u64 {
     let mut n = db.root().begin_read().unwrap().len();
     for name in db.storages() {
-        let s = db.storage(&name).unwrap();
+        let s = db.create_storage(&name).unwrap();
         assert!(s.check().unwrap().is_ok());
         n += s.begin_read().unwrap().len();
     }
@@ -142,7 +142,7 @@ fn drop_storage_is_durable_and_names_are_checked() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     let db = Database::open(&path, opts(JournalMode::Shared)).unwrap();
-    let a = db.storage("a").unwrap();
+    let a = db.create_storage("a").unwrap();
     let mut w = a.begin_write().unwrap();
     w.put(b"k", b"v").unwrap();
     w.commit().unwrap();
@@ -152,17 +152,17 @@ fn drop_storage_is_durable_and_names_are_checked() {
     assert!(!path.join("Indexes/a").exists());
     for bad in ["", ".", "..", "a/b", "a\\b", "a\0b", &"x".repeat(256)] {
         assert!(
-            matches!(db.storage(bad), Err(Error::InvalidStorageName { .. })),
+            matches!(db.create_storage(bad), Err(Error::InvalidStorageName { .. })),
             "{bad:?}"
         );
     }
-    assert!(db.storage(&"x".repeat(255)).is_ok());
-    assert!(db.storage("Ünïcødé name").is_ok());
+    assert!(db.create_storage(&"x".repeat(255)).is_ok());
+    assert!(db.create_storage("Ünïcødé name").is_ok());
     drop(db);
     let db = Database::open(&path, opts(JournalMode::Shared)).unwrap();
     assert_eq!(db.storages().len(), 2);
     // A new storage with the dropped name starts empty.
-    assert_eq!(db.storage("a").unwrap().begin_read().unwrap().len(), 0);
+    assert_eq!(db.create_storage("a").unwrap().begin_read().unwrap().len(), 0);
     let _ = Arc::new(db);
 }
 
@@ -271,7 +271,7 @@ fn a_journal_file_is_recycled_only_after_branch_unlinks_are_durable() {
         },
     )
     .unwrap();
-    let b = db.storage("b").unwrap();
+    let b = db.create_storage("b").unwrap();
     let root = db.root();
     let value = vec![7u8; 3000];
     // Bounded: rounds of commits through a few journal files, then flushes (the branch

@@ -251,7 +251,7 @@ fn storage_of(db: &Database, name: &str) -> omnibus::Result<Storage> {
     if name.is_empty() {
         Ok(db.root())
     } else {
-        db.storage(name)
+        db.create_storage(name)
     }
 }
 
@@ -282,7 +282,7 @@ fn run_workload_into(env: Arc<dyn StorageEnv>, path: &Path, w: &Workload, out: &
 /// Creates a branch, recording it first (its creation may be in flight at the crash).
 fn create(db: &Database, name: &str, out: &Outcome) -> omnibus::Result<Storage> {
     out.with(name, |st| *st = Seen::default());
-    db.storage(name)
+    db.create_storage(name)
 }
 
 fn drop_branch(db: &Database, name: &str, out: &Outcome) -> omnibus::Result<()> {
@@ -337,8 +337,8 @@ fn mixed(
         commit_with(&s, &name, out, |w, m| random_ops(&mut rng, w, m))?;
         if !wl.inline_flush {
             match rng.random_range(0..100) {
-                0..7 => db.flush()?,
-                7..17 => s.flush()?,
+                0..7 => drop(db.flush()?),
+                7..17 => drop(s.flush()?),
                 _ => {}
             }
         }

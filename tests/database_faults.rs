@@ -22,7 +22,7 @@ fn failed_batch_fails_all_its_commits_and_poisons_the_database() {
     let db = Database::open(&path, o).unwrap();
     let names = ["s1", "s2", "s3"];
     for n in names {
-        let s = db.storage(n).unwrap();
+        let s = db.create_storage(n).unwrap();
         let mut w = s.begin_write().unwrap();
         w.put(b"before", b"1").unwrap();
         w.commit().unwrap();
@@ -46,7 +46,7 @@ fn failed_batch_fails_all_its_commits_and_poisons_the_database() {
         .iter()
         .enumerate()
         .map(|(i, n)| {
-            let s = db.storage(n).unwrap();
+            let s = db.create_storage(n).unwrap();
             let b = barrier.clone();
             std::thread::spawn(move || {
                 b.wait();
@@ -78,7 +78,7 @@ fn failed_batch_fails_all_its_commits_and_poisons_the_database() {
         "s2 and s3 must share one batch"
     );
     // The whole database refuses writes now.
-    for s in [db.root(), db.storage("s1").unwrap()] {
+    for s in [db.root(), db.create_storage("s1").unwrap()] {
         assert!(matches!(
             s.begin_write().map(|_| ()),
             Err(Error::Poisoned { .. })
@@ -94,11 +94,11 @@ fn failed_batch_fails_all_its_commits_and_poisons_the_database() {
     )
     .unwrap();
     for n in names {
-        let r = db.storage(n).unwrap().begin_read().unwrap();
+        let r = db.create_storage(n).unwrap().begin_read().unwrap();
         assert_eq!(r.get(b"before").unwrap(), Some(&b"1"[..]), "{n}");
     }
     assert_eq!(
-        db.storage("s1")
+        db.create_storage("s1")
             .unwrap()
             .begin_read()
             .unwrap()
@@ -121,11 +121,11 @@ fn an_idle_storage_does_not_pin_old_journal_files() {
         ..Options::default()
     };
     let db = Database::open(&path, o).unwrap();
-    let idle = db.storage("idle").unwrap();
+    let idle = db.create_storage("idle").unwrap();
     let mut w = idle.begin_write().unwrap();
     w.put(b"k", b"v").unwrap();
     w.commit().unwrap();
-    let busy = db.storage("busy").unwrap();
+    let busy = db.create_storage("busy").unwrap();
     for i in 0..300u32 {
         let mut w = busy.begin_write().unwrap();
         w.put(i.to_be_bytes(), vec![1u8; 100]).unwrap();

@@ -64,7 +64,7 @@ fn child_entry() {
                 let s = if i == 0 {
                     db.root()
                 } else {
-                    db.storage(&storage_name(i)).expect("child: storage")
+                    db.create_storage(&storage_name(i)).expect("child: storage")
                 };
                 let key = format!("{:016x}", rng.random::<u64>());
                 let mut w = s.begin_write().expect("child: begin");
@@ -116,7 +116,7 @@ fn sigkill_rounds_keep_every_acknowledged_commit() {
             let s = if *i == 0 {
                 db.root()
             } else {
-                db.storage(&storage_name(*i)).unwrap()
+                db.create_storage(&storage_name(*i)).unwrap()
             };
             let r = s.begin_read().unwrap();
             assert_eq!(
@@ -127,7 +127,7 @@ fn sigkill_rounds_keep_every_acknowledged_commit() {
         }
         let mut all = vec![db.root()];
         for n in db.storages() {
-            all.push(db.storage(&n).unwrap());
+            all.push(db.create_storage(&n).unwrap());
         }
         for s in all {
             let rep = s.check().unwrap();

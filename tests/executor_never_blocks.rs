@@ -63,7 +63,7 @@ fn wait_flushed(db: &DatabaseHandle, name: &str) {
     let s = if name.is_empty() {
         db.root()
     } else {
-        db.blocking_storage(name).unwrap()
+        db.blocking_create_storage(name).unwrap()
     };
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -82,12 +82,12 @@ fn first_run(engine: &Engine, path: &std::path::Path, mode: JournalMode) {
     let initial = root.storage().stats().data_file_bytes;
     db.blocking_define_index(by_color()).unwrap();
     // A branch opened (create: mkdir, open, directory syncs) and dropped (rename, rmdir).
-    let scratch = db.blocking_storage("scratch").unwrap();
+    let scratch = db.blocking_create_storage("scratch").unwrap();
     scratch.blocking_put("k", "v").unwrap();
-    db.blocking_storage("notes").unwrap();
+    db.blocking_create_storage("notes").unwrap();
     std::thread::scope(|s| {
         for t in 0..4u32 {
-            let (root, notes) = (root.clone(), db.blocking_storage("notes").unwrap());
+            let (root, notes) = (root.clone(), db.blocking_create_storage("notes").unwrap());
             s.spawn(move || {
                 for chunk in (t * DOCS / 4..(t + 1) * DOCS / 4)
                     .collect::<Vec<_>>()

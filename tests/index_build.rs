@@ -28,7 +28,7 @@ fn defining_over_existing_documents_builds_the_index() {
         root.blocking_write(b).unwrap();
     }
     // Wrong entries in the second index's storage before it is defined.
-    let tags = db.blocking_storage("by_tag").unwrap();
+    let tags = db.blocking_create_storage("by_tag").unwrap();
     let mut junk = WriteBatch::new();
     junk.put(b"zzz\0doc-000-000-with-a-longer-key".to_vec(), Vec::new());
     junk.put(b"a\0no-such-document".to_vec(), Vec::new());

@@ -119,7 +119,7 @@ fn a_database_with_a_shared_journal_commits_without_fallocate() {
     {
         let db = Database::open(&path, opts(env.clone())).unwrap();
         let root = db.root();
-        let branch = db.storage("by_name").unwrap();
+        let branch = db.create_storage("by_name").unwrap();
         for round in 0..4 {
             load(&root, round * 10_000, 10_000, &mut root_model).unwrap();
             load(&branch, round * 10_000, 10_000, &mut branch_model).unwrap();
@@ -134,7 +134,7 @@ fn a_database_with_a_shared_journal_commits_without_fallocate() {
         "root: {}",
         model::diff(&root_model, &got)
     );
-    let got = model::content(&db.storage("by_name").unwrap()).unwrap();
+    let got = model::content(&db.create_storage("by_name").unwrap()).unwrap();
     assert!(
         got == branch_model,
         "branch: {}",

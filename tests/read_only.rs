@@ -65,7 +65,7 @@ fn populate(dir: &Path) -> (PathBuf, PathBuf) {
     let mut w = db.root().begin_write().unwrap();
     w.put(b"flushed", b"root 1").unwrap();
     w.commit().unwrap();
-    let mut w = db.storage("idx").unwrap().begin_write().unwrap();
+    let mut w = db.create_storage("idx").unwrap().begin_write().unwrap();
     w.put(b"i1", b"branch 1").unwrap();
     w.commit().unwrap();
     db.close().unwrap();
@@ -73,7 +73,7 @@ fn populate(dir: &Path) -> (PathBuf, PathBuf) {
     let mut w = db.root().begin_write().unwrap();
     w.put(b"unflushed", b"root 2").unwrap();
     w.commit().unwrap();
-    let mut w = db.storage("idx").unwrap().begin_write().unwrap();
+    let mut w = db.create_storage("idx").unwrap().begin_write().unwrap();
     w.put(b"i2", b"branch 2").unwrap();
     w.commit().unwrap();
     drop(db);
@@ -109,7 +109,11 @@ fn read_all(db_path: &Path, store: &Path) {
     let r = idx.begin_read().unwrap();
     assert_eq!(r.get(b"i1").unwrap(), Some(&b"branch 1"[..]));
     assert_eq!(r.get(b"i2").unwrap(), Some(&b"branch 2"[..]));
-    assert!(matches!(db.storage("new"), Err(Error::ReadOnly)));
+    assert!(matches!(db.create_storage("new"), Err(Error::ReadOnly)));
+    assert!(matches!(
+        db.storage("new"),
+        Err(Error::StorageNotFound { .. })
+    ));
 }
 
 /// Runs every read-only command of the CLI on the database at `db` through `wrap` (a command

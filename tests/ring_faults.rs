@@ -61,7 +61,7 @@ fn workload(path: &std::path::Path, env: Arc<dyn StorageEnv>) -> (Acked, Option<
             if i == 0 {
                 db.root()
             } else {
-                db.storage(n).unwrap()
+                db.create_storage(n).unwrap()
             }
         })
         .collect();
@@ -117,7 +117,7 @@ fn assert_all_there(path: &std::path::Path, acked: &Acked) {
         let s = if i == 0 {
             db.root()
         } else {
-            db.storage(n).unwrap()
+            db.create_storage(n).unwrap()
         };
         let r = s.begin_read().unwrap();
         for ((si, k), v) in acked.range((i, Vec::new())..(i + 1, Vec::new())) {

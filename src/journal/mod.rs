@@ -14,6 +14,7 @@
 //! - [`recovery`]: reading a storage's `Journals/` back on open (DESIGN invariant 7).
 
 pub(crate) mod activity;
+mod cut;
 mod files;
 mod pool;
 mod prezero;

@@ -32,6 +32,11 @@ use crate::page::{self, PageHeader, PageKind, HEADER_LEN, PAGE_SIZE};
 use crate::state::State;
 use crate::storage::{Inner, WriterState};
 
+// Compaction's moves and the shrink of the free tail (`Storage::compact`): methods of
+// `WriteTransaction` in their own file.
+#[path = "compact.rs"]
+mod compact;
+
 /// Below this many body bytes a node is merged with a sibling when both fit in one page.
 const UNDERFULL: usize = page::BODY_LEN / 4;
 

@@ -57,8 +57,12 @@ fn storage_of(db: &Database, t: &StorageArg, create: bool, hint: &str) -> CliRes
             }
         )));
     }
-    db.storage(name)
-        .map_err(|e| Fail::from(e).context(format_args!("storage `{name}`")))
+    let s = if create {
+        db.create_storage(name)
+    } else {
+        db.storage(name)
+    };
+    s.map_err(|e| Fail::from(e).context(format_args!("storage `{name}`")))
 }
 
 fn arg_bytes(what: &str, s: &str) -> CliResult<Vec<u8>> {
