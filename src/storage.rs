@@ -442,6 +442,7 @@ impl Storage {
                     &self.inner.data,
                     new_len,
                     self.inner.data_path.clone(),
+                    self.inner.map_end.clone(),
                 )?);
                 self.inner.publish_mapping(mapping);
                 report.truncated = true;
