@@ -41,7 +41,7 @@ pub mod write_mode;
 #[path = "../actors/mod.rs"]
 pub mod actors;
 
-pub use btree::{CheckReport, Range};
+pub use btree::{CheckReport, KeyRange, Range};
 pub use database::{Database, DatabaseStats};
 pub use env::WriteMode;
 pub use error::{Corruption, Error, IndexFailure, Result};
