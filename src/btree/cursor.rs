@@ -346,8 +346,7 @@ impl<'a> Range<'a> {
                     .cell(l.i - 1)
                     .ok_or_else(|| self.src.corrupt(l.page, "malformed leaf cell"))?;
                 l.i -= 1;
-                if before_start(k, as_ref(&self.start)) || self.front_last.is_some_and(|f| k <= f)
-                {
+                if before_start(k, as_ref(&self.start)) || self.front_last.is_some_and(|f| k <= f) {
                     return Ok(None);
                 }
                 let v = self.src.value(v)?;
@@ -360,7 +359,10 @@ impl<'a> Range<'a> {
         }
     }
 
-    fn finish(&mut self, r: Result<Option<(&'a [u8], &'a [u8])>>) -> Option<<Self as Iterator>::Item> {
+    fn finish(
+        &mut self,
+        r: Result<Option<(&'a [u8], &'a [u8])>>,
+    ) -> Option<<Self as Iterator>::Item> {
         match r {
             Ok(Some(kv)) => Some(Ok(kv)),
             Ok(None) => {

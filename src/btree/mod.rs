@@ -8,8 +8,8 @@
 
 mod cursor;
 
-pub use cursor::{KeyRange, Range};
 pub(crate) use cursor::{before_start, past_end, NodeRef, Source};
+pub use cursor::{KeyRange, Range};
 
 use crate::error::{Corruption, Error, Result};
 use crate::page::node::{BranchView, LeafView, ValRef};

@@ -1011,8 +1011,16 @@ impl WriteTransaction {
                 };
                 let mut outcomes: Vec<(usize, Cut)> = Vec::new();
                 for i in first..children.len() {
-                    let clo = if i == 0 { lo } else { Some(keys[i - 1].as_slice()) };
-                    let chi = if i == keys.len() { hi } else { Some(keys[i].as_slice()) };
+                    let clo = if i == 0 {
+                        lo
+                    } else {
+                        Some(keys[i - 1].as_slice())
+                    };
+                    let chi = if i == keys.len() {
+                        hi
+                    } else {
+                        Some(keys[i].as_slice())
+                    };
                     if clo.is_some_and(|l| past_end(l, end)) {
                         break;
                     }
