@@ -1,6 +1,6 @@
 //! Model test (proptest): ordered reads and range deletes against a `BTreeMap`.
 //!
-//! Each case bulk-loads a tree of up to ~1,500 keys (long keys, so the tree has three or four
+//! Each case bulk-loads a tree of up to ~1,500 keys (long keys, so the larger trees have three
 //! levels; some values in overflow runs), then runs random puts, deletes, `delete_range`,
 //! `clear`, commits and aborts. Queries (`range` walked from both ends in a random pattern of
 //! `next`/`next_back`, `first`, `last`, `prefix`, `len`, `iter().rev()`) run against the write

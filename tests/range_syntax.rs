@@ -13,6 +13,10 @@ fn keys<'a>(it: impl Iterator<Item = Result<(&'a [u8], &'a [u8])>>) -> Vec<Strin
 
 #[test]
 fn every_range_form_compiles_and_agrees() {
+    // A cursor can move to another thread, as before it read write transactions.
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<omnibus::Range<'static>>();
+
     let dir = tempfile::tempdir().unwrap();
     let s = Storage::open(dir.path().join("s"), Options::default()).unwrap();
     {

@@ -58,7 +58,7 @@ key_range_via_range_bounds!(
 );
 
 /// `..`: every key. Implemented for `&[u8]` only, so that `range(..)` needs no annotation.
-impl<'k> KeyRange<&'k [u8]> for std::ops::RangeFull {
+impl KeyRange<&[u8]> for std::ops::RangeFull {
     fn start_key(&self) -> Bound<&[u8]> {
         Bound::Unbounded
     }

@@ -1085,11 +1085,11 @@ impl WriteTransaction {
                 // Merge the trimmed children with a sibling where they fit (right first, so
                 // the left one's index holds).
                 for &j in changed.iter().rev() {
-                    if children.len() > 1 && j < children.len() {
-                        if self.node_size(children[j])? < UNDERFULL {
-                            let l = j.saturating_sub(1);
-                            self.try_merge(&mut keys, &mut children, l)?;
-                        }
+                    if children.len() > 1
+                        && j < children.len()
+                        && self.node_size(children[j])? < UNDERFULL
+                    {
+                        self.try_merge(&mut keys, &mut children, j.saturating_sub(1))?;
                     }
                 }
                 self.nodes.insert(np, Node::Branch { keys, children });
