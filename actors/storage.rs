@@ -39,7 +39,7 @@
 //! feed (the root waits before answering its writers). A feed whose index actor is gone is
 //! dropped.
 
-use std::ops::{Bound, RangeBounds};
+use std::ops::Bound;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -50,6 +50,7 @@ use super::journal_writer::{self, JournalMsg};
 use super::reader_pool::ReadMsg;
 use futures_lite::future::block_on;
 
+use crate::btree::KeyRange;
 use crate::error::{Error, Result};
 use crate::txn::{ReadTransaction, WriteTransaction};
 use crate::Storage;
@@ -466,16 +467,20 @@ impl StorageHandle {
     }
 
     /// Up to `limit` entries with keys in `bounds`, in key order, read by the reader pool.
-    pub async fn range(
+    /// `bounds` is ordinary range syntax over byte strings or a `(Bound, Bound)` pair, as for
+    /// [`crate::ReadTransaction::range`] ([`KeyRange`]).
+    ///
+    /// Errors: as [`crate::ReadTransaction::range`]; [`Error::Closed`] when the runtime is gone.
+    pub async fn range<K, R: KeyRange<K>>(
         &self,
-        bounds: impl RangeBounds<[u8]>,
+        bounds: R,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let (tx, rx) = flume::bounded(1);
         let m = ReadMsg::Range {
             storage: self.storage.clone(),
-            start: owned(bounds.start_bound()),
-            end: owned(bounds.end_bound()),
+            start: owned(bounds.start_key()),
+            end: owned(bounds.end_key()),
             limit,
             reply: tx,
         };
@@ -522,9 +527,9 @@ impl StorageHandle {
     }
 
     /// Blocking [`StorageHandle::range`].
-    pub fn blocking_range(
+    pub fn blocking_range<K, R: KeyRange<K>>(
         &self,
-        bounds: impl RangeBounds<[u8]>,
+        bounds: R,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         block_on(self.range(bounds, limit))

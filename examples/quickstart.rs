@@ -6,8 +6,6 @@
 //!
 //! The body of `main` is the quick start of `README.md`, line for line: change both together.
 
-use std::ops::Bound;
-
 use omnibus::{Options, Result, Storage};
 
 fn main() -> Result<()> {
@@ -33,7 +31,7 @@ fn main() -> Result<()> {
 
     // Ordered range: keys from "fruit/" (included) to "fruit0" (excluded).
     let (from, to): (&[u8], &[u8]) = (b"fruit/", b"fruit0");
-    for item in r.range((Bound::Included(from), Bound::Excluded(to)))? {
+    for item in r.range(from..to)? {
         let (key, value) = item?;
         println!(
             "{} = {}",

@@ -48,7 +48,7 @@ pub mod write_mode;
 pub mod actors;
 
 pub use backup::BackupReport;
-pub use btree::{CheckReport, HiddenPages, Range};
+pub use btree::{CheckReport, HiddenPages, KeyRange, Range};
 pub use database::{Database, DatabaseStats};
 pub use env::WriteMode;
 pub use flush::FlushReport;

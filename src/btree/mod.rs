@@ -1,11 +1,15 @@
-//! The copy-on-write B+tree, read side: point lookups, ordered range cursors and the structural
-//! check, all over one immutable `State` (a snapshot). The write side (copy-on-write updates,
+//! The copy-on-write B+tree, read side: point lookups, ordered double-ended range cursors
+//! (`cursor.rs`, over a snapshot or a write transaction's own tree) and the structural check,
+//! over one immutable `State` (a snapshot). The write side (copy-on-write updates,
 //! splits, merges) is in `txn/write.rs`.
 //!
 //! Readers work on page bytes directly ([`LeafView`], [`BranchView`]): keys and values are
 //! returned as slices of the map or of scratch pages, without copying.
 
-use std::ops::Bound;
+mod cursor;
+
+pub(crate) use cursor::{before_start, past_end, NodeRef, Source};
+pub use cursor::{KeyRange, Range};
 
 use crate::error::{Corruption, Error, Result};
 use crate::page::node::{BranchView, LeafView, ValRef};
@@ -67,168 +71,6 @@ pub(crate) fn get<'a>(state: &'a State, key: &[u8]) -> Result<Option<&'a [u8]>> 
         }
     }
     Err(corrupt(state, p, "tree deeper than 32 levels"))
-}
-
-enum Level<'a> {
-    Branch(BranchView<'a>, usize),
-    Leaf(LeafView<'a>, usize, u64),
-}
-
-/// An ordered cursor over `[start, end)` of a snapshot. Items borrow from the snapshot.
-pub struct Range<'a> {
-    state: &'a State,
-    stack: Vec<Level<'a>>,
-    end: Bound<Vec<u8>>,
-    done: bool,
-    steps: u64,
-}
-
-impl<'a> Range<'a> {
-    pub(crate) fn new(
-        state: &'a State,
-        start: Bound<&[u8]>,
-        end: Bound<&[u8]>,
-    ) -> Result<Range<'a>> {
-        let mut r = Range {
-            state,
-            stack: Vec::new(),
-            end: end.map(|e| e.to_vec()),
-            done: state.root == 0,
-            steps: 0,
-        };
-        if r.done {
-            return Ok(r);
-        }
-        let mut p = state.root;
-        loop {
-            if r.stack.len() >= MAX_DEPTH {
-                return Err(corrupt(state, p, "tree deeper than 32 levels"));
-            }
-            let (img, h) = state.page(p)?;
-            match h.kind {
-                PageKind::Branch => {
-                    let v = BranchView::new(img, &h);
-                    let i = match start {
-                        Bound::Unbounded => 0,
-                        Bound::Included(k) | Bound::Excluded(k) => v
-                            .child_index(k)
-                            .ok_or_else(|| corrupt(state, p, "malformed branch page"))?,
-                    };
-                    p = v
-                        .child(i)
-                        .ok_or_else(|| corrupt(state, p, "malformed branch page"))?;
-                    r.stack.push(Level::Branch(v, i));
-                }
-                PageKind::Leaf => {
-                    let v = LeafView::new(img, &h);
-                    let i = match start {
-                        Bound::Unbounded => 0,
-                        Bound::Included(k) => match v.search(k) {
-                            Some(Ok(i)) | Some(Err(i)) => i,
-                            None => return Err(corrupt(state, p, "malformed leaf page")),
-                        },
-                        Bound::Excluded(k) => match v.search(k) {
-                            Some(Ok(i)) => i + 1,
-                            Some(Err(i)) => i,
-                            None => return Err(corrupt(state, p, "malformed leaf page")),
-                        },
-                    };
-                    r.stack.push(Level::Leaf(v, i, p));
-                    return Ok(r);
-                }
-                _ => return Err(corrupt(state, p, "expected a branch or leaf page")),
-            }
-        }
-    }
-
-    fn past_end(&self, key: &[u8]) -> bool {
-        match &self.end {
-            Bound::Unbounded => false,
-            Bound::Included(e) => key > e.as_slice(),
-            Bound::Excluded(e) => key >= e.as_slice(),
-        }
-    }
-
-    /// Moves to the next leaf: pops exhausted branches, descends leftmost.
-    fn next_leaf(&mut self) -> Result<bool> {
-        self.stack.pop();
-        loop {
-            let Some(Level::Branch(v, i)) = self.stack.last_mut() else {
-                return Ok(false);
-            };
-            if *i < v.keys() {
-                *i += 1;
-                let mut p = v
-                    .child(*i)
-                    .ok_or_else(|| corrupt(self.state, 0, "malformed branch page"))?;
-                loop {
-                    let (img, h) = self.state.page(p)?;
-                    match h.kind {
-                        PageKind::Branch => {
-                            let v = BranchView::new(img, &h);
-                            let c = v
-                                .child(0)
-                                .ok_or_else(|| corrupt(self.state, p, "malformed branch page"))?;
-                            self.stack.push(Level::Branch(v, 0));
-                            p = c;
-                        }
-                        PageKind::Leaf => {
-                            self.stack.push(Level::Leaf(LeafView::new(img, &h), 0, p));
-                            return Ok(true);
-                        }
-                        _ => return Err(corrupt(self.state, p, "expected a branch or leaf page")),
-                    }
-                    if self.stack.len() > MAX_DEPTH {
-                        return Err(corrupt(self.state, p, "tree deeper than 32 levels"));
-                    }
-                }
-            }
-            self.stack.pop();
-        }
-    }
-
-    fn step(&mut self) -> Result<Option<(&'a [u8], &'a [u8])>> {
-        loop {
-            self.steps += 1;
-            let Some(Level::Leaf(v, i, p)) = self.stack.last_mut() else {
-                return Ok(None);
-            };
-            if *i < v.len() {
-                let (k, val) = v
-                    .cell(*i)
-                    .ok_or_else(|| corrupt(self.state, *p, "malformed leaf cell"))?;
-                *i += 1;
-                if self.past_end(k) {
-                    return Ok(None);
-                }
-                return Ok(Some((k, value(self.state, val)?)));
-            }
-            if !self.next_leaf()? {
-                return Ok(None);
-            }
-        }
-    }
-}
-
-impl<'a> Iterator for Range<'a> {
-    type Item = Result<(&'a [u8], &'a [u8])>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
-            return None;
-        }
-        match self.step() {
-            Ok(Some(kv)) => Some(Ok(kv)),
-            Ok(None) => {
-                self.done = true;
-                None
-            }
-            Err(e) => {
-                self.done = true;
-                Some(Err(e))
-            }
-        }
-    }
 }
 
 /// What [`crate::Storage::check`] found.

@@ -1,9 +1,8 @@
 //! The read transaction: a snapshot of one committed state.
 
-use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
-use crate::btree::{self, Range};
+use crate::btree::{self, KeyRange, Range, Source};
 use crate::error::Result;
 use crate::state::State;
 
@@ -57,46 +56,58 @@ impl ReadTransaction {
         Ok(self.get(key)?.is_some())
     }
 
-    /// The entries whose keys fall in `bounds`, in key order, as `(key, value)` slices.
+    /// The entries whose keys fall in `bounds`, in key order, as `(key, value)` slices borrowed
+    /// from the snapshot.
     ///
-    /// `bounds` is any `RangeBounds<[u8]>`: `..`, or `(Bound<&[u8]>, Bound<&[u8]>)`. Use
-    /// [`ReadTransaction::prefix`] for a prefix scan. Errors: corruption met while descending
-    /// to the first key; later ones come as `Err` items, after which the iterator ends.
-    pub fn range<'a>(&'a self, bounds: impl RangeBounds<[u8]>) -> Result<Range<'a>> {
-        Range::new(&self.state, bounds.start_bound(), bounds.end_bound())
+    /// `bounds` is ordinary range syntax over byte strings ([`KeyRange`]):
+    /// `r.range(&b"a"[..]..&b"b"[..])`, `r.range(b"k".as_slice()..)`, `r.range(..)` (or
+    /// `r.range::<&[u8], _>(..)`), `a..=b`, `..b`, or a `(Bound<&[u8]>, Bound<&[u8]>)` pair;
+    /// `Vec<u8>`, `&str` and `&[u8; N]` bounds work too. An empty or inverted range yields
+    /// nothing.
+    ///
+    /// The iterator is double-ended: `.rev()` walks backwards from the upper bound with a
+    /// cursor of its own (nothing is collected). Cost: one descent from the root now (and one
+    /// more on the first `next_back`), then O(1) amortized per entry.
+    ///
+    /// Errors: [`crate::Error::Corruption`] met while descending to the first key; later ones
+    /// come as one `Err` item, after which the iterator ends.
+    pub fn range<K, R: KeyRange<K>>(&self, bounds: R) -> Result<Range<'_>> {
+        Range::new(self.source(), bounds.start_key(), bounds.end_key())
     }
 
-    /// Every entry, in key order.
+    /// Every entry, in key order (double-ended, as [`ReadTransaction::range`]).
+    ///
+    /// Errors: as [`ReadTransaction::range`].
     pub fn iter(&self) -> Result<Range<'_>> {
         self.range(..)
     }
 
-    /// The entries whose keys start with `prefix`, in key order.
-    pub fn prefix<'a>(
-        &'a self,
-        prefix: &[u8],
-    ) -> Result<impl Iterator<Item = Result<(&'a [u8], &'a [u8])>> + 'a> {
-        let end = prefix_end(prefix);
-        let r = match &end {
-            Some(e) => Range::new(
-                &self.state,
-                Bound::Included(prefix),
-                Bound::Excluded(e.as_slice()),
-            )?,
-            None => Range::new(&self.state, Bound::Included(prefix), Bound::Unbounded)?,
-        };
-        Ok(r)
+    /// The entries whose keys start with `prefix`, in key order (double-ended, as
+    /// [`ReadTransaction::range`]); an empty prefix selects every entry.
+    ///
+    /// Errors: as [`ReadTransaction::range`].
+    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Result<Range<'_>> {
+        Range::prefix(self.source(), prefix.as_ref())
     }
-}
 
-/// The smallest key greater than every key starting with `prefix` (None: no such key).
-pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut e = prefix.to_vec();
-    while let Some(last) = e.pop() {
-        if last < 0xFF {
-            e.push(last + 1);
-            return Some(e);
-        }
+    /// The entry with the smallest key, or `None` when the snapshot is empty. Cost: one
+    /// descent from the root.
+    ///
+    /// Errors: [`crate::Error::Corruption`] when a page on the path fails its checksum or is
+    /// malformed.
+    pub fn first(&self) -> Result<Option<(&[u8], &[u8])>> {
+        self.iter()?.next().transpose()
     }
-    None
+
+    /// The entry with the largest key, or `None` when the snapshot is empty. Cost: one
+    /// descent from the root (and the one `iter` makes to the first key).
+    ///
+    /// Errors: as [`ReadTransaction::first`].
+    pub fn last(&self) -> Result<Option<(&[u8], &[u8])>> {
+        self.iter()?.next_back().transpose()
+    }
+
+    fn source(&self) -> Source<'_> {
+        Source::Snapshot(&self.state)
+    }
 }
