@@ -46,7 +46,7 @@ pub use database::{Database, DatabaseStats};
 pub use env::WriteMode;
 pub use error::{Corruption, Error, IndexFailure, Result};
 pub use journal::Prezero;
-pub use options::{FlushMode, JournalMode, Options};
+pub use options::{Durability, FlushMode, JournalMode, Options};
 pub use storage::{Storage, StorageStats};
 pub use txn::{ReadTransaction, WriteTransaction};
 
