@@ -160,3 +160,32 @@ impl Options {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eventual_sync_ms_is_checked() {
+        for (ms, ok) in [
+            (0, false),
+            (1, true),
+            (100, true),
+            (60_000, true),
+            (60_001, false),
+        ] {
+            let o = Options {
+                eventual_sync_ms: ms,
+                ..Options::default()
+            };
+            match o.validate() {
+                Ok(()) => assert!(ok, "{ms} accepted"),
+                Err(Error::InvalidOptions(m)) => {
+                    assert!(!ok && m.contains("eventual_sync_ms"), "{ms}: {m}")
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(Durability::default(), Durability::Immediate);
+    }
+}

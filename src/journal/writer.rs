@@ -705,3 +705,111 @@ impl Drop for Journal {
         self.pool.stop();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::record::{Part, RecordKind};
+
+    const OWNER: u64 = 0x0123_4567_89ab_cdef;
+
+    fn journal(dir: &Path) -> Arc<Journal> {
+        std::fs::create_dir_all(dir.join(crate::storage::JOURNALS_DIR)).unwrap();
+        let cfg = JournalConfig {
+            file_size: 1 << 20,
+            prezero: Prezero::Off,
+            pool_files: 0,
+            eventual_sync: Duration::from_secs(60),
+        };
+        Journal::open(crate::env::default_env(), OWNER, dir, 1, cfg).unwrap()
+    }
+
+    fn record(txn: u64, len: usize) -> OutRecord {
+        OutRecord::new(
+            RecordKind::Commit,
+            OWNER,
+            txn,
+            vec![Part::Owned(vec![7; len])],
+        )
+    }
+
+    #[test]
+    fn eventual_records_wait_for_the_next_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = journal(dir.path());
+        assert_eq!(
+            j.commit_with(record(1, 100), Durability::Eventual).unwrap(),
+            0
+        );
+        assert_eq!(
+            j.commit_with(record(2, 100), Durability::Eventual).unwrap(),
+            0
+        );
+        let s = j.stats();
+        assert_eq!((s.eventual_commits, s.commits, s.batches), (2, 0, 0));
+        // An immediate commit writes them first, in the same batch.
+        j.commit(record(3, 100)).unwrap();
+        let s = j.stats();
+        assert_eq!((s.commits, s.batches), (3, 1));
+        // Nothing eventual queued: a sync returns without a batch.
+        j.sync_queued().unwrap();
+        assert_eq!(j.stats().batches, 1);
+        // Queued: a sync writes them.
+        j.commit_with(record(4, 100), Durability::Eventual).unwrap();
+        j.sync_queued().unwrap();
+        let s = j.stats();
+        assert_eq!((s.commits, s.batches), (4, 2));
+    }
+
+    #[test]
+    fn a_full_queue_commits_immediately() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = journal(dir.path());
+        j.commit_with(
+            record(1, EVENTUAL_QUEUE_BYTES as usize),
+            Durability::Eventual,
+        )
+        .unwrap();
+        assert_eq!(j.stats().batches, 0);
+        // Past the bound: written and synced (with the queued one) before it returns.
+        j.commit_with(record(2, 100), Durability::Eventual).unwrap();
+        let s = j.stats();
+        assert_eq!((s.eventual_commits, s.commits, s.batches), (1, 2, 1));
+    }
+
+    #[test]
+    fn lost_eventual_commits_are_named_per_storage() {
+        let w = |sid: u64, txn: u64, eventual: bool| Waiting {
+            ticket: 0,
+            record: OutRecord::new(RecordKind::Commit, sid, txn, vec![Part::Zeros(1)]),
+            wake: (!eventual).then(|| Arc::new(Condvar::new())),
+        };
+        let batch = [
+            w(1, 5, true),
+            w(2, 9, true),
+            w(1, 6, true),
+            w(1, 7, false),
+            w(1, 4, true),
+        ];
+        assert_eq!(
+            lost_eventual(&batch),
+            "storage 0x0000000000000001 txn 4..=6, storage 0x0000000000000002 txn 9..=9"
+        );
+        assert_eq!(lost_eventual(&batch[3..4]), "");
+    }
+
+    #[test]
+    fn dropping_the_journal_writes_the_queue() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = journal(dir.path());
+        j.commit_with(record(1, 100), Durability::Eventual).unwrap();
+        let path = dir
+            .path()
+            .join(crate::storage::JOURNALS_DIR)
+            .join(super::super::file_name(1));
+        drop(j);
+        // The record is in the file: its first bytes are no longer zeros.
+        let bytes = std::fs::read(path).unwrap();
+        assert!(bytes[..64].iter().any(|&b| b != 0));
+    }
+}
