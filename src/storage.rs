@@ -294,6 +294,20 @@ impl Storage {
         (self.inner.flush_hooks.flush)(&self.inner)
     }
 
+    /// Makes every commit acknowledged so far durable: the eventual commits
+    /// ([`crate::Durability::Eventual`]) still queued for this storage's journal (of every
+    /// storage sharing it) are written and synced, or, when a batch holding some is being
+    /// written, that batch is waited for. Returns at once when none is queued (no I/O).
+    ///
+    /// Errors: the batch's I/O error (the journal and its storages are then poisoned, and the
+    /// cause names the eventual commits lost); [`Error::Poisoned`]; [`Error::Closed`].
+    pub fn sync_journal(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        self.inner.journal.sync_queued()
+    }
+
     /// How flushes write this storage's data file ([`crate::WriteMode`], never `Auto`: the
     /// mode `Auto` picked) and why, e.g. `"auto: measured on this device (mmap 900 µs, ...)"`.
     pub fn write_mode(&self) -> (crate::WriteMode, String) {
