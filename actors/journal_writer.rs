@@ -14,7 +14,10 @@
 //! Loop: wait for a commit, then take every commit already queued (up to [`MAX_BATCH`] records
 //! or 64 MiB), write them as one batch (one `pwritev`, one `fdatasync`), and answer each.
 //! Commits arriving meanwhile queue up for the next batch (group commit).
-//! Invariant: no reply before the batch's `fdatasync` returned (DESIGN invariant 1).
+//! Invariant: no reply before the batch's `fdatasync` returned (DESIGN invariant 1), except
+//! for a batch whose every commit is [`Durability::Eventual`]: it is queued in the journal
+//! ([`Journal::write_records`]: no I/O) and answered at once; the journal writes it, in order,
+//! before the next batch's records, or its sync thread does within `eventual_sync_ms`.
 //!
 //! Why a thread in shared mode: the shared journal's batches are the critical path of every
 //! storage of the database. As an actor, the writer had to be scheduled on an executor between
@@ -32,6 +35,7 @@ use super::io_lane::IoLane;
 use crate::error::Result;
 use crate::journal::record::OutRecord;
 use crate::journal::Journal;
+use crate::options::Durability;
 
 /// Mailbox capacity (messages).
 pub const MAILBOX: usize = 4096;
@@ -41,21 +45,32 @@ const MAX_BATCH_BYTES: u64 = 64 << 20;
 
 /// The journal-writer actor's API.
 pub(crate) enum JournalMsg {
-    /// Make `record` durable; answer with the journal number it went to.
+    /// Make `record` durable; answer with the journal number it went to (`Eventual`: queue it
+    /// and answer 0 once queued).
     Commit {
         record: OutRecord,
+        durability: Durability,
         reply: flume::Sender<Result<u64>>,
     },
     /// Answer and exit (sent after every storage actor using this journal stopped).
     Stop { reply: flume::Sender<()> },
 }
 
-/// Sends `record` to the journal writer behind `port` and waits until it is durable.
-pub(crate) async fn write(port: &flume::Sender<JournalMsg>, record: OutRecord) -> Result<u64> {
+/// Sends `record` to the journal writer behind `port` and waits until it is durable (with
+/// [`Durability::Eventual`]: until it is queued in the journal).
+pub(crate) async fn write(
+    port: &flume::Sender<JournalMsg>,
+    record: OutRecord,
+    durability: Durability,
+) -> Result<u64> {
     let (tx, rx) = flume::bounded(1);
-    port.send_async(JournalMsg::Commit { record, reply: tx })
-        .await
-        .map_err(|_| crate::Error::Closed)?;
+    port.send_async(JournalMsg::Commit {
+        record,
+        durability,
+        reply: tx,
+    })
+    .await
+    .map_err(|_| crate::Error::Closed)?;
     rx.recv_async().await.map_err(|_| crate::Error::Closed)?
 }
 
@@ -64,6 +79,8 @@ struct Batch {
     records: Vec<OutRecord>,
     replies: Vec<flume::Sender<Result<u64>>>,
     stop: Option<flume::Sender<()>>,
+    /// `Eventual` when every record of the batch is.
+    durability: Durability,
 }
 
 /// Takes `first` and every message already queued behind it, up to [`MAX_BATCH`] records or
@@ -73,14 +90,22 @@ fn take_batch(first: JournalMsg, rx: &flume::Receiver<JournalMsg>) -> Batch {
         records: Vec::new(),
         replies: Vec::new(),
         stop: None,
+        durability: Durability::Eventual,
     };
     let mut bytes = 0u64;
     let mut next = Some(first);
     // Bounded by MAX_BATCH and MAX_BATCH_BYTES.
     while let Some(m) = next.take() {
         match m {
-            JournalMsg::Commit { record, reply } => {
+            JournalMsg::Commit {
+                record,
+                durability,
+                reply,
+            } => {
                 bytes += record.total_len();
+                if durability == Durability::Immediate {
+                    b.durability = Durability::Immediate;
+                }
                 b.records.push(record);
                 b.replies.push(reply);
             }
@@ -96,10 +121,11 @@ fn take_batch(first: JournalMsg, rx: &flume::Receiver<JournalMsg>) -> Batch {
     b
 }
 
-/// Writes `records` as one batch, a panic answered as an error (the journal is poisoned).
-fn write_batch(journal: &Journal, records: Vec<OutRecord>) -> Result<u64> {
+/// Writes `records` as one batch (queues them, when `durability` is `Eventual`), a panic
+/// answered as an error (the journal is poisoned).
+fn write_batch(journal: &Journal, records: Vec<OutRecord>, durability: Durability) -> Result<u64> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        journal.write_records(records)
+        journal.write_records(records, durability)
     }))
     .unwrap_or_else(|_| {
         let cause = "the journal writer panicked while writing a batch".to_string();
@@ -114,8 +140,8 @@ pub(crate) async fn run(journal: Arc<Journal>, rx: flume::Receiver<JournalMsg>, 
         let b = take_batch(first, &rx);
         if !b.records.is_empty() {
             let j = journal.clone();
-            let records = b.records;
-            let r = lane.run(move || write_batch(&j, records)).await;
+            let (records, durability) = (b.records, b.durability);
+            let r = lane.run(move || write_batch(&j, records, durability)).await;
             for reply in b.replies {
                 let _ = reply.send(r.clone());
             }
@@ -152,7 +178,7 @@ pub(crate) fn start_thread(
             while let Ok(first) = rx.recv() {
                 let b = take_batch(first, &rx);
                 if !b.records.is_empty() {
-                    let r = write_batch(&journal, b.records);
+                    let r = write_batch(&journal, b.records, b.durability);
                     for reply in b.replies {
                         let _ = reply.send(r.clone());
                     }

@@ -25,8 +25,12 @@
 //! new value) go to every index feed, then the root's acknowledged txn id is stored, then the
 //! requests are answered.
 //! `AddFeed` and `Stop` are handled between transactions. Invariant: no request is answered,
-//! and no state published, before its transaction is durable; no change is fed before it is
-//! durable, and every root commit acknowledged after an `AddFeed` is fed to that port.
+//! and no state published, before its transaction is durable (a transaction made only of
+//! [`Durability::Eventual`] batches: before its record is queued in the journal, which writes
+//! it in order before any later record); no change is fed before that either, and every root
+//! commit acknowledged after an `AddFeed` is fed to that port. An index fed an eventual root
+//! commit that a crash then loses is ahead of the root after recovery: its applied txn is not
+//! the root's, so the next definition reconciles it (`index.rs`).
 //!
 //! Pacing: while the executor's flusher finds its storages over their share of the engine's
 //! memory budget ([`crate::actors::EngineOptions::memory_budget_bytes`]), the actor waits up
@@ -53,7 +57,7 @@ use futures_lite::future::block_on;
 use crate::btree::KeyRange;
 use crate::error::{Error, Result};
 use crate::txn::{ReadTransaction, WriteTransaction};
-use crate::Storage;
+use crate::{Durability, Storage};
 
 /// One operation of a [`WriteBatch`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,10 +68,12 @@ pub enum WriteOp {
     Delete(Vec<u8>),
 }
 
-/// Operations applied atomically, in order, by [`StorageHandle::write`].
+/// Operations applied atomically, in order, by [`StorageHandle::write`], with a
+/// [`Durability`] ([`WriteBatch::set_durability`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WriteBatch {
     ops: Vec<WriteOp>,
+    durability: Durability,
 }
 
 impl WriteBatch {
@@ -86,6 +92,23 @@ impl WriteBatch {
     pub fn delete(&mut self, key: impl Into<Vec<u8>>) -> &mut WriteBatch {
         self.ops.push(WriteOp::Delete(key.into()));
         self
+    }
+
+    /// Sets when [`StorageHandle::write`] answers: [`Durability::Immediate`] (the default)
+    /// once the batch's transaction is durable, [`Durability::Eventual`] once its journal
+    /// record is queued (durable with the next journal batch or within
+    /// [`crate::Options::eventual_sync_ms`]; a crash may lose it, never part of it). The
+    /// storage actor merges queued requests into one transaction: it is eventual only when
+    /// every request merged into it is an eventual batch (an immediate request in it makes the
+    /// eventual ones durable before anyone is answered).
+    pub fn set_durability(&mut self, durability: Durability) -> &mut WriteBatch {
+        self.durability = durability;
+        self
+    }
+
+    /// The batch's durability ([`WriteBatch::set_durability`]).
+    pub fn durability(&self) -> Durability {
+        self.durability
     }
 
     /// Operations in the batch.
@@ -318,8 +341,15 @@ async fn apply(
     lane: &IoLane,
     capture: bool,
 ) -> Result<Applied> {
+    // Eventual only when every request is an eventual write batch (index jobs are immediate).
+    let eventual = payloads
+        .iter()
+        .all(|p| matches!(p, Payload::Write(b) if b.durability == Durability::Eventual));
     let (w, per, changes) = poison_on_panic(storage, || {
         let mut w = storage.try_begin_write()?;
+        if eventual {
+            w.set_durability(Durability::Eventual);
+        }
         let mut per = Vec::with_capacity(payloads.len());
         let mut changes = Vec::new();
         for p in payloads {
@@ -380,7 +410,7 @@ async fn apply(
     };
     let txn = p.txn_id();
     let record = p.take_record();
-    let written = journal_writer::write(journal, record).await;
+    let written = journal_writer::write(journal, record, p.durability()).await;
     p.finish(written)?;
     Ok((per, Some((txn, changes))))
 }

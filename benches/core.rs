@@ -15,6 +15,11 @@
 //!    vs LMDB, three alternating rounds (target 1,500,000 keys/s).
 //! 6. `growth`: one-put synced commits on an empty storage vs one loaded with 2,500,000 keys and
 //!    flushed, blocks alternating: p50 and process CPU per commit (targets 1.1x and 1.2x).
+//! 7. `durability`: one-put commits with `Durability::Immediate` (acknowledged after
+//!    `fdatasync`) vs `Durability::Eventual` (acknowledged once queued for the journal; redb's
+//!    suite calls these "nosync writes"), two storages with default journal options and
+//!    `FlushMode::Manual`, blocks alternating: the rate ratio, and how many eventual commits
+//!    each journal batch (one `fdatasync`) carried.
 //!
 //! Sections 2 and 3 run first (each after waiting for the disk to answer fdatasync quickly), then
 //! section 1, whose load writes about 1.5 GB.
@@ -29,7 +34,7 @@
 //! | `OMNIBUS_BENCH_GETS`     | `--gets N`        | 2,000,000 (200,000)  |
 //! | `OMNIBUS_BENCH_COMMITS`  | `--commits N`     | 2,000 (200)          |
 //! | `OMNIBUS_BENCH_DIR`      | `--dir PATH`      | `<crate>/target/bench-tmp` |
-//! | `OMNIBUS_BENCH_ONLY`     | `--only a,b`      | `get,commit,prezero,growth,batch,sorted` |
+//! | `OMNIBUS_BENCH_ONLY`     | `--only a,b`      | `get,commit,prezero,growth,batch,sorted,durability` |
 //! | `OMNIBUS_BENCH_PAUSE`    | `--pause X`       | 3 (untimed pause after each round of commit blocks, × the round's time) |
 //!
 //! The bench directory must be on the real disk: the bench prints its file system type and
@@ -42,7 +47,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use omnibus::{FlushMode, Options, Prezero, Storage};
+use omnibus::{Durability, FlushMode, Options, Prezero, Storage};
 
 // ---------------------------------------------------------------------------------------------
 // Configuration
@@ -104,7 +109,7 @@ impl Config {
             });
         let only = arg("--only")
             .or_else(|| std::env::var("OMNIBUS_BENCH_ONLY").ok())
-            .unwrap_or_else(|| "get,commit,prezero,growth,batch,sorted".into())
+            .unwrap_or_else(|| "get,commit,prezero,growth,batch,sorted,durability".into())
             .split(',')
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
@@ -596,9 +601,14 @@ impl CommitTarget {
     }
 
     fn commit_one(&mut self) {
+        self.commit_one_with(Durability::Immediate);
+    }
+
+    fn commit_one_with(&mut self, durability: Durability) {
         let i = self.next;
         self.next += 1;
         let mut w = self.s.begin_write().unwrap();
+        w.set_durability(durability);
         w.put(key(i), value(i)).unwrap();
         w.commit().unwrap();
     }
@@ -1317,6 +1327,69 @@ fn bench_growth(cfg: &Config, root: &Path) -> GrowthResults {
 }
 
 // ---------------------------------------------------------------------------------------------
+// 7. Durability levels
+
+struct DurabilityResults {
+    immediate: Lat,
+    eventual: Lat,
+    eventual_per_batch: f64,
+}
+
+fn bench_durability(cfg: &Config, root: &Path) -> DurabilityResults {
+    println!("== 7. one-put commits: Durability::Immediate vs Durability::Eventual (\"nosync writes\"), FlushMode::Manual, eventual_sync_ms 100 ==");
+    let dir = root.join("durability");
+    std::fs::create_dir_all(&dir).unwrap();
+    let opts = Options {
+        flush_mode: FlushMode::Manual,
+        eventual_sync_ms: 100,
+        ..Options::default()
+    };
+    let mut imm = CommitTarget::open(&dir.join("immediate"), opts.clone(), cfg.commit_preload);
+    let mut ev = CommitTarget::open(&dir.join("eventual"), opts, cfg.commit_preload);
+    let warm = (cfg.commits / 10).clamp(20, 200);
+    for _ in 0..warm {
+        imm.commit_one();
+        ev.commit_one_with(Durability::Eventual);
+    }
+    ev.s.sync_journal().unwrap();
+    let j0 = ev.s.stats().journal;
+    wait_for_calm_disk(&dir, cfg.calm_wait);
+    let mut l_imm = Lat::new("omnibus commit, Durability::Immediate");
+    let mut l_ev = Lat::new("omnibus commit, Durability::Eventual");
+    interleave(
+        cfg.commits,
+        cfg.commit_block,
+        cfg.pause,
+        &mut [
+            (&mut l_imm, &mut || imm.commit_one()),
+            (&mut l_ev, &mut || ev.commit_one_with(Durability::Eventual)),
+        ],
+    );
+    // Everything acknowledged reaches the journal before the counts are read.
+    ev.s.sync_journal().unwrap();
+    let j1 = ev.s.stats().journal;
+    let per_batch = (j1.commits - j0.commits) as f64 / (j1.batches - j0.batches).max(1) as f64;
+    table("Immediate", &[&l_imm, &l_ev]);
+    println!(
+        "  Eventual / Immediate: {:.1}x the rate (commits/s), {:.1}x at the median latency; the eventual storage's journal wrote {} commits in {} batches ({:.1} commits per fdatasync)",
+        l_ev.rate() / l_imm.rate(),
+        l_ev.rate_p50() / l_imm.rate_p50(),
+        j1.commits - j0.commits,
+        j1.batches - j0.batches,
+        per_batch
+    );
+    println!();
+    drop(imm);
+    drop(ev);
+    let _ = std::fs::remove_dir_all(&dir);
+    DurabilityResults {
+        immediate: l_imm,
+        eventual: l_ev,
+        eventual_per_batch: per_batch,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 
 fn main() {
     let cfg = Config::parse();
@@ -1336,6 +1409,9 @@ fn main() {
     let growth = cfg.runs("growth").then(|| bench_growth(&cfg, root.path()));
     let batch = cfg.runs("batch").then(|| bench_batch(&cfg, root.path()));
     let sorted = cfg.runs("sorted").then(|| bench_sorted(&cfg, root.path()));
+    let durability = cfg
+        .runs("durability")
+        .then(|| bench_durability(&cfg, root.path()));
     let get = cfg.runs("get").then(|| bench_get(&cfg, root.path()));
 
     println!("== summary ==");
@@ -1406,6 +1482,17 @@ fn main() {
             fmt_ns(g.big.p(0.5)),
             p,
             verdict(c <= 1.2 && p <= 1.1)
+        );
+    }
+    if let Some(d) = &durability {
+        println!(
+            "  durability: Eventual {:.0}/s (p50 {}) vs Immediate {:.0}/s (p50 {}) = {:.1}x the rate; {:.1} eventual commits per journal fdatasync",
+            d.eventual.rate(),
+            fmt_ns(d.eventual.p(0.5)),
+            d.immediate.rate(),
+            fmt_ns(d.immediate.p(0.5)),
+            d.eventual.rate() / d.immediate.rate(),
+            d.eventual_per_batch
         );
     }
     if let Some(p) = &prezero {

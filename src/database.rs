@@ -249,6 +249,7 @@ impl Database {
                     file_size: opts.journal_file_size,
                     prezero: opts.journal_prezero,
                     pool_files: opts.journal_pool_files.max(1),
+                    eventual_sync: std::time::Duration::from_millis(opts.eventual_sync_ms),
                 };
                 let journal = Journal::open(env.clone(), hdr.storage_id, &path, first_no + 1, cfg)?;
                 let root = open_storage(

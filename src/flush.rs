@@ -214,28 +214,34 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
         // Pages freed up to here become reusable once this flush's header is durable.
         inner.freed_unflushed.store(0, Ordering::Relaxed);
         fs.reuse_slack = inner.allocated_unflushed.swap(0, Ordering::Relaxed);
-        let r = write_pages(inner, &target, already).and_then(|n| {
-            out.pages_written = n;
-            out.bytes_written = n * PAGE_SIZE as u64;
-            inner.data.sync_data()?;
-            let h = Header {
-                sequence: fs.header_seq,
-                storage_id: inner.storage_id,
-                flushed_txn: target.txn_id,
-                root: target.root,
-                freedir: target.freedir,
-                next_page: target.next_page,
-                entries: target.entries,
-            };
-            // The older slot first, then the other: once the flush is done both slots hold
-            // this header, so one damaged header page loses nothing (its twin is identical).
-            // Journal files and freed pages are released only after both writes, so while the
-            // flush runs the older header stays a complete fallback.
-            for _ in 0..2 {
-                write_header(inner, &mut fs, h)?;
-            }
-            Ok(())
-        });
+        // Eventual commits up to the target reach the journal first: a header never gets
+        // ahead of the journal's durable order (docs/design.md, section 4.2).
+        let r = inner
+            .journal
+            .sync_queued()
+            .and_then(|()| write_pages(inner, &target, already))
+            .and_then(|n| {
+                out.pages_written = n;
+                out.bytes_written = n * PAGE_SIZE as u64;
+                inner.data.sync_data()?;
+                let h = Header {
+                    sequence: fs.header_seq,
+                    storage_id: inner.storage_id,
+                    flushed_txn: target.txn_id,
+                    root: target.root,
+                    freedir: target.freedir,
+                    next_page: target.next_page,
+                    entries: target.entries,
+                };
+                // The older slot first, then the other: once the flush is done both slots hold
+                // this header, so one damaged header page loses nothing (its twin is identical).
+                // Journal files and freed pages are released only after both writes, so while the
+                // flush runs the older header stays a complete fallback.
+                for _ in 0..2 {
+                    write_header(inner, &mut fs, h)?;
+                }
+                Ok(())
+            });
         if let Err(e) = r {
             inner.poison(&e);
             return Err(e);

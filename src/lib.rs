@@ -54,7 +54,7 @@ pub use env::WriteMode;
 pub use flush::FlushReport;
 pub use error::{Corruption, Error, IndexFailure, Result};
 pub use journal::Prezero;
-pub use options::{FlushMode, JournalMode, Options};
+pub use options::{Durability, FlushMode, JournalMode, Options};
 pub use storage::{CompactReport, Storage, StorageStats};
 pub use txn::{ReadTransaction, WriteTransaction};
 

@@ -21,6 +21,28 @@ pub enum FlushMode {
     Manual,
 }
 
+/// When a write transaction's commit is acknowledged (as redb's `Durability`), set with
+/// [`crate::WriteTransaction::set_durability`] or the actors' `WriteBatch::set_durability`.
+///
+/// Either way a commit is atomic and commits reach the journal in commit order: a crash keeps
+/// a prefix of the commits of one journal (a standalone storage's own, or a database's shared
+/// journal). See docs/design.md, section 4.2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Durability {
+    /// Acknowledged once the commit's journal record is covered by a successful `fdatasync`
+    /// (DESIGN invariant 1). The default.
+    #[default]
+    Immediate,
+    /// Acknowledged once the record is queued for the journal, before any write (redb's
+    /// "nosync" commits, `Durability::None` there). It becomes durable with the next batch of
+    /// the journal (any later `Immediate` commit of any storage sharing the journal, or a
+    /// flush of the storage) or, when none comes, within [`Options::eventual_sync_ms`] by the
+    /// journal's sync thread. Readers see the commit at once. A crash (or a failed sync, which
+    /// poisons) may lose the last eventual commits, never part of one, never a commit before a
+    /// lost one, and never an `Immediate` commit acknowledged after them.
+    Eventual,
+}
+
 /// How the storages of a [`crate::Database`] journal their commits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum JournalMode {
@@ -83,6 +105,11 @@ pub struct Options {
     /// its healthy storages can be read, and every write fails with
     /// [`Error::DatabaseDamaged`].
     pub write_with_damaged_storages: bool,
+    /// Longest time, in milliseconds, that a commit made with [`Durability::Eventual`] waits in
+    /// the journal's queue for a later batch before the journal's sync thread writes and syncs
+    /// it itself: the most recent data a crash can lose when no other commit or flush comes.
+    /// 1 to 60,000; default 100. For a database, the shared journal takes the root's value.
+    pub eventual_sync_ms: u64,
 }
 
 impl Default for Options {
@@ -102,13 +129,21 @@ impl Default for Options {
             journal_mode: JournalMode::Shared,
             write_mode: WriteMode::Auto,
             write_with_damaged_storages: false,
+            eventual_sync_ms: 100,
         }
     }
 }
 
 impl Options {
-    /// Checks ranges: journal files of at least 64 KiB, a pre-zero step of 4 KiB to 1 GiB.
+    /// Checks ranges: journal files of at least 64 KiB, a pre-zero step of 4 KiB to 1 GiB,
+    /// `eventual_sync_ms` of 1 to 60,000. Errors: [`Error::InvalidOptions`] naming the option.
     pub fn validate(&self) -> Result<()> {
+        if !(1..=60_000).contains(&self.eventual_sync_ms) {
+            return Err(Error::InvalidOptions(format!(
+                "eventual_sync_ms is {}: 1 to 60,000 milliseconds",
+                self.eventual_sync_ms
+            )));
+        }
         if self.journal_file_size < 64 << 10 {
             return Err(Error::InvalidOptions(format!(
                 "journal_file_size is {} bytes: at least 65,536 bytes",
@@ -123,5 +158,34 @@ impl Options {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eventual_sync_ms_is_checked() {
+        for (ms, ok) in [
+            (0, false),
+            (1, true),
+            (100, true),
+            (60_000, true),
+            (60_001, false),
+        ] {
+            let o = Options {
+                eventual_sync_ms: ms,
+                ..Options::default()
+            };
+            match o.validate() {
+                Ok(()) => assert!(ok, "{ms} accepted"),
+                Err(Error::InvalidOptions(m)) => {
+                    assert!(!ok && m.contains("eventual_sync_ms"), "{ms}: {m}")
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(Durability::default(), Durability::Immediate);
     }
 }

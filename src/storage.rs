@@ -454,6 +454,20 @@ impl Storage {
         Ok(report)
     }
 
+    /// Makes every commit acknowledged so far durable: the eventual commits
+    /// ([`crate::Durability::Eventual`]) still queued for this storage's journal (of every
+    /// storage sharing it) are written and synced, or, when a batch holding some is being
+    /// written, that batch is waited for. Returns at once when none is queued (no I/O).
+    ///
+    /// Errors: the batch's I/O error (the journal and its storages are then poisoned, and the
+    /// cause names the eventual commits lost); [`Error::Poisoned`]; [`Error::Closed`].
+    pub fn sync_journal(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        self.inner.journal.sync_queued()
+    }
+
     /// How flushes write this storage's data file ([`crate::WriteMode`], never `Auto`: the
     /// mode `Auto` picked) and why, e.g. `"auto: measured on this device (mmap 900 µs, ...)"`.
     pub fn write_mode(&self) -> (crate::WriteMode, String) {
@@ -481,16 +495,18 @@ impl Storage {
         Ok(crate::btree::check(&s))
     }
 
-    /// Flushes, stops the background flusher and marks this storage closed: later calls on any
-    /// clone fail with [`Error::Closed`]. The lock is released when the last clone is dropped.
+    /// Flushes (or, with `flush_on_close` off, makes the queued eventual commits durable in
+    /// the journal), stops the background flusher and marks this storage closed: later calls
+    /// on any clone fail with [`Error::Closed`]. The lock is released when the last clone is
+    /// dropped.
     ///
-    /// Errors: the flush's error (committed data stays safe in the journal).
+    /// Errors: the flush's or journal sync's error (committed data stays safe in the journal;
+    /// eventual commits not yet written are then lost, and named in the poisoning cause).
     pub fn close(self) -> Result<()> {
-        let r = if self.inner.opts.read_only
-            || !self.inner.opts.flush_on_close
-            || self.inner.poisoned().is_some()
-        {
+        let r = if self.inner.opts.read_only || self.inner.poisoned().is_some() {
             Ok(())
+        } else if !self.inner.opts.flush_on_close {
+            self.inner.journal.sync_queued()
         } else {
             self.inner.closing.store(true, Ordering::Release);
             self.flush().map(|_| ())
@@ -742,6 +758,7 @@ impl Inner {
                     file_size: opts.journal_file_size,
                     prezero: opts.journal_prezero,
                     pool_files: opts.journal_pool_files,
+                    eventual_sync: std::time::Duration::from_millis(opts.eventual_sync_ms),
                 };
                 let j = Journal::open(env.clone(), hdr.storage_id, &path, max_no + 1, cfg)?;
                 j.register(hdr.storage_id, &path, "", &mine);
@@ -1134,9 +1151,19 @@ impl Inner {
 
 impl Inner {
     /// Stops the flusher and, unless closed already, flushes (best effort: a clean close leaves
-    /// nothing to replay; committed data is safe in the journal either way).
+    /// nothing to replay; committed data is safe in the journal either way). Without a flush,
+    /// the queued eventual commits are made durable in the journal before the lock goes.
     fn shutdown(&self) {
         self.stop_flusher();
+        if !self.opts.read_only
+            && !self.opts.flush_on_close
+            && !self.closed.load(Ordering::Acquire)
+            && self.poisoned().is_none()
+        {
+            if let Err(e) = self.journal.sync_queued() {
+                tracing::warn!(error = %e, "syncing the queued eventual commits on drop failed");
+            }
+        }
         if !self.opts.read_only
             && self.opts.flush_on_close
             && !self.closed.load(Ordering::Acquire)

@@ -6,7 +6,18 @@
 //! record to end on a 4 KiB boundary, writes them with `pwritev` and calls `fdatasync`, then
 //! answers every caller of the batch (leader/follower group commit, as RocksDB's write groups).
 //! The actor runtime's journal writer does its own batching and hands each batch to
-//! [`Journal::write_records`] instead.
+//! [`Journal::write_records`] instead, which joins the same queue.
+//!
+//! Eventual commits ([`Durability::Eventual`], [`Journal::commit_with`]): the record is queued
+//! and the call returns at once, with no write. Queued records go out, in queue order, with the
+//! next batch any leader writes (a later immediate commit of any storage of the journal, a
+//! [`Journal::sync_queued`] by a flush or close), or, when none comes, with the batch the
+//! journal's sync thread (`omnibus-journal-sync`, started by the first eventual commit) writes
+//! once the oldest queued eventual record is [`JournalConfig::eventual_sync`] old. Every write
+//! is still followed by its `fdatasync` in the same batch, so the journal on disk never holds
+//! unsynced records: a crash loses a suffix of the queue order, never a hole. The thread waits
+//! on a condition variable (no eventual record queued: without timeout; else until the
+//! oldest's deadline, or the end of the batch in progress): no polling.
 //!
 //! This module holds the [`Journal`] itself (its state, counters, opening and dropping) and the
 //! writing of batches. The rest of the journal's work is split by concern: `files.rs` (the
@@ -27,7 +38,8 @@ use std::collections::HashMap;
 use std::io::IoSlice;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
 
 use super::files::Io;
 use super::lock;
@@ -36,8 +48,13 @@ use super::prezero::ZeroCtl;
 use super::record::{padding_for, OutRecord, BATCH_ALIGN, RECORD_HEADER_LEN};
 use crate::env::StorageEnv;
 use crate::error::{Error, Result};
+use crate::options::Durability;
 
 pub use super::prezero::Prezero;
+
+/// Bytes of eventual records queued at most: past it an eventual commit is written and synced
+/// before it returns, as an immediate one (back-pressure; the queue holds page images).
+pub const EVENTUAL_QUEUE_BYTES: u64 = 16 << 20;
 
 /// Counters of one journal since open.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -74,6 +91,12 @@ pub struct JournalStats {
     pub inline_zeroings: u64,
     /// Batches that waited for a background window in flight before writing.
     pub zeroing_waits: u64,
+    /// Commits acknowledged as [`Durability::Eventual`] when queued (also counted in
+    /// `commits` once their batch is written).
+    pub eventual_commits: u64,
+    /// Eventual commits acknowledged and then lost: their batch failed (the journal is then
+    /// poisoned), or the journal was poisoned before they were written.
+    pub eventual_lost: u64,
 }
 
 /// A record waiting in a batch (and, with [`Journal::commit`], its committer).
@@ -82,18 +105,38 @@ pub(super) struct Waiting {
     pub(super) record: OutRecord,
     /// The committer's own condition variable (used with `Journal::shared`): the leader wakes
     /// exactly the committers of the batch it wrote, and the first queued one to lead next,
-    /// instead of every waiting thread.
+    /// instead of every waiting thread. `None` for an eventual record: nobody waits for it.
     wake: Option<Arc<Condvar>>,
+}
+
+impl Waiting {
+    /// True for an eventual record (acknowledged when queued).
+    fn eventual(&self) -> bool {
+        self.wake.is_none()
+    }
 }
 
 /// The group-commit queue, under the `shared` lock.
 #[derive(Default)]
 struct Shared {
     queue: Vec<Waiting>,
+    /// Callers of [`Journal::sync_queued`] waiting for everything queued before them: the next
+    /// batch takes them with the queue (ticket, wake-up).
+    syncs: Vec<(u64, Arc<Condvar>)>,
     leader: bool,
     next_ticket: u64,
     done: HashMap<u64, Result<u64>>,
     poisoned: Option<String>,
+    /// When the oldest eventual record in `queue` was queued; `None` when none is.
+    eventual_since: Option<Instant>,
+    /// Bytes of the eventual records in `queue`.
+    eventual_bytes: u64,
+    /// The sync thread was started (by the first eventual commit).
+    sync_thread: bool,
+    /// Set by the journal's drop: the sync thread exits.
+    stop: bool,
+    /// The batch being written holds eventual records.
+    writing_eventual: bool,
 }
 
 /// A group-commit journal writer over the numbered files of one `Journals/` directory: a
@@ -105,7 +148,15 @@ pub struct Journal {
     pub(super) owner: u64,
     pub(super) file_size: u64,
     pub(super) prezero: Prezero,
-    shared: Mutex<Shared>,
+    /// The group-commit queue (shared with the sync thread, which must not keep the journal
+    /// alive: it holds this and a `Weak` of the journal).
+    shared: Arc<Mutex<Shared>>,
+    /// The sync thread's wake-up: an eventual record queued into an empty queue, a batch done.
+    sync_cv: Arc<Condvar>,
+    /// Longest wait of a queued eventual record ([`JournalConfig::eventual_sync`]).
+    eventual_sync: Duration,
+    /// This journal, for the sync thread.
+    me: Weak<Journal>,
     pub(super) io: Mutex<Io>,
     pub(super) pool: Arc<Pool>,
     /// The zeroed end of the current file and the background pre-zeroing of it.
@@ -124,6 +175,8 @@ pub struct Journal {
     /// Storage id -> highest txn id it has flushed (`Journal::note_flushed`): on drop, a current
     /// file whose records are all flushed is emptied.
     flushed: Mutex<HashMap<u64, u64>>,
+    eventual_commits: AtomicU64,
+    eventual_lost: AtomicU64,
 }
 
 impl std::fmt::Debug for Journal {
@@ -141,6 +194,9 @@ pub struct JournalConfig {
     pub prezero: Prezero,
     /// Whole pre-zeroed files kept ready in the background (0 = none).
     pub pool_files: usize,
+    /// Longest time an eventual record waits in the queue before the sync thread writes and
+    /// syncs it ([`crate::Options::eventual_sync_ms`]).
+    pub eventual_sync: Duration,
 }
 
 impl Journal {
@@ -155,7 +211,7 @@ impl Journal {
         first_no: u64,
         cfg: JournalConfig,
     ) -> Result<Arc<Journal>> {
-        let j = Arc::new(Journal::new(env, owner, owner_dir, cfg));
+        let j = Arc::new_cyclic(|me| Journal::new(env, owner, owner_dir, cfg, me.clone()));
         // Leftover pool files from an earlier session are ready to use; others are removed.
         j.pool.adopt_leftovers(&*j.env, &j.dir, cfg.file_size)?;
         {
@@ -168,7 +224,13 @@ impl Journal {
         Ok(j)
     }
 
-    fn new(env: Arc<dyn StorageEnv>, owner: u64, owner_dir: &Path, cfg: JournalConfig) -> Journal {
+    fn new(
+        env: Arc<dyn StorageEnv>,
+        owner: u64,
+        owner_dir: &Path,
+        cfg: JournalConfig,
+        me: Weak<Journal>,
+    ) -> Journal {
         let zero = Arc::new(ZeroCtl::new(env.clone(), cfg.prezero, cfg.file_size));
         Journal {
             env,
@@ -176,7 +238,10 @@ impl Journal {
             owner,
             file_size: cfg.file_size,
             prezero: cfg.prezero,
-            shared: Mutex::new(Shared::default()),
+            shared: Arc::new(Mutex::new(Shared::default())),
+            sync_cv: Arc::new(Condvar::new()),
+            eventual_sync: cfg.eventual_sync,
+            me,
             io: Mutex::new(Io::new(owner, owner_dir)),
             pool: Arc::new(Pool::new(cfg.pool_files)),
             zero,
@@ -192,6 +257,8 @@ impl Journal {
             inline_zeroings: AtomicU64::new(0),
             zeroing_waits: AtomicU64::new(0),
             flushed: Mutex::new(HashMap::new()),
+            eventual_commits: AtomicU64::new(0),
+            eventual_lost: AtomicU64::new(0),
         }
     }
 
@@ -243,18 +310,22 @@ impl Journal {
 
     /// A journal that refuses every commit (storages opened read-only).
     pub fn open_read_only(env: Arc<dyn StorageEnv>, owner: u64, owner_dir: &Path) -> Arc<Journal> {
-        let j = Journal::new(
-            env,
-            owner,
-            owner_dir,
-            JournalConfig {
-                file_size: 0,
-                prezero: Prezero::default(),
-                pool_files: 0,
-            },
-        );
+        let j = Arc::new_cyclic(|me| {
+            Journal::new(
+                env,
+                owner,
+                owner_dir,
+                JournalConfig {
+                    file_size: 0,
+                    prezero: Prezero::default(),
+                    pool_files: 0,
+                    eventual_sync: Duration::from_millis(100),
+                },
+                me.clone(),
+            )
+        });
         lock(&j.shared).poisoned = Some("opened read-only".into());
-        Arc::new(j)
+        j
     }
 
     /// The directory the journal files are in.
@@ -286,6 +357,8 @@ impl Journal {
             inline_zero_bytes: self.inline_zero_bytes.load(Ordering::Relaxed),
             inline_zeroings: self.inline_zeroings.load(Ordering::Relaxed),
             zeroing_waits: self.zeroing_waits.load(Ordering::Relaxed),
+            eventual_commits: self.eventual_commits.load(Ordering::Relaxed),
+            eventual_lost: self.eventual_lost.load(Ordering::Relaxed),
         }
     }
 
@@ -309,16 +382,84 @@ impl Journal {
         }
     }
 
-    /// Appends `record` and returns the journal number it was written to, once it is durable.
+    /// Appends `record` and returns the journal number it was written to, once it is durable
+    /// ([`Durability::Immediate`]; see [`Journal::commit_with`]).
     ///
     /// Errors: the I/O error of the batch write or sync (which also poisons the journal), or
     /// [`Error::Poisoned`] once the journal has failed.
     pub fn commit(&self, record: OutRecord) -> Result<u64> {
+        self.submit(std::iter::once(record), Durability::Immediate)
+    }
+
+    /// Appends `record` with `durability`. `Immediate`: as [`Journal::commit`]. `Eventual`:
+    /// queues the record and returns `Ok(0)` at once (no journal number yet); it is written,
+    /// in queue order, with the next batch, or by the sync thread within
+    /// [`JournalConfig::eventual_sync`]. When [`EVENTUAL_QUEUE_BYTES`] of eventual records are
+    /// queued already, or the sync thread cannot be started, the record is committed as
+    /// `Immediate` instead.
+    ///
+    /// Errors: as [`Journal::commit`]; an eventual record only fails with
+    /// [`Error::Poisoned`] (when the journal failed before it was queued). The failure of a
+    /// later batch that holds it poisons the journal and names it in the cause.
+    pub fn commit_with(&self, record: OutRecord, durability: Durability) -> Result<u64> {
+        self.submit(std::iter::once(record), durability)
+    }
+
+    /// Returns once every eventual record acknowledged before the call is durable: joins or
+    /// leads a batch when one is queued or being written; returns at once (no lock held long,
+    /// no I/O) when none is. Flushes call it before writing pages, so that no data file gets
+    /// ahead of the journal's durable order (docs/design.md, section 4.2); closes call it too.
+    ///
+    /// Errors: the failed batch's error, or [`Error::Poisoned`] once the journal has failed.
+    pub fn sync_queued(&self) -> Result<()> {
+        self.submit(std::iter::empty(), Durability::Immediate)
+            .map(|_| ())
+    }
+
+    /// Writes `records` as one group (they stay together and in order in one batch, after
+    /// every record queued before them) and returns the journal number they went to, once
+    /// durable; with [`Durability::Eventual`], queues them and returns `Ok(0)` as
+    /// [`Journal::commit_with`]. Used by the journal-writer actor, which does its own batching
+    /// before; a failure poisons the journal as in [`Journal::commit`].
+    pub fn write_records(&self, records: Vec<OutRecord>, durability: Durability) -> Result<u64> {
+        self.submit(records, durability)
+    }
+
+    /// Queues `records` and, unless they are eventual, waits for (or leads) the batch that
+    /// makes them durable. No records and `Immediate`: waits for everything queued before.
+    fn submit<I: IntoIterator<Item = OutRecord>>(
+        &self,
+        records: I,
+        durability: Durability,
+    ) -> Result<u64> {
         let mut g = lock(&self.shared);
         if let Some(cause) = &g.poisoned {
             return Err(Error::Poisoned {
                 cause: cause.clone(),
             });
+        }
+        if durability == Durability::Eventual
+            && g.eventual_bytes < EVENTUAL_QUEUE_BYTES
+            && self.start_sync_thread(&mut g)
+        {
+            let mut n = 0;
+            for record in records {
+                g.eventual_bytes += record.total_len();
+                g.queue.push(Waiting {
+                    ticket: 0,
+                    record,
+                    wake: None,
+                });
+                n += 1;
+            }
+            if n > 0 {
+                self.eventual_commits.fetch_add(n, Ordering::Relaxed);
+                if g.eventual_since.is_none() {
+                    g.eventual_since = Some(Instant::now());
+                    self.sync_cv.notify_one();
+                }
+            }
+            return Ok(0);
         }
         let ticket = g.next_ticket;
         g.next_ticket += 1;
@@ -328,11 +469,21 @@ impl Journal {
             static WAKE: Arc<Condvar> = Arc::new(Condvar::new());
         }
         let wake = WAKE.with(Arc::clone);
-        g.queue.push(Waiting {
-            ticket,
-            record,
-            wake: Some(wake.clone()),
-        });
+        let before = g.queue.len();
+        for record in records {
+            g.queue.push(Waiting {
+                ticket,
+                record,
+                wake: Some(wake.clone()),
+            });
+        }
+        if g.queue.len() == before {
+            // A sync: nothing to wait for when no eventual record is queued or being written.
+            if g.eventual_since.is_none() && !g.writing_eventual {
+                return Ok(0);
+            }
+            g.syncs.push((ticket, wake.clone()));
+        }
         // Bounded: each turn either finds this ticket answered, writes a batch (which answers
         // every ticket it took, this one included), or waits for the leader's notification.
         loop {
@@ -340,60 +491,112 @@ impl Journal {
                 return r;
             }
             if !g.leader {
-                g.leader = true;
-                let batch = std::mem::take(&mut g.queue);
-                let poisoned = g.poisoned.clone();
-                drop(g);
-                let result = match poisoned {
-                    Some(cause) => Err(Error::Poisoned { cause }),
-                    None => self.write_batch(&batch),
-                };
-                g = lock(&self.shared);
-                if let Err(e) = &result {
-                    if g.poisoned.is_none() {
-                        g.poisoned = Some(e.to_string());
-                    }
-                }
-                g.leader = false;
-                // The leader answers the others of its batch and wakes them, and the first
-                // queued committer to lead next; its own answer it returns (no wake-up call).
-                for w in &batch {
-                    if w.ticket != ticket {
-                        g.done.insert(w.ticket, result.clone());
-                        if let Some(cv) = &w.wake {
-                            cv.notify_one();
-                        }
-                    }
-                }
-                if let Some(cv) = g.queue.first().and_then(|w| w.wake.as_ref()) {
-                    cv.notify_one();
-                }
+                let (_g, result) = self.lead(g, Some(ticket));
                 return result;
             }
             g = wake.wait(g).unwrap_or_else(|e| e.into_inner());
         }
     }
 
-    /// Writes `records` as one batch (one `pwritev` group, one `fdatasync`) and returns the
-    /// journal number they went to, once durable. Used by the journal-writer actor, which does
-    /// its own batching; a failure poisons the journal as in [`Journal::commit`].
-    pub fn write_records(&self, records: Vec<OutRecord>) -> Result<u64> {
-        if let Some(cause) = self.poisoned() {
-            return Err(Error::Poisoned { cause });
+    /// Leads one batch: takes every queued record and waiting sync, writes them (one write,
+    /// one `fdatasync`), then answers the others of the batch and wakes the next leader (the
+    /// first queued committer or sync) and the sync thread. Returns the batch's result for
+    /// `own`, the caller's ticket (answered directly, no wake-up call). A failure poisons the
+    /// journal, naming the eventual commits it loses.
+    fn lead<'a>(
+        &'a self,
+        mut g: MutexGuard<'a, Shared>,
+        own: Option<u64>,
+    ) -> (MutexGuard<'a, Shared>, Result<u64>) {
+        g.leader = true;
+        let batch = std::mem::take(&mut g.queue);
+        let syncs = std::mem::take(&mut g.syncs);
+        g.writing_eventual = g.eventual_since.is_some();
+        g.eventual_since = None;
+        g.eventual_bytes = 0;
+        let poisoned = g.poisoned.clone();
+        drop(g);
+        let result = match poisoned {
+            Some(cause) => Err(Error::Poisoned { cause }),
+            None if batch.is_empty() => Ok(0),
+            None => self.write_batch(&batch),
+        };
+        g = lock(&self.shared);
+        if let Err(e) = &result {
+            let lost = lost_eventual(&batch);
+            if !lost.is_empty() {
+                let n = batch.iter().filter(|w| w.eventual()).count() as u64;
+                self.eventual_lost.fetch_add(n, Ordering::Relaxed);
+                tracing::error!(journal = %self.dir.display(), error = %e, lost = %lost,
+                    "eventual commits acknowledged earlier are lost");
+            }
+            if g.poisoned.is_none() {
+                g.poisoned = Some(if lost.is_empty() {
+                    e.to_string()
+                } else {
+                    format!(
+                        "{e}; eventual commits acknowledged before the failure are lost: {lost}"
+                    )
+                });
+            }
         }
-        let batch: Vec<Waiting> = records
-            .into_iter()
-            .map(|record| Waiting {
-                ticket: 0,
-                record,
-                wake: None,
-            })
-            .collect();
-        let r = self.write_batch(&batch);
-        if let Err(e) = &r {
-            self.poison(e.to_string());
+        g.leader = false;
+        g.writing_eventual = false;
+        // The leader answers the others of its batch and wakes them, and the first queued
+        // committer to lead next; its own answer it returns (no wake-up call).
+        for w in &batch {
+            if let Some(cv) = &w.wake {
+                if Some(w.ticket) != own {
+                    g.done.insert(w.ticket, result.clone());
+                    cv.notify_one();
+                }
+            }
         }
-        r
+        for (t, cv) in &syncs {
+            if Some(*t) != own {
+                g.done.insert(*t, result.clone());
+                cv.notify_one();
+            }
+        }
+        let next = g
+            .queue
+            .iter()
+            .find_map(|w| w.wake.as_ref())
+            .or_else(|| g.syncs.first().map(|(_, cv)| cv));
+        if let Some(cv) = next {
+            cv.notify_one();
+        }
+        if g.eventual_since.is_some() {
+            self.sync_cv.notify_one();
+        }
+        (g, result)
+    }
+
+    /// Starts the sync thread unless it runs; false when it cannot be started (the caller
+    /// commits immediately instead).
+    fn start_sync_thread(&self, g: &mut Shared) -> bool {
+        if g.sync_thread {
+            return true;
+        }
+        let (shared, cv, me, every) = (
+            self.shared.clone(),
+            self.sync_cv.clone(),
+            self.me.clone(),
+            self.eventual_sync,
+        );
+        match std::thread::Builder::new()
+            .name("omnibus-journal-sync".into())
+            .spawn(move || sync_thread(shared, cv, me, every))
+        {
+            Ok(_) => {
+                g.sync_thread = true;
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the journal's sync thread: eventual commits are synced at once");
+                false
+            }
+        }
     }
 
     fn write_batch(&self, batch: &[Waiting]) -> Result<u64> {
@@ -468,11 +671,196 @@ impl Journal {
     }
 }
 
+/// The eventual records of `batch`, described per storage (`storage 0x.. txn a..=b`), for a
+/// failure's report; empty when it has none.
+fn lost_eventual(batch: &[Waiting]) -> String {
+    let mut per: Vec<(u64, u64, u64)> = Vec::new();
+    for w in batch.iter().filter(|w| w.eventual()) {
+        let (sid, txn) = (w.record.storage_id, w.record.txn_id);
+        match per.iter_mut().find(|(s, _, _)| *s == sid) {
+            Some(e) => {
+                e.1 = e.1.min(txn);
+                e.2 = e.2.max(txn);
+            }
+            None => per.push((sid, txn, txn)),
+        }
+    }
+    per.iter()
+        .map(|(s, a, b)| format!("storage {s:#018x} txn {a}..={b}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The sync thread: writes the queued eventual records once the oldest is `every` old and no
+/// batch took them meanwhile. Waits on `cv` (no polling); exits when the journal is dropped.
+fn sync_thread(shared: Arc<Mutex<Shared>>, cv: Arc<Condvar>, me: Weak<Journal>, every: Duration) {
+    let mut g = lock(&shared);
+    // Bounded: each turn waits for a notification or a deadline, or writes one batch.
+    loop {
+        if g.stop {
+            return;
+        }
+        let Some(since) = g.eventual_since else {
+            g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
+            continue;
+        };
+        let now = Instant::now();
+        let due = since + every;
+        if now < due {
+            g = cv
+                .wait_timeout(g, due - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+            continue;
+        }
+        if g.leader {
+            // The batch in progress ends with a notification (and took the queue, or not).
+            g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
+            continue;
+        }
+        drop(g);
+        let Some(j) = me.upgrade() else {
+            return;
+        };
+        {
+            let jg = lock(&j.shared);
+            if !jg.leader && jg.eventual_since.is_some() && !jg.stop {
+                // A failure is recorded (poisoned, lost commits named) by `lead`.
+                let _ = j.lead(jg, None);
+            }
+        }
+        // Possibly the last reference: the journal's drop then runs here.
+        drop(j);
+        g = lock(&shared);
+    }
+}
+
 impl Drop for Journal {
     fn drop(&mut self) {
+        // Eventual records still queued (a storage dropped without a flush) are written now;
+        // the sync thread exits.
+        {
+            let mut g = lock(&self.shared);
+            g.stop = true;
+            self.sync_cv.notify_all();
+            if !g.queue.is_empty() && !g.leader {
+                let (_g, r) = self.lead(g, None);
+                if let Err(e) = r {
+                    tracing::error!(journal = %self.dir.display(), error = %e, "writing the queued eventual commits at close failed");
+                }
+            }
+        }
         // No background zeroing of this journal's file after this (bounded: one window).
         self.zero.close();
         self.pool.stop();
         self.release_on_drop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::record::{Part, RecordKind};
+
+    const OWNER: u64 = 0x0123_4567_89ab_cdef;
+
+    fn journal(dir: &Path) -> Arc<Journal> {
+        std::fs::create_dir_all(dir.join(crate::storage::JOURNALS_DIR)).unwrap();
+        let cfg = JournalConfig {
+            file_size: 1 << 20,
+            prezero: Prezero::Off,
+            pool_files: 0,
+            eventual_sync: Duration::from_secs(60),
+        };
+        Journal::open(crate::env::default_env(), OWNER, dir, 1, cfg).unwrap()
+    }
+
+    fn record(txn: u64, len: usize) -> OutRecord {
+        OutRecord::new(
+            RecordKind::Commit,
+            OWNER,
+            txn,
+            vec![Part::Owned(vec![7; len])],
+        )
+    }
+
+    #[test]
+    fn eventual_records_wait_for_the_next_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = journal(dir.path());
+        assert_eq!(
+            j.commit_with(record(1, 100), Durability::Eventual).unwrap(),
+            0
+        );
+        assert_eq!(
+            j.commit_with(record(2, 100), Durability::Eventual).unwrap(),
+            0
+        );
+        let s = j.stats();
+        assert_eq!((s.eventual_commits, s.commits, s.batches), (2, 0, 0));
+        // An immediate commit writes them first, in the same batch.
+        j.commit(record(3, 100)).unwrap();
+        let s = j.stats();
+        assert_eq!((s.commits, s.batches), (3, 1));
+        // Nothing eventual queued: a sync returns without a batch.
+        j.sync_queued().unwrap();
+        assert_eq!(j.stats().batches, 1);
+        // Queued: a sync writes them.
+        j.commit_with(record(4, 100), Durability::Eventual).unwrap();
+        j.sync_queued().unwrap();
+        let s = j.stats();
+        assert_eq!((s.commits, s.batches), (4, 2));
+    }
+
+    #[test]
+    fn a_full_queue_commits_immediately() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = journal(dir.path());
+        j.commit_with(
+            record(1, EVENTUAL_QUEUE_BYTES as usize),
+            Durability::Eventual,
+        )
+        .unwrap();
+        assert_eq!(j.stats().batches, 0);
+        // Past the bound: written and synced (with the queued one) before it returns.
+        j.commit_with(record(2, 100), Durability::Eventual).unwrap();
+        let s = j.stats();
+        assert_eq!((s.eventual_commits, s.commits, s.batches), (1, 2, 1));
+    }
+
+    #[test]
+    fn lost_eventual_commits_are_named_per_storage() {
+        let w = |sid: u64, txn: u64, eventual: bool| Waiting {
+            ticket: 0,
+            record: OutRecord::new(RecordKind::Commit, sid, txn, vec![Part::Zeros(1)]),
+            wake: (!eventual).then(|| Arc::new(Condvar::new())),
+        };
+        let batch = [
+            w(1, 5, true),
+            w(2, 9, true),
+            w(1, 6, true),
+            w(1, 7, false),
+            w(1, 4, true),
+        ];
+        assert_eq!(
+            lost_eventual(&batch),
+            "storage 0x0000000000000001 txn 4..=6, storage 0x0000000000000002 txn 9..=9"
+        );
+        assert_eq!(lost_eventual(&batch[3..4]), "");
+    }
+
+    #[test]
+    fn dropping_the_journal_writes_the_queue() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = journal(dir.path());
+        j.commit_with(record(1, 100), Durability::Eventual).unwrap();
+        let path = dir
+            .path()
+            .join(crate::storage::JOURNALS_DIR)
+            .join(super::super::file_name(1));
+        drop(j);
+        // The record is in the file: its first bytes are no longer zeros.
+        let bytes = std::fs::read(path).unwrap();
+        assert!(bytes[..64].iter().any(|&b| b != 0));
     }
 }

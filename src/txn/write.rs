@@ -30,6 +30,7 @@ use crate::btree::{before_start, past_end, KeyRange, NodeRef, Range, Source};
 use crate::error::{Error, Result};
 use crate::freespace::{self, Extents, BITS_PER_BITMAP, DIR_CAPACITY};
 use crate::journal::record::{commit_record, CommitMeta, DiffBase, OutRecord};
+use crate::options::Durability;
 use crate::page::node::{encode_overflow, fits_inline, LeafEntry, Node, Val};
 use crate::page::{self, PageHeader, PageKind, HEADER_LEN, PAGE_SIZE};
 use crate::state::State;
@@ -111,6 +112,8 @@ pub struct WriteTransaction {
     freed: Vec<(u64, u64)>,
     failed: Option<String>,
     changed: bool,
+    /// When the commit is acknowledged ([`WriteTransaction::set_durability`]).
+    durability: Durability,
 }
 
 impl std::fmt::Debug for WriteTransaction {
@@ -175,7 +178,23 @@ impl WriteTransaction {
             freed,
             failed: None,
             changed: false,
+            durability: Durability::Immediate,
         }
+    }
+
+    /// Sets when [`WriteTransaction::commit`] returns: [`Durability::Immediate`] (the default)
+    /// once the journal record is covered by `fdatasync`; [`Durability::Eventual`] once it is
+    /// queued for the journal (durable with the next batch or within
+    /// [`crate::Options::eventual_sync_ms`]; a crash may lose it, and the eventual commits
+    /// just before it, never part of it). Either way the commit is visible to new snapshots
+    /// when `commit` returns. See docs/design.md, section 4.2.
+    pub fn set_durability(&mut self, durability: Durability) {
+        self.durability = durability;
+    }
+
+    /// The durability the commit will have ([`WriteTransaction::set_durability`]).
+    pub fn durability(&self) -> Durability {
+        self.durability
     }
 
     /// The id this transaction commits as (last committed + 1).
@@ -1324,7 +1343,10 @@ impl WriteTransaction {
     }
 
     /// Makes every change durable and visible: returns once the journal record is covered by a
-    /// successful `fdatasync` (DESIGN invariant 1); new snapshots then see the changes.
+    /// successful `fdatasync` (DESIGN invariant 1); new snapshots then see the changes. With
+    /// [`Durability::Eventual`] ([`WriteTransaction::set_durability`]) it returns once the
+    /// record is queued for the journal, visible but not yet durable; a later failure to write
+    /// it poisons the storage and names it in the cause.
     ///
     /// Errors: an I/O error writing or syncing the journal (the storage is then poisoned: every
     /// later write fails with [`Error::Poisoned`] until reopened); `ENOSPC` growing the data file
@@ -1335,7 +1357,9 @@ impl WriteTransaction {
             return Ok(());
         };
         let record = prepared.take_record();
-        let r = prepared.journal().commit(record);
+        let r = prepared
+            .journal()
+            .commit_with(record, prepared.durability());
         prepared.finish(r)
     }
 
@@ -1541,6 +1565,12 @@ impl PreparedCommit {
                 vec![crate::journal::record::Part::Zeros(1)],
             )
         })
+    }
+
+    /// The transaction's durability ([`WriteTransaction::set_durability`]): how the record is
+    /// to be handed to the journal ([`crate::journal::Journal::commit_with`]).
+    pub fn durability(&self) -> Durability {
+        self.txn.durability
     }
 
     /// The journal the record belongs in.
