@@ -126,7 +126,7 @@ fn omnibus_apply(dir: &Path, docs: &[Doc], put: bool) {
     let root = db.root();
     let idx: Vec<_> = INDEXES
         .iter()
-        .map(|n| db.storage(n).expect("storage"))
+        .map(|n| db.create_storage(n).expect("storage"))
         .collect();
     for chunk in docs.chunks(BATCH) {
         let mut w = root.begin_write().expect("begin");

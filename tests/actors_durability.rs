@@ -28,7 +28,7 @@ fn eventual_write_batches_are_answered_when_queued() {
             },
         )
         .unwrap();
-    let (root, a) = (db.root(), db.blocking_storage("a").unwrap());
+    let (root, a) = (db.root(), db.blocking_create_storage("a").unwrap());
     root.blocking_put("r0", "immediate").unwrap();
     let journal = || root.storage().stats().journal;
     let before = journal();

@@ -36,7 +36,7 @@ fn after_crash(dir: &Path, f: impl FnOnce(&Database, &Storage, &Storage)) -> (bo
     let path = dir.join("db");
     {
         let db = Database::open(&path, opts(Arc::new(pl.clone()))).unwrap();
-        let (root, a) = (db.root(), db.storage("a").unwrap());
+        let (root, a) = (db.root(), db.create_storage("a").unwrap());
         put(&root, "r0", Durability::Immediate);
         put(&a, "a0", Durability::Immediate);
         f(&db, &root, &a);

@@ -280,32 +280,49 @@ impl Journal {
         if self.file_size == 0 || self.poisoned().is_some() {
             return 0;
         }
-        let mut given = 0u64;
-        for p in std::iter::from_fn(|| self.pool.take()) {
-            let len = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
-            if self.env.remove_file(&p).is_ok() {
-                given += len;
-            }
-        }
-        let io = lock(&self.io);
-        if io.no == 0 {
-            return given;
-        }
-        let flushed = lock(&self.flushed);
-        let all_flushed = io.entries.get(&io.no).is_some_and(|per| {
-            per.iter()
-                .all(|(sid, max)| flushed.get(sid).is_some_and(|f| f >= max) || *max == 0)
-        });
-        if all_flushed {
-            let len = io.file.len().unwrap_or(0);
-            match io.file.set_len(0) {
-                Ok(()) => given += len,
-                Err(e) => {
-                    tracing::warn!(error = %e, "emptying the flushed journal file at close failed")
+        let pool: Vec<PathBuf> = std::iter::from_fn(|| self.pool.take()).collect();
+        let current = {
+            let io = lock(&self.io);
+            let flushed = lock(&self.flushed);
+            let all_flushed = io.no != 0
+                && io.entries.get(&io.no).is_some_and(|per| {
+                    per.iter()
+                        .all(|(sid, max)| flushed.get(sid).is_some_and(|f| f >= max) || *max == 0)
+                });
+            all_flushed.then(|| io.file.clone())
+        };
+        let env = self.env.clone();
+        let release = move || {
+            let mut given = 0u64;
+            for p in &pool {
+                let len = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+                if env.remove_file(p).is_ok() {
+                    given += len;
                 }
             }
+            if let Some(file) = current {
+                let len = file.len().unwrap_or(0);
+                match file.set_len(0) {
+                    Ok(()) => given += len,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "emptying the flushed journal file at close failed")
+                    }
+                }
+            }
+            given
+        };
+        // The last handle may be dropped on an executor (an actor's storage), which must never
+        // wait for the disk: the release then runs on a short-lived thread of its own.
+        if crate::env::executor_guard::on_executor() {
+            let spawned = std::thread::Builder::new()
+                .name("omnibus-journal-release".into())
+                .spawn(release);
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "releasing the journal's disk space at close skipped");
+            }
+            return 0;
         }
-        given
+        release()
     }
 
     /// A journal that refuses every commit (storages opened read-only).
