@@ -55,7 +55,7 @@ fn put(db: &Database, storage: &str, key: &str) -> omnibus::Result<()> {
     let s = if storage.is_empty() {
         db.root()
     } else {
-        db.storage(storage)?
+        db.create_storage(storage)?
     };
     let mut w = s.begin_write()?;
     w.put(key, b"v")?;
@@ -80,7 +80,7 @@ fn branch_on_another_file_system_or_mount_is_cross_device() {
     mounts.0.push(tmpfs.clone());
     std::fs::create_dir(tmpfs.join("far")).unwrap();
     std::os::unix::fs::symlink(tmpfs.join("far"), path.join("Indexes/far")).unwrap();
-    let e = db.storage("far").unwrap_err();
+    let e = db.create_storage("far").unwrap_err();
     assert!(matches!(&e, Error::CrossDevice { .. }), "{e:?}");
 
     // Another mount of the root's own file system: a bind mount (same device number).

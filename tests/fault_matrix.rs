@@ -107,7 +107,7 @@ fn workload(path: &Path, env: Arc<dyn StorageEnv>) -> Run {
         Err(e) => run.errors.push(("open 1".into(), e)),
         Ok(db) => {
             let root = db.root();
-            let branch = db.storage("b1");
+            let branch = db.create_storage("b1");
             if let Err(e) = &branch {
                 run.errors.push(("storage b1".into(), e.clone()));
             }
@@ -141,7 +141,7 @@ fn workload(path: &Path, env: Arc<dyn StorageEnv>) -> Run {
         Err(e) => run.errors.push(("open 2".into(), e)),
         Ok(db) => {
             let root = db.root();
-            let branch = db.storage("b1");
+            let branch = db.create_storage("b1");
             if let Err(e) = &branch {
                 run.errors.push(("storage b1 2".into(), e.clone()));
             }
