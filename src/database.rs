@@ -687,7 +687,9 @@ fn missing_names(
                 continue;
             }
             let bdir = root.join(INDEXES_DIR).join(name).join(JOURNALS_DIR);
-            if !env.exists(&bdir) || env.exists(&bdir.join(crate::journal::file_name(*no))) {
+            // A branch whose whole `Journals/` is gone gets it back with its links (read-only,
+            // its open fails instead: a storage without `Journals/` is no storage).
+            if env.exists(&bdir.join(crate::journal::file_name(*no))) {
                 continue;
             }
             out.push(Missing {
@@ -733,6 +735,13 @@ fn relink(env: &dyn StorageEnv, root: &Path, missing: &[Missing]) -> Result<()> 
             None => root.join(JOURNALS_DIR),
             Some(name) => root.join(INDEXES_DIR).join(name).join(JOURNALS_DIR),
         };
+        if !env.exists(&dir) {
+            // A branch's `Journals/` deleted: the branch would otherwise re-create it empty.
+            env.create_dir(&dir)?;
+            if let Some(parent) = dir.parent() {
+                env.sync_dir(parent)?;
+            }
+        }
         let target = dir.join(crate::journal::file_name(m.no));
         match &m.storage {
             None => tracing::warn!(link = %target.display(), from = %m.from.display(), "the root's name of a journal file holding unflushed root commits is missing: linking it back"),

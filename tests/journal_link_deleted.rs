@@ -110,3 +110,19 @@ fn a_branch_link_deleted_reads_through_the_roots_name() {
     let db = Database::open(&path, opts()).unwrap();
     assert_complete(&db, "read-write");
 }
+
+#[test]
+fn a_branch_whose_journals_directory_is_deleted_gets_its_links_back() {
+    // The branch's read-write open used to re-create `Journals/` empty: every unflushed entry
+    // gone without an error. Its link records name it, so the database links the file back.
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = database(dir.path());
+    std::fs::remove_dir_all(path.join("Indexes/idx/Journals")).unwrap();
+    {
+        // Read-only, a storage without `Journals/` does not open: reported, not empty.
+        let db = Database::open(&path, read_only()).unwrap();
+        assert_eq!(db.damaged().len(), 1, "{:?}", db.damaged());
+    }
+    let db = Database::open(&path, opts()).unwrap();
+    assert_complete(&db, "read-write");
+}
