@@ -1032,18 +1032,6 @@ pub(crate) fn missing_data_file_is_damage(
             "the data file is missing",
         )));
     }
-    if env.exists(&journals_dir) {
-        return Ok(Some(Error::corruption(
-            data_path,
-            None,
-            None,
-            format!(
-                "the data file is missing, but {} exists (a storage creates it only once its \
-                 data file is durable)",
-                journals_dir.display()
-            ),
-        )));
-    }
     let indexes = dir.join(INDEXES_DIR);
     if env.exists(&indexes) {
         for n in env.list_dir(&indexes)? {
@@ -1059,6 +1047,18 @@ pub(crate) fn missing_data_file_is_damage(
                 )));
             }
         }
+    }
+    if env.exists(&journals_dir) {
+        return Ok(Some(Error::corruption(
+            data_path,
+            None,
+            None,
+            format!(
+                "the data file is missing, but {} exists (a storage creates it only once its \
+                 data file is durable)",
+                journals_dir.display()
+            ),
+        )));
     }
     Ok(None)
 }
