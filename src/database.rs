@@ -702,14 +702,14 @@ fn missing_names(
     out
 }
 
+/// Journal files (number, another name of the file) each storage must read through, keyed by
+/// storage: `None` for the root, else the branch's name.
+type Borrowed = BTreeMap<Option<String>, Vec<(u64, PathBuf)>>;
+
 /// Read-only: the journal files each storage of the database at `root` (the root: `None`;
 /// branches `names`) must read through another name, its own being missing. Nothing is
 /// written. A root whose header cannot be read is not surveyed (its open reports why).
-fn borrowed_names(
-    env: &dyn StorageEnv,
-    root: &Path,
-    names: &[String],
-) -> Result<BTreeMap<Option<String>, Vec<(u64, PathBuf)>>> {
+fn borrowed_names(env: &dyn StorageEnv, root: &Path, names: &[String]) -> Result<Borrowed> {
     let data_path = root.join(DATA_FILE);
     let hdr = env
         .open(&data_path, OpenMode::ReadOnly)
@@ -719,7 +719,7 @@ fn borrowed_names(
         return Ok(BTreeMap::new());
     };
     let files = survey(env, root, hdr.storage_id, names)?;
-    let mut out: BTreeMap<Option<String>, Vec<(u64, PathBuf)>> = BTreeMap::new();
+    let mut out = Borrowed::new();
     for m in missing_names(env, root, &files, hdr.flushed_txn, names) {
         out.entry(m.storage).or_default().push((m.no, m.from));
     }
@@ -744,8 +744,12 @@ fn relink(env: &dyn StorageEnv, root: &Path, missing: &[Missing]) -> Result<()> 
         }
         let target = dir.join(crate::journal::file_name(m.no));
         match &m.storage {
-            None => tracing::warn!(link = %target.display(), from = %m.from.display(), "the root's name of a journal file holding unflushed root commits is missing: linking it back"),
-            Some(_) => tracing::info!(link = %target.display(), "re-creating a journal link from its link record"),
+            None => {
+                tracing::warn!(link = %target.display(), from = %m.from.display(), "the root's name of a journal file holding unflushed root commits is missing: linking it back")
+            }
+            Some(_) => {
+                tracing::info!(link = %target.display(), "re-creating a journal link from its link record")
+            }
         }
         env.link(&m.from, &target)?;
         if !synced.contains(&dir) {

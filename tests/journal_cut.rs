@@ -138,7 +138,10 @@ fn a_cut_shared_journal_file_from_the_pool_is_corruption() {
     assert!(at > 0 && at < len, "batch 20 at {at} of {len}");
     cut(&journal, at);
     for read_only in [true, false] {
-        let o = Options { read_only, ..o.clone() };
+        let o = Options {
+            read_only,
+            ..o.clone()
+        };
         match Database::open(&path, o) {
             Err(Error::Corruption(c)) => {
                 assert!(c.to_string().contains("cut short"), "{c}");

@@ -81,7 +81,10 @@ fn the_roots_link_deleted_is_repaired_from_a_branch_link() {
         let db = Database::open(&path, read_only()).unwrap();
         assert_complete(&db, "read-only");
     }
-    assert!(!path.join("Journals").join(&name).exists(), "a read-only open wrote");
+    assert!(
+        !path.join("Journals").join(&name).exists(),
+        "a read-only open wrote"
+    );
     // Read-write: the root's name is linked back before anything is flushed or released.
     {
         let db = Database::open(&path, opts()).unwrap();
