@@ -235,7 +235,11 @@ impl Database {
                 }
                 let (hdr, _) = read_header(&*data, &data_path)?;
                 drop(data);
-                relink(&*env, &path)?;
+                // Names of journal files lost while another name of the file holds records not
+                // flushed yet: linked back before anything is recovered, flushed or released.
+                let files = survey(&*env, &path, hdr.storage_id, &names)?;
+                let missing = missing_names(&*env, &path, &files, hdr.flushed_txn, &names);
+                relink(&*env, &path, &missing)?;
                 // Every link made in earlier sessions becomes durable now (DESIGN invariant 5).
                 let mut first_no = max_journal_no(&*env, &path.join(JOURNALS_DIR))?;
                 for n in &names {
@@ -263,7 +267,7 @@ impl Database {
                 )?;
                 let mut branches = BTreeMap::new();
                 for n in names {
-                    match open_branch(&opts, &path, &n, Some(&journal), dev) {
+                    match open_branch(&opts, &path, &n, Some(&journal), dev, Vec::new()) {
                         Ok(s) => {
                             branches.insert(n, s);
                         }
@@ -276,16 +280,24 @@ impl Database {
                 (root, Some(journal), branches)
             }
             _ => {
+                // Read-only, a shared journal's files may be reached through another name where
+                // a storage's own is missing (nothing is repaired: nothing is written).
+                let mut borrowed = match opts.journal_mode {
+                    JournalMode::Shared => borrowed_names(&*env, &path, &names)?,
+                    JournalMode::Separate => BTreeMap::new(),
+                };
                 let root = open_storage(
                     &path,
                     opts.clone(),
                     Binding::Own {
                         lock: Some(lock_file),
+                        borrowed: borrowed.remove(&None).unwrap_or_default(),
                     },
                 )?;
                 let mut branches = BTreeMap::new();
                 for n in names {
-                    match open_branch(&opts, &path, &n, None, dev) {
+                    let b = borrowed.remove(&Some(n.clone())).unwrap_or_default();
+                    match open_branch(&opts, &path, &n, None, dev, b) {
                         Ok(s) => {
                             branches.insert(n, s);
                         }
@@ -392,6 +404,7 @@ impl Database {
             name,
             self.inner.journal.as_ref(),
             self.inner.dev,
+            Vec::new(),
         )?;
         map.insert(name.to_string(), s.clone());
         Ok(s)
@@ -596,12 +609,15 @@ fn is_damage(e: &Error) -> bool {
     )
 }
 
+/// Opens branch `name` of the database at `root`: bound to the shared `journal`, else to its
+/// own (separate mode, read-only), reading `borrowed` journal files its `Journals/` lacks.
 fn open_branch(
     opts: &Options,
     root: &Path,
     name: &str,
     journal: Option<&Arc<Journal>>,
     dev: u64,
+    borrowed: Vec<(u64, PathBuf)>,
 ) -> Result<Storage> {
     let dir = root.join(INDEXES_DIR).join(name);
     if journal.is_some() {
@@ -617,7 +633,10 @@ fn open_branch(
             rel: format!("{INDEXES_DIR}/{name}"),
             lock: None,
         },
-        None => Binding::Own { lock: None },
+        None => Binding::Own {
+            lock: None,
+            borrowed,
+        },
     };
     let s = open_storage(&dir, opts.clone(), binding)?;
     if journal.is_some() {
@@ -650,8 +669,12 @@ fn same_mount(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// Branch directory names under `Indexes/`; removes leftovers of dropped storages (unless
-/// `read_only`: a read-only open writes nothing, and skips them).
+/// Branch directory names under `Indexes/`: those with a data file or a `Journals/` directory
+/// (creation makes the data file durable before it creates `Journals/`, so a branch with
+/// `Journals/` and no data file lost it: its open reports the damage). A directory with
+/// neither is what a creation that crashed before its data file was durable leaves; it is no
+/// storage yet, and [`Database::storage`] finishes creating it. Removes leftovers of dropped
+/// storages (unless `read_only`: a read-only open writes nothing, and skips them).
 fn branch_names(env: &dyn StorageEnv, indexes: &Path, read_only: bool) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for n in env.list_dir(indexes)? {
@@ -664,7 +687,10 @@ fn branch_names(env: &dyn StorageEnv, indexes: &Path, read_only: bool) -> Result
             }
             continue;
         }
-        if validate_storage_name(&n).is_ok() && env.exists(&indexes.join(&n).join(DATA_FILE)) {
+        let dir = indexes.join(&n);
+        if validate_storage_name(&n).is_ok()
+            && (env.exists(&dir.join(DATA_FILE)) || env.exists(&dir.join(JOURNALS_DIR)))
+        {
             out.push(n);
         }
     }
@@ -682,41 +708,193 @@ fn max_journal_no(env: &dyn StorageEnv, dir: &Path) -> Result<u64> {
         .unwrap_or(0))
 }
 
-/// Re-creates every branch link that a link record in the root's journal files names and that
-/// is missing (DESIGN invariant 7), then syncs the directories it linked into.
-fn relink(env: &dyn StorageEnv, root: &Path) -> Result<()> {
-    let dir = root.join(JOURNALS_DIR);
-    if !env.exists(&dir) {
-        return Ok(());
-    }
-    for (no, file) in recovery::list(env, &dir)? {
-        let mut wanted: Vec<String> = Vec::new();
-        recovery::scan(env, &file, no, &[], |h, body, _| {
-            if h.kind == RecordKind::Link {
-                if let Some(rel) = body.get(8..).and_then(|b| std::str::from_utf8(b).ok()) {
-                    wanted.push(rel.to_string());
-                }
+/// A journal file of the database, as [`survey`] found it.
+struct Surveyed {
+    /// A name of the file: the root's when it has one, else a branch's link.
+    path: PathBuf,
+    /// The root's `Journals/` holds it.
+    in_root: bool,
+    /// The storage directories its link records name, relative to the root
+    /// (`Indexes/<name>`).
+    linked: Vec<String>,
+    /// The highest txn id of the root's commit records in it (0: none).
+    root_max: u64,
+}
+
+/// Reads the database's journal files for the repairs at open: every file in the root's
+/// `Journals/` (its link records name the branches hard-linked to it), and every file in a
+/// branch's `Journals/` (of `names`) that the root's lacks (whether it holds commits of the
+/// root, `root_id`). Keyed by journal number: in a shared journal one number is one file.
+///
+/// Errors: I/O errors listing or reading; [`Error::Corruption`] of a file the root holds (its
+/// recovery would fail the same way). A damaged file only a branch holds is surveyed up to the
+/// damage: that branch's own open reports it.
+fn survey(
+    env: &dyn StorageEnv,
+    root: &Path,
+    root_id: u64,
+    names: &[String],
+) -> Result<BTreeMap<u64, Surveyed>> {
+    let mut out: BTreeMap<u64, Surveyed> = BTreeMap::new();
+    let dirs = std::iter::once(root.join(JOURNALS_DIR)).chain(
+        names
+            .iter()
+            .map(|n| root.join(INDEXES_DIR).join(n).join(JOURNALS_DIR)),
+    );
+    for (i, dir) in dirs.enumerate() {
+        let in_root = i == 0;
+        if !env.exists(&dir) {
+            continue;
+        }
+        for (no, file) in recovery::list(env, &dir)? {
+            if out.contains_key(&no) {
+                continue;
             }
-            Ok(())
-        })?;
-        wanted.sort();
-        wanted.dedup();
-        for rel in wanted {
+            let mut s = Surveyed {
+                path: file.clone(),
+                in_root,
+                linked: Vec::new(),
+                root_max: 0,
+            };
+            let r = recovery::scan(env, &file, no, &[], |h, body, _| {
+                match h.kind {
+                    RecordKind::Link => {
+                        if let Some(rel) = body.get(8..).and_then(|b| std::str::from_utf8(b).ok()) {
+                            s.linked.push(rel.to_string());
+                        }
+                    }
+                    RecordKind::Commit if h.storage_id == root_id => {
+                        s.root_max = s.root_max.max(h.txn_id);
+                    }
+                    _ => {}
+                }
+                Ok(())
+            });
+            match r {
+                Ok(_) => {}
+                Err(Error::Corruption(_)) if !in_root => {}
+                Err(e) => return Err(e),
+            }
+            s.linked.sort();
+            s.linked.dedup();
+            out.insert(no, s);
+        }
+    }
+    Ok(out)
+}
+
+/// A name of a journal file that a storage's `Journals/` lacks although the file holds its
+/// records (DESIGN invariant 7): re-created by a read-write open, read through by a read-only
+/// one.
+struct Missing {
+    /// The journal number.
+    no: u64,
+    /// An existing name of the file.
+    from: PathBuf,
+    /// The storage: `None` for the root, else the branch's name.
+    storage: Option<String>,
+}
+
+/// The names the surveyed `files` show missing: a branch link that a link record names (the
+/// branch had a record in the file; its link stood in for a directory fsync), and the root's
+/// name of a file that holds root commits above the root's `flushed` txn (the root's name of a
+/// shared journal file is removed only once the root flushed every record it has in it, so
+/// such a file lost its name to damage: a deleted file, not a crash).
+fn missing_names(
+    env: &dyn StorageEnv,
+    root: &Path,
+    files: &BTreeMap<u64, Surveyed>,
+    flushed: u64,
+    names: &[String],
+) -> Vec<Missing> {
+    let mut out = Vec::new();
+    for (no, f) in files {
+        if !f.in_root && f.root_max > flushed {
+            out.push(Missing {
+                no: *no,
+                from: f.path.clone(),
+                storage: None,
+            });
+        }
+        for rel in &f.linked {
             let Some(name) = rel.strip_prefix(&format!("{INDEXES_DIR}/")) else {
                 continue;
             };
-            if validate_storage_name(name).is_err() {
+            if !names.iter().any(|n| n == name) {
                 continue;
             }
             let bdir = root.join(INDEXES_DIR).join(name).join(JOURNALS_DIR);
-            let target = bdir.join(crate::journal::file_name(no));
-            if !env.exists(&bdir) || env.exists(&target) {
+            // A branch whose whole `Journals/` is gone gets it back with its links (read-only,
+            // its open fails instead: a storage without `Journals/` is no storage).
+            if env.exists(&bdir.join(crate::journal::file_name(*no))) {
                 continue;
             }
-            tracing::info!(link = %target.display(), "re-creating a journal link from its link record");
-            env.link(&file, &target)?;
-            env.sync_dir(&bdir)?;
+            out.push(Missing {
+                no: *no,
+                from: f.path.clone(),
+                storage: Some(name.to_string()),
+            });
         }
+    }
+    out
+}
+
+/// Journal files (number, another name of the file) each storage must read through, keyed by
+/// storage: `None` for the root, else the branch's name.
+type Borrowed = BTreeMap<Option<String>, Vec<(u64, PathBuf)>>;
+
+/// Read-only: the journal files each storage of the database at `root` (the root: `None`;
+/// branches `names`) must read through another name, its own being missing. Nothing is
+/// written. A root whose header cannot be read is not surveyed (its open reports why).
+fn borrowed_names(env: &dyn StorageEnv, root: &Path, names: &[String]) -> Result<Borrowed> {
+    let data_path = root.join(DATA_FILE);
+    let hdr = env
+        .open(&data_path, OpenMode::ReadOnly)
+        .map_err(Error::from)
+        .and_then(|d| read_header(&*d, &data_path));
+    let Ok((hdr, _)) = hdr else {
+        return Ok(BTreeMap::new());
+    };
+    let files = survey(env, root, hdr.storage_id, names)?;
+    let mut out = Borrowed::new();
+    for m in missing_names(env, root, &files, hdr.flushed_txn, names) {
+        out.entry(m.storage).or_default().push((m.no, m.from));
+    }
+    Ok(out)
+}
+
+/// Read-write: re-creates every `missing` name as a hard link to the same file (DESIGN
+/// invariant 7), then syncs each directory it linked into, before any storage recovers.
+fn relink(env: &dyn StorageEnv, root: &Path, missing: &[Missing]) -> Result<()> {
+    let mut synced: Vec<PathBuf> = Vec::new();
+    for m in missing {
+        let dir = match &m.storage {
+            None => root.join(JOURNALS_DIR),
+            Some(name) => root.join(INDEXES_DIR).join(name).join(JOURNALS_DIR),
+        };
+        if !env.exists(&dir) {
+            // A branch's `Journals/` deleted: the branch would otherwise re-create it empty.
+            env.create_dir(&dir)?;
+            if let Some(parent) = dir.parent() {
+                env.sync_dir(parent)?;
+            }
+        }
+        let target = dir.join(crate::journal::file_name(m.no));
+        match &m.storage {
+            None => {
+                tracing::warn!(link = %target.display(), from = %m.from.display(), "the root's name of a journal file holding unflushed root commits is missing: linking it back")
+            }
+            Some(_) => {
+                tracing::info!(link = %target.display(), "re-creating a journal link from its link record")
+            }
+        }
+        env.link(&m.from, &target)?;
+        if !synced.contains(&dir) {
+            synced.push(dir);
+        }
+    }
+    for dir in synced {
+        env.sync_dir(&dir)?;
     }
     Ok(())
 }

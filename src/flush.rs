@@ -153,7 +153,14 @@ impl Storage {
     /// header pages are damaged or the journal's txn ids are not contiguous;
     /// [`Error::InvalidOptions`]; I/O errors with the operation and path.
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Storage> {
-        open_storage(path.as_ref(), opts, Binding::Own { lock: None })
+        open_storage(
+            path.as_ref(),
+            opts,
+            Binding::Own {
+                lock: None,
+                borrowed: Vec::new(),
+            },
+        )
     }
 }
 

@@ -49,9 +49,15 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Which journal a storage's commits go to.
 pub(crate) enum Binding {
-    /// Its own journal in its own `Journals/` (a standalone storage, or separate-journals mode).
-    /// `lock` is its LOCK when the caller (a database, for its root) already holds it.
-    Own { lock: Option<Lock> },
+    /// Its own journal in its own `Journals/` (a standalone storage, separate-journals mode, or
+    /// any storage of a read-only database). `lock` is its LOCK when the caller (a database, for
+    /// its root) already holds it. `borrowed`: journal files (number, path) that its
+    /// `Journals/` lacks although they hold its records, read through another name of the same
+    /// file (a read-only database open, which repairs nothing: docs/design.md 6.1).
+    Own {
+        lock: Option<Lock>,
+        borrowed: Vec<(u64, PathBuf)>,
+    },
     /// A database's shared journal. `rel` is the storage's path relative to the root (empty for
     /// the root); `lock` is the root's LOCK, already held by the database.
     Shared {
@@ -624,9 +630,9 @@ impl Inner {
             created_dir = true;
         }
         // The lock first: nothing is read or written before it is held.
-        let (binding, held) = match binding {
-            Binding::Shared { journal, rel, lock } => (Some((journal, rel)), lock),
-            Binding::Own { lock } => (None, lock),
+        let (binding, held, borrowed) = match binding {
+            Binding::Shared { journal, rel, lock } => (Some((journal, rel)), lock, Vec::new()),
+            Binding::Own { lock, borrowed } => (None, lock, borrowed),
         };
         let lock_file = match held {
             Some(f) => f,
@@ -735,7 +741,7 @@ impl Inner {
             dirty_since: None,
             mapping,
         };
-        let files = recover(&*env, &journals_dir, hdr.storage_id, &mut state)?;
+        let files = recover(&*env, &journals_dir, &borrowed, hdr.storage_id, &mut state)?;
         let max_no = files.keys().next_back().copied().unwrap_or(0);
         let replayed = state.txn_id > hdr.flushed_txn;
         if replayed {
@@ -1209,7 +1215,8 @@ pub(crate) fn unfinished_creation(
 }
 
 /// Writes the two header pages of a new storage (random storage id, empty tree), syncs the
-/// data file, creates `Journals/`, and syncs the directory (and its parent when `created_dir`).
+/// data file and the directory (the data file's name), creates `Journals/`, and syncs the
+/// directory again (and its parent when `created_dir`).
 pub(crate) fn init_files(
     env: &dyn StorageEnv,
     path: &Path,
@@ -1230,6 +1237,10 @@ pub(crate) fn init_files(
     data.write_all_at(&p0, 0)?;
     data.write_all_at(&p1, PAGE_SIZE as u64)?;
     data.sync_data()?;
+    // The data file's name is durable before `Journals/` exists: a storage directory with
+    // `Journals/` and no data file lost it (`missing_data_file_is_damage`), while one without
+    // `Journals/` is an unfinished creation.
+    env.sync_dir(path)?;
     let journals_dir = path.join(JOURNALS_DIR);
     env.create_dir(&journals_dir)?;
     env.sync_dir(&journals_dir)?;
@@ -1261,8 +1272,10 @@ pub(crate) fn damaged_data_file(data_path: &Path, journals_dir: &Path, what: &st
 }
 
 /// With no data file in `dir`: `Some(Error::Corruption)` when the directory shows that the
-/// storage existed: journal files in its `Journals/`, or (a database root) branch storages
-/// with data files under `Indexes/` (branches are created only after the root).
+/// storage existed: journal files in its `Journals/`, a `Journals/` directory at all (creation
+/// makes the data file and its name durable before it creates `Journals/`, see [`init_files`]),
+/// or (a database root) branch storages with data files under `Indexes/` (branches are created
+/// only after the root).
 pub(crate) fn missing_data_file_is_damage(
     env: &dyn StorageEnv,
     dir: &Path,
@@ -1291,6 +1304,18 @@ pub(crate) fn missing_data_file_is_damage(
                 )));
             }
         }
+    }
+    if env.exists(&journals_dir) {
+        return Ok(Some(Error::corruption(
+            data_path,
+            None,
+            None,
+            format!(
+                "the data file is missing, but {} exists (a storage creates it only once its \
+                 data file is durable)",
+                journals_dir.display()
+            ),
+        )));
     }
     Ok(None)
 }
@@ -1462,16 +1487,26 @@ fn build_allocator(s: &State) -> Result<Allocator> {
 }
 
 /// Replays the commit records of `storage_id` after `state.flushed_txn` into the scratch table
-/// (DESIGN invariant 7) and returns, per journal file, the highest txn id of each storage.
+/// (DESIGN invariant 7) and returns, per journal file, the highest txn id of each storage. The
+/// files are those of `dir` and, where `dir` lacks their number, `borrowed` ones.
 fn recover(
     env: &dyn StorageEnv,
     dir: &Path,
+    borrowed: &[(u64, PathBuf)],
     storage_id: u64,
     state: &mut State,
 ) -> Result<BTreeMap<u64, HashMap<u64, u64>>> {
     let mut files = BTreeMap::new();
     let data_path = state.path().to_path_buf();
-    for (no, path) in recovery::list(env, dir)? {
+    let mut list = recovery::list(env, dir)?;
+    for (no, path) in borrowed {
+        if !list.iter().any(|(n, _)| n == no) {
+            tracing::info!(file = %path.display(), storage = %dir.display(), "reading a journal file through another name: the storage's own is missing");
+            list.push((*no, path.clone()));
+        }
+    }
+    list.sort();
+    for (no, path) in list {
         let mut per: HashMap<u64, u64> = HashMap::new();
         let known = [(storage_id, state.txn_id)];
         recovery::scan(env, &path, no, &known, |h, body, offset| {

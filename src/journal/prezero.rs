@@ -189,7 +189,7 @@ pub(super) struct ZeroState {
     /// Bytes `[0, zeroed_end)` of the current file are records or zeros and allocated; the
     /// writer writes only below it. The background publishes a chunk only after its
     /// `fdatasync`; the writer's inline fallback zeros are synced by that batch's `fdatasync`.
-    zeroed_end: u64,
+    pub(super) zeroed_end: u64,
     /// `[from, to)` claimed for zeroing (by the background, or by the writer's inline
     /// fallback); `from` is `zeroed_end`, so it never overlaps what the writer writes.
     busy: Option<(u64, u64)>,

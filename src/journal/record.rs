@@ -26,7 +26,12 @@
 //! so recovery finds it intact in the scratch table it is rebuilding or in the data file, and a
 //! torn flush of the new page is repaired from base + diff. Recovery rebuilds each page and
 //! checks its own checksum, which also catches a wrong base.
-//! Padding body (kind 2): zeros, written so that a batch ends on a 4 KiB boundary.
+//! Padding body (kind 2): zeros, written so that a batch ends on a 4 KiB boundary. A padding
+//! record's `txn id` field holds the file's *durable length* when its batch was written: every
+//! byte below it was a record or a zero, written and synced (the zeroed end of a pre-zeroed
+//! file); 0 when unknown (files written before this field, or without pre-zeroing). No power
+//! loss makes a file shorter than that, so recovery takes a file shorter than a length recorded
+//! in it for a file that was cut (see `recovery`).
 //! Link body (kind 3): storage id u64 | UTF-8 path of the storage directory relative to the root.
 
 use crate::page::{rd_u32, rd_u64, wr_u32, wr_u64, PAGE_SIZE};
@@ -61,7 +66,8 @@ pub struct RecordHeader {
     pub journal_no: u64,
     /// The storage the record belongs to.
     pub storage_id: u64,
-    /// The storage's transaction id (0 for padding and links).
+    /// The storage's transaction id (0 for links); for padding, the durable length of the file
+    /// when the batch was written (see [`RecordHeader::durable_len`]).
     pub txn_id: u64,
     /// Body bytes.
     pub body_len: u64,
@@ -84,6 +90,16 @@ impl RecordHeader {
         let c = crc32fast::hash(&b[..44]);
         wr_u32(&mut b, 44, c);
         b
+    }
+
+    /// For a padding record: the bytes of its file that were durable (records or zeros,
+    /// written and synced) when its batch was written, so that no power loss can have made the
+    /// file shorter; 0 when unknown (another kind, or a file written before this field).
+    pub fn durable_len(&self) -> u64 {
+        match self.kind {
+            RecordKind::Padding => self.txn_id,
+            _ => 0,
+        }
     }
 
     /// Decodes and checks a header; `None` means "end of journal" (zeros, torn or foreign).
@@ -670,8 +686,10 @@ pub fn decode_commit(body: &[u8]) -> Option<DecodedCommit<'_>> {
 }
 
 /// A padding record that, written at `pos`, ends exactly on the next 4 KiB boundary (or the
-/// one after when the gap is too small for a header and one byte).
-pub fn padding_for(pos: u64) -> Option<OutRecord> {
+/// one after when the gap is too small for a header and one byte), recording `durable`, the
+/// file's durable length before its batch (bytes; see [`RecordHeader::durable_len`]). `None`
+/// when `pos` is on a boundary already.
+pub fn padding_for(pos: u64, durable: u64) -> Option<OutRecord> {
     let rem = pos % BATCH_ALIGN;
     if rem == 0 {
         return None;
@@ -685,7 +703,7 @@ pub fn padding_for(pos: u64) -> Option<OutRecord> {
     Some(OutRecord::new(
         RecordKind::Padding,
         0,
-        0,
+        durable,
         vec![Part::Zeros(body)],
     ))
 }
@@ -961,9 +979,11 @@ mod tests {
     #[test]
     fn padding_reaches_boundary() {
         for pos in [1u64, 100, 4000, 4048, 4095, 8191] {
-            let p = padding_for(pos).unwrap();
+            let p = padding_for(pos, 1 << 20).unwrap();
             assert_eq!((pos + p.total_len()) % BATCH_ALIGN, 0, "pos {pos}");
+            let h = RecordHeader::decode(&p.header(7)).unwrap();
+            assert_eq!(h.durable_len(), 1 << 20);
         }
-        assert!(padding_for(8192).is_none());
+        assert!(padding_for(8192, 0).is_none());
     }
 }

@@ -15,6 +15,15 @@
 //! the damaged record's header is intact, a valid record after the padding that ends its batch
 //! is such proof too (it starts a later batch), and the search also covers the 4 MiB after the
 //! record's claimed end.
+//!
+//! A file *cut short* (truncated, or copied short) is corruption too: each batch's padding
+//! record holds the file's durable length when the batch was written (its synced, pre-zeroed
+//! end), and a power loss never makes a file shorter than what was synced; so a file shorter
+//! than a length recorded in it was cut, and the batches after the cut are lost. The check
+//! needs one whole batch before the cut (with padding), and finds a cut below the zeroed end
+//! that batch saw: any cut of a whole pre-zeroed file (a database's pool files,
+//! [`crate::Prezero::WholeFile`]), a cut within the window zeroed ahead with
+//! [`crate::Prezero::Ahead`]; nothing with [`crate::Prezero::Off`] (each batch grows the file).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -63,17 +72,37 @@ pub fn scan(
     let mut records = 0u64;
     // Last good txn id of each storage, for the damage check after the stop.
     let mut last: HashMap<u64, u64> = known.iter().copied().collect();
+    // The longest durable length a batch recorded, and where that batch's padding is.
+    let mut durable = (0u64, 0u64);
     let pos = read_records(&*file, len, no, 0, |h, body, at| {
         records += 1;
         if h.kind == RecordKind::Commit {
             let t = last.entry(h.storage_id).or_insert(0);
             *t = (*t).max(h.txn_id);
         }
+        if h.durable_len() > durable.0 {
+            durable = (h.durable_len(), at);
+        }
         if h.kind != RecordKind::Padding {
             f(h, body, at)?;
         }
         Ok(())
     })?;
+    if len < durable.0 {
+        // A power loss never shortens what was synced: the file was cut (truncated, or copied
+        // short), and whatever batches were after the cut are lost.
+        return Err(Error::corruption(
+            path,
+            None,
+            Some(len),
+            format!(
+                "the journal file was cut short: it is {len} bytes, but the batch whose padding \
+                 is at offset {} was written when {} bytes of it were durable; records after \
+                 offset {pos} may be lost",
+                durable.1, durable.0
+            ),
+        ));
+    }
     let mut hbuf = [0u8; RECORD_HEADER_LEN];
     if pos + RECORD_HEADER_LEN as u64 <= len && file.read_exact_at(&mut hbuf, pos).is_ok() {
         // Zeros are the normal end of a pre-zeroed file: look only a little way past them (a

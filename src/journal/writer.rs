@@ -638,7 +638,13 @@ impl Journal {
             .chain(batch.iter().map(|w| &w.record))
             .collect();
         let body: u64 = records.iter().map(|r| r.total_len()).sum();
-        let pad = padding_for(io.pos + body);
+        // The file's durable length before this batch, recorded in its padding: every byte
+        // below the zeroed end is a record or a zero that is synced (published by the background
+        // after its sync, or written by an earlier batch whose sync succeeded: a failed one
+        // poisons). No power loss can make the file shorter, so recovery takes a file shorter
+        // than this for a file that was cut (`recovery::scan`).
+        let durable = lock(&self.zero.state).zeroed_end;
+        let pad = padding_for(io.pos + body, durable);
         let len = body + pad.as_ref().map_or(0, |p| p.total_len());
         debug_assert_eq!((io.pos + len) % BATCH_ALIGN, 0);
         let end = io.pos + len;
