@@ -29,7 +29,9 @@ fn torn_data_pages_are_repaired_from_the_journal() {
         w.commit().unwrap();
         s.flush().unwrap();
     }
-    let before = std::fs::read(&data).unwrap();
+    // The closing flush cuts the data file's free tail, so the next session's pages may lie
+    // past its old end: those read as zeros before (a hole), which is what a tear restores.
+    let mut before = std::fs::read(&data).unwrap();
     {
         let env = Arc::new(HookedEnv::new(Arc::new(DefaultEnv::new())));
         let s = Storage::open(
@@ -52,6 +54,7 @@ fn torn_data_pages_are_repaired_from_the_journal() {
     // Tear every page that the failed flush changed: keep the new first half, restore the old
     // second half (a power loss between the two 4 KiB sectors of each page).
     let mut after = std::fs::read(&data).unwrap();
+    before.resize(before.len().max(after.len()), 0);
     let mut torn = 0;
     for p in 2..(after.len() / 8192).min(before.len() / 8192) {
         let (a, b) = (p * 8192, p * 8192 + 4096);
