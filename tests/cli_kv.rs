@@ -49,7 +49,7 @@ fn put_get_delete_scan_with_escapes() {
         .collect();
     assert_eq!(lines.len(), 3);
     // Not UTF-8: hex, and a field saying so.
-    assert_eq!(lines[0]["key"], "00ff");
+    assert_eq!(lines[0]["key"], "62696e00ff");
     assert_eq!(lines[0]["key_encoding"], "hex");
 
     assert_eq!(ok(&["delete", db, "plain"]), "deleted\n");
