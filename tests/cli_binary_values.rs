@@ -89,5 +89,8 @@ fn binary_values_round_trip_through_pipes_and_json() {
         }
     }
     let j: Value = serde_json::from_str(&ok(&["get", db, "file", "--json"])).unwrap();
-    assert_eq!((j["value"].as_str(), j["value_encoding"].as_str()), (Some(hex.as_str()), Some("hex")));
+    assert_eq!(
+        (j["value"].as_str(), j["value_encoding"].as_str()),
+        (Some(hex.as_str()), Some("hex"))
+    );
 }

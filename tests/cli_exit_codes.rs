@@ -41,7 +41,10 @@ fn missing_key_cores_and_storage_help() {
     ]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains(&format!("--cores {too_many}")) && err.contains("CPUs"), "{err}");
+    assert!(
+        err.contains(&format!("--cores {too_many}")) && err.contains("CPUs"),
+        "{err}"
+    );
     assert!(!db2.exists(), "a usage error creates nothing");
 
     for cmd in ["get", "put", "delete", "scan"] {

@@ -20,7 +20,15 @@ fn sigint_stops_the_ingest_with_indexes_current_and_a_summary() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_omnibus"))
         .args(["--log-level", "debug", "ingest"])
         .arg(&db)
-        .args(["--input", "-", "--id-field", "id", "--index", "tag", "--json"])
+        .args([
+            "--input",
+            "-",
+            "--id-field",
+            "id",
+            "--index",
+            "tag",
+            "--json",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -50,7 +58,12 @@ fn sigint_stops_the_ingest_with_indexes_current_and_a_summary() {
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
     stderr.read_to_string(&mut log).unwrap();
     let mut out = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
     let status = child.wait().unwrap();
     drop(stdin);
     assert_eq!(status.code(), Some(130), "{log}");
@@ -58,7 +71,10 @@ fn sigint_stops_the_ingest_with_indexes_current_and_a_summary() {
     let s: Value = serde_json::from_str(out.trim()).expect("a JSON summary");
     let docs = s["documents"].as_u64().unwrap();
     assert!(docs > 0, "{s}");
-    assert!(s["stopped"].as_str().unwrap().contains("interrupted"), "{s}");
+    assert!(
+        s["stopped"].as_str().unwrap().contains("interrupted"),
+        "{s}"
+    );
     assert_eq!(s["root_entries"], docs, "{s}");
     // The index caught up with every document stored before the summary.
     assert_eq!(s["indexes"][0]["entries"], docs, "{s}");

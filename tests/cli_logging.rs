@@ -30,11 +30,18 @@ fn log_level_and_rust_log_choose_what_stderr_shows() {
     assert_eq!(put(db, "a", None, None), "", "the default is quiet");
     let debug = put(db, "b", Some("debug"), None);
     assert!(debug.contains("commit{txn="), "{debug}");
-    assert!(debug.contains("journal batch") && debug.contains("sync_us="), "{debug}");
+    assert!(
+        debug.contains("journal batch") && debug.contains("sync_us="),
+        "{debug}"
+    );
     assert!(debug.contains("open storage{path="), "{debug}");
     // INFO is quiet for a plain put (no recovery, no index catch-up).
     assert_eq!(put(db, "c", Some("info"), None), "");
     let env = put(db, "d", None, Some("omnibus=debug"));
     assert!(env.contains("journal batch"), "{env}");
-    assert_eq!(put(db, "e", Some("warn"), Some("debug")), "", "--log-level wins");
+    assert_eq!(
+        put(db, "e", Some("warn"), Some("debug")),
+        "",
+        "--log-level wins"
+    );
 }

@@ -65,5 +65,9 @@ fn stat_and_check_read_a_plain_storage_without_changing_it() {
     let j: Value = serde_json::from_str(&ok(&["check", p, "--json"])).unwrap();
     assert_eq!(j["ok"], true);
 
-    assert_eq!(snapshot(&path), before, "stat and check changed the storage's directory");
+    assert_eq!(
+        snapshot(&path),
+        before,
+        "stat and check changed the storage's directory"
+    );
 }

@@ -358,6 +358,12 @@ async fn dispatch(
             if INTERRUPTED.load(Ordering::Acquire) {
                 break None;
             }
+            // An item ready now costs no timer.
+            match items.try_recv() {
+                Ok(it) => break Some(Some(it)),
+                Err(mpsc::error::TryRecvError::Disconnected) => break Some(None),
+                Err(mpsc::error::TryRecvError::Empty) => {}
+            }
             if let Ok(got) = tokio::time::timeout(INTERRUPT_POLL, items.recv()).await {
                 break Some(got);
             }
