@@ -293,8 +293,8 @@ pub fn scan(a: ScanArgs) -> CliResult {
     let mut o = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     let mut n = 0u64;
     let mut emit = |k: &[u8], v: &[u8]| -> CliResult<bool> {
-        // Regression (fresh-user trial): --json printed the text escapes (`\\xff`) inside
-        // JSON strings, so a consumer could not tell them from the bytes `\`, `x`, `f`, `f`.
+        // Regression (fresh-user trial): --json printed the text escapes (`\xff`) inside
+        // JSON strings, so a consumer could not tell them from the four characters themselves.
         let line = if a.json {
             json_entry(k, v)
         } else {
