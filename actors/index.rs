@@ -814,7 +814,19 @@ pub(crate) async fn run(mut a: IndexActor) {
     };
     let root_txn = snapshot.txn_id();
     let result = if a.def.rebuild || a.applied != Some(root_txn) {
-        reconcile(&a, snapshot).await
+        // INFO: a catch-up (build or reconcile) happens at definition, not in steady state.
+        let span = tracing::info_span!("index catch-up", index = %a.shared.name, applied = ?a.applied, to = root_txn);
+        let t = Instant::now();
+        let r = tracing::Instrument::instrument(reconcile(&a, snapshot), span.clone()).await;
+        if let Ok(true) = r {
+            span.in_scope(|| {
+                tracing::info!(
+                    ms = t.elapsed().as_millis() as u64,
+                    "index caught up with the documents"
+                )
+            });
+        }
+        r
     } else {
         drop(snapshot);
         Ok(true)
@@ -931,6 +943,13 @@ async fn follow(a: &IndexActor, mut applied: u64) -> std::result::Result<bool, I
                     .map_err(storage_failure)?;
                 durable = last_txn;
             }
+            tracing::debug!(
+                index = %shared.name,
+                commits = commits.len(),
+                to = last_txn,
+                wrote,
+                "index batch"
+            );
             applied = last_txn;
             shared.batch_applied(applied, &commits, skipped, wrote);
         }

@@ -147,6 +147,8 @@ impl Database {
         let lock_path = path.as_ref().join(crate::storage::LOCK_FILE);
         let lock_existed = lock_path.exists();
         let read_only = opts.read_only;
+        // INFO: opening and recovering (the root, then every branch) is not steady state.
+        let _span = tracing::info_span!("open database", path = %path.as_ref().display()).entered();
         let r = Database::open_inner(path.as_ref(), opts);
         if matches!(r, Err(Error::NotAStorage { .. })) && !lock_existed && !read_only {
             // Leave a directory that is not a database as it was.

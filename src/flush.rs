@@ -190,6 +190,9 @@ fn opened(inner: &Arc<Inner>) -> Result<()> {
 /// Flushes `inner` up to the oldest live snapshot. See the module doc.
 pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
     let mut fs = lock(&inner.flush_state);
+    // Timed only when a subscriber wants the flush event (DEBUG: a flush runs every few
+    // seconds in steady state).
+    let timed = tracing::enabled!(tracing::Level::DEBUG).then(std::time::Instant::now);
     if let Some(cause) = inner.poisoned() {
         return Err(Error::Poisoned { cause });
     }
@@ -269,6 +272,17 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
         inner
             .pages_flushed
             .fetch_add(out.pages_written, Ordering::Relaxed);
+        if let Some(t) = timed {
+            tracing::debug!(
+                path = %inner.data_path.display(),
+                txn = target.txn_id,
+                pages = out.pages_written,
+                bytes = out.pages_written * PAGE_SIZE as u64,
+                write_mode = if out.pages_written > 0 { inner.write_mode().0.name() } else { "none" },
+                us = t.elapsed().as_micros() as u64,
+                "flush"
+            );
+        }
     }
     if fs.punching && target.txn_id <= inner.current.load().flushed_txn {
         out.runs_punched = punch(inner, &mut fs, &target)?;
@@ -489,6 +503,9 @@ fn punch(inner: &Inner, fs: &mut crate::storage::FlushState, target: &State) -> 
         }
     }
     inner.holes_punched.fetch_add(n, Ordering::Relaxed);
+    if n > 0 {
+        tracing::debug!(path = %inner.data_path.display(), runs = n, bytes = n * RUN_PAGES * PAGE_SIZE as u64, "punched free runs");
+    }
     Ok(n)
 }
 

@@ -596,10 +596,23 @@ impl Inner {
         // Built once per process, here rather than inside the first commit.
         crate::page::init_seal_tables();
         let read_only = opts.read_only;
+        // INFO: an open (and its recovery, whose events nest in this span) is not steady state.
+        let _span = tracing::info_span!("open storage", path = %path.display()).entered();
+        let timed = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);
         let r = Inner::open_inner(path, opts, binding, flush_hooks);
         if matches!(r, Err(Error::NotAStorage { .. })) && !lock_existed && !read_only {
             // Leave a directory that is not a storage as it was.
             let _ = std::fs::remove_file(&lock_path);
+        }
+        if let (Some(t), Ok(inner)) = (timed, &r) {
+            let st = inner.current.load();
+            tracing::debug!(
+                txn = st.txn_id,
+                flushed_txn = st.flushed_txn,
+                read_only,
+                us = t.elapsed().as_micros() as u64,
+                "storage opened"
+            );
         }
         r
     }

@@ -27,10 +27,11 @@ fn put_get_delete_scan_with_escapes() {
     ok(&["put", db, "tab\\tkey", "line\\nbreak\\\\slash"]);
     ok(&["put", db, "bin\\x00\\xff", "\\x01\\x7f"]);
     ok(&["put", db, "--storage", "idx", "--create", "Zürich", "ok"]);
-    assert_eq!(ok(&["get", db, "plain"]), "value one\n");
-    assert_eq!(ok(&["get", db, "tab\\tkey"]), "line\nbreak\\slash\n");
+    // stdout is a pipe here: the raw value, no newline added.
+    assert_eq!(ok(&["get", db, "plain"]), "value one");
+    assert_eq!(ok(&["get", db, "tab\\tkey"]), "line\nbreak\\slash");
     let o = omnibus(&["get", db, "bin\\x00\\xff"]);
-    assert_eq!(o.stdout, b"\x01\x7f\n");
+    assert_eq!(o.stdout, b"\x01\x7f");
     let scan = ok(&["scan", db]);
     assert_eq!(
         scan,
@@ -47,10 +48,13 @@ fn put_get_delete_scan_with_escapes() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(lines.len(), 3);
-    assert_eq!(lines[0]["key"], "bin\\x00\\xff");
+    // Not UTF-8: hex, and a field saying so.
+    assert_eq!(lines[0]["key"], "62696e00ff");
+    assert_eq!(lines[0]["key_encoding"], "hex");
 
     assert_eq!(ok(&["delete", db, "plain"]), "deleted\n");
-    assert_eq!(ok(&["delete", db, "plain"]), "not found\n");
+    let (c, err) = code(&["delete", db, "plain"]);
+    assert_eq!((c, err.as_str()), (Some(1), "omnibus: plain: not found\n"));
     let j: Value = serde_json::from_str(ok(&["delete", db, "tab\\tkey", "--json"]).trim()).unwrap();
     assert_eq!(j["deleted"], true);
     assert_eq!(ok(&["scan", db]).lines().count(), 1);
@@ -218,7 +222,7 @@ fn put_creates_a_storage_only_with_create() {
     assert_eq!(storages(db), ["(root)"]);
 
     ok(&["put", db, "--storage", "idx", "--create", "k", "v"]);
-    assert_eq!(ok(&["get", db, "--storage", "idx", "k"]), "v\n");
+    assert_eq!(ok(&["get", db, "--storage", "idx", "k"]), "v");
     // Once it exists, --create is not needed.
     ok(&["put", db, "--storage", "idx", "k2", "v2"]);
 
@@ -294,7 +298,11 @@ fn put_and_delete_json() {
         j,
         serde_json::json!({ "storage": "(root)", "key": "a\\tb", "deleted": true })
     );
-    assert_eq!(json(&["delete", db, "a\\tb", "--json"])["deleted"], false);
+    // A missing key: the JSON says so and the exit code is 1, as for `get`.
+    let o = omnibus(&["delete", db, "a\\tb", "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["deleted"], false);
     let j = json(&["delete", db, "--storage", "idx", "k", "--json"]);
     assert_eq!(
         j,
@@ -356,7 +364,7 @@ fn a_database_open_elsewhere_is_named_once() {
         assert_eq!(err, want, "{args:?}");
     }
     held.close().unwrap();
-    assert_eq!(ok(&["get", dbs, "k"]), "v\n");
+    assert_eq!(ok(&["get", dbs, "k"]), "v");
 }
 
 #[test]

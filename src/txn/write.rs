@@ -1353,6 +1353,9 @@ impl WriteTransaction {
     /// (nothing is lost and the storage stays usable); [`Error::Poisoned`] when an earlier
     /// failure poisoned it. After an error nothing of this transaction is visible.
     pub fn commit(self) -> Result<()> {
+        // DEBUG, per commit: a disabled span is a static interest check (nothing formatted
+        // or allocated); the journal batch event below nests in it.
+        let _span = tracing::debug_span!("commit", txn = self.txn_id).entered();
         let Some(mut prepared) = self.prepare()? else {
             return Ok(());
         };
@@ -1518,6 +1521,14 @@ impl WriteTransaction {
         });
         drop(bases);
         let journaled = (record.pages as u64, record.page_diffs as u64);
+        tracing::trace!(
+            storage = self.inner.storage_id,
+            txn,
+            pages = record.pages,
+            page_diffs = record.page_diffs,
+            record_bytes = record.total_len(),
+            "commit prepared"
+        );
         Ok(Some(PreparedCommit {
             journaled,
             txn: self,

@@ -642,9 +642,7 @@ fn run_mode_in(
 }
 
 pub fn run(a: ShopArgs) -> CliResult {
-    if a.cores == Some(0) {
-        return Err(Fail::input("--cores must be at least 1"));
-    }
+    crate::check_cores(a.cores)?;
     if a.docs == Some(0) {
         return Err(Fail::input("--docs must be at least 1"));
     }

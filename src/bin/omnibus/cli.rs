@@ -8,14 +8,46 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// branch storages of indexes, one shared write-ahead journal).
 ///
 /// Exit codes: 0 success; 1 usage or input error (bad arguments, a bad input line with
-/// `--on-error abort`, a missing storage, a database path that is not a directory, a database
-/// held by another process); 2 corruption or I/O failure. Every failure prints a message on
+/// `--on-error abort`, a missing key for `get` and `delete`, a missing storage, a database path
+/// that is not a directory, a database held by another process); 2 corruption or I/O failure;
+/// 130 an `ingest` interrupted by Ctrl-C (after its summary). Every failure prints a message on
 /// stderr.
+///
+/// Logs (the library's `tracing` spans and events) go to stderr: warnings and errors by default,
+/// `RUST_LOG` (e.g. `RUST_LOG=omnibus=debug`) or `--log-level` (which wins) for more.
 #[derive(Debug, Parser)]
 #[command(name = "omnibus", version, propagate_version = true)]
 pub struct Cli {
+    /// Log level on stderr (overrides RUST_LOG) [default: RUST_LOG, else warn]. debug shows
+    /// every commit, journal batch and flush; info only opens, recoveries and index catch-ups.
+    #[arg(long, global = true, value_enum)]
+    pub log_level: Option<LogLevel>,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// `--log-level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
+}
+
+impl LogLevel {
+    /// The `tracing` level filter of this level.
+    pub fn filter(self) -> tracing::level_filters::LevelFilter {
+        use tracing::level_filters::LevelFilter;
+        match self {
+            LogLevel::Error => LevelFilter::ERROR,
+            LogLevel::Warn => LevelFilter::WARN,
+            LogLevel::Info => LevelFilter::INFO,
+            LogLevel::Debug => LevelFilter::DEBUG,
+            LogLevel::Trace => LevelFilter::TRACE,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -23,12 +55,14 @@ pub enum Command {
     /// Load JSON Lines into a database's root storage and maintain index storages from it.
     #[command(long_about = INGEST_LONG)]
     Ingest(IngestArgs),
-    /// Print the value of KEY: its raw bytes on stdout, then one newline (nothing else).
+    /// Print the value of KEY: its raw bytes on stdout, then a newline only when stdout is a
+    /// terminal (so `get DB KEY > file` is byte-exact). A missing key exits with 1.
     Get(GetArgs),
-    /// Store VALUE under KEY (one durable transaction; creates a missing database); --create
-    /// makes a new --storage.
+    /// Store VALUE (or --value-file's bytes, or standard input with `-`) under KEY (one
+    /// durable transaction; creates a missing database); --create makes a new --storage.
     Put(PutArgs),
-    /// Remove KEY (one durable transaction); says whether it was present.
+    /// Remove KEY (one durable transaction); prints `deleted`, or exits with 1 when KEY is
+    /// missing (as `get`).
     Delete(DeleteArgs),
     /// List entries in key order: key, a tab, value, one entry a line.
     #[command(long_about = SCAN_LONG)]
@@ -124,8 +158,11 @@ Input errors (reported as `line N: ...` on stderr; skipped or fatal per --on-err
   no id field `F` / id field `F` is not a string or a number / id is B bytes: keys are 1..=1024 bytes
   index `S` key is B bytes: keys are 1..=1024 bytes
 Blank lines are ignored. With --on-error skip the exit code is 0 when nothing else failed (the \
-summary counts the skipped lines); with abort it is 1, after everything read before the bad line is \
-committed and indexed. An I/O failure or corruption exits with 2.
+summary counts the skipped lines), but 1 after more than --max-errors bad lines (default 100: the run \
+stops there) and 1 when the input had lines and none of them was a document; with abort it is 1. \
+Whatever ends the run early (abort, --max-errors, a failure, or Ctrl-C, which exits with 130; a \
+second Ctrl-C kills at once), everything read before is committed and indexed and the summary is \
+printed, with a `stopped` line saying why. An I/O failure or corruption exits with 2.
 
 At the end it prints documents, seconds, documents/s, the document commit latency (p50, p99, max, \
 from the put until its acknowledgement), fdatasyncs, bytes written (journal, and the whole process's \
@@ -150,12 +187,17 @@ pub struct IngestArgs {
     /// Shared journal (default) or one journal per storage.
     #[arg(long, value_enum, default_value_t = JournalArg::Shared)]
     pub journal: JournalArg,
-    /// Executors (pinned cores) of the actor runtime [default: every online CPU].
+    /// Executors (pinned cores) of the actor runtime, 1 up to the CPUs available [default:
+    /// every online CPU].
     #[arg(long)]
     pub cores: Option<usize>,
     /// What a bad input line does.
     #[arg(long, value_enum, default_value_t = OnError::Skip)]
     pub on_error: OnError,
+    /// With --on-error skip: stop after more than N bad lines (what was read before is
+    /// committed and indexed; a summary is printed; exit code 1).
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    pub max_errors: u64,
     /// Document puts in flight at most.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=65536))]
     pub window: u64,
@@ -172,8 +214,9 @@ pub struct IngestArgs {
 pub struct StorageArg {
     /// Database directory.
     pub db: PathBuf,
-    /// A branch storage (an index, `Indexes/NAME`) instead of the root storage.
-    #[arg(long, short)]
+    /// A branch storage by name, as `stat` lists it (an index's name is its `ingest --index`
+    /// SPEC, e.g. `country`), instead of the root storage.
+    #[arg(long, short, value_name = "NAME")]
     pub storage: Option<String>,
 }
 
@@ -188,7 +231,8 @@ pub struct GetArgs {
     pub target: StorageArg,
     /// The key.
     pub key: String,
-    /// Print {"key":..,"value":..} (escaped text) instead of the raw value.
+    /// Print {"key":..,"value":..} instead of the raw value (UTF-8 as a string; other bytes
+    /// in hex, with "key_encoding"/"value_encoding": "hex").
     #[arg(long)]
     pub json: bool,
 }
@@ -200,8 +244,13 @@ pub struct PutArgs {
     pub target: StorageArg,
     /// The key.
     pub key: String,
-    /// The value.
-    pub value: String,
+    /// The value (escapes as KEY); `-` reads its raw bytes from standard input (write `\x2d`
+    /// for the one-byte value `-`).
+    #[arg(required_unless_present = "value_file", conflicts_with = "value_file")]
+    pub value: Option<String>,
+    /// Read the value's raw bytes from PATH (`-`: standard input), with no escapes.
+    #[arg(long, value_name = "PATH")]
+    pub value_file: Option<PathBuf>,
     /// Create the --storage storage, and the database if it is missing too. Needed only with
     /// --storage: without it, an unknown storage is an error, so a mistyped name creates
     /// nothing. A plain put (the root storage) creates a missing database without --create.
@@ -240,7 +289,8 @@ pub struct ScanArgs {
     /// At most N entries.
     #[arg(long, short)]
     pub limit: Option<u64>,
-    /// Print one JSON object a line ({"key":..,"value":..}, escaped text) instead.
+    /// Print one JSON object a line instead: {"key":..,"value":..}, valid UTF-8 as a string,
+    /// any other bytes in hex with "key_encoding"/"value_encoding": "hex" beside them.
     #[arg(long)]
     pub json: bool,
 }
@@ -263,7 +313,8 @@ written.";
 
 #[derive(Debug, Args)]
 pub struct StatArgs {
-    /// Database directory.
+    /// Database directory, or a plain storage's (made by `Storage::open`: read as it is, never
+    /// turned into a database).
     pub db: PathBuf,
     /// Print one JSON object.
     #[arg(long)]
@@ -272,7 +323,8 @@ pub struct StatArgs {
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// Database directory.
+    /// Database directory, or a plain storage's (made by `Storage::open`: read as it is, never
+    /// turned into a database).
     pub db: PathBuf,
     /// Print one JSON object with every storage's report.
     #[arg(long)]
@@ -323,7 +375,8 @@ pub struct ShopArgs {
     /// Journal modes to run, in order.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [JournalArg::Shared, JournalArg::Separate])]
     pub journal: Vec<JournalArg>,
-    /// Executors (pinned cores) of the actor runtime [default: every online CPU].
+    /// Executors (pinned cores) of the actor runtime, 1 up to the CPUs available [default:
+    /// every online CPU].
     #[arg(long)]
     pub cores: Option<usize>,
     /// Write the results as JSON to FILE.

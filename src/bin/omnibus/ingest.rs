@@ -7,6 +7,10 @@
 //! document task compares the stored version and puts the new one if it differs. The engine
 //! feeds every acknowledged root commit to the index actors; the command waits for them
 //! (`wait_for_indexes`) before its summary.
+//!
+//! However it ends (input done, `--on-error abort`, more than `--max-errors` bad lines, a
+//! failure, or Ctrl-C), the documents read so far are committed and the indexes brought up to
+//! date before the summary is printed; only then does it exit (1, 2 or 130).
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, IsTerminal, Read};
@@ -254,6 +258,9 @@ struct Summary {
     indexes: Vec<IndexSummary>,
     root_entries: u64,
     aborted_at_line: Option<u64>,
+    /// Why the run ended before the end of its input (`--on-error abort`, `--max-errors`,
+    /// Ctrl-C, or the failure's message); absent when it read all of it.
+    stopped: Option<String>,
 }
 
 struct Counts {
@@ -263,8 +270,41 @@ struct Counts {
     bad: u64,
     latency: Histogram<u64>,
     aborted_at: Option<u64>,
+    /// Ended by more than `--max-errors` bad lines (the line of the last one).
+    too_many_errors_at: Option<u64>,
+    /// Ended by Ctrl-C (SIGINT): the last input line handed on before it.
+    interrupted_after: Option<u64>,
     fatal: Option<Fail>,
 }
+
+/// Set by the SIGINT handler that [`catch_interrupt`] installs.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    // Async-signal-safe: one atomic store.
+    INTERRUPTED.store(true, Ordering::Release);
+}
+
+/// Makes the first Ctrl-C (SIGINT) stop reading the input instead of killing the process: the
+/// documents read so far are committed, the indexes brought up to date and the summary printed.
+/// A second Ctrl-C kills as usual (SA_RESETHAND).
+fn catch_interrupt() {
+    // SAFETY: `sa` is zeroed then filled with a valid handler (an `extern "C"` fn that only
+    // stores an atomic, async-signal-safe) and flags; `sigaction` reads it and an ignored old
+    // action pointer may be null.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigint as extern "C" fn(libc::c_int) as usize;
+        sa.sa_flags = libc::SA_RESTART | libc::SA_RESETHAND;
+        libc::sigemptyset(&mut sa.sa_mask);
+        if libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut()) != 0 {
+            tracing::warn!("cannot catch Ctrl-C: it ends the ingest without a summary");
+        }
+    }
+}
+
+/// How often the dispatcher looks for a Ctrl-C while it waits for input.
+const INTERRUPT_POLL: Duration = Duration::from_millis(50);
 
 /// The dispatcher: keeps up to `window` puts in flight, one per id at a time.
 async fn dispatch(
@@ -272,6 +312,7 @@ async fn dispatch(
     root: StorageHandle,
     window: usize,
     on_error: OnError,
+    max_errors: u64,
     pb: ProgressBar,
     failed: Arc<AtomicBool>,
 ) -> Counts {
@@ -282,6 +323,8 @@ async fn dispatch(
         bad: 0,
         latency: crate::fmt::histogram(),
         aborted_at: None,
+        too_many_errors_at: None,
+        interrupted_after: None,
         fatal: None,
     };
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
@@ -307,7 +350,31 @@ async fn dispatch(
         }
     };
     let mut last_msg = Instant::now();
-    while let Some(item) = items.recv().await {
+    let mut last_line = 0u64;
+    loop {
+        // Waits for the next item, looking for a Ctrl-C at least every INTERRUPT_POLL (the
+        // reader may be blocked on a terminal or a pipe).
+        let item = loop {
+            if INTERRUPTED.load(Ordering::Acquire) {
+                break None;
+            }
+            // An item ready now costs no timer.
+            match items.try_recv() {
+                Ok(it) => break Some(Some(it)),
+                Err(mpsc::error::TryRecvError::Disconnected) => break Some(None),
+                Err(mpsc::error::TryRecvError::Empty) => {}
+            }
+            if let Ok(got) = tokio::time::timeout(INTERRUPT_POLL, items.recv()).await {
+                break Some(got);
+            }
+        };
+        let Some(item) = item else {
+            c.interrupted_after = Some(last_line);
+            break;
+        };
+        let Some(item) = item else {
+            break; // end of input
+        };
         if c.fatal.is_some() {
             break;
         }
@@ -318,7 +385,13 @@ async fn dispatch(
             }
             Item::Bad { line, msg } => {
                 c.bad += 1;
+                last_line = line;
                 match on_error {
+                    OnError::Skip if c.bad > max_errors => {
+                        pb.suspend(|| eprintln!("omnibus: line {line}: {msg}"));
+                        c.too_many_errors_at = Some(line);
+                        break;
+                    }
                     OnError::Skip => {
                         pb.suspend(|| eprintln!("omnibus: line {line}: {msg} (skipped)"))
                     }
@@ -330,6 +403,7 @@ async fn dispatch(
                 }
             }
             Item::Doc(d) => {
+                last_line = d.line;
                 while in_flight.len() >= window || in_flight.contains(&d.id) {
                     let Some(done) = done_rx.recv().await else {
                         break;
@@ -406,9 +480,7 @@ pub fn run(a: IngestArgs) -> CliResult {
             return Err(Fail::input("--id-field is empty"));
         }
     }
-    if a.cores == Some(0) {
-        return Err(Fail::input("--cores must be at least 1"));
-    }
+    crate::check_cores(a.cores)?;
     db_dir(&a.db)?;
     let (input, input_len) = open_input(&a)?;
     let pb = if std::io::stderr().is_terminal() {
@@ -479,12 +551,14 @@ pub fn run(a: IngestArgs) -> CliResult {
             .map_err(|e| Fail::io(format!("starting the reader thread: {e}")))?
     };
     let failed = Arc::new(AtomicBool::new(false));
+    catch_interrupt();
     let (counts, waited) = rt.block_on(async {
         let counts = dispatch(
             item_rx,
             root.clone(),
             a.window as usize,
             a.on_error,
+            a.max_errors,
             pb.clone(),
             failed.clone(),
         )
@@ -520,6 +594,20 @@ pub fn run(a: IngestArgs) -> CliResult {
         });
     }
     let root_entries = root.storage().stats().entries;
+    let stopped = if let Some(f) = &fatal {
+        Some(format!("failed: {}", f.msg))
+    } else if let Some(line) = counts.aborted_at {
+        Some(format!("aborted at line {line} (--on-error abort)"))
+    } else if let Some(line) = counts.too_many_errors_at {
+        Some(format!(
+            "stopped at line {line}: more than {} bad lines (--max-errors)",
+            a.max_errors
+        ))
+    } else {
+        counts
+            .interrupted_after
+            .map(|line| format!("interrupted (Ctrl-C) after line {line}"))
+    };
     let commits = stats1.commits - stats0.commits;
     let batches = stats1.batches - stats0.batches;
     let summary = Summary {
@@ -550,13 +638,16 @@ pub fn run(a: IngestArgs) -> CliResult {
         index_behind_max: behind,
         indexes,
         root_entries,
-        aborted_at_line: counts.aborted_at,
+        aborted_at_line: counts.aborted_at.or(counts.too_many_errors_at),
+        stopped,
     };
     drop(root);
     drop(db);
     let shut = engine.shutdown();
+    // The summary is printed however the run ended (a failure, an abort, Ctrl-C): it says
+    // what was stored and indexed before.
+    print_summary(&summary, a.json);
     if fatal.is_none() {
-        print_summary(&summary, a.json);
         // A likely typo: an index that stays empty while the database holds documents (the
         // index storage is created and kept all the same).
         for i in summary.indexes.iter().filter(|i| i.entries == 0) {
@@ -578,6 +669,29 @@ pub fn run(a: IngestArgs) -> CliResult {
             counts.documents
         )));
     }
+    if let Some(line) = counts.too_many_errors_at {
+        return Err(Fail::input(format!(
+            "stopped at line {line}: more than {} bad lines (--max-errors {}): the {} documents before it are committed and indexed",
+            a.max_errors, a.max_errors, counts.documents
+        )));
+    }
+    if let Some(line) = counts.interrupted_after {
+        return Err(Fail {
+            code: 130,
+            msg: format!(
+                "interrupted after line {line}: the {} documents read are committed and indexed",
+                counts.documents
+            ),
+        });
+    }
+    // Regression (fresh-user trial): a file of nothing but bad lines stored nothing and
+    // exited 0, which a script took for success.
+    if counts.documents == 0 && counts.bad > 0 {
+        return Err(Fail::input(format!(
+            "nothing stored: all {} non-blank input lines were bad",
+            counts.bad
+        )));
+    }
     Ok(())
 }
 
@@ -587,6 +701,9 @@ fn print_summary(s: &Summary, json: bool) {
         return;
     }
     println!("database         {} ({} journal)", s.db, s.journal);
+    if let Some(why) = &s.stopped {
+        println!("stopped          {why}");
+    }
     println!(
         "documents        {} ({} stored, {} unchanged; {} bad lines; root holds {})",
         s.documents, s.stored, s.unchanged, s.bad_lines, s.root_entries

@@ -3,7 +3,7 @@
 //! reconciles it). An index storage's applied-txn record (key 0x00) is not listed by `scan` nor
 //! counted by `stat` as an entry.
 
-use std::io::Write;
+use std::io::{IsTerminal, Read, Write};
 use std::path::Path;
 
 use omnibus::actors::{index_applied_txn, INDEX_APPLIED_KEY};
@@ -32,6 +32,50 @@ fn open_write(db: &Path, create: bool) -> CliResult<Database> {
         ..Options::default()
     };
     Database::open(db, opts).map_err(|e| Fail::opening(e, db))
+}
+
+/// Whether `dir` holds a plain storage (one made by `Storage::open`: a data file and no
+/// `Indexes/` directory) rather than a database: `stat` and `check` then open it as a storage,
+/// read-only, and never turn it into a database.
+fn is_plain_storage(dir: &Path) -> bool {
+    dir.join(omnibus::storage::DATA_FILE).is_file()
+        && !dir.join(omnibus::database::INDEXES_DIR).exists()
+}
+
+/// Opens the plain storage at `dir` read-only (nothing is written).
+fn open_plain(dir: &Path) -> Result<Storage, omnibus::Error> {
+    let opts = Options {
+        read_only: true,
+        create: false,
+        ..Options::default()
+    };
+    Storage::open(dir, opts)
+}
+
+/// Sets `obj[name]` to bytes `b` as JSON: a string when `b` is UTF-8; otherwise its hex digits,
+/// with `obj[name_encoding] = "hex"` saying so (so every line parses as JSON and loses nothing).
+fn json_bytes(obj: &mut serde_json::Map<String, serde_json::Value>, name: &str, b: &[u8]) {
+    match std::str::from_utf8(b) {
+        Ok(t) => {
+            obj.insert(name.to_string(), t.into());
+        }
+        Err(_) => {
+            let mut hex = String::with_capacity(2 * b.len());
+            for x in b {
+                hex.push_str(&format!("{x:02x}"));
+            }
+            obj.insert(name.to_string(), hex.into());
+            obj.insert(format!("{name}_encoding"), "hex".into());
+        }
+    }
+}
+
+/// One `{"key":..,"value":..}` JSON line (see [`json_bytes`]).
+fn json_entry(k: &[u8], v: &[u8]) -> String {
+    let mut m = serde_json::Map::new();
+    json_bytes(&mut m, "key", k);
+    json_bytes(&mut m, "value", v);
+    serde_json::Value::Object(m).to_string() + "\n"
 }
 
 /// `--storage` for the JSON output: the name, or `(root)` as in `stat` and `check`.
@@ -112,11 +156,14 @@ pub fn get(a: GetArgs) -> CliResult {
     let Some(v) = r.get(&key)? else {
         return Err(Fail::input(format!("{}: not found", fmt::escape(&key))));
     };
-    let mut o = std::io::stdout().lock();
+    let stdout = std::io::stdout();
+    // Regression (fresh-user trial): `get db img > img.png` appended a newline and corrupted
+    // binary values: the newline is only for a terminal.
+    let newline = stdout.is_terminal();
+    let mut o = stdout.lock();
     if a.json {
-        let line = json!({ "key": fmt::escape(&key), "value": fmt::escape(v) }).to_string() + "\n";
-        out(&mut o, line.as_bytes())?;
-    } else if out(&mut o, v)? {
+        out(&mut o, json_entry(&key, v).as_bytes())?;
+    } else if out(&mut o, v)? && newline {
         out(&mut o, b"\n")?;
     }
     flush_out(&mut o)
@@ -125,9 +172,45 @@ pub fn get(a: GetArgs) -> CliResult {
 /// What `put --storage NAME` without `--create` says when NAME does not exist.
 const CREATE_HINT: &str = "; `put --create` creates it";
 
+/// Reads at most the value limit from `r`: a longer value is an input error naming `what`.
+fn read_value(mut r: impl Read, what: &str) -> CliResult<Vec<u8>> {
+    let mut v = Vec::new();
+    r.by_ref()
+        .take(omnibus::MAX_VALUE_LEN as u64 + 1)
+        .read_to_end(&mut v)
+        .map_err(|e| Fail::input(format!("reading {what}: {e}")))?;
+    if v.len() > omnibus::MAX_VALUE_LEN {
+        return Err(omnibus::Error::ValueTooLarge {
+            len: v.len(),
+            max: omnibus::MAX_VALUE_LEN,
+        }
+        .into());
+    }
+    Ok(v)
+}
+
+/// The value of `put`: VALUE unescaped, or the raw bytes of standard input (VALUE `-` or
+/// `--value-file -`) or of `--value-file PATH`. Read before the database is opened, so a
+/// failed read creates nothing.
+fn put_value(a: &PutArgs) -> CliResult<Vec<u8>> {
+    match (&a.value_file, a.value.as_deref()) {
+        (Some(p), _) if p.as_os_str() == "-" => {
+            read_value(std::io::stdin().lock(), "standard input")
+        }
+        (Some(p), _) => {
+            let f = std::fs::File::open(p)
+                .map_err(|e| Fail::input(format!("--value-file {}: {e}", p.display())))?;
+            read_value(f, &format!("--value-file {}", p.display()))
+        }
+        (None, Some("-")) => read_value(std::io::stdin().lock(), "standard input"),
+        (None, Some(v)) => arg_bytes("VALUE", v),
+        (None, None) => Err(Fail::input("give VALUE or --value-file")),
+    }
+}
+
 pub fn put(a: PutArgs) -> CliResult {
     let key = arg_bytes("KEY", &a.key)?;
-    let value = arg_bytes("VALUE", &a.value)?;
+    let value = put_value(&a)?;
     let exists = db_dir(&a.target.db)?;
     // A missing database is created for the root storage (as before), but a branch storage is
     // only ever created on request: a typo in --storage must not make a database either.
@@ -176,7 +259,11 @@ pub fn delete(a: DeleteArgs) -> CliResult {
     let s = storage_of(&db, &a.target, false, "")?;
     let mut w = s.begin_write()?;
     let found = w.delete(&key)?;
-    w.commit()?;
+    if found {
+        w.commit()?;
+    } else {
+        drop(w); // nothing changed: nothing to commit
+    }
     close_write(db, s)?;
     if a.json {
         let report = json!({
@@ -185,8 +272,12 @@ pub fn delete(a: DeleteArgs) -> CliResult {
             "deleted": found,
         });
         println!("{report}");
-    } else {
-        println!("{}", if found { "deleted" } else { "not found" });
+    } else if found {
+        println!("deleted");
+    }
+    // Regression (fresh-user trial): a missing key exited 0 here but 1 for `get`.
+    if !found {
+        return Err(Fail::input(format!("{}: not found", fmt::escape(&key))));
     }
     Ok(())
 }
@@ -206,8 +297,10 @@ pub fn scan(a: ScanArgs) -> CliResult {
     let mut o = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     let mut n = 0u64;
     let mut emit = |k: &[u8], v: &[u8]| -> CliResult<bool> {
+        // Regression (fresh-user trial): --json printed the text escapes (`\xff`) inside
+        // JSON strings, so a consumer could not tell them from the four characters themselves.
         let line = if a.json {
-            json!({ "key": fmt::escape(k), "value": fmt::escape(v) }).to_string() + "\n"
+            json_entry(k, v)
         } else {
             format!("{}\t{}\n", fmt::escape(k), fmt::escape(v))
         };
@@ -308,7 +401,62 @@ fn named_storages(db: &Database) -> CliResult<Vec<(String, Storage)>> {
     Ok(v)
 }
 
+/// `stat` of a plain storage (see [`is_plain_storage`]): its one storage, no database counters.
+fn stat_plain(a: &StatArgs) -> CliResult {
+    let s = open_plain(&a.db).map_err(|e| Fail::opening(e, &a.db))?;
+    let st = storage_stat("(storage)", &s, false);
+    let (mode, mode_why) = omnibus::write_mode::describe(&a.db);
+    let mode_name = mode.map_or("auto", |m| m.name());
+    if a.json {
+        let v = json!({
+            "db": a.db.display().to_string(),
+            "plain_storage": true,
+            "write_mode": { "mode": mode_name, "reason": mode_why },
+            "storages": [st],
+        });
+        println!("{v}");
+        return Ok(());
+    }
+    println!(
+        "storage {} (a plain storage, not a database: read as it is)",
+        a.db.display()
+    );
+    println!("write mode {mode_name} ({mode_why})");
+    print_storage_stat(&st);
+    Ok(())
+}
+
+fn print_storage_stat(s: &StorageStat) {
+    println!("storage {}", s.name);
+    println!(
+        "  txn        committed {}, flushed {}",
+        s.last_committed_txn, s.last_flushed_txn
+    );
+    println!("  entries    {}", s.entries);
+    if let Some(t) = s.index_applied_txn {
+        println!("  index      applied up to root txn {t}");
+    }
+    println!("  pages      {} used, {} free", s.pages_used, s.pages_free);
+    println!(
+        "  file       {} long, {} allocated, {} in holes; {} 1 MiB runs punched since open",
+        fmt::bytes(s.data_file_bytes),
+        fmt::bytes(s.allocated_bytes),
+        fmt::bytes(s.unallocated_bytes),
+        s.holes_punched_since_open
+    );
+    println!("  journals   {} files", s.journal_files);
+    println!(
+        "  scratch    {} pages ({}) unflushed",
+        s.scratch_pages,
+        fmt::bytes(s.scratch_bytes)
+    );
+}
+
 pub fn stat(a: StatArgs) -> CliResult {
+    // Regression (fresh-user trial): a plain storage was refused ("no Indexes directory").
+    if is_plain_storage(&a.db) {
+        return stat_plain(&a);
+    }
     let db = open_read(&a.db)?;
     let all: Vec<StorageStat> = named_storages(&db)?
         .iter()
@@ -348,29 +496,7 @@ pub fn stat(a: StatArgs) -> CliResult {
     }
     println!("write mode {mode_name} ({mode_why})");
     for s in &all {
-        println!("storage {}", s.name);
-        println!(
-            "  txn        committed {}, flushed {}",
-            s.last_committed_txn, s.last_flushed_txn
-        );
-        println!("  entries    {}", s.entries);
-        if let Some(t) = s.index_applied_txn {
-            println!("  index      applied up to root txn {t}");
-        }
-        println!("  pages      {} used, {} free", s.pages_used, s.pages_free);
-        println!(
-            "  file       {} long, {} allocated, {} in holes; {} 1 MiB runs punched since open",
-            fmt::bytes(s.data_file_bytes),
-            fmt::bytes(s.allocated_bytes),
-            fmt::bytes(s.unallocated_bytes),
-            s.holes_punched_since_open
-        );
-        println!("  journals   {} files", s.journal_files);
-        println!(
-            "  scratch    {} pages ({}) unflushed",
-            s.scratch_pages,
-            fmt::bytes(s.scratch_bytes)
-        );
+        print_storage_stat(s);
     }
     println!(
         "database (this open: recovery only) {} commits in {} batches ({:.1} per batch), {} fdatasyncs, {} directory fsyncs, {} links made, {} journal files live",
@@ -411,22 +537,28 @@ pub fn check(a: CheckArgs) -> CliResult {
     let mut reports = Vec::new();
     // Why the database as a whole did not open, if it did not.
     let mut db_error = None;
-    let storages: Vec<(String, Result<Storage, omnibus::Error>)> = match open_read(&a.db) {
-        Ok(db) => {
-            let mut v: Vec<(String, Result<Storage, omnibus::Error>)> = named_storages(&db)?
-                .into_iter()
-                .map(|(n, s)| (n, Ok(s)))
-                .collect();
-            // Branches the database opened without, because they are damaged.
-            v.extend(db.damaged().into_iter().map(|(n, e)| (n, Err(e))));
-            v
+    let storages: Vec<(String, Result<Storage, omnibus::Error>)> = if is_plain_storage(&a.db) {
+        // Regression (fresh-user trial): a plain storage was refused ("no Indexes directory").
+        // It is checked as it is: opened read-only, never made a database.
+        vec![("(storage)".to_string(), open_plain(&a.db))]
+    } else {
+        match open_read(&a.db) {
+            Ok(db) => {
+                let mut v: Vec<(String, Result<Storage, omnibus::Error>)> = named_storages(&db)?
+                    .into_iter()
+                    .map(|(n, s)| (n, Ok(s)))
+                    .collect();
+                // Branches the database opened without, because they are damaged.
+                v.extend(db.damaged().into_iter().map(|(n, e)| (n, Err(e))));
+                v
+            }
+            Err(f) if f.code == 2 => {
+                // Something is damaged: open each storage on its own to say which.
+                db_error = Some(f.msg);
+                open_each(&a.db)?
+            }
+            Err(f) => return Err(f),
         }
-        Err(f) if f.code == 2 => {
-            // Something is damaged: open each storage on its own to say which.
-            db_error = Some(f.msg);
-            open_each(&a.db)?
-        }
-        Err(f) => return Err(f),
     };
     // Storages whose check found nothing: the index cross-check reads them.
     let mut sound: Vec<(String, Storage)> = Vec::new();

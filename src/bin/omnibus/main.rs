@@ -95,6 +95,51 @@ pub fn db_dir(db: &Path) -> CliResult<bool> {
     }
 }
 
+/// Installs the stderr subscriber: `--log-level` when given, else `RUST_LOG` (an env-filter
+/// directive list, e.g. `omnibus=debug`), else WARN. An invalid `RUST_LOG` is reported and WARN
+/// is used.
+fn init_logging(level: Option<cli::LogLevel>) {
+    use tracing_subscriber::EnvFilter;
+    let mut bad_env = None;
+    let filter = match level {
+        Some(l) => EnvFilter::default().add_directive(l.filter().into()),
+        None => match std::env::var("RUST_LOG") {
+            Ok(v) if !v.trim().is_empty() => EnvFilter::try_new(&v).unwrap_or_else(|e| {
+                bad_env = Some(format!("RUST_LOG={v:?} ignored: {e}"));
+                EnvFilter::new("warn")
+            }),
+            _ => EnvFilter::new("warn"),
+        },
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .with_target(false)
+        .without_time()
+        .init();
+    if let Some(msg) = bad_env {
+        eprintln!("omnibus: warning: {msg}");
+    }
+}
+
+/// Checks `--cores`: at least 1 and at most the CPUs this process may run on (the actor
+/// runtime pins one executor per CPU). A usage error (exit 1) saying so otherwise.
+pub fn check_cores(cores: Option<usize>) -> CliResult {
+    let Some(n) = cores else {
+        return Ok(());
+    };
+    if n == 0 {
+        return Err(Fail::input("--cores must be at least 1"));
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+    if n > cpus {
+        return Err(Fail::input(format!(
+            "--cores {n}: this machine has {cpus} CPUs available (give 1 to {cpus})"
+        )));
+    }
+    Ok(())
+}
+
 impl From<omnibus::Error> for Fail {
     fn from(e: omnibus::Error) -> Fail {
         use omnibus::Error as E;
@@ -151,12 +196,7 @@ fn main() -> ExitCode {
     // The library warns through `tracing`: print its warnings and errors on stderr.
     // Regression (fresh-user trial): an invalid OMNIBUS_WRITE_MODE, the io_uring fallback and
     // every other library warning were silent, since nothing printed `tracing` events.
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_max_level(tracing::Level::WARN)
-        .with_target(false)
-        .without_time()
-        .init();
+    init_logging(cli.log_level);
     let r = match cli.command {
         cli::Command::Ingest(a) => ingest::run(a),
         cli::Command::Get(a) => kv::get(a),
