@@ -621,10 +621,7 @@ impl DatabaseHandle {
         let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
         let db = self.inner.db.clone();
         let n = name.to_string();
-        let s = engine
-            .background
-            .run(move || db.create_storage(&n))
-            .await?;
+        let s = engine.background.run(move || db.create_storage(&n)).await?;
         self.install(&engine, name, s)
     }
 

@@ -177,7 +177,10 @@ fn tree_pages(state: &State) -> Result<Vec<(u64, u64)>> {
     out.sort_unstable();
     for w in out.windows(2) {
         if w[0].0 + w[0].1 > w[1].0 {
-            return Err(bad(w[1].0, "page reachable twice or inside an overflow run"));
+            return Err(bad(
+                w[1].0,
+                "page reachable twice or inside an overflow run",
+            ));
         }
     }
     Ok(out)

@@ -304,7 +304,9 @@ impl Clone for Error {
                 name: name.clone(),
                 path: path.clone(),
             },
-            Error::DestinationNotEmpty { path } => Error::DestinationNotEmpty { path: path.clone() },
+            Error::DestinationNotEmpty { path } => {
+                Error::DestinationNotEmpty { path: path.clone() }
+            }
             Error::WriteInProgress => Error::WriteInProgress,
             Error::InvalidOptions(s) => Error::InvalidOptions(s.clone()),
             Error::InvalidStorageName { name, reason } => Error::InvalidStorageName {

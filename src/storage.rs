@@ -430,7 +430,11 @@ impl Storage {
         {
             let mut fs = lock(&self.inner.flush_state);
             let cur = self.inner.current.load_full();
-            let oldest = self.inner.registry.oldest_live().map_or(cur.txn_id, |s| s.txn_id);
+            let oldest = self
+                .inner
+                .registry
+                .oldest_live()
+                .map_or(cur.txn_id, |s| s.txn_id);
             let new_len = cur.next_page * PAGE_SIZE as u64;
             let len = self.inner.data.len()?;
             // States from the last shrink on have a next page no higher than the current one

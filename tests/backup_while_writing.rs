@@ -50,7 +50,11 @@ fn backups_taken_while_writing_equal_their_snapshot_and_open_standalone() {
                         m.remove(&k);
                     } else {
                         // Now and then a value too big for a leaf (an overflow run).
-                        let len = if rng.random_range(0..30) == 0 { 9000 } else { 40 };
+                        let len = if rng.random_range(0..30) == 0 {
+                            9000
+                        } else {
+                            40
+                        };
                         let v = vec![rng.random::<u8>(); len];
                         w.put(&k, &v).unwrap();
                         m.insert(k, v);
@@ -77,7 +81,10 @@ fn backups_taken_while_writing_equal_their_snapshot_and_open_standalone() {
     let mut txns = Vec::new();
     for (dest, r) in &copies {
         assert!(
-            std::fs::read_dir(dest.join("Journals")).unwrap().next().is_none(),
+            std::fs::read_dir(dest.join("Journals"))
+                .unwrap()
+                .next()
+                .is_none(),
             "a copy needs no journal"
         );
         let c = Storage::open(dest, Options::default()).unwrap();
@@ -85,9 +92,18 @@ fn backups_taken_while_writing_equal_their_snapshot_and_open_standalone() {
         assert!(report.is_ok(), "copy at txn {}: {report:?}", r.txn_id);
         let want = &models[&r.txn_id];
         let got = content(&c).unwrap();
-        assert!(&got == want, "copy at txn {}: {}", r.txn_id, diff(want, &got));
+        assert!(
+            &got == want,
+            "copy at txn {}: {}",
+            r.txn_id,
+            diff(want, &got)
+        );
         assert_eq!(r.entries, want.len() as u64);
-        assert_ne!(c.storage_id(), s.storage_id(), "a copy gets its own storage id");
+        assert_ne!(
+            c.storage_id(),
+            s.storage_id(),
+            "a copy gets its own storage id"
+        );
         // The copy is a working storage.
         let mut w = c.begin_write().unwrap();
         w.put("after", "copy").unwrap();

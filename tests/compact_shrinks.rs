@@ -59,9 +59,22 @@ fn compact_moves_live_pages_down_and_truncates_the_file() {
     println!("{r:?}\nbefore {before:?} after {after:?}");
     assert!(r.pages_moved > 0, "{r:?}");
     assert!(r.truncated && r.limited_by_snapshot.is_none(), "{r:?}");
-    assert_eq!((r.data_file_bytes_before, r.data_file_bytes_after), (before.0, after.0));
-    assert!(after.0 * 3 < before.0, "st_size {} -> {}", before.0, after.0);
-    assert!(after.1 < before.1, "st_blocks bytes {} -> {}", before.1, after.1);
+    assert_eq!(
+        (r.data_file_bytes_before, r.data_file_bytes_after),
+        (before.0, after.0)
+    );
+    assert!(
+        after.0 * 3 < before.0,
+        "st_size {} -> {}",
+        before.0,
+        after.0
+    );
+    assert!(
+        after.1 < before.1,
+        "st_blocks bytes {} -> {}",
+        before.1,
+        after.1
+    );
     assert!(s.check().unwrap().is_ok());
     let got = content(&s).unwrap();
     assert!(got == m, "{}", diff(&m, &got));

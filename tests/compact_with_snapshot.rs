@@ -47,7 +47,10 @@ fn compact_with_a_snapshot_held_is_limited_and_says_so() {
     let r = s.compact().unwrap();
     assert_eq!(r.limited_by_snapshot, Some(old.txn_id()), "{r:?}");
     let len = std::fs::metadata(path.join("data.pages")).unwrap().len();
-    assert!(len >= pages_seen * 8192, "{len} bytes for {pages_seen} pages: {r:?}");
+    assert!(
+        len >= pages_seen * 8192,
+        "{len} bytes for {pages_seen} pages: {r:?}"
+    );
     // The snapshot reads everything it saw; the storage is whole.
     let mut got = Model::new();
     for kv in old.iter().unwrap() {

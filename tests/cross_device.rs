@@ -102,6 +102,13 @@ fn branch_on_another_file_system_or_mount_is_cross_device() {
     let db = Database::open(&path, opts()).unwrap();
     let r = db.root().begin_read().unwrap();
     assert!(r.get("before").unwrap().is_some() && r.get("after").unwrap().is_some());
-    assert!(db.storage("near").unwrap().begin_read().unwrap().get("k").unwrap().is_some());
+    assert!(db
+        .storage("near")
+        .unwrap()
+        .begin_read()
+        .unwrap()
+        .get("k")
+        .unwrap()
+        .is_some());
     assert_eq!(db.storages(), vec!["near".to_string()]);
 }

@@ -152,7 +152,10 @@ fn drop_storage_is_durable_and_names_are_checked() {
     assert!(!path.join("Indexes/a").exists());
     for bad in ["", ".", "..", "a/b", "a\\b", "a\0b", &"x".repeat(256)] {
         assert!(
-            matches!(db.create_storage(bad), Err(Error::InvalidStorageName { .. })),
+            matches!(
+                db.create_storage(bad),
+                Err(Error::InvalidStorageName { .. })
+            ),
             "{bad:?}"
         );
     }
@@ -162,7 +165,10 @@ fn drop_storage_is_durable_and_names_are_checked() {
     let db = Database::open(&path, opts(JournalMode::Shared)).unwrap();
     assert_eq!(db.storages().len(), 2);
     // A new storage with the dropped name starts empty.
-    assert_eq!(db.create_storage("a").unwrap().begin_read().unwrap().len(), 0);
+    assert_eq!(
+        db.create_storage("a").unwrap().begin_read().unwrap().len(),
+        0
+    );
     let _ = Arc::new(db);
 }
 

@@ -68,5 +68,8 @@ fn every_index_entry_in_a_database_copy_has_its_document() {
     }
     stop.store(true, Ordering::Relaxed);
     let written = writer.join().unwrap();
-    assert!(written > 0 && checked > 0, "{written} documents, {checked} entries checked");
+    assert!(
+        written > 0 && checked > 0,
+        "{written} documents, {checked} entries checked"
+    );
 }

@@ -99,9 +99,8 @@ fn step(run: &mut Run, name: &str, r: omnibus::Result<()>) {
 /// The workload: two sessions of the database through `env`.
 fn workload(path: &Path, env: Arc<dyn StorageEnv>) -> Run {
     let mut run = Run::default();
-    let small = |tag: &str, i: u32| -> Vec<String> {
-        (0..3).map(|j| format!("{tag}{i:03}-{j}")).collect()
-    };
+    let small =
+        |tag: &str, i: u32| -> Vec<String> { (0..3).map(|j| format!("{tag}{i:03}-{j}")).collect() };
     // Session 1.
     match Database::open(path, opts(env.clone())) {
         Err(e) => run.errors.push(("open 1".into(), e)),
@@ -162,8 +161,12 @@ fn workload(path: &Path, env: Arc<dyn StorageEnv>) -> Run {
 /// Reopens with a healthy environment and checks every commit: acknowledged ones are there
 /// (or, for a put, deleted by a later acknowledged delete), failed ones all or nothing.
 fn verify(path: &Path, run: &Run, label: &str) {
-    let db = Database::open(path, opts(Arc::new(DefaultEnv::new())))
-        .unwrap_or_else(|e| panic!("{label}: healthy reopen failed: {e:?} (errors {:?})", run.errors));
+    let db = Database::open(path, opts(Arc::new(DefaultEnv::new()))).unwrap_or_else(|e| {
+        panic!(
+            "{label}: healthy reopen failed: {e:?} (errors {:?})",
+            run.errors
+        )
+    });
     let stores = [Some(db.root()), db.storage("b1").ok()];
     // Key -> (present expected, or None: either).
     let mut want: BTreeMap<(usize, String), Option<bool>> = BTreeMap::new();
@@ -179,14 +182,12 @@ fn verify(path: &Path, run: &Run, label: &str) {
         }
     }
     for c in run.commits.iter().filter(|c| !c.acked) {
-        let Some(s) = &stores[c.storage] else { continue };
+        let Some(s) = &stores[c.storage] else {
+            continue;
+        };
         let r = s.begin_read().unwrap();
         // All or nothing: the keys whose outcome is uncertain only through this commit agree.
-        let seen: Vec<bool> = c
-            .keys
-            .iter()
-            .map(|k| r.get(k).unwrap().is_some())
-            .collect();
+        let seen: Vec<bool> = c.keys.iter().map(|k| r.get(k).unwrap().is_some()).collect();
         if !c.delete && want.get(&(c.storage, c.keys[0].clone())) == Some(&None) {
             assert!(
                 seen.iter().all(|&b| b == seen[0]),
@@ -318,10 +319,9 @@ fn every_fault_kind_on_every_operation() {
                 for t in 0..times {
                     env.fail(kind, n + t, fault);
                 }
-                let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                    workload(&path, env.clone())
-                }))
-                .unwrap_or_else(|_| panic!("{label}: the workload panicked"));
+                let run =
+                    std::panic::catch_unwind(AssertUnwindSafe(|| workload(&path, env.clone())))
+                        .unwrap_or_else(|_| panic!("{label}: the workload panicked"));
                 env.clear();
                 runs += 1;
                 if let Some(e) = run.errors.first() {
@@ -335,7 +335,10 @@ fn every_fault_kind_on_every_operation() {
                     assert!(run.errors.is_empty(), "{label}: {:?}", run.errors);
                 }
                 for (step, e) in &run.errors {
-                    assert!(typed(e, errno), "{label}: {step} gave an untyped error {e:?}");
+                    assert!(
+                        typed(e, errno),
+                        "{label}: {step} gave an untyped error {e:?}"
+                    );
                 }
                 if (kind, fault) == (OpKind::Link, Fault::Exdev) {
                     // A link that cannot cross to the branch's file system says so.
@@ -353,9 +356,10 @@ fn every_fault_kind_on_every_operation() {
                         continue;
                     }
                     let next = run.commits[i + 1..].iter().find(|n| n.storage == c.storage);
-                    let poisoned = run.errors.iter().any(|(_, e)| {
-                        matches!(e, Error::Poisoned { .. })
-                    });
+                    let poisoned = run
+                        .errors
+                        .iter()
+                        .any(|(_, e)| matches!(e, Error::Poisoned { .. }));
                     if let Some(n) = next {
                         assert!(
                             n.acked || poisoned || run.errors.iter().any(|(s, _)| s.starts_with("open") || s.starts_with("close") || s.starts_with("flush")),

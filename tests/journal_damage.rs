@@ -181,7 +181,8 @@ fn in_a_shared_journal_one_later_commit_per_storage_proves_the_damage() {
     use omnibus::{Database, Error};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    let put_in = |db: &Database, name: &str, key: &str| put(&db.create_storage(name).unwrap(), key, b"v");
+    let put_in =
+        |db: &Database, name: &str, key: &str| put(&db.create_storage(name).unwrap(), key, b"v");
     let db = Database::open(&path, opts()).unwrap();
     for i in 0..5 {
         put_in(&db, "s1", &format!("a{i}"));

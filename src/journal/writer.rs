@@ -792,6 +792,14 @@ impl Drop for Journal {
     }
 }
 
+/// The number of distinct storages with a record in `batch` (for the batch's trace event only).
+fn distinct_storages(batch: &[Waiting]) -> usize {
+    let mut ids: Vec<u64> = batch.iter().map(|w| w.record.storage_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.len()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -898,12 +906,4 @@ mod tests {
         let bytes = std::fs::read(path).unwrap();
         assert!(bytes[..64].iter().any(|&b| b != 0));
     }
-}
-
-/// The number of distinct storages with a record in `batch` (for the batch's trace event only).
-fn distinct_storages(batch: &[Waiting]) -> usize {
-    let mut ids: Vec<u64> = batch.iter().map(|w| w.record.storage_id).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    ids.len()
 }
