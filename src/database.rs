@@ -675,7 +675,7 @@ fn same_mount(a: &Path, b: &Path) -> bool {
 /// (creation makes the data file durable before it creates `Journals/`, so a branch with
 /// `Journals/` and no data file lost it: its open reports the damage). A directory with
 /// neither is what a creation that crashed before its data file was durable leaves; it is no
-/// storage yet, and [`Database::storage`] finishes creating it. Removes leftovers of dropped
+/// storage yet, and [`Database::create_storage`] finishes creating it. Removes leftovers of dropped
 /// storages (unless `read_only`: a read-only open writes nothing, and skips them).
 fn branch_names(env: &dyn StorageEnv, indexes: &Path, read_only: bool) -> Result<Vec<String>> {
     let mut out = Vec::new();

@@ -20,7 +20,7 @@ fn a_branch_without_its_data_file_is_damaged() {
     {
         let db = Database::open(&path, Options::default()).unwrap();
         for name in ["idx", "other"] {
-            let s = db.storage(name).unwrap();
+            let s = db.create_storage(name).unwrap();
             let mut w = s.begin_write().unwrap();
             for i in 0..100 {
                 w.put(format!("term{i:03}"), b"").unwrap();
@@ -70,7 +70,7 @@ fn a_branch_without_its_data_file_is_damaged() {
         ..Options::default()
     };
     let db = Database::open(&path, o).unwrap();
-    let s = db.storage("unfinished").unwrap();
+    let s = db.create_storage("unfinished").unwrap();
     let mut w = s.begin_write().unwrap();
     w.put("k", "v").unwrap();
     w.commit().unwrap();

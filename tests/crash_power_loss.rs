@@ -428,14 +428,7 @@ fn crash_at_every_durable_operation() {
             ops.push(snaps.iter().map(|s| s.n).max().unwrap_or(0));
             tally.add(verify_snaps(base.path(), w.seed, &snaps, 1, verify));
             if target > MIN_CRASH_STATES {
-                // Offline runs: progress, for a run cut short.
-                eprintln!(
-                    "round {r}: {} points, {} distinct states checked, {} failed, {:.1?}",
-                    tally.points,
-                    tally.states,
-                    tally.failures.len(),
-                    start.elapsed()
-                );
+                tally.progress(r, start);
             }
             if !tally.failures.is_empty() {
                 break;
@@ -456,32 +449,7 @@ fn crash_at_every_durable_operation() {
         tally.by_mode,
         tally.by_kind
     );
-    assert!(
-        tally.failures.is_empty(),
-        "{} crash states failed; first ones:\n{}",
-        tally.failures.len(),
-        tally
-            .failures
-            .iter()
-            .take(10)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    assert!(
-        tally.states >= target,
-        "only {} distinct crash states, want {target}",
-        tally.states
-    );
-    let covered = tally.kinds_in_every_mode();
-    for kind in KINDS {
-        assert!(
-            covered.contains(&kind),
-            "{kind}: not met by every crash mode with and without entry loss: {:?}",
-            tally.by_kind
-        );
-    }
-    assert!(tally.inflight > 0, "no crash point left the in-flight commit on disk: the crash points miss the window between a journal write and its sync");
+    tally.assert_clean(target, &KINDS);
 }
 
 /// Everything under `root`: each path with its bytes (`None` for a directory) and the index of

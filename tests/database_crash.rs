@@ -1180,14 +1180,7 @@ fn crash_at_every_durable_operation_of_a_database() {
                 },
             ));
             if target > MIN_CRASH_STATES {
-                // Offline runs: progress, for a run cut short.
-                eprintln!(
-                    "round {r}: {} points, {} distinct states checked, {} failed, {:.1?}",
-                    tally.points,
-                    tally.states,
-                    tally.failures.len(),
-                    start.elapsed()
-                );
+                tally.progress(r, start);
             }
             if !tally.failures.is_empty() {
                 break 'rounds;
@@ -1204,35 +1197,7 @@ fn crash_at_every_durable_operation_of_a_database() {
         tally.by_mode,
         tally.by_kind
     );
-    assert!(
-        tally.failures.is_empty(),
-        "{} crash states failed; first ones:\n{}",
-        tally.failures.len(),
-        tally
-            .failures
-            .iter()
-            .take(8)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    assert!(
-        tally.states >= target,
-        "only {} distinct crash states, want {target}",
-        tally.states
-    );
-    let covered = tally.kinds_in_every_mode();
-    for kind in KINDS {
-        assert!(
-            covered.contains(&kind),
-            "{kind}: not met by every crash mode with and without entry loss: {:?}",
-            tally.by_kind
-        );
-    }
-    assert!(
-        tally.inflight > 0,
-        "no crash point left a commit in flight on disk"
-    );
+    tally.assert_clean(target, &KINDS);
 }
 
 // ---------------------------------------------------------------------------------------------

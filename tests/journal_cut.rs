@@ -123,7 +123,7 @@ fn a_cut_shared_journal_file_from_the_pool_is_corruption() {
         ..opts()
     };
     let db = Database::open(&path, o.clone()).unwrap();
-    let idx = db.storage("idx").unwrap();
+    let idx = db.create_storage("idx").unwrap();
     let mut at = 0;
     for i in 0..40 {
         if i == 20 {

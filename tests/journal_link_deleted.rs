@@ -43,7 +43,7 @@ fn put(s: &Storage, key: &str, value: &[u8]) {
 fn database(dir: &Path) -> (PathBuf, String) {
     let path = dir.join("db");
     let db = Database::open(&path, opts()).unwrap();
-    let idx = db.storage("idx").unwrap();
+    let idx = db.create_storage("idx").unwrap();
     for i in 0..DOCS {
         put(&db.root(), &format!("doc{i:03}"), b"document");
         put(&idx, &format!("term{i:03}"), b"");

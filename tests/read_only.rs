@@ -142,8 +142,8 @@ fn cli_reads(bin: &Path, wrap: &[&str], db: &Path) {
         );
         String::from_utf8(o.stdout).unwrap()
     };
-    assert_eq!(okv(&["get"], &["unflushed"]), "root 2\n");
-    assert_eq!(okv(&["get"], &["--storage", "idx", "i2"]), "branch 2\n");
+    assert_eq!(okv(&["get"], &["unflushed"]), "root 2");
+    assert_eq!(okv(&["get"], &["--storage", "idx", "i2"]), "branch 2");
     assert_eq!(okv(&["scan"], &[]), "flushed\troot 1\nunflushed\troot 2\n");
     assert!(okv(&["stat"], &[]).contains("idx"));
     let o = run(&["check"]);
@@ -300,14 +300,14 @@ fn several_read_only_processes_at_once() {
     let dbs = db.to_str().unwrap();
     let jobs: Vec<(Vec<&str>, &str)> = vec![
         (vec!["scan", dbs], "flushed\troot 1\nunflushed\troot 2\n"),
-        (vec!["get", dbs, "unflushed"], "root 2\n"),
+        (vec!["get", dbs, "unflushed"], "root 2"),
         (
             vec!["scan", dbs, "--storage", "idx"],
             "i1\tbranch 1\ni2\tbranch 2\n",
         ),
-        (vec!["get", dbs, "--storage", "idx", "i1"], "branch 1\n"),
+        (vec!["get", dbs, "--storage", "idx", "i1"], "branch 1"),
         (vec!["scan", dbs, "--prefix", "f"], "flushed\troot 1\n"),
-        (vec!["get", dbs, "flushed"], "root 1\n"),
+        (vec!["get", dbs, "flushed"], "root 1"),
     ];
     for round in 0..3 {
         let children: Vec<_> = jobs

@@ -77,6 +77,54 @@ impl Tally {
             .map(|(w, _)| w)
             .collect()
     }
+
+    /// One progress line for an offline run (`OMNIBUS_CRASH_POINTS` above the CI default), so a
+    /// run cut short still says how far it got.
+    pub fn progress(&self, round: impl std::fmt::Display, start: std::time::Instant) {
+        eprintln!(
+            "round {round}: {} points, {} distinct states checked, {} failed, {:.1?}",
+            self.points,
+            self.states,
+            self.failures.len(),
+            start.elapsed()
+        );
+    }
+
+    /// The suite's verdict: no failed state, at least `target` distinct states, every kind of
+    /// `kinds` met by every crash mode with and without entry loss, and some state that kept
+    /// the commit in flight (else the points miss the window between a journal write and its
+    /// sync).
+    pub fn assert_clean(&self, target: usize, kinds: &[&str]) {
+        assert!(
+            self.failures.is_empty(),
+            "{} crash states failed; first ones:\n{}",
+            self.failures.len(),
+            self.failures
+                .iter()
+                .take(10)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        assert!(
+            self.states >= target,
+            "only {} distinct crash states, want {target}",
+            self.states
+        );
+        let covered = self.kinds_in_every_mode();
+        for kind in kinds {
+            assert!(
+                covered.contains(kind),
+                "{kind}: not met by every crash mode with and without entry loss: {:?}",
+                self.by_kind
+            );
+        }
+        assert!(
+            self.inflight > 0,
+            "no crash point left a commit in flight on disk: the crash points miss the window \
+             between a journal write and its sync"
+        );
+    }
 }
 
 /// The number of crash points a suite must check: `OMNIBUS_CRASH_POINTS` (the total over the
