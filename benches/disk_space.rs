@@ -1,6 +1,7 @@
 //! Disk space: omnibus against LMDB (heed) for the same keys and values loaded the same way.
 //!
-//! Data: `/work/shared/data/cities.jsonl` (or the file named by `OMNIBUS_CITIES`) when present,
+//! Data: `../shared/data/cities.jsonl` next to the crate (or the file named by `OMNIBUS_CITIES`)
+//! when present,
 //! else a generated stand-in of the same shape (171,075 JSON lines of ~100 bytes). Documents
 //! are keyed by their line number in 12 digits (as `omnibus ingest` keys them); three indexes
 //! (`country`, `admin1`, `name`) hold one entry `term ++ 0x00 ++ document key` with an empty
@@ -46,8 +47,9 @@ fn field<'a>(line: &'a str, name: &str) -> &'a str {
 }
 
 fn docs() -> (Vec<Doc>, String) {
-    let path = std::env::var("OMNIBUS_CITIES")
-        .unwrap_or_else(|_| "/work/shared/data/cities.jsonl".to_string());
+    let path = std::env::var("OMNIBUS_CITIES").unwrap_or_else(|_| {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/cities.jsonl").to_string()
+    });
     let (lines, source): (Vec<String>, String) = match std::fs::read_to_string(&path) {
         Ok(text) => (text.lines().map(str::to_string).collect(), path),
         Err(_) => {

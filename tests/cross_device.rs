@@ -83,6 +83,34 @@ fn branch_on_another_file_system_or_mount_is_cross_device() {
     let e = db.create_storage("far").unwrap_err();
     assert!(matches!(&e, Error::CrossDevice { .. }), "{e:?}");
 
+    // A loop-mounted file system: an ext4 image in a file, mounted with `-o loop` (a disk of
+    // its own, as a second drive would be). Skipped, saying why, where no loop device exists.
+    let image = dir.path().join("ext4.img");
+    let loopfs = dir.path().join("loopfs");
+    std::fs::create_dir(&loopfs).unwrap();
+    std::fs::File::create(&image)
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    let mkfs = Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .arg(&image)
+        .status();
+    match mkfs {
+        Ok(st) if st.success() => match mount(&["-o", "loop", image.to_str().unwrap()], &loopfs) {
+            Ok(()) => {
+                mounts.0.push(loopfs.clone());
+                std::fs::create_dir(loopfs.join("disk")).unwrap();
+                std::os::unix::fs::symlink(loopfs.join("disk"), path.join("Indexes/disk")).unwrap();
+                let e = db.create_storage("disk").unwrap_err();
+                assert!(matches!(&e, Error::CrossDevice { .. }), "{e:?}");
+                assert!(!db.root().is_poisoned());
+            }
+            Err(why) => eprintln!("loop-mounted case skipped: {why}"),
+        },
+        other => eprintln!("loop-mounted case skipped: mkfs.ext4: {other:?}"),
+    }
+
     // Another mount of the root's own file system: a bind mount (same device number).
     let other = dir.path().join("other");
     let bound = path.join("Indexes/bound");
