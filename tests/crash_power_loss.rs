@@ -16,15 +16,13 @@
 //! keep a new commit. `snapshots_are_the_states_real_crashes_leave` checks that a snapshot is
 //! exactly what a real crash of the same run leaves.
 
-use std::collections::{BTreeMap, HashMap};
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use omnibus::env::testing::{
-    CrashMode, CrashSnapshot, DurableEvent, DurableStep, HookedEnv, PowerLossEnv,
+    dir_tree, CrashMode, CrashSnapshot, DurableEvent, DurableStep, HookedEnv, PowerLossEnv,
 };
 use omnibus::env::{default_env, StorageEnv};
 use omnibus::{FlushMode, Options, Prezero, Storage};
@@ -452,44 +450,6 @@ fn crash_at_every_durable_operation() {
     tally.assert_clean(target, &KINDS);
 }
 
-/// Everything under `root`: each path with its bytes (`None` for a directory) and the index of
-/// the first path of its inode (hard links share it).
-fn tree(root: &Path) -> BTreeMap<PathBuf, (Option<Vec<u8>>, usize)> {
-    type Entries = Vec<(PathBuf, Option<Vec<u8>>, (u64, u64))>;
-    fn walk(root: &Path, dir: &Path, out: &mut Entries) {
-        let mut names: Vec<_> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        names.sort();
-        for p in names {
-            let meta = std::fs::symlink_metadata(&p).unwrap();
-            let rel = p.strip_prefix(root).unwrap().to_path_buf();
-            if meta.is_dir() {
-                out.push((rel, None, (0, 0)));
-                walk(root, &p, out);
-            } else {
-                let bytes = std::fs::read(&p).unwrap();
-                out.push((rel, Some(bytes), (meta.dev(), meta.ino())));
-            }
-        }
-    }
-    let mut v = Vec::new();
-    walk(root, root, &mut v);
-    let mut first: HashMap<(u64, u64), usize> = HashMap::new();
-    v.into_iter()
-        .enumerate()
-        .map(|(i, (p, bytes, ino))| {
-            let idx = if bytes.is_some() {
-                *first.entry(ino).or_insert(i)
-            } else {
-                i
-            };
-            (p, (bytes, idx))
-        })
-        .collect()
-}
-
 /// The snapshot suite is only as good as the snapshots: in a real workload (holes punched,
 /// hard links, a journal pool), the state that a snapshot taken right after the k-th durable
 /// operation gives is, byte for byte, what a real crash armed at that operation
@@ -522,7 +482,7 @@ fn snapshots_are_the_states_real_crashes_leave() {
             snap.state(mode, lose, seed)
                 .write_to(from_snap.path())
                 .unwrap();
-            let (a, b) = (tree(dir.path()), tree(from_snap.path()));
+            let (a, b) = (dir_tree(dir.path()), dir_tree(from_snap.path()));
             files += a.values().filter(|v| v.0.is_some()).count();
             assert!(
                 a == b,

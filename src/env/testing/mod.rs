@@ -32,8 +32,8 @@ mod recording;
 
 pub use hooked::{Fault, Hook, HookedEnv, HookedFile, OpInfo, OpKind};
 pub use power_loss::{
-    CrashMode, CrashSnapshot, CrashState, DurableEvent, DurableObserver, DurableStep, PowerLossEnv,
-    PowerLossFile, SECTOR_SIZE,
+    dir_tree, CrashMode, CrashSnapshot, CrashState, DurableEvent, DurableObserver, DurableStep,
+    PowerLossEnv, PowerLossFile, SECTOR_SIZE,
 };
 pub use recording::{DurableOp, RecordingEnv, RecordingFile};
 

@@ -1507,6 +1507,54 @@ impl EnvFile for PowerLossFile {
     }
 }
 
+/// Everything under `root`: each path with its bytes (`None` for a directory) and the
+/// index of the first path of its inode (hard links share it). Two directories compare equal
+/// when they hold the same names, bytes and hard-link structure: what a crash left, against
+/// what a snapshot writes ([`CrashState::write_to`]). Test helper: panics on I/O errors.
+pub fn dir_tree(
+    root: &Path,
+) -> std::collections::BTreeMap<std::path::PathBuf, (Option<Vec<u8>>, usize)> {
+    use std::collections::HashMap;
+    use std::os::unix::fs::MetadataExt;
+    use std::path::PathBuf;
+    type Entries = Vec<(PathBuf, Option<Vec<u8>>, (u64, u64))>;
+    fn walk(root: &Path, dir: &Path, out: &mut Entries) {
+        let mut names: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        names.sort();
+        for p in names {
+            let meta = std::fs::symlink_metadata(&p).unwrap();
+            let rel = p.strip_prefix(root).unwrap().to_path_buf();
+            if meta.is_dir() {
+                out.push((rel, None, (0, 0)));
+                walk(root, &p, out);
+            } else {
+                out.push((
+                    rel,
+                    Some(std::fs::read(&p).unwrap()),
+                    (meta.dev(), meta.ino()),
+                ));
+            }
+        }
+    }
+    let mut v = Vec::new();
+    walk(root, root, &mut v);
+    let mut first: HashMap<(u64, u64), usize> = HashMap::new();
+    v.into_iter()
+        .enumerate()
+        .map(|(i, (p, bytes, ino))| {
+            let idx = if bytes.is_some() {
+                *first.entry(ino).or_insert(i)
+            } else {
+                i
+            };
+            (p, (bytes, idx))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1762,43 +1810,6 @@ mod tests {
         assert_eq!(fs::read(root.join("f")).unwrap(), b"x");
     }
 
-    /// Everything under `root`: each path with its bytes (`None` for a directory) and the
-    /// index of the first path of its inode (hard links share it).
-    fn tree(root: &Path) -> BTreeMap<PathBuf, (Option<Vec<u8>>, usize)> {
-        type Entries = Vec<(PathBuf, Option<Vec<u8>>, (u64, u64))>;
-        fn walk(root: &Path, dir: &Path, out: &mut Entries) {
-            let mut names: Vec<_> = fs::read_dir(dir)
-                .unwrap()
-                .map(|e| e.unwrap().path())
-                .collect();
-            names.sort();
-            for p in names {
-                let meta = fs::symlink_metadata(&p).unwrap();
-                let rel = p.strip_prefix(root).unwrap().to_path_buf();
-                if meta.is_dir() {
-                    out.push((rel, None, (0, 0)));
-                    walk(root, &p, out);
-                } else {
-                    out.push((rel, Some(fs::read(&p).unwrap()), (meta.dev(), meta.ino())));
-                }
-            }
-        }
-        let mut v = Vec::new();
-        walk(root, root, &mut v);
-        let mut first: HashMap<(u64, u64), usize> = HashMap::new();
-        v.into_iter()
-            .enumerate()
-            .map(|(i, (p, bytes, ino))| {
-                let idx = if bytes.is_some() {
-                    *first.entry(ino).or_insert(i)
-                } else {
-                    i
-                };
-                (p, (bytes, idx))
-            })
-            .collect()
-    }
-
     /// A run of changes of every kind: durable files, pending writes, a hole, a length change,
     /// a new file, a hard link, a rename and an unlink, none of them synced.
     fn busy(env: &PowerLossEnv, root: &Path) -> Arc<dyn EnvFile> {
@@ -1845,11 +1856,15 @@ mod tests {
                     let (_d2, root2, env2) = setup();
                     let _f2 = busy(&env2, &root2);
                     env2.crash(mode, lose, seed).unwrap();
-                    assert_eq!(tree(&out), tree(&root2), "{mode:?} lose={lose} seed={seed}");
+                    assert_eq!(
+                        dir_tree(&out),
+                        dir_tree(&root2),
+                        "{mode:?} lose={lose} seed={seed}"
+                    );
                     // Writing over an existing directory replaces what is there.
                     fs::write(out.join("stray"), b"x").unwrap();
                     state.write_to(&out).unwrap();
-                    assert_eq!(tree(&out), tree(&root2));
+                    assert_eq!(dir_tree(&out), dir_tree(&root2));
                 }
             }
         }
@@ -1914,7 +1929,7 @@ mod tests {
                 snap.state(CrashMode::KeepSubset, false, 9)
                     .write_to(&out)
                     .unwrap();
-                assert_eq!(tree(&out), tree(&root2), "after {n}");
+                assert_eq!(dir_tree(&out), dir_tree(&root2), "after {n}");
             }
         }
         // Before the 3rd: "one" durable, "two" pending (kept by KeepPrefix when it keeps all).
