@@ -60,6 +60,51 @@ impl BackupReport {
     }
 }
 
+/// Refuses a backup destination inside the directory it copies: a copy there would be read
+/// back as part of the source (under `Indexes/`, as a branch of the database). Both paths are
+/// compared after resolving symlinks (the destination's longest existing ancestor; the rest
+/// appended as given).
+///
+/// Errors: [`Error::DestinationInsideSource`].
+pub(crate) fn check_outside(source: &Path, dest: &Path) -> Result<()> {
+    let Ok(src) = std::fs::canonicalize(source) else {
+        return Ok(());
+    };
+    let dest_abs = if dest.is_absolute() {
+        dest.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(dest)
+    };
+    let mut base = dest_abs.as_path();
+    let mut rest = Vec::new();
+    // Bounded by the number of components of the path.
+    let resolved = loop {
+        if let Ok(c) = std::fs::canonicalize(base) {
+            break Some(c);
+        }
+        match (base.file_name(), base.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name.to_os_string());
+                base = parent;
+            }
+            _ => break None,
+        }
+    };
+    let Some(mut full) = resolved else {
+        return Ok(());
+    };
+    for name in rest.iter().rev() {
+        full.push(name);
+    }
+    if full.starts_with(&src) {
+        return Err(Error::DestinationInsideSource {
+            path: dest.to_path_buf(),
+            source_dir: source.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
 /// What the backup created, removed again if it fails.
 pub(crate) struct Cleanup<'a> {
     env: &'a dyn StorageEnv,

@@ -486,7 +486,8 @@ impl Database {
     /// is never ahead of the documents it was fed from). Damaged branches
     /// ([`Database::damaged`]) are not copied.
     ///
-    /// Errors: [`Error::DestinationNotEmpty`]; [`Error::Closed`]; [`Error::Corruption`] for a
+    /// Errors: [`Error::DestinationInsideSource`] (a destination inside the database's directory);
+    /// [`Error::DestinationNotEmpty`]; [`Error::Closed`]; [`Error::Corruption`] for a
     /// damaged page; I/O errors with the operation and path (`ENOSPC`:
     /// [`Error::is_no_space`]); an `Io` error with `TimedOut` when a durable commit was not
     /// published within 10 s (a stalled committer). On any error, everything the backup wrote
@@ -495,6 +496,7 @@ impl Database {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
+        crate::backup::check_outside(&self.inner.path, dest.as_ref())?;
         let branches: Vec<(String, Storage)> = lock(&self.inner.branches)
             .iter()
             .map(|(n, s)| (n.clone(), s.clone()))

@@ -133,6 +133,15 @@ pub enum Error {
         /// The destination directory.
         path: PathBuf,
     },
+    /// [`crate::Storage::backup`] or [`crate::Database::backup`] was given a destination inside
+    /// the directory it copies (a copy under `Indexes/` would become a branch of the source).
+    #[error("{path}: backup destination is inside the directory it copies ({source_dir})")]
+    DestinationInsideSource {
+        /// The destination directory.
+        path: PathBuf,
+        /// The storage's or database's directory.
+        source_dir: PathBuf,
+    },
     /// The storage was closed.
     #[error("storage is closed")]
     Closed,
@@ -307,6 +316,10 @@ impl Clone for Error {
             Error::DestinationNotEmpty { path } => {
                 Error::DestinationNotEmpty { path: path.clone() }
             }
+            Error::DestinationInsideSource { path, source_dir } => Error::DestinationInsideSource {
+                path: path.clone(),
+                source_dir: source_dir.clone(),
+            },
             Error::WriteInProgress => Error::WriteInProgress,
             Error::InvalidOptions(s) => Error::InvalidOptions(s.clone()),
             Error::InvalidStorageName { name, reason } => Error::InvalidStorageName {

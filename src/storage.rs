@@ -348,7 +348,8 @@ impl Storage {
     /// Every page copied has its checksum verified. Writers are never blocked; the snapshot
     /// holds flushes at its txn id (and freed pages from reuse) until the copy is written.
     ///
-    /// Errors: [`Error::DestinationNotEmpty`] when `dest` exists and is not an empty
+    /// Errors: [`Error::DestinationInsideSource`] when `dest` lies inside this storage's directory;
+    /// [`Error::DestinationNotEmpty`] when `dest` exists and is not an empty
     /// directory; [`Error::Closed`]; [`Error::Corruption`] for a damaged page of the snapshot;
     /// I/O errors with the operation and path, `ENOSPC` among them
     /// ([`Error::is_no_space`]). On any error, everything the backup wrote is removed again.
@@ -357,6 +358,7 @@ impl Storage {
             return Err(Error::Closed);
         }
         let state = self.inner.current.load_full();
+        crate::backup::check_outside(&self.inner.path, dest.as_ref())?;
         crate::backup::backup_storage(&*self.inner.env, &state, dest.as_ref())
     }
 
