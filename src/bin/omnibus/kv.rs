@@ -208,9 +208,55 @@ fn put_value(a: &PutArgs) -> CliResult<Vec<u8>> {
     }
 }
 
+/// Checks a write's key, value and storage name before anything is opened or created.
+///
+/// Regression (fresh-user trial): `put fresh '' v` and `put fresh --storage .. --create k v`
+/// exited 1, the engine refusing the empty key or the name at commit, but only after the
+/// database had been created: a rejected command left a new empty database behind.
+fn check_write_input(a: &StorageArg, key: &[u8], value: Option<&[u8]>) -> CliResult {
+    if key.is_empty() {
+        return Err(omnibus::Error::EmptyKey.into());
+    }
+    if key.len() > omnibus::MAX_KEY_LEN {
+        return Err(omnibus::Error::KeyTooLarge {
+            len: key.len(),
+            max: omnibus::MAX_KEY_LEN,
+        }
+        .into());
+    }
+    if let Some(v) = value.filter(|v| v.len() > omnibus::MAX_VALUE_LEN) {
+        return Err(omnibus::Error::ValueTooLarge {
+            len: v.len(),
+            max: omnibus::MAX_VALUE_LEN,
+        }
+        .into());
+    }
+    if let Some(name) = &a.storage {
+        omnibus::database::validate_storage_name(name)?;
+    }
+    Ok(())
+}
+
+/// Refuses a write of an index storage's reserved key, its applied record.
+///
+/// Regression (fresh-user trial): `put DB --storage color '\x00' garbage` (and `delete`)
+/// exited 0 and overwrote the index's applied record; `check` then dropped that index's
+/// cross-check without a word and `stat` counted the record as an entry.
+fn check_not_reserved(a: &StorageArg, s: &Storage, key: &[u8]) -> CliResult {
+    if a.storage.is_some() && key == INDEX_APPLIED_KEY && applied_record(&s.begin_read()?).is_some()
+    {
+        return Err(Fail::input(
+            "key \\x00 of an index storage is its applied record, kept by the engine: not writable"
+                .to_string(),
+        ));
+    }
+    Ok(())
+}
+
 pub fn put(a: PutArgs) -> CliResult {
     let key = arg_bytes("KEY", &a.key)?;
     let value = put_value(&a)?;
+    check_write_input(&a.target, &key, Some(&value))?;
     let exists = db_dir(&a.target.db)?;
     // A missing database is created for the root storage (as before), but a branch storage is
     // only ever created on request: a typo in --storage must not make a database either.
@@ -227,6 +273,7 @@ pub fn put(a: PutArgs) -> CliResult {
         .as_ref()
         .is_some_and(|n| !db.storages().contains(n));
     let s = storage_of(&db, &a.target, a.create, CREATE_HINT)?;
+    check_not_reserved(&a.target, &s, &key)?;
     let mut w = s.begin_write()?;
     let replaced = a.json && w.get(&key)?.is_some();
     w.put(&key, &value)?;
@@ -255,8 +302,10 @@ fn close_write(db: omnibus::Database, s: omnibus::Storage) -> CliResult {
 
 pub fn delete(a: DeleteArgs) -> CliResult {
     let key = arg_bytes("KEY", &a.key)?;
+    check_write_input(&a.target, &key, None)?;
     let db = open_write(&a.target.db, false)?;
     let s = storage_of(&db, &a.target, false, "")?;
+    check_not_reserved(&a.target, &s, &key)?;
     let mut w = s.begin_write()?;
     let found = w.delete(&key)?;
     if found {
