@@ -101,6 +101,11 @@ pub struct CheckReport {
     pub problems: Vec<Corruption>,
     /// What the damaged pages among `problems` hid: `None` when no page was damaged.
     pub hidden: Option<HiddenPages>,
+    /// Header slots (0 or 1) that do not decode as a valid header while their twin does:
+    /// damaged, or torn by a crash during a flush's header write (a legal crash state, so not
+    /// a problem: nothing is lost, the twin holds the same header, and the first flush of a
+    /// read-write open rewrites the slot from it). Filled by [`crate::Storage::check`].
+    pub header_slots_damaged: Vec<u64>,
 }
 
 impl CheckReport {
