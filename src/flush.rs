@@ -330,9 +330,19 @@ fn mirror_header(inner: &Inner) -> Result<()> {
     let cur = fs.header_slot;
     let mut pages = [crate::page::zeroed(1), crate::page::zeroed(1)];
     for (slot, p) in pages.iter_mut().enumerate() {
-        inner
-            .data
-            .read_exact_at(p, slot as u64 * PAGE_SIZE as u64)?;
+        // A file that ends inside its header pages was cut short: corruption, as in
+        // `storage::read_header` (not `pread ...: failed to fill whole buffer`).
+        match inner.data.read_exact_at(p, slot as u64 * PAGE_SIZE as u64) {
+            Err(e) if e.source.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(Error::corruption(
+                    &*inner.data_path,
+                    Some(slot as u64),
+                    None,
+                    "the data file ends inside its header pages (cut short)",
+                ));
+            }
+            r => r?,
+        }
     }
     let Slot::Valid(newest) = decode(&pages[cur as usize], cur) else {
         return Err(Error::corruption(

@@ -1360,8 +1360,22 @@ pub(crate) fn missing_data_file_is_damage(
 pub(crate) fn read_header(data: &dyn EnvFile, data_path: &Path) -> Result<(Header, u64)> {
     let mut p0 = page::zeroed(1);
     let mut p1 = page::zeroed(1);
-    data.read_exact_at(&mut p0, 0)?;
-    data.read_exact_at(&mut p1, PAGE_SIZE as u64)?;
+    // Regression (fresh-user trial): with `data.pages` cut to 8 KiB, a database's read-write
+    // open failed with `pread ...: failed to fill whole buffer` (an I/O error) where `check`
+    // reported corruption: a data file that ends inside its header pages was cut short.
+    for (slot, p) in [&mut p0, &mut p1].into_iter().enumerate() {
+        match data.read_exact_at(p, slot as u64 * PAGE_SIZE as u64) {
+            Err(e) if e.source.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(Error::corruption(
+                    data_path,
+                    Some(slot as u64),
+                    None,
+                    "the data file ends inside its header pages (cut short)",
+                ));
+            }
+            r => r?,
+        }
+    }
     header::choose(&p0, &p1, data_path)
 }
 
