@@ -961,6 +961,32 @@ impl DatabaseHandle {
         block_on(self.check_indexes(max_examples))
     }
 
+    /// An online backup of the whole database into `dest` while writers go on: every
+    /// storage's snapshot at one point of the shared journal's order, copied on the background
+    /// I/O lane (executors never wait for it). See [`Database::backup`] for what the copy is
+    /// and what "consistent" means; the copy opens standalone and passes `check`.
+    ///
+    /// Errors: those of [`Database::backup`] ([`Error::DestinationNotEmpty`],
+    /// [`Error::DestinationInsideSource`], [`Error::Closed`], [`Error::Corruption`], I/O errors
+    /// with the operation and path, `ENOSPC` among them: the partial copy is removed).
+    pub async fn backup(
+        &self,
+        dest: impl AsRef<std::path::Path>,
+    ) -> Result<crate::backup::BackupReport> {
+        let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
+        let db = self.inner.db.clone();
+        let dest = dest.as_ref().to_path_buf();
+        engine.background.run(move || db.backup(&dest)).await
+    }
+
+    /// Blocking [`DatabaseHandle::backup`].
+    pub fn blocking_backup(
+        &self,
+        dest: impl AsRef<std::path::Path>,
+    ) -> Result<crate::backup::BackupReport> {
+        block_on(self.backup(dest))
+    }
+
     /// Names of the defined indexes.
     pub fn indexes(&self) -> Vec<String> {
         self.inner
