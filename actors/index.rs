@@ -45,8 +45,10 @@
 //! Invariants: the applied record and the entries it covers commit together, and every root
 //! commit after the applied one reaches the mailbox in txn order, so a durable index state with
 //! record `A` holds exactly the entries the map function gives for the root's documents at txn
-//! `A`; after a crash the root is at `R >= A` (an index is fed only durable root commits), and
-//! reconciling from `R` fixes it whatever the index holds (a reconcile interrupted by a crash
+//! `A`; after a crash the root is at `R >= A` for immediate root commits (an index is fed only
+//! acknowledged root commits), while a crash that loses acknowledged `Durability::Eventual` root
+//! commits can leave `R < A` (the index applied commits the root lost): either way the applied
+//! record differs from `R` and reconciling from `R` fixes it whatever the index holds (a reconcile interrupted by a crash
 //! left the record at `A`, so the next definition reconciles again). `wait_for_indexes` returns
 //! only once the index's applied txn reaches every root commit acknowledged before the call. A
 //! stored index entry never has a key over [`crate::MAX_KEY_LEN`]: longer ones are skipped and
