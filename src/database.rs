@@ -719,8 +719,8 @@ struct Surveyed {
     /// The root's `Journals/` holds it.
     in_root: bool,
     /// The storage directories its link records name, relative to the root
-    /// (`Indexes/<name>`).
-    linked: Vec<String>,
+    /// (`Indexes/<name>`), each with the storage id the link was made for.
+    linked: Vec<(String, u64)>,
     /// The highest txn id of the root's commit records in it (0: none).
     root_max: u64,
 }
@@ -763,8 +763,15 @@ fn survey(
             let r = recovery::scan(env, &file, no, &[], |h, body, _| {
                 match h.kind {
                     RecordKind::Link => {
-                        if let Some(rel) = body.get(8..).and_then(|b| std::str::from_utf8(b).ok()) {
-                            s.linked.push(rel.to_string());
+                        // The body: the branch's storage id (8 bytes, little-endian), then its
+                        // path relative to the root.
+                        let sid = body
+                            .get(..8)
+                            .and_then(|b| b.try_into().ok())
+                            .map(u64::from_le_bytes);
+                        let rel = body.get(8..).and_then(|b| std::str::from_utf8(b).ok());
+                        if let (Some(sid), Some(rel)) = (sid, rel) {
+                            s.linked.push((rel.to_string(), sid));
                         }
                     }
                     RecordKind::Commit if h.storage_id == root_id => {
@@ -812,6 +819,8 @@ fn missing_names(
     names: &[String],
 ) -> Vec<Missing> {
     let mut out = Vec::new();
+    // The storage id in each branch's data file header (`None`: none readable).
+    let mut ids: BTreeMap<String, Option<u64>> = BTreeMap::new();
     for (no, f) in files {
         if !f.in_root && f.root_max > flushed {
             out.push(Missing {
@@ -820,11 +829,29 @@ fn missing_names(
                 storage: None,
             });
         }
-        for rel in &f.linked {
+        for (rel, sid) in &f.linked {
             let Some(name) = rel.strip_prefix(&format!("{INDEXES_DIR}/")) else {
                 continue;
             };
             if !names.iter().any(|n| n == name) {
+                continue;
+            }
+            // Regression (offline crash run, round 2 of `database_crash`): a branch dropped and
+            // created again under the same name, the crash during the new creation (its header
+            // not yet durable, no `Journals/`: an unfinished creation). The old incarnation's
+            // link record still named `Indexes/<name>`, so the open linked the old file into a
+            // re-created `Journals/`, and the unfinished branch then read as damaged ("the data
+            // file is empty, but Journals holds journal files"). A link record is repaired only
+            // into the storage it was made for: the same storage id in the branch's header.
+            let current = ids.entry(name.to_string()).or_insert_with(|| {
+                let data_path = root.join(INDEXES_DIR).join(name).join(DATA_FILE);
+                env.open(&data_path, OpenMode::ReadOnly)
+                    .map_err(Error::from)
+                    .and_then(|d| read_header(&*d, &data_path))
+                    .ok()
+                    .map(|(h, _)| h.storage_id)
+            });
+            if *current != Some(*sid) {
                 continue;
             }
             let bdir = root.join(INDEXES_DIR).join(name).join(JOURNALS_DIR);
