@@ -328,22 +328,7 @@ fn mirror_header(inner: &Inner) -> Result<()> {
     use crate::page::header::{decode, Slot};
     let mut fs = lock(&inner.flush_state);
     let cur = fs.header_slot;
-    let mut pages = [crate::page::zeroed(1), crate::page::zeroed(1)];
-    for (slot, p) in pages.iter_mut().enumerate() {
-        // A file that ends inside its header pages was cut short: corruption, as in
-        // `storage::read_header` (not `pread ...: failed to fill whole buffer`).
-        match inner.data.read_exact_at(p, slot as u64 * PAGE_SIZE as u64) {
-            Err(e) if e.source.kind() == std::io::ErrorKind::UnexpectedEof => {
-                return Err(Error::corruption(
-                    &*inner.data_path,
-                    Some(slot as u64),
-                    None,
-                    "the data file ends inside its header pages (cut short)",
-                ));
-            }
-            r => r?,
-        }
-    }
+    let pages = crate::storage::read_header_pages(&*inner.data, &inner.data_path)?;
     let Slot::Valid(newest) = decode(&pages[cur as usize], cur) else {
         return Err(Error::corruption(
             &*inner.data_path,

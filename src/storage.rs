@@ -507,17 +507,14 @@ impl Storage {
         let mut report = crate::btree::check(&s);
         // The header slots are read from the file: readers never use them after the open, so
         // only a check sees one that was damaged since (or torn by a crash).
+        let pages = read_header_pages(&*self.inner.data, &self.inner.data_path).ok();
         for slot in 0..2u64 {
-            let mut page = crate::page::zeroed(1);
-            let valid = self
-                .inner
-                .data
-                .read_exact_at(&mut page, slot * PAGE_SIZE as u64)
-                .is_ok()
-                && matches!(
-                    crate::page::header::decode(&page, slot),
-                    crate::page::header::Slot::Valid(_)
-                );
+            let valid = pages.as_ref().is_some_and(|p| {
+                matches!(
+                    header::decode(&p[slot as usize], slot),
+                    header::Slot::Valid(_)
+                )
+            });
             if !valid {
                 report.header_slots_damaged.push(slot);
             }
@@ -1290,7 +1287,6 @@ pub(crate) fn init_files(
     Ok(())
 }
 
-/// Reads both header pages of `data` and returns the newest valid one and its slot.
 /// True when `journals_dir` holds journal files. They exist only after a storage's header pages
 /// were durable (creation syncs them first), so next to them a missing, empty or headerless
 /// data file is damage, not a storage to create.
@@ -1357,13 +1353,16 @@ pub(crate) fn missing_data_file_is_damage(
     Ok(None)
 }
 
-pub(crate) fn read_header(data: &dyn EnvFile, data_path: &Path) -> Result<(Header, u64)> {
-    let mut p0 = page::zeroed(1);
-    let mut p1 = page::zeroed(1);
-    // Regression (fresh-user trial): with `data.pages` cut to 8 KiB, a database's read-write
-    // open failed with `pread ...: failed to fill whole buffer` (an I/O error) where `check`
-    // reported corruption: a data file that ends inside its header pages was cut short.
-    for (slot, p) in [&mut p0, &mut p1].into_iter().enumerate() {
+/// Reads both header pages (slots 0 and 1) of `data`. The one reader of the header slots: the
+/// open, the first flush's mirroring and `check` all go through it.
+///
+/// Errors: [`Error::Corruption`] when the file ends inside its header pages (it was cut short;
+/// regression from a fresh-user trial: a database's read-write open of a data file cut to 8 KiB
+/// failed with `pread ...: failed to fill whole buffer`, an I/O error, where `check` reported
+/// corruption); other read errors as I/O errors with the operation and path.
+pub(crate) fn read_header_pages(data: &dyn EnvFile, data_path: &Path) -> Result<[Box<[u8]>; 2]> {
+    let mut pages = [page::zeroed(1), page::zeroed(1)];
+    for (slot, p) in pages.iter_mut().enumerate() {
         match data.read_exact_at(p, slot as u64 * PAGE_SIZE as u64) {
             Err(e) if e.source.kind() == std::io::ErrorKind::UnexpectedEof => {
                 return Err(Error::corruption(
@@ -1376,6 +1375,12 @@ pub(crate) fn read_header(data: &dyn EnvFile, data_path: &Path) -> Result<(Heade
             r => r?,
         }
     }
+    Ok(pages)
+}
+
+/// Reads both header pages of `data` and returns the newest valid header and its slot.
+pub(crate) fn read_header(data: &dyn EnvFile, data_path: &Path) -> Result<(Header, u64)> {
+    let [p0, p1] = read_header_pages(data, data_path)?;
     header::choose(&p0, &p1, data_path)
 }
 
