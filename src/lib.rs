@@ -24,25 +24,27 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
-pub mod backup;
-pub mod btree;
-pub mod database;
+mod backup;
+mod btree;
+mod database;
 pub mod env;
-pub mod error;
-pub mod flush;
-pub(crate) mod freespace;
+mod error;
+mod flush;
+mod freespace;
 /// Decoder entry points for the cargo-fuzz targets in `fuzz/` (cargo feature `fuzzing`, off by
 /// default). Not a stable API.
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod journal;
-pub mod options;
-pub mod page;
-pub(crate) mod state;
-pub mod storage;
-pub mod txn;
-pub mod write_mode;
+mod journal;
+mod options;
+mod page;
+mod state;
+mod storage;
+#[cfg(feature = "testing")]
+pub mod testing;
+mod txn;
+mod write_mode;
 
 #[path = "../actors/mod.rs"]
 pub mod actors;
@@ -53,7 +55,7 @@ pub use database::{Database, DatabaseStats};
 pub use env::WriteMode;
 pub use error::{Corruption, Error, IndexFailure, Result};
 pub use flush::FlushReport;
-pub use journal::Prezero;
+pub use journal::{JournalStats, Prezero};
 pub use options::{Durability, FlushMode, JournalMode, Options};
 pub use storage::{CompactReport, Storage, StorageStats};
 pub use txn::{ReadTransaction, WriteTransaction};

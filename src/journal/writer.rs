@@ -345,16 +345,6 @@ impl Journal {
         j
     }
 
-    /// The directory the journal files are in.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// The storage that owns the journal directory (the root, or a storage's own journal).
-    pub fn owner(&self) -> u64 {
-        self.owner
-    }
-
     /// Counters since open.
     pub fn stats(&self) -> JournalStats {
         let io = lock(&self.io);
@@ -404,6 +394,7 @@ impl Journal {
     ///
     /// Errors: the I/O error of the batch write or sync (which also poisons the journal), or
     /// [`Error::Poisoned`] once the journal has failed.
+    #[cfg(test)]
     pub fn commit(&self, record: OutRecord) -> Result<u64> {
         self.submit(std::iter::once(record), Durability::Immediate)
     }
