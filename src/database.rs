@@ -581,7 +581,7 @@ impl Database {
     }
 
     /// Flushes every storage (branches first, then the root) and returns the sum of their
-    /// reports ([`crate::flush::FlushReport::add`]): `flushed_txn` is the root's;
+    /// reports (counters summed): `flushed_txn` is the root's;
     /// `limited_by_snapshot` the root's, else the first limited branch's.
     ///
     /// Errors: the first storage's flush error (the storages after it are not flushed).

@@ -23,6 +23,9 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+// A type reachable through a public signature must be nameable (re-exported): no internal type
+// leaks into the public API unnoticed.
+#![warn(unnameable_types)]
 
 mod backup;
 mod btree;

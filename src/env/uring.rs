@@ -1282,7 +1282,7 @@ impl std::fmt::Debug for UringEnv {
 }
 
 impl UringEnv {
-    /// Sets up both rings ([`RING_ENTRIES`] each) and starts their threads.
+    /// Sets up both rings (256 submission queue entries each) and starts their threads.
     ///
     /// Errors: `io_uring_setup`'s (ENOSYS without io_uring, EPERM under seccomp or a
     /// container's policy, ENOMEM under a low `ulimit -l`), `Unsupported` when the kernel lacks
