@@ -17,14 +17,14 @@ pub mod page {
         seal, verify_checksum, PageHeader, PageKind, BODY_LEN, HEADER_LEN, PAGE_SIZE,
     };
 
-    /// Header pages 0 and 1 (docs/design.md, section 3): decoding a slot, choosing the newest
+    /// Header pages 0 and 1 (docs/design.md, section 2.2): decoding a slot, choosing the newest
     /// valid one.
     pub mod header {
         pub use crate::page::header::{choose, decode, Header, Slot, FORMAT_VERSION, MAGIC};
     }
 }
 
-/// The journal's records (docs/design.md, section 4) and the scan that recovery reads them
+/// The journal's records (docs/design.md, section 3) and the scan that recovery reads them
 /// with.
 pub mod journal {
     pub use crate::journal::record::{RecordHeader, RecordKind, BATCH_ALIGN, RECORD_HEADER_LEN};

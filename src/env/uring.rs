@@ -228,7 +228,7 @@ impl RingFaults {
 #[derive(Debug, Clone)]
 pub struct UringConfig {
     /// Submission queue entries per ring (rounded up to a power of two by the kernel); at
-    /// least 2 (a linked write + sync). Default [`RING_ENTRIES`].
+    /// least 2 (a linked write + sync). Default 256 (`RING_ENTRIES`).
     pub entries: u32,
     /// Faults both lanes inject (tests).
     pub faults: Option<Arc<RingFaults>>,
