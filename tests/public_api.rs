@@ -63,7 +63,8 @@ fn every_intended_item_is_public() {
     let _: fn(PathBuf, Options) -> Result<Database> = Database::open;
     let _: fn(&str) -> Result<()> = Database::validate_storage_name;
     let _: fn(PathBuf) -> bool = Database::exists;
-    let _: fn(PathBuf) -> Result<Vec<(String, PathBuf)>> = Database::branch_dirs;
+    type Branches = Vec<(String, PathBuf)>;
+    let _: fn(PathBuf) -> Result<Branches> = Database::branch_dirs;
     let _: fn(&Database) -> Storage = Database::root;
     let _: fn(&Database, &str) -> Result<Storage> = Database::storage;
     let _: fn(&Database, &str) -> Result<Storage> = Database::create_storage;
