@@ -141,7 +141,7 @@ impl std::fmt::Debug for IndexDefinition {
 
 impl IndexDefinition {
     /// An index named `name` (its branch storage; the rules of
-    /// [`crate::database::validate_storage_name`], checked by `define_index`) with map function
+    /// [`crate::Database::validate_storage_name`], checked by `define_index`) with map function
     /// `map`. Defaults: at least 250 ms between the starts of two batches, at most 16,384 document
     /// changes per batch, 32 MiB of reconcile memory, no forced rebuild.
     pub fn new(

@@ -22,9 +22,9 @@
 //! storages; index builds' scans; the flusher's poll, whose `Storage::flush_due` takes the
 //! journal's lock that a batch holds across its sync; and a separate journal's writer actor's
 //! last reference to its journal (`Journal`'s drop waits for a background zero write). The
-//! engine marks each executor thread ([`crate::env::mark_executor_thread`]); the default
+//! engine marks each executor thread (`env::mark_executor_thread`); the default
 //! environment counts every blocking call made on a marked thread and panics in debug builds
-//! ([`crate::env::executor_guard::blocking_calls_on_executors`]), and
+//! (`omnibus::testing::executor_guard::blocking_calls_on_executors` with the `testing` feature), and
 //! `tests/executor_never_blocks.rs` checks a whole workload. What no check sees: page faults
 //! of the read-only map (readers on executors may wait for a page to come in) and waits for a
 //! lock held across I/O.

@@ -32,12 +32,12 @@ use crate::storage::{
     init_files, lock, read_header, take_lock, Binding, Storage, DATA_FILE, JOURNALS_DIR,
 };
 
-pub use crate::storage::INDEXES_DIR;
+use crate::storage::INDEXES_DIR;
 const DROPPED_PREFIX: &str = ".dropped-";
 
 /// Checks a storage name: 1..=255 bytes of UTF-8, no `/`, `\` or NUL, not `.` or `..`, and not
-/// starting with `.dropped-` (reserved).
-pub fn validate_storage_name(name: &str) -> Result<()> {
+/// starting with `.dropped-` (reserved). Public as [`Database::validate_storage_name`].
+pub(crate) fn validate_storage_name(name: &str) -> Result<()> {
     let bad = |reason| {
         Err(Error::InvalidStorageName {
             name: name.to_string(),
@@ -343,6 +343,47 @@ impl Database {
         self.inner.journal.clone()
     }
 
+    /// Checks a branch storage name as [`Database::create_storage`] and
+    /// [`Database::storage`] do, without opening anything: 1 to 255 bytes of UTF-8, no `/`,
+    /// `\` or NUL, not `.` or `..`, and not starting with `.dropped-` (reserved for storages
+    /// being dropped).
+    ///
+    /// Errors: [`Error::InvalidStorageName`] with the reason.
+    pub fn validate_storage_name(name: &str) -> Result<()> {
+        validate_storage_name(name)
+    }
+
+    /// True when the directory `path` holds a database: a root storage's data file and an
+    /// `Indexes/` directory (what [`Database::open`] makes), rather than a plain storage made by
+    /// [`Storage::open`] (see [`Storage::exists`]) or nothing. Reads directory entries only.
+    pub fn exists(path: impl AsRef<Path>) -> bool {
+        let p = path.as_ref();
+        p.join(DATA_FILE).is_file() && p.join(INDEXES_DIR).is_dir()
+    }
+
+    /// The branch storages of the database in directory `path` as its `Indexes/` directory
+    /// holds them, sorted by name: each name and its directory (which opens standalone with
+    /// [`Storage::open`]). Nothing is opened or written: leftovers of dropped storages and
+    /// directories of creations that crashed before their data file was durable are skipped.
+    /// For tools that look at each storage on its own when the database as a whole does not
+    /// open (`omnibus check`). Empty when there is no `Indexes/` directory.
+    ///
+    /// Errors: [`Error::Io`] when `Indexes/` exists but cannot be listed.
+    pub fn branch_dirs(path: impl AsRef<Path>) -> Result<Vec<(String, PathBuf)>> {
+        let indexes = path.as_ref().join(INDEXES_DIR);
+        let env = crate::env::DefaultEnv::new();
+        if !env.exists(&indexes) {
+            return Ok(Vec::new());
+        }
+        Ok(branch_names(&env, &indexes, true)?
+            .into_iter()
+            .map(|n| {
+                let dir = indexes.join(&n);
+                (n, dir)
+            })
+            .collect())
+    }
+
     /// The database directory.
     pub fn path(&self) -> &Path {
         &self.inner.path
@@ -540,7 +581,7 @@ impl Database {
     }
 
     /// Flushes every storage (branches first, then the root) and returns the sum of their
-    /// reports ([`crate::flush::FlushReport::add`]): `flushed_txn` is the root's;
+    /// reports (counters summed): `flushed_txn` is the root's;
     /// `limited_by_snapshot` the root's, else the first limited branch's.
     ///
     /// Errors: the first storage's flush error (the storages after it are not flushed).

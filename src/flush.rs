@@ -122,7 +122,7 @@ pub struct FlushReport {
 impl FlushReport {
     /// Adds `o`'s counts to this report (a database's flush sums its storages): the counters
     /// are summed; `flushed_txn` and `limited_by_snapshot` stay this report's unless unset.
-    pub fn add(&mut self, o: &FlushReport) {
+    pub(crate) fn add(&mut self, o: &FlushReport) {
         self.pages_written += o.pages_written;
         self.bytes_written += o.bytes_written;
         self.pages_held_back += o.pages_held_back;

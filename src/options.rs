@@ -97,7 +97,8 @@ pub struct Options {
     /// Ignored by a standalone [`crate::Storage::open`].
     pub journal_mode: JournalMode,
     /// How flushes write pages into the data file. Default [`WriteMode::Auto`]: measured once
-    /// per device in the process ([`crate::write_mode`]). `OMNIBUS_WRITE_MODE` overrides it.
+    /// per device in the process (a short probe at the first flush that writes pages; see
+    /// [`WriteMode::describe`]). `OMNIBUS_WRITE_MODE` overrides it.
     pub write_mode: WriteMode,
     /// For [`crate::Database::open`]: when some branch storages are damaged (they fail to open
     /// with [`Error::Corruption`] or [`Error::NotAStorage`]; see [`crate::Database::damaged`]),

@@ -292,6 +292,13 @@ impl Storage {
         })
     }
 
+    /// True when the directory `path` holds a storage: its data file exists (a plain storage
+    /// made by [`Storage::open`], or a database's root or branch storage; see
+    /// [`crate::Database::exists`] to tell a database). Reads directory entries only.
+    pub fn exists(path: impl AsRef<Path>) -> bool {
+        path.as_ref().join(DATA_FILE).is_file()
+    }
+
     /// The storage directory.
     pub fn path(&self) -> &Path {
         &self.inner.path
@@ -571,7 +578,7 @@ impl Storage {
     /// Errors: [`Error::Closed`], [`Error::ReadOnly`], [`Error::Poisoned`]; the `fallocate`
     /// error (`ENOSPC` when the file system is full: nothing is lost and the storage stays
     /// usable).
-    pub fn grow_data_file(&self, pages: u64) -> Result<()> {
+    pub(crate) fn grow_data_file(&self, pages: u64) -> Result<()> {
         self.inner.check_writable()?;
         self.inner.ensure_data_len(pages)
     }
@@ -591,7 +598,7 @@ impl Storage {
     }
 
     /// Poisons the storage and its journal (an actor that panicked while writing it).
-    pub fn poison(&self, cause: &str) {
+    pub(crate) fn poison(&self, cause: &str) {
         let e = Error::Poisoned {
             cause: cause.to_string(),
         };

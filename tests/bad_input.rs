@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 #[path = "common/damage.rs"]
 mod damage;
 
-use omnibus::page::header::{decode, Slot};
+use omnibus::testing::page::header::{decode, Slot};
 use omnibus::{Error, FlushMode, Options, Storage};
 
 const PAGE: usize = 8192;
@@ -192,7 +192,7 @@ fn other_format_version_is_refused() {
     for slot in 0..2 {
         let page = &mut bytes[slot * PAGE..(slot + 1) * PAGE];
         page[40..44].copy_from_slice(&99u32.to_le_bytes());
-        omnibus::page::seal(page);
+        omnibus::testing::page::seal(page);
         assert_eq!(
             decode(page, slot as u64),
             Slot::OtherVersion(99),

@@ -10,8 +10,8 @@
 
 use std::path::Path;
 
-use omnibus::page::node::BranchView;
-use omnibus::page::{header, PageHeader, PageKind, PAGE_SIZE};
+use omnibus::testing::page::BranchView;
+use omnibus::testing::page::{header, PageHeader, PageKind, PAGE_SIZE};
 use omnibus::{CheckReport, FlushMode, Options, Storage};
 
 fn opts() -> Options {
@@ -216,13 +216,13 @@ fn a_real_leak_is_still_reported() {
         })
         .unwrap();
     let img = &mut file[bitmap * PAGE_SIZE..(bitmap + 1) * PAGE_SIZE];
-    let byte = (omnibus::page::HEADER_LEN..PAGE_SIZE)
+    let byte = (omnibus::testing::page::HEADER_LEN..PAGE_SIZE)
         .find(|&i| img[i] != 0)
         .unwrap();
     let bit = img[byte].trailing_zeros();
     img[byte] &= !(1 << bit);
-    omnibus::page::seal(img);
-    let leaked = ((byte - omnibus::page::HEADER_LEN) * 8) as u64 + bit as u64;
+    omnibus::testing::page::seal(img);
+    let leaked = ((byte - omnibus::testing::page::HEADER_LEN) * 8) as u64 + bit as u64;
     std::fs::write(&data, &file).unwrap();
 
     let s = Storage::open(

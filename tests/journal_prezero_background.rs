@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use omnibus::env::testing::{Fault, HookedEnv, OpKind};
 use omnibus::env::{DefaultEnv, StorageEnv};
-use omnibus::journal::recovery;
+use omnibus::testing::journal::recovery;
 use omnibus::{Error, FlushMode, Options, Prezero, Storage};
 
 const PREZERO_THREAD: &str = "omnibus-prezero";

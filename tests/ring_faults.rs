@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use omnibus::env::uring::{
+use omnibus::env::testing::{
     LaneKind, LaneStats, RingFault, RingFaultRule, RingFaults, RingOp, UringConfig,
 };
 use omnibus::env::{DefaultEnv, StorageEnv, UringEnv};

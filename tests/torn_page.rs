@@ -61,7 +61,7 @@ fn torn_data_pages_are_repaired_from_the_journal() {
         if after[a..a + 8192] != before[a..a + 8192] && after[b..b + 4096] != before[b..b + 4096] {
             after[b..b + 4096].copy_from_slice(&before[b..b + 4096]);
             assert!(
-                !omnibus::page::verify_checksum(&after[a..a + 8192]),
+                !omnibus::testing::page::verify_checksum(&after[a..a + 8192]),
                 "page {p} should now fail its checksum"
             );
             torn += 1;

@@ -176,7 +176,9 @@ fuzz_target!(|input: Input| {
                         w.abort();
                     }
                 }
-                Op::Flush => s.as_ref().ok_or(omnibus::Error::Closed)?.flush()?,
+                Op::Flush => {
+                    s.as_ref().ok_or(omnibus::Error::Closed)?.flush()?;
+                }
                 Op::Reopen => {
                     txn = None;
                     // Dropping closes (and flushes); a failure there is seen by the reopen.

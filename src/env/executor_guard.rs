@@ -52,12 +52,14 @@ pub fn on_executor() -> bool {
 
 /// Blocking calls of the default environment made on executor threads since the process
 /// started (a count; 0 unless an executor blocked on the disk). Counted in every build.
+#[cfg(any(test, feature = "testing"))]
 pub fn blocking_calls_on_executors() -> u64 {
     VIOLATIONS.load(Ordering::Relaxed)
 }
 
 /// The first blocking call made on an executor thread (operation, path and thread name), or
 /// `None` when there was none.
+#[cfg(any(test, feature = "testing"))]
 pub fn first_blocking_call_on_executor() -> Option<String> {
     FIRST.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }

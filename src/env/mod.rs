@@ -5,11 +5,15 @@
 //! Implementations:
 //! - [`DefaultEnv`]: the real file system through `pread` / `pwrite` / `pwritev` / `fdatasync` /
 //!   `fallocate` / `link` / directory `fsync`.
-//! - [`retry::RetryEnv`]: the engine's bounded retry of `EINTR`/`EAGAIN`, wrapped around the
-//!   environment a storage is opened with.
-//! - [`testing`]: wrappers for tests: power loss ([`testing::PowerLossEnv`]), fault injection
-//!   ([`testing::HookedEnv`]) and the ordered list of durable operations
-//!   ([`testing::RecordingEnv`]).
+//! - [`UringEnv`]: [`DefaultEnv`] for namespace operations and reads; one io_uring ring per
+//!   lane for journal batches (one linked `WRITEV` + `FSYNC`) and data-file writes, syncs and
+//!   `fallocate`. [`default_env`] picks it where io_uring can be set up.
+//! - Your own: implement [`StorageEnv`] and [`EnvFile`] (e.g. to count or throttle I/O) and
+//!   pass it in [`crate::Options::env`]. The engine wraps whatever it is given in its bounded
+//!   retry of `EINTR`/`EAGAIN` (at most 16 tries of one operation).
+//! - `testing` (cargo feature `testing`, off by default): wrappers for tests: power loss
+//!   (`PowerLossEnv`), fault injection (`HookedEnv`, and the io_uring lanes' `RingFaults`) and
+//!   the ordered list of durable operations (`RecordingEnv`).
 //!
 //! Files are opened read-write and shared as `Arc<dyn EnvFile>`; every method takes `&self` and
 //! positions explicitly (no seek pointer), so one handle serves several threads.
@@ -19,13 +23,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod default;
-pub mod executor_guard;
-pub mod retry;
+pub(crate) mod executor_guard;
+pub(crate) mod retry;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
-pub mod uring;
+mod uring;
 
 pub use default::DefaultEnv;
-pub use executor_guard::{mark_executor_thread, on_executor};
+pub(crate) use executor_guard::mark_executor_thread;
 pub use uring::UringEnv;
 
 /// A failed file operation: the operation, the path and the operating system's error.
@@ -122,6 +127,16 @@ impl WriteMode {
             .into_iter()
             .chain(WriteMode::CONCRETE)
             .find(|m| m.name() == s.trim())
+    }
+
+    /// The mode a writable open of the storage in `dir` would use, and why, for read-only
+    /// reports (`omnibus stat`), without writing anything anywhere: an explicit
+    /// `OMNIBUS_WRITE_MODE`, or what [`WriteMode::Auto`] measured on that device if this
+    /// process already probed it, else `None` with the reason ([`WriteMode::Auto`] probes at
+    /// the first flush that writes pages). An open storage says what it uses in
+    /// [`crate::Storage::write_mode`].
+    pub fn describe(dir: &Path) -> (Option<WriteMode>, String) {
+        crate::write_mode::describe(dir)
     }
 }
 
@@ -228,7 +243,7 @@ pub(crate) fn write_vectored_chunks<F: EnvFile + ?Sized>(
 /// The range must hold no data (a file's growth).
 ///
 /// Errors: `allocate`'s other errors (`ENOSPC`...); `set_len`'s or the zero writes'.
-pub fn allocate_or_zero<F: EnvFile + ?Sized>(file: &F, offset: u64, len: u64) -> EnvResult<()> {
+pub(crate) fn allocate_or_zero<F: EnvFile + ?Sized>(file: &F, offset: u64, len: u64) -> EnvResult<()> {
     match file.allocate(offset, len) {
         Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
             static WARNED: std::sync::atomic::AtomicBool =
@@ -352,7 +367,7 @@ mod tests {
 }
 
 /// Slices per `pwritev` call (`IOV_MAX` on Linux).
-pub const IOV_MAX_SLICES: usize = 1024;
+pub(crate) const IOV_MAX_SLICES: usize = 1024;
 
 /// The I/O path [`default_env`] chose for this process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -436,7 +451,7 @@ const IOPRIO_WHO_PROCESS: i64 = 1;
 /// flushes and journal-pool preparation, so they yield the disk to commits.
 ///
 /// Errors: the OS error of `ioprio_set` (e.g. `EINVAL` for a level over 7).
-pub fn set_thread_io_priority(level: i64) -> std::io::Result<()> {
+pub(crate) fn set_thread_io_priority(level: i64) -> std::io::Result<()> {
     // SAFETY: ioprio_set takes three integers and touches no memory of ours; `who = 0` with
     // IOPRIO_WHO_PROCESS means the calling thread.
     let r = unsafe {

@@ -100,6 +100,7 @@ pub enum LaneKind {
 
 /// Counters of one lane, since it started. Each is a count of events.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))] // read by tests only
 #[non_exhaustive]
 pub struct LaneStats {
     /// Operations answered (successfully or not).
@@ -135,6 +136,7 @@ pub enum RingOp {
 
 /// A fault a lane's thread injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))] // read by tests only
 pub enum RingFault {
     /// Submit only half of the write's remaining bytes (the kernel then really writes half) and
     /// report the sync linked behind it as `-ECANCELED`, as the kernel does after a short
@@ -171,6 +173,7 @@ pub struct RingFaults {
     injected: AtomicU64,
 }
 
+#[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))] // read by tests only
 impl RingFaults {
     /// No rules yet.
     pub fn new() -> Arc<RingFaults> {
@@ -225,7 +228,7 @@ impl RingFaults {
 #[derive(Debug, Clone)]
 pub struct UringConfig {
     /// Submission queue entries per ring (rounded up to a power of two by the kernel); at
-    /// least 2 (a linked write + sync). Default [`RING_ENTRIES`].
+    /// least 2 (a linked write + sync). Default 256 (`RING_ENTRIES`).
     pub entries: u32,
     /// Faults both lanes inject (tests).
     pub faults: Option<Arc<RingFaults>>,
@@ -549,6 +552,7 @@ impl Lane {
         Ok(())
     }
 
+    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))] // read by tests only
     fn stats(&self) -> LaneStats {
         let s = &self.shared;
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -1278,19 +1282,26 @@ impl std::fmt::Debug for UringEnv {
 }
 
 impl UringEnv {
-    /// Sets up both rings ([`RING_ENTRIES`] each) and starts their threads.
+    /// Sets up both rings (256 submission queue entries each) and starts their threads.
     ///
     /// Errors: `io_uring_setup`'s (ENOSYS without io_uring, EPERM under seccomp or a
     /// container's policy, ENOMEM under a low `ulimit -l`), `Unsupported` when the kernel lacks
     /// an opcode used, or a failure to create the eventfd or spawn a thread.
     pub fn new() -> io::Result<UringEnv> {
-        UringEnv::with_config(UringConfig::default())
+        UringEnv::start(UringConfig::default())
     }
 
     /// As [`UringEnv::new`] with `cfg` (ring size, injected faults, a forced setup error).
+    /// Only with the cargo feature `testing` (tests of the lanes).
     ///
     /// Errors: as [`UringEnv::new`]; `cfg.setup_error` when set.
+    #[cfg(any(test, feature = "testing"))]
     pub fn with_config(cfg: UringConfig) -> io::Result<UringEnv> {
+        UringEnv::start(cfg)
+    }
+
+    /// Sets up both rings as `cfg` says and starts their threads ([`UringEnv::new`]).
+    fn start(cfg: UringConfig) -> io::Result<UringEnv> {
         Ok(UringEnv {
             inner: DefaultEnv::new(),
             lanes: Arc::new(Lanes {
@@ -1305,7 +1316,8 @@ impl UringEnv {
         })
     }
 
-    /// The counters of one lane.
+    /// The counters of one lane. Only with the cargo feature `testing`.
+    #[cfg(any(test, feature = "testing"))]
     pub fn lane_stats(&self, lane: LaneKind) -> LaneStats {
         match lane {
             LaneKind::Critical => self.lanes.critical.stats(),

@@ -1,6 +1,6 @@
 //! The journal writer: group commit of records into the current journal file.
 //!
-//! Callers hand a finished [`OutRecord`] to [`Journal::commit`] and block until it is durable.
+//! Callers hand a finished [`OutRecord`] to [`Journal::commit_with`] and block until it is durable.
 //! The first caller to find no batch in progress becomes the leader: it takes every queued
 //! record, lays them out back to back from the current 4 KiB-aligned position, appends a padding
 //! record to end on a 4 KiB boundary, writes them with `pwritev` and calls `fdatasync`, then
@@ -99,7 +99,7 @@ pub struct JournalStats {
     pub eventual_lost: u64,
 }
 
-/// A record waiting in a batch (and, with [`Journal::commit`], its committer).
+/// A record waiting in a batch (and, with [`Journal::commit_with`], its committer).
 pub(super) struct Waiting {
     ticket: u64,
     pub(super) record: OutRecord,
@@ -345,16 +345,6 @@ impl Journal {
         j
     }
 
-    /// The directory the journal files are in.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// The storage that owns the journal directory (the root, or a storage's own journal).
-    pub fn owner(&self) -> u64 {
-        self.owner
-    }
-
     /// Counters since open.
     pub fn stats(&self) -> JournalStats {
         let io = lock(&self.io);
@@ -400,22 +390,25 @@ impl Journal {
     }
 
     /// Appends `record` and returns the journal number it was written to, once it is durable
-    /// ([`Durability::Immediate`]; see [`Journal::commit_with`]).
+    /// ([`Durability::Immediate`]; see [`Journal::commit_with`]). Unit tests only: the engine
+    /// commits through `commit_with`.
     ///
-    /// Errors: the I/O error of the batch write or sync (which also poisons the journal), or
-    /// [`Error::Poisoned`] once the journal has failed.
+    /// Errors: as [`Journal::commit_with`].
+    #[cfg(test)]
     pub fn commit(&self, record: OutRecord) -> Result<u64> {
         self.submit(std::iter::once(record), Durability::Immediate)
     }
 
-    /// Appends `record` with `durability`. `Immediate`: as [`Journal::commit`]. `Eventual`:
+    /// Appends `record` with `durability`. `Immediate`: returns the journal number it was
+    /// written to, once it is durable (joining or leading a batch). `Eventual`:
     /// queues the record and returns `Ok(0)` at once (no journal number yet); it is written,
     /// in queue order, with the next batch, or by the sync thread within
     /// [`JournalConfig::eventual_sync`]. When [`EVENTUAL_QUEUE_BYTES`] of eventual records are
     /// queued already, or the sync thread cannot be started, the record is committed as
     /// `Immediate` instead.
     ///
-    /// Errors: as [`Journal::commit`]; an eventual record only fails with
+    /// Errors: the I/O error of the batch write or sync (which also poisons the journal), or
+    /// [`Error::Poisoned`] once the journal has failed; an eventual record only fails with
     /// [`Error::Poisoned`] (when the journal failed before it was queued). The failure of a
     /// later batch that holds it poisons the journal and names it in the cause.
     pub fn commit_with(&self, record: OutRecord, durability: Durability) -> Result<u64> {
@@ -437,7 +430,7 @@ impl Journal {
     /// every record queued before them) and returns the journal number they went to, once
     /// durable; with [`Durability::Eventual`], queues them and returns `Ok(0)` as
     /// [`Journal::commit_with`]. Used by the journal-writer actor, which does its own batching
-    /// before; a failure poisons the journal as in [`Journal::commit`].
+    /// before; a failure poisons the journal as in [`Journal::commit_with`].
     pub fn write_records(&self, records: Vec<OutRecord>, durability: Durability) -> Result<u64> {
         self.submit(records, durability)
     }

@@ -82,7 +82,7 @@ pub enum Slot {
     /// Magic and checksum fine, but another format version.
     OtherVersion(u32),
     /// Omnibus magic but a bad checksum or page size (torn or damaged), or a tree state out of
-    /// range (`next_page` above [`super::MAX_PAGES`], a root or free-space directory at or past
+    /// range (`next_page` above `MAX_PAGES` (2^32), a root or free-space directory at or past
     /// `next_page`).
     Damaged,
     /// No omnibus magic.

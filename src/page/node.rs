@@ -91,11 +91,6 @@ impl<'a> LeafView<'a> {
         self.count
     }
 
-    /// True when the leaf has no cells.
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
     /// Key and value of cell `i`.
     pub fn cell(&self, i: usize) -> Option<(&'a [u8], ValRef<'a>)> {
         if i >= self.count {

@@ -6,4 +6,4 @@ mod write;
 
 pub use read::ReadTransaction;
 pub(crate) use write::check_put;
-pub use write::{PreparedCommit, WriteTransaction};
+pub use write::WriteTransaction;

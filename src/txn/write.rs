@@ -1371,7 +1371,7 @@ impl WriteTransaction {
     /// file with a blocking `fallocate`. The actor runtime grows it first on an I/O lane with
     /// [`crate::Storage::grow_data_file`], so that no executor waits for the disk. Cheap (one
     /// atomic load).
-    pub fn data_file_growth(&self) -> Option<u64> {
+    pub(crate) fn data_file_growth(&self) -> Option<u64> {
         let need = self.next_page * PAGE_SIZE as u64;
         (need > self.inner.file_len.load(Ordering::Acquire)).then_some(self.next_page)
     }
@@ -1383,7 +1383,7 @@ impl WriteTransaction {
     ///
     /// Errors: as `commit` before the journal write (`ENOSPC` growing the data file loses
     /// nothing and does not poison).
-    pub fn prepare(mut self) -> Result<Option<PreparedCommit>> {
+    pub(crate) fn prepare(mut self) -> Result<Option<PreparedCommit>> {
         self.guard()?;
         self.inner.check_writable()?;
         if !self.changed {
@@ -1545,7 +1545,7 @@ impl WriteTransaction {
 /// A write transaction whose journal record is built and not yet durable. It still holds the
 /// storage's writer: no other write transaction starts until [`PreparedCommit::finish`] (or
 /// drop, which aborts).
-pub struct PreparedCommit {
+pub(crate) struct PreparedCommit {
     txn: WriteTransaction,
     record: Option<OutRecord>,
     meta: CommitMeta,

@@ -23,7 +23,7 @@ impl IndexSpec {
                 "--index {spec:?}: an empty field name (write `a` or `a,b`)"
             ));
         }
-        omnibus::database::validate_storage_name(spec)
+        omnibus::Database::validate_storage_name(spec)
             .map_err(|e| format!("--index {spec:?}: {e}"))?;
         Ok(IndexSpec {
             name: spec.to_string(),

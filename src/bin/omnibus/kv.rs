@@ -38,8 +38,7 @@ fn open_write(db: &Path, create: bool) -> CliResult<Database> {
 /// `Indexes/` directory) rather than a database: `stat` and `check` then open it as a storage,
 /// read-only, and never turn it into a database.
 fn is_plain_storage(dir: &Path) -> bool {
-    dir.join(omnibus::storage::DATA_FILE).is_file()
-        && !dir.join(omnibus::database::INDEXES_DIR).exists()
+    Storage::exists(dir) && !Database::exists(dir)
 }
 
 /// Opens the plain storage at `dir` read-only (nothing is written).
@@ -232,7 +231,7 @@ fn check_write_input(a: &StorageArg, key: &[u8], value: Option<&[u8]>) -> CliRes
         .into());
     }
     if let Some(name) = &a.storage {
-        omnibus::database::validate_storage_name(name)?;
+        Database::validate_storage_name(name)?;
     }
     Ok(())
 }
@@ -454,7 +453,7 @@ fn named_storages(db: &Database) -> CliResult<Vec<(String, Storage)>> {
 fn stat_plain(a: &StatArgs) -> CliResult {
     let s = open_plain(&a.db).map_err(|e| Fail::opening(e, &a.db))?;
     let st = storage_stat("(storage)", &s, false);
-    let (mode, mode_why) = omnibus::write_mode::describe(&a.db);
+    let (mode, mode_why) = omnibus::WriteMode::describe(&a.db);
     let mode_name = mode.map_or("auto", |m| m.name());
     if a.json {
         let v = json!({
@@ -514,7 +513,7 @@ pub fn stat(a: StatArgs) -> CliResult {
         .collect();
     let d = db.stats();
     let io = omnibus::env::io_backend();
-    let (mode, mode_why) = omnibus::write_mode::describe(&a.db);
+    let (mode, mode_why) = omnibus::WriteMode::describe(&a.db);
     let mode_name = mode.map_or("auto", |m| m.name());
     if a.json {
         let v = json!({
@@ -563,18 +562,8 @@ fn open_each(db: &Path) -> CliResult<Vec<(String, Result<Storage, omnibus::Error
         ..Options::default()
     };
     let mut v = vec![("(root)".to_string(), Storage::open(db, opts.clone()))];
-    let idx = db.join(omnibus::database::INDEXES_DIR);
-    let mut names: Vec<String> = match std::fs::read_dir(&idx) {
-        Ok(rd) => rd
-            .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| !n.starts_with('.'))
-            .collect(),
-        Err(_) => Vec::new(),
-    };
-    names.sort();
-    for n in names {
-        let s = Storage::open(idx.join(&n), opts.clone());
+    for (n, dir) in Database::branch_dirs(db)? {
+        let s = Storage::open(dir, opts.clone());
         v.push((n, s));
     }
     Ok(v)

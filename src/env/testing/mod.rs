@@ -1,4 +1,5 @@
-//! Storage environments for tests. Each wraps an inner [`StorageEnv`](crate::env::StorageEnv)
+//! Storage environments for tests (cargo feature `testing`, off by default: the integration
+//! tests in `tests/` turn it on through omnibus's dev-dependency on itself). Each wraps an inner [`StorageEnv`](crate::env::StorageEnv)
 //! (normally [`DefaultEnv`](crate::env::DefaultEnv)) and returns its own file type wrapping the
 //! inner `Arc<dyn EnvFile>`, so they compose, e.g.
 //! `RecordingEnv::new(Arc::new(HookedEnv::new(Arc::new(PowerLossEnv::new(default_env(), root)))))`.
@@ -22,6 +23,9 @@
 //!   optionally only on paths containing a substring, or for every such operation; or decides
 //!   per operation through a hook ([`HookedEnv::set_hook`]) that sees an [`OpInfo`] and may
 //!   also block to hold the operation at a chosen point. Counts operations per kind.
+//! - [`RingFaults`]: faults the lanes of a [`UringEnv`](crate::env::UringEnv) made with
+//!   `UringEnv::with_config` ([`UringConfig`]) inject: short linked writes, an errno in a
+//!   completion, a lane thread's panic; [`LaneStats`] counts what each lane did.
 //! - [`RecordingEnv`]: records, in order, the durable-relevant operations that succeeded
 //!   ([`DurableOp`]: syncs, creates, links, renames, removes, new directories, holes, length
 //!   changes, allocations), to check the order of durable operations.
@@ -36,6 +40,9 @@ pub use power_loss::{
     PowerLossEnv, PowerLossFile, SECTOR_SIZE,
 };
 pub use recording::{DurableOp, RecordingEnv, RecordingFile};
+pub use crate::env::uring::{
+    LaneKind, LaneStats, RingFault, RingFaultRule, RingFaults, RingOp, UringConfig,
+};
 
 #[cfg(test)]
 mod tests {
