@@ -38,7 +38,7 @@ mod journal_writer;
 mod reader_pool;
 mod storage;
 
-pub use engine::{DatabaseHandle, Engine, EngineOptions, MEMLOCK_PER_EXECUTOR};
+pub use engine::{DatabaseHandle, Engine, EngineOptions, ReadPath, MEMLOCK_PER_EXECUTOR};
 pub use index::{
     index_applied_txn, BuildProgress, IndexDefinition, IndexState, IndexStats, LagStats, MapFn,
     INDEX_APPLIED_KEY,
