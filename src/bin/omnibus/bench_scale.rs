@@ -35,6 +35,9 @@ use crate::{fmt, CliResult, Fail};
 /// Bytes of every value written or read.
 const VALUE_BYTES: usize = 100;
 
+/// The longest warm-up of a write workload (a quarter of `--seconds` up to this), not counted.
+const WARMUP_MAX_SECONDS: f64 = 0.5;
+
 /// Synced writes of the disk probe before the run.
 const PROBE_WRITES: u32 = 200;
 
@@ -335,13 +338,14 @@ fn writes(
         .enable_time()
         .build()
         .map_err(|e| Fail::io(format!("starting the tokio runtime: {e}")))?;
-    let stats0 = db.stats();
-    let cpu0 = shop_measure::process_cpu_seconds();
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs_f64(a.seconds);
+    // Clients run for a warm-up first (journal files made and pre-zeroed, data files grown,
+    // executors' queues filled); only what starts after it is counted.
+    let warmup = Duration::from_secs_f64((a.seconds / 4.0).min(WARMUP_MAX_SECONDS));
+    let from = Instant::now() + warmup;
+    let deadline = from + Duration::from_secs_f64(a.seconds);
     let clients = a.clients as usize;
     let hs = Arc::new(hs);
-    let results: Vec<CliResult<(u64, Histogram<u64>)>> = rt.block_on(async {
+    let (results, start, cpu0, stats0) = rt.block_on(async {
         let tasks: Vec<_> = (0..clients)
             .map(|c| {
                 let hs = hs.clone();
@@ -349,20 +353,33 @@ fn writes(
                     let mut rng = SmallRng::seed_from_u64(0xc0ffee + c as u64);
                     let mut h = ns_histogram();
                     let mut n = 0u64;
+                    let mut counted = 0u64;
                     // Bounded by the deadline.
-                    while Instant::now() < deadline {
-                        let s = &hs[rng.random_range(0..hs.len())];
+                    loop {
                         let t = Instant::now();
+                        if t >= deadline {
+                            break;
+                        }
+                        let s = &hs[rng.random_range(0..hs.len())];
                         s.put(format!("c{c:05}-{n:010}"), vec![(n % 251) as u8; VALUE_BYTES])
                             .await
                             .map_err(|e| Fail::from(e).context("putting"))?;
-                        h.saturating_record(t.elapsed().as_nanos() as u64);
                         n += 1;
+                        if t >= from {
+                            h.saturating_record(t.elapsed().as_nanos() as u64);
+                            counted += 1;
+                        }
                     }
-                    Ok((n, h))
+                    Ok((counted, h))
                 })
             })
             .collect();
+        tokio::time::sleep_until(from.into()).await;
+        let (start, cpu0, stats0) = (
+            Instant::now(),
+            shop_measure::process_cpu_seconds(),
+            db.stats(),
+        );
         let mut out = Vec::with_capacity(tasks.len());
         for t in tasks {
             out.push(
@@ -370,7 +387,7 @@ fn writes(
                     .unwrap_or_else(|e| Err(Fail::io(format!("a write client failed: {e}")))),
             );
         }
-        out
+        (out, start, cpu0, stats0)
     });
     let seconds = start.elapsed().as_secs_f64();
     let cpu_seconds = shop_measure::process_cpu_seconds() - cpu0;
