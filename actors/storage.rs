@@ -48,10 +48,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::engine::ReadPath;
 use super::index::{DocumentChange, IndexMsg, RootCommit, RootFeed};
 use super::io_lane::IoLane;
 use super::journal_writer::{self, JournalMsg};
-use super::engine::ReadPath;
 use super::reader_pool::{snapshot_multi_get, ReadMsg};
 use futures_lite::future::block_on;
 

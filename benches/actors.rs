@@ -162,7 +162,10 @@ fn per_get(keys: &[String], mut f: impl FnMut(&str)) -> (f64, u64) {
 /// client thread, keys in random order. The handles' engines run one after the other on the
 /// same database.
 fn read_paths(a: &Args) {
-    println!("-- reader path, 1 client thread, tmpfs ({})", tmpfs().display());
+    println!(
+        "-- reader path, 1 client thread, tmpfs ({})",
+        tmpfs().display()
+    );
     let dir = tempfile::tempdir_in(tmpfs()).unwrap();
     let path = dir.path().join("reads");
     let n = a.ops.min(20_000) as usize;
@@ -225,15 +228,26 @@ fn read_paths(a: &Args) {
             assert!(h.blocking_multi_get(c).unwrap().iter().all(|v| v.is_some()));
         }
         let ns = t0.elapsed().as_nanos() as f64 / keys.len() as f64;
-        rows.push((format!("handle blocking_multi_get of 16, per key, ReadPath::{reads:?}"), ns, 0));
+        rows.push((
+            format!("handle blocking_multi_get of 16, per key, ReadPath::{reads:?}"),
+            ns,
+            0,
+        ));
         drop(h);
         drop(db);
         engine.shutdown().unwrap();
     }
     let base = rows[0].1;
-    println!("{:<58} {:>9} {:>9} {:>8}", "read", "ns/get", "p99 ns", "x snap");
+    println!(
+        "{:<58} {:>9} {:>9} {:>8}",
+        "read", "ns/get", "p99 ns", "x snap"
+    );
     for (name, ns, p99) in rows {
-        let p99 = if p99 == 0 { "-".to_string() } else { p99.to_string() };
+        let p99 = if p99 == 0 {
+            "-".to_string()
+        } else {
+            p99.to_string()
+        };
         println!("{name:<58} {ns:>9.0} {p99:>9} {:>8.1}", ns / base);
     }
 }

@@ -43,11 +43,17 @@ fn point_reads_run_on_the_callers_thread() {
     }
     root.blocking_write(b).unwrap();
     // Warm up (the thread-local parker of block_on, first-use statics).
-    assert_eq!(root.blocking_get(key(0)).unwrap(), Some(b"value-0".to_vec()));
+    assert_eq!(
+        root.blocking_get(key(0)).unwrap(),
+        Some(b"value-0".to_vec())
+    );
 
     // Ready at the first poll: no message sent, nothing awaited.
     let first = block_on(async { poll_once(root.get(key(7))).await });
-    assert_eq!(first.expect("ready at first poll").unwrap(), Some(b"value-7".to_vec()));
+    assert_eq!(
+        first.expect("ready at first poll").unwrap(),
+        Some(b"value-7".to_vec())
+    );
     let keys = [key(3), "absent".to_string(), key(3), key(199)];
     let first = block_on(async { poll_once(root.multi_get(&keys)).await });
     assert_eq!(
@@ -103,5 +109,8 @@ fn point_reads_run_on_the_callers_thread() {
     drop(db);
     engine.shutdown().unwrap();
     assert!(matches!(root.blocking_get(key(1)), Err(Error::Closed)));
-    assert!(matches!(root.blocking_multi_get(&[key(1)]), Err(Error::Closed)));
+    assert!(matches!(
+        root.blocking_multi_get(&[key(1)]),
+        Err(Error::Closed)
+    ));
 }

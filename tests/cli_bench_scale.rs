@@ -43,12 +43,21 @@ fn bench_scale_tiny_runs_every_workload_at_each_count() {
         .lines()
         .find(|l| l.starts_with("workload ") && l.contains("executors"))
         .expect("table header");
-    for col in ["executors", "ops/s", "p50", "p99", "CPU", "fdatasyncs", "speedup"] {
+    for col in [
+        "executors",
+        "ops/s",
+        "p50",
+        "p99",
+        "CPU",
+        "fdatasyncs",
+        "speedup",
+    ] {
         assert!(header.contains(col), "{header}");
     }
     for w in ["get", "multi_get", "write shared", "write separate"] {
         assert!(
-            out.lines().any(|l| l.starts_with(&format!("speedup {w}: 1->2: "))),
+            out.lines()
+                .any(|l| l.starts_with(&format!("speedup {w}: 1->2: "))),
             "no speedup line for {w} in\n{out}"
         );
     }
@@ -65,7 +74,10 @@ fn bench_scale_tiny_runs_every_workload_at_each_count() {
         assert!(r["skipped"].is_null(), "{r}");
         assert!(r["ops"].as_u64().unwrap() > 0, "{r}");
         assert!(r["ops_per_s"].as_f64().unwrap() > 0.0, "{r}");
-        assert!(r["p99_us"].as_f64().unwrap() >= r["p50_us"].as_f64().unwrap(), "{r}");
+        assert!(
+            r["p99_us"].as_f64().unwrap() >= r["p50_us"].as_f64().unwrap(),
+            "{r}"
+        );
         assert!(r["cpu_us_per_op"].as_f64().unwrap() > 0.0, "{r}");
         let speedup = r["speedup"].as_f64().expect("a speedup on every row");
         if r["executors"] == 1 {

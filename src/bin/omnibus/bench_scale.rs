@@ -147,12 +147,7 @@ struct Measured {
     fdatasyncs: u64,
 }
 
-fn row(
-    workload: &'static str,
-    executors: usize,
-    clients: usize,
-    m: Measured,
-) -> Row {
+fn row(workload: &'static str, executors: usize, clients: usize, m: Measured) -> Row {
     let secs = m.seconds.max(1e-9);
     Row {
         workload,
@@ -191,13 +186,12 @@ fn skipped(workload: &'static str, executors: usize, why: String) -> Row {
     }
 }
 
+/// One call of a read client: returns the ops it did (gets, or keys of a multi_get).
+type ReadOp = dyn Fn(&mut SmallRng) -> CliResult<u64> + Send + Sync;
+
 /// `threads` client threads, each calling `op(rng)` (which returns the ops it did) until
 /// `seconds` pass; every call's latency is recorded.
-fn read_clients(
-    threads: usize,
-    seconds: f64,
-    op: Arc<dyn Fn(&mut SmallRng) -> CliResult<u64> + Send + Sync>,
-) -> CliResult<Measured> {
+fn read_clients(threads: usize, seconds: f64, op: Arc<ReadOp>) -> CliResult<Measured> {
     let cpu0 = shop_measure::process_cpu_seconds();
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(seconds);
@@ -361,9 +355,12 @@ fn writes(
                             break;
                         }
                         let s = &hs[rng.random_range(0..hs.len())];
-                        s.put(format!("c{c:05}-{n:010}"), vec![(n % 251) as u8; VALUE_BYTES])
-                            .await
-                            .map_err(|e| Fail::from(e).context("putting"))?;
+                        s.put(
+                            format!("c{c:05}-{n:010}"),
+                            vec![(n % 251) as u8; VALUE_BYTES],
+                        )
+                        .await
+                        .map_err(|e| Fail::from(e).context("putting"))?;
                         n += 1;
                         if t >= from {
                             h.saturating_record(t.elapsed().as_nanos() as u64);
@@ -570,15 +567,16 @@ pub fn run(a: ScaleArgs) -> CliResult {
         eprintln!("bench scale: {n} executors ...");
         rows.extend(reads(&a, &read_db, n)?);
         rows.push(writes(&a, &dir, n, JournalMode::Shared, "write shared")?);
-        rows.push(writes(&a, &dir, n, JournalMode::Separate, "write separate")?);
+        rows.push(writes(
+            &a,
+            &dir,
+            n,
+            JournalMode::Separate,
+            "write separate",
+        )?);
     }
     // Table order: by workload, then executors.
-    rows.sort_by_key(|r| {
-        (
-            WORKLOADS.iter().position(|w| *w == r.workload),
-            r.executors,
-        )
-    });
+    rows.sort_by_key(|r| (WORKLOADS.iter().position(|w| *w == r.workload), r.executors));
     speedups(&mut rows, base);
     println!("machine: {machine}");
     println!(
