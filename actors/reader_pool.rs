@@ -72,7 +72,9 @@ pub(crate) fn snapshot_multi_get<K: AsRef<[u8]>>(
         .collect()
 }
 
-fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+/// Runs the read `f`, answering a panic in it as [`Error::Poisoned`] ("a reader panicked")
+/// instead of unwinding into the reader task or the caller.
+pub(crate) fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
         Err(Error::Poisoned {
             cause: "a reader panicked".into(),

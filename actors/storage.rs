@@ -52,7 +52,7 @@ use super::engine::ReadPath;
 use super::index::{DocumentChange, IndexMsg, RootCommit, RootFeed};
 use super::io_lane::IoLane;
 use super::journal_writer::{self, JournalMsg};
-use super::reader_pool::{snapshot_multi_get, ReadMsg};
+use super::reader_pool::{guarded, snapshot_multi_get, ReadMsg};
 use futures_lite::future::block_on;
 
 use crate::btree::KeyRange;
@@ -496,7 +496,8 @@ impl StorageHandle {
     pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
         let key = key.as_ref();
         if self.reads == ReadPath::Caller {
-            return Ok(self.storage.begin_read()?.get(key)?.map(|v| v.to_vec()));
+            // Caught as the pool catches a reader's panic: answered as an error.
+            return guarded(|| Ok(self.storage.begin_read()?.get(key)?.map(|v| v.to_vec())));
         }
         let (tx, rx) = flume::bounded(1);
         let m = ReadMsg::Get {
@@ -538,14 +539,14 @@ impl StorageHandle {
 
     /// The values of `keys`, in the caller's order (duplicates allowed), all from one snapshot
     /// of the storage's last published commit: `None` for a key that is absent. Where it runs
-    /// is [`ReadPath`], as for [`StorageHandle::get`]; the lookups themselves are
-    /// [`snapshot_multi_get`].
+    /// is [`ReadPath`], as for [`StorageHandle::get`]; the lookups themselves are the reader
+    /// pool's `snapshot_multi_get` (one `get` per key).
     ///
     /// Errors: as [`StorageHandle::get`]; nothing is returned for the other keys when one
     /// lookup fails.
     pub async fn multi_get<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Vec<u8>>>> {
         if self.reads == ReadPath::Caller {
-            return snapshot_multi_get(&self.storage.begin_read()?, keys);
+            return guarded(|| snapshot_multi_get(&self.storage.begin_read()?, keys));
         }
         let (tx, rx) = flume::bounded(1);
         let m = ReadMsg::MultiGet {
