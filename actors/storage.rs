@@ -421,9 +421,9 @@ async fn apply(
 /// Writes go to the storage's actor and return once durable. Point reads (`get`,
 /// `multi_get`) run on the caller's thread from a snapshot by default, or go to the reader
 /// pool ([`ReadPath`], [`crate::actors::EngineOptions::reads`]); range reads go to the reader
-/// pool; [`StorageHandle::snapshot`] gives the caller a snapshot of its own. The async methods work from
-/// tokio, glommio or any executor; the `blocking_` twins from plain threads (not from inside an
-/// async task: they block it).
+/// pool; [`StorageHandle::snapshot`] gives the caller a snapshot of its own. The async methods
+/// work from tokio, glommio or any executor; the `blocking_` twins from plain threads (not from
+/// inside an async task: they block it).
 #[derive(Clone)]
 pub struct StorageHandle {
     pub(crate) name: String,
