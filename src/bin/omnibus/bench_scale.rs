@@ -658,6 +658,12 @@ mod tests {
     }
 
     #[test]
+    fn counts_above_the_cpus_are_marked_oversubscribed() {
+        assert!(!skipped("get", cpus(), String::new()).oversubscribed);
+        assert!(skipped("get", cpus() + 1, String::new()).oversubscribed);
+    }
+
+    #[test]
     fn speedups_are_relative_to_the_base_count() {
         let mk = |w: &'static str, n: usize, ops: f64| {
             let mut r = skipped(w, n, String::new());
