@@ -8,7 +8,8 @@
 //! client ──put──▶ storage actor ──Commit──▶ journal writer thread (shared mode)
 //!   ▲              (one txn per             group commit: pwritev + fdatasync per batch
 //!   └── reply ◀──── drained mailbox) ◀── durable ◀──┘
-//! client ──get──▶ reader pool (shared mailbox, snapshots)
+//! client ──get/multi_get──▶ snapshot on the client's own thread (ReadPath::Caller, default)
+//! client ──range (and get with ReadPath::Pool)──▶ reader pool (shared mailbox, snapshots)
 //! flusher (per executor) ──flush──▶ background I/O lane (ioprio BE 7)
 //! root actor ──Arc<changes> per durable commit──▶ index actor (per index) ──Apply──▶ its storage actor
 //! ```
@@ -26,8 +27,8 @@
 //! environment counts every blocking call made on a marked thread and panics in debug builds
 //! (`omnibus::testing::executor_guard::blocking_calls_on_executors` with the `testing` feature), and
 //! `tests/executor_never_blocks.rs` checks a whole workload. What no check sees: page faults
-//! of the read-only map (readers on executors may wait for a page to come in) and waits for a
-//! lock held across I/O.
+//! of the read-only map (readers on executors may wait for a page to come in: the pool's, and
+//! callers' point reads made from an executor) and waits for a lock held across I/O.
 
 mod engine;
 mod flusher;
@@ -38,7 +39,7 @@ mod journal_writer;
 mod reader_pool;
 mod storage;
 
-pub use engine::{DatabaseHandle, Engine, EngineOptions, MEMLOCK_PER_EXECUTOR};
+pub use engine::{DatabaseHandle, Engine, EngineOptions, ReadPath, MEMLOCK_PER_EXECUTOR};
 pub use index::{
     index_applied_txn, BuildProgress, IndexDefinition, IndexState, IndexStats, LagStats, MapFn,
     INDEX_APPLIED_KEY,

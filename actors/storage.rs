@@ -48,10 +48,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::engine::ReadPath;
 use super::index::{DocumentChange, IndexMsg, RootCommit, RootFeed};
 use super::io_lane::IoLane;
 use super::journal_writer::{self, JournalMsg};
-use super::reader_pool::ReadMsg;
+use super::reader_pool::{guarded, snapshot_multi_get, ReadMsg};
 use futures_lite::future::block_on;
 
 use crate::btree::KeyRange;
@@ -417,16 +418,20 @@ async fn apply(
 
 /// A handle to a storage served by actors. `Clone + Send + Sync`; cheap to clone.
 ///
-/// Writes go to the storage's actor and return once durable; reads go to the reader pool, or
-/// run on the caller's thread through [`StorageHandle::snapshot`]. The async methods work from
-/// tokio, glommio or any executor; the `blocking_` twins from plain threads (not from inside an
-/// async task: they block it).
+/// Writes go to the storage's actor and return once durable. Point reads (`get`,
+/// `multi_get`) run on the caller's thread from a snapshot by default, or go to the reader
+/// pool ([`ReadPath`], [`crate::actors::EngineOptions::reads`]); range reads go to the reader
+/// pool; [`StorageHandle::snapshot`] gives the caller a snapshot of its own. The async methods
+/// work from tokio, glommio or any executor; the `blocking_` twins from plain threads (not from
+/// inside an async task: they block it).
 #[derive(Clone)]
 pub struct StorageHandle {
     pub(crate) name: String,
     pub(crate) storage: Storage,
     pub(crate) tx: flume::Sender<StorageMsg>,
     pub(crate) readers: flume::Sender<ReadMsg>,
+    /// Where `get` and `multi_get` run (the engine's [`ReadPath`]).
+    pub(crate) reads: ReadPath,
 }
 
 impl std::fmt::Debug for StorageHandle {
@@ -481,12 +486,23 @@ impl StorageHandle {
         self.send_write(batch).await.map(|_| ())
     }
 
-    /// The value of `key`, read by the reader pool from a snapshot.
-    pub async fn get(&self, key: impl Into<Vec<u8>>) -> Result<Option<Vec<u8>>> {
+    /// The value of `key` in the storage's last published commit (every write acknowledged
+    /// before the call is seen). With [`ReadPath::Caller`] (the default) it is read on the
+    /// caller's thread from a snapshot, with no message and nothing awaited (the future is
+    /// ready at its first poll); with [`ReadPath::Pool`] by the reader pool.
+    ///
+    /// Errors: [`Error::Corruption`] when a page on the path fails its checksum or is
+    /// malformed; [`Error::Closed`] after shutdown (the storage is closed, or the pool gone).
+    pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        let key = key.as_ref();
+        if self.reads == ReadPath::Caller {
+            // Caught as the pool catches a reader's panic: answered as an error.
+            return guarded(|| Ok(self.storage.begin_read()?.get(key)?.map(|v| v.to_vec())));
+        }
         let (tx, rx) = flume::bounded(1);
         let m = ReadMsg::Get {
             storage: self.storage.clone(),
-            key: key.into(),
+            key: key.to_vec(),
             reply: tx,
         };
         self.readers
@@ -521,12 +537,21 @@ impl StorageHandle {
         rx.recv_async().await.map_err(|_| Error::Closed)?
     }
 
-    /// The values of `keys`, from one snapshot, read by the reader pool.
-    pub async fn multi_get(&self, keys: Vec<Vec<u8>>) -> Result<Vec<Option<Vec<u8>>>> {
+    /// The values of `keys`, in the caller's order (duplicates allowed), all from one snapshot
+    /// of the storage's last published commit: `None` for a key that is absent. Where it runs
+    /// is [`ReadPath`], as for [`StorageHandle::get`]; the lookups themselves are the reader
+    /// pool's `snapshot_multi_get` (one `get` per key).
+    ///
+    /// Errors: as [`StorageHandle::get`]; nothing is returned for the other keys when one
+    /// lookup fails.
+    pub async fn multi_get<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Vec<u8>>>> {
+        if self.reads == ReadPath::Caller {
+            return guarded(|| snapshot_multi_get(&self.storage.begin_read()?, keys));
+        }
         let (tx, rx) = flume::bounded(1);
         let m = ReadMsg::MultiGet {
             storage: self.storage.clone(),
-            keys,
+            keys: keys.iter().map(|k| k.as_ref().to_vec()).collect(),
             reply: tx,
         };
         self.readers
@@ -551,8 +576,9 @@ impl StorageHandle {
         block_on(self.write(batch))
     }
 
-    /// Blocking [`StorageHandle::get`].
-    pub fn blocking_get(&self, key: impl Into<Vec<u8>>) -> Result<Option<Vec<u8>>> {
+    /// Blocking [`StorageHandle::get`] (with [`ReadPath::Caller`] it never blocks on a
+    /// channel: the read runs right here).
+    pub fn blocking_get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
         block_on(self.get(key))
     }
 
@@ -566,7 +592,7 @@ impl StorageHandle {
     }
 
     /// Blocking [`StorageHandle::multi_get`].
-    pub fn blocking_multi_get(&self, keys: Vec<Vec<u8>>) -> Result<Vec<Option<Vec<u8>>>> {
+    pub fn blocking_multi_get<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Vec<u8>>>> {
         block_on(self.multi_get(keys))
     }
 

@@ -49,7 +49,7 @@ fn sixty_four_tasks_thousand_puts_each() {
             Some(&b"v3-0"[..])
         );
         let got = h
-            .multi_get(vec![b"t03-0000".to_vec(), b"nope".to_vec()])
+            .multi_get(&[b"t03-0000".to_vec(), b"nope".to_vec()])
             .await
             .unwrap();
         assert_eq!(got, vec![Some(b"v3-0".to_vec()), None]);

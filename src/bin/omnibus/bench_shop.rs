@@ -903,7 +903,7 @@ fn base_dir(a: &ShopArgs) -> CliResult<BaseDir> {
 
 /// Checks that `file`'s directory exists and is writable, so that writing `file` after the
 /// run does not fail (`opt` names the option in the message).
-fn writable_parent(opt: &str, file: &Path) -> CliResult {
+pub(crate) fn writable_parent(opt: &str, file: &Path) -> CliResult {
     let parent = match file.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),

@@ -336,6 +336,66 @@ pub enum BenchCommand {
     /// 1 documents storage + N index storages, shared vs separate journals, side by side.
     #[command(long_about = SHOP_LONG)]
     Shop(ShopArgs),
+    /// Reads and durable writes through the actors at each executor count, with speedups.
+    #[command(long_about = SCALE_LONG)]
+    Scale(ScaleArgs),
+}
+
+const SCALE_LONG: &str = "The large-machine scaling benchmark. For each --executors count, one after the other, \
+four workloads run through the actor runtime for --seconds S each:
+  get             random point reads of --keys keys (100 B values) through a storage handle, from as \
+many client threads as executors (handles read on the caller's thread, from a snapshot)
+  multi_get       the same, --batch keys per call (ops/s counts keys; latency is per call)
+  write shared    --clients closed-loop clients putting 100 B values, durable, into random storages \
+of 1 root + --storages branches sharing one journal
+  write separate  the same with a journal per storage
+
+The table gives per row: ops/s, p50 and p99 latency of one call (µs), CPU per op (getrusage of the \
+whole process over the run, in µs), the journal fdatasyncs, and the speedup over the smallest \
+executor count (1 by default); then the speedups per workload. It starts with the machine (CPUs, \
+model, memory, kernel), the file system and a probe of synced 4 KiB writes/s, the rate the shared \
+journal's writes are bound by. Counts above the CPUs available are run and marked \
+`oversubscribed` (executors then share CPUs); a count the engine cannot start (e.g. the \
+locked-memory limit: glommio locks 512 KiB per executor) is reported as skipped with the reason.
+
+The databases go in a temporary directory under --dir (default: the current directory, else the \
+system temp directory), deleted at the end; a tmpfs is refused unless --allow-tmpfs. --json \
+writes every row and the speedups; --plot draws ops/s against executors, one line per workload \
+(log scales), with the CPU count marked.";
+
+#[derive(Debug, Args)]
+pub struct ScaleArgs {
+    /// Executor counts to run, in any order (each is run once, smallest first).
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 4, 8, 16])]
+    pub executors: Vec<usize>,
+    /// Branch storages beside the root for the write workloads.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(0..=10000))]
+    pub storages: u64,
+    /// Seconds per workload and executor count.
+    #[arg(long, default_value_t = 2.0)]
+    pub seconds: f64,
+    /// Keys in the read workloads' storage.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub keys: u64,
+    /// Keys per multi_get call.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub batch: u64,
+    /// Closed-loop clients of the write workloads, each with one put in flight.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=100000))]
+    pub clients: u64,
+    /// Write every row and the speedups as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Draw ops/s against executors, one line per workload, to FILE (PNG).
+    #[arg(long, value_name = "FILE.png")]
+    pub plot: Option<PathBuf>,
+    /// Where the temporary databases go [default: the current directory; the system temp
+    /// directory if it is not writable].
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Allow a tmpfs (write numbers then say nothing about a disk).
+    #[arg(long)]
+    pub allow_tmpfs: bool,
 }
 
 const SHOP_LONG: &str = "The RavenDB scenario: one documents storage and --indexes N index storages. --clients C \

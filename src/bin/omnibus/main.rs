@@ -2,10 +2,12 @@
 //!
 //! `ingest` loads JSON Lines through the actor runtime, with indexes the engine keeps from the
 //! documents' change feed; `get`/`put`/`delete`/`scan`/`stat`/`check` work on a database with the core API;
-//! `bench shop` runs the 1 + N storage insert benchmark in both journal modes side by side.
+//! `bench shop` runs the 1 + N storage insert benchmark in both journal modes side by side;
+//! `bench scale` measures reads and durable writes through the actors at each executor count.
 //!
 //! Exit codes: 0 success, 1 usage or input error, 2 corruption or I/O failure (see [`Fail`]).
 
+mod bench_scale;
 mod bench_shop;
 mod cli;
 mod fmt;
@@ -206,6 +208,7 @@ fn main() -> ExitCode {
         cli::Command::Stat(a) => kv::stat(a),
         cli::Command::Check(a) => kv::check(a),
         cli::Command::Bench(cli::BenchCommand::Shop(a)) => bench_shop::run(a),
+        cli::Command::Bench(cli::BenchCommand::Scale(a)) => bench_scale::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,6 @@
-//! The latency plot of `bench shop --plot`: commit latency against percentile, one line per
-//! journal mode, drawn with plotters' bitmap backend and encoded as PNG.
+//! The plots of the benchmarks, drawn with plotters' bitmap backend and encoded as PNG: `bench
+//! shop --plot` (commit latency against percentile, one line per journal mode), `--plot-timeline`
+//! (documents/s and memory over time), and `bench scale --plot` (ops/s against executors).
 //!
 //! plotters draws text only with a font feature that needs font files (system fonts, or TTF
 //! bytes given to `ab_glyph`); to need none, the lines and grid are drawn with plotters and
@@ -330,6 +331,129 @@ pub fn timeline_png(path: &Path, title: &str, series: &[TimelineSeries]) -> Resu
             COLORS[i % COLORS.len()],
             1,
         );
+    }
+    save_png(path, &buf)
+}
+
+/// One line of the scale plot: its label and (executors, ops/s) points.
+pub type ScaleSeries = (String, Vec<(usize, f64)>);
+
+/// Draws `bench scale`'s throughput against executors: x the executor count (log 2 scale),
+/// y ops/s (log 10 scale), one line with a dot per point per series, and a dashed vertical
+/// line at `cpus` (counts right of it are oversubscribed).
+pub fn scale_png(path: &Path, title: &str, cpus: usize, series: &[ScaleSeries]) -> Result<(), Err> {
+    let mut buf = vec![255u8; (W * H * 3) as usize];
+    let pts = series.iter().flat_map(|(_, v)| v.iter());
+    let xmax_n = pts.clone().map(|p| p.0).max().unwrap_or(1).max(cpus).max(2);
+    let xmax = (xmax_n as f64).log2().ceil().max(1.0);
+    let ymin_raw = pts
+        .clone()
+        .map(|p| p.1)
+        .filter(|v| *v > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    let ymax_raw = pts.map(|p| p.1).fold(0.0f64, f64::max);
+    let (ymin, ymax) = if ymax_raw > 0.0 && ymin_raw.is_finite() {
+        (
+            10f64.powf(ymin_raw.log10().floor()),
+            10f64
+                .powf(ymax_raw.log10().ceil())
+                .max(10f64.powf(ymin_raw.log10().floor() + 1.0)),
+        )
+    } else {
+        (1.0, 10.0)
+    };
+    let axis = RGBColor(60, 60, 60);
+    let grid = RGBColor(220, 220, 220);
+    let mut labels: Vec<(i32, i32, String)> = Vec::new();
+    {
+        let root: DrawingArea<BitMapBackend, Shift> =
+            BitMapBackend::with_buffer(&mut buf, (W, H)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let area = root.margin(TOP, BOTTOM, LEFT, RIGHT);
+        let mut chart =
+            ChartBuilder::on(&area).build_cartesian_2d(0f64..xmax, (ymin..ymax).log_scale())?;
+        for e in 0..=(xmax as u32) {
+            let x = e as f64;
+            chart.draw_series(std::iter::once(PathElement::new(
+                vec![(x, ymin), (x, ymax)],
+                grid,
+            )))?;
+            let (px, py) = chart.backend_coord(&(x, ymin));
+            let l = (1u64 << e).to_string();
+            labels.push((px - text_width(&l, 1) / 2, py + 8, l));
+        }
+        let mut decade = ymin;
+        while decade <= ymax * 1.0001 {
+            chart.draw_series(std::iter::once(PathElement::new(
+                vec![(0.0, decade), (xmax, decade)],
+                grid,
+            )))?;
+            let (px, py) = chart.backend_coord(&(0.0, decade));
+            let l = if decade >= 1e6 {
+                format!("{:.0}M", decade / 1e6)
+            } else if decade >= 1e3 {
+                format!("{:.0}k", decade / 1e3)
+            } else {
+                format!("{decade}")
+            };
+            labels.push((px - 8 - text_width(&l, 1), py - 4, l));
+            decade *= 10.0;
+        }
+        chart.draw_series(std::iter::once(PathElement::new(
+            vec![(0.0, ymax), (0.0, ymin), (xmax, ymin)],
+            axis.stroke_width(2),
+        )))?;
+        // The CPU count, dashed.
+        let xc = (cpus.max(1) as f64).log2();
+        if xc <= xmax {
+            let steps = 40;
+            let (l0, l1) = (ymin.log10(), ymax.log10());
+            for i in (0..steps).step_by(2) {
+                let a = 10f64.powf(l0 + (l1 - l0) * i as f64 / steps as f64);
+                let b = 10f64.powf(l0 + (l1 - l0) * (i + 1) as f64 / steps as f64);
+                chart.draw_series(std::iter::once(PathElement::new(
+                    vec![(xc, a), (xc, b)],
+                    RGBColor(150, 150, 150).stroke_width(2),
+                )))?;
+            }
+            let (px, py) = chart.backend_coord(&(xc, ymax));
+            labels.push((px + 6, py + 4, format!("{cpus} CPUs")));
+        }
+        for (i, (_, v)) in series.iter().enumerate() {
+            let c = COLORS[i % COLORS.len()];
+            let line: Vec<(f64, f64)> = v
+                .iter()
+                .filter(|p| p.1 > 0.0)
+                .map(|p| ((p.0.max(1) as f64).log2(), p.1))
+                .collect();
+            chart.draw_series(LineSeries::new(line.iter().copied(), c.stroke_width(3)))?;
+            chart.draw_series(line.iter().map(|p| Circle::new(*p, 4, c.filled())))?;
+        }
+        // The legend: one row above the chart, clear of the data.
+        for (i, _) in series.iter().enumerate() {
+            let c = COLORS[i % COLORS.len()];
+            let x = (LEFT + 200 * i as u32) as i32;
+            root.draw(&Rectangle::new([(x, 38), (x + 24, 42)], c.filled()))?;
+        }
+        root.present()?;
+    }
+    text(&mut buf, LEFT as i32, 18, title, RGBColor(0, 0, 0), 1);
+    text(&mut buf, 8, (TOP - 12) as i32, "ops/s (log)", axis, 1);
+    let xl = "executors (log 2 scale)";
+    text(
+        &mut buf,
+        (LEFT as i32 + (W - LEFT - RIGHT) as i32 / 2) - text_width(xl, 1) / 2,
+        (H - 22) as i32,
+        xl,
+        axis,
+        1,
+    );
+    for (x, y, s) in labels {
+        text(&mut buf, x, y, &s, axis, 1);
+    }
+    for (i, (label, _)) in series.iter().enumerate() {
+        let x = (LEFT + 32 + 200 * i as u32) as i32;
+        text(&mut buf, x, 36, label, COLORS[i % COLORS.len()], 1);
     }
     save_png(path, &buf)
 }
