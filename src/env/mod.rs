@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 mod default;
 pub mod executor_guard;
+pub(crate) mod page_reads;
 pub mod retry;
 pub mod testing;
 pub mod uring;
@@ -382,14 +383,17 @@ pub fn io_backend() -> IoBackend {
 }
 
 fn default_choice() -> &'static (Arc<dyn StorageEnv>, IoBackend) {
-    DEFAULT_ENV.get_or_init(|| {
-        let off = std::env::var("OMNIBUS_IO_URING").is_ok_and(|v| {
-            matches!(
-                v.trim().to_ascii_lowercase().as_str(),
-                "0" | "false" | "off" | "no"
-            )
-        });
-        choose_env(off, UringEnv::new)
+    DEFAULT_ENV.get_or_init(|| choose_env(io_uring_disabled_by_env(), UringEnv::new))
+}
+
+/// True when `OMNIBUS_IO_URING` is `0`, `false`, `off` or `no` (any case): no io_uring, for
+/// the default environment and MultiGet's reads alike.
+pub(crate) fn io_uring_disabled_by_env() -> bool {
+    std::env::var("OMNIBUS_IO_URING").is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "0" | "false" | "off" | "no"
+        )
     })
 }
 
