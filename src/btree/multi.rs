@@ -145,3 +145,135 @@ pub(crate) fn prefetch(state: &State, spans: &mut Vec<(u64, usize)>) -> Result<(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::env::page_reads;
+    use crate::options::{FlushMode, Options};
+    use crate::page::{PageHeader, PageKind, PAGE_SIZE};
+    use crate::storage::Storage;
+    use std::os::fd::AsRawFd;
+
+    fn key(i: u32) -> Vec<u8> {
+        format!("key{:07}", i.wrapping_mul(2_654_435_761) % 10_000_000).into_bytes()
+    }
+
+    fn val(i: u32) -> Vec<u8> {
+        let len = if i % 97 == 0 { 20_000 } else { 100 };
+        (0..len).map(|j| (i as usize + j) as u8).collect()
+    }
+
+    /// A flushed storage of 4,000 keys (some values overflow runs), closed.
+    fn build(dir: &std::path::Path) {
+        let s = Storage::open(dir.join("s"), opts()).unwrap();
+        let mut w = s.begin_write().unwrap();
+        for i in 0..4000 {
+            w.put(key(i), val(i)).unwrap();
+        }
+        w.commit().unwrap();
+        s.flush().unwrap();
+        s.close().unwrap();
+    }
+
+    fn opts() -> Options {
+        Options {
+            flush_mode: FlushMode::Manual,
+            ..Options::default()
+        }
+    }
+
+    /// The storage of [`build`] opened with its data file dropped from the page cache (after
+    /// the open, whose header reads bring the first pages in); `None` on a file system that
+    /// keeps its pages anyway (tmpfs).
+    fn cold_storage(dir: &std::path::Path) -> Option<Storage> {
+        let path = dir.join("s");
+        let s = Storage::open(&path, opts()).unwrap();
+        let f = std::fs::File::open(path.join("data.pages")).unwrap();
+        // SAFETY: posix_fadvise only advises the kernel about the descriptor's pages.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        let probe = s.begin_read().unwrap();
+        let state = probe.state_for_tests();
+        state
+            .mapping
+            .span(state.root, 1)
+            .filter(|sp| !page_reads::is_resident(sp))?;
+        drop(probe);
+        Some(s)
+    }
+
+    fn queries() -> Vec<Vec<u8>> {
+        let mut q: Vec<Vec<u8>> = (0..4000).step_by(7).map(key).collect();
+        q.push(b"absent".to_vec());
+        q.push(Vec::new());
+        q.push(key(14));
+        q
+    }
+
+    fn check_cold(no_ring: bool) {
+        let dir = tempfile::tempdir().unwrap();
+        build(dir.path());
+        let Some(s) = cold_storage(dir.path()) else {
+            return;
+        };
+        if no_ring {
+            page_reads::no_ring_on_this_thread();
+        }
+        let r = s.begin_read().unwrap();
+        let q = queries();
+        let before = page_reads::READS.with(|c| c.get());
+        let got = r.multi_get(&q).unwrap();
+        let after = page_reads::READS.with(|c| c.get());
+        let (pages, calls) = (after.0 - before.0, after.1 - before.1);
+        // A tree of two or three levels: one batch per level, and one of overflow runs.
+        assert!(
+            pages >= 20 && (2..=4).contains(&calls),
+            "{pages} pages read in {calls} batches"
+        );
+        for (k, v) in q.iter().zip(&got) {
+            assert_eq!(*v, r.get(k).unwrap(), "key {:?}", String::from_utf8_lossy(k));
+        }
+        assert_eq!(got[0], Some(val(0).as_slice()));
+        assert_eq!(got.len(), q.len());
+    }
+
+    #[test]
+    fn cold_pages_are_read_through_the_ring() {
+        check_cold(false);
+    }
+
+    #[test]
+    fn cold_pages_are_read_with_pread_without_a_ring() {
+        check_cold(true);
+    }
+
+    #[test]
+    fn a_damaged_cold_page_is_corruption_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        build(dir.path());
+        // Flip a byte in the middle of the last leaf page of the file.
+        let data = dir.path().join("s").join("data.pages");
+        let mut bytes = std::fs::read(&data).unwrap();
+        let leaf = (0..bytes.len() / PAGE_SIZE)
+            .rev()
+            .find(|&p| {
+                PageHeader::read(&bytes[p * PAGE_SIZE..]).is_some_and(|h| h.kind == PageKind::Leaf)
+            })
+            .unwrap();
+        bytes[leaf * PAGE_SIZE + 4000] ^= 0x55;
+        std::fs::write(&data, &bytes).unwrap();
+        let Some(s) = cold_storage(dir.path()) else {
+            return;
+        };
+        let r = s.begin_read().unwrap();
+        let q: Vec<Vec<u8>> = (0..4000).map(key).collect();
+        let before = page_reads::READS.with(|c| c.get());
+        match r.multi_get(&q) {
+            Err(crate::Error::Corruption(c)) => {
+                assert_eq!(c.page, Some(leaf as u64));
+                assert!(c.what.contains("checksum"), "{}", c.what);
+            }
+            other => panic!("expected corruption, got {:?}", other.map(|v| v.len())),
+        }
+        assert!(page_reads::READS.with(|c| c.get()).0 > before.0, "found by the batched read");
+    }
+}

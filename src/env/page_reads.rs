@@ -230,6 +230,18 @@ thread_local! {
         const { RefCell::new(std::collections::VecDeque::new()) };
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Pages (or runs) [`read_pages`] was asked to read on this thread, and its calls.
+    pub(crate) static READS: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// Makes this thread's reads go through `pread`, as when no ring can be set up (tests).
+#[cfg(test)]
+pub(crate) fn no_ring_on_this_thread() {
+    RING.with(|r| *r.borrow_mut() = Ring::Unavailable);
+}
+
 fn ring_disabled_by_env() -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *OFF.get_or_init(super::io_uring_disabled_by_env)
@@ -241,6 +253,8 @@ fn ring_disabled_by_env() -> bool {
 /// Errors: [`crate::Error::Io`] (`"io_uring read"` or `"pread"`, with `path`) for a failed
 /// read; [`crate::Error::Corruption`] naming the page when the file ends before it.
 pub fn read_pages(fd: RawFd, path: &Path, hints: &ReadHints, reads: &mut [PageRead]) -> Result<()> {
+    #[cfg(test)]
+    READS.with(|c| c.set((c.get().0 + reads.len(), c.get().1 + 1)));
     if !hints.ring_off() && !ring_disabled_by_env() {
         let rest = RING.with(|slot| -> Result<Option<Vec<usize>>> {
             let mut slot = slot.borrow_mut();
@@ -414,5 +428,171 @@ fn pread_all(fd: RawFd, path: &Path, r: &mut PageRead) -> Result<()> {
                 })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    fn page_bytes(p: u64) -> Vec<u8> {
+        (0..PAGE_SIZE).map(|i| (p as usize * 7 + i) as u8).collect()
+    }
+
+    /// A file of `pages` pages, page `p` filled with `page_bytes(p)`.
+    fn file(pages: u64) -> (tempfile::TempDir, std::fs::File, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data.pages");
+        let mut all = Vec::new();
+        for p in 0..pages {
+            all.extend(page_bytes(p));
+        }
+        std::fs::write(&path, &all).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        (dir, f, path)
+    }
+
+    fn fake(results: &[i32]) {
+        FAKE_RESULTS.with(|f| f.borrow_mut().extend(results.iter().copied()));
+    }
+
+    fn fakes_left() -> usize {
+        FAKE_RESULTS.with(|f| f.borrow().len())
+    }
+
+    #[test]
+    fn every_result_is_classified() {
+        let mut r = PageRead::new(3, 1);
+        assert_eq!(on_result(&mut r, 100), Next::Again, "short: read the rest");
+        assert_eq!(r.offset(), 3 * PAGE_SIZE as u64 + 100);
+        assert_eq!(on_result(&mut r, -libc::EAGAIN), Next::Again);
+        assert_eq!(on_result(&mut r, -libc::EINTR), Next::Again);
+        assert_eq!(on_result(&mut r, -libc::ECANCELED), Next::Again);
+        assert_eq!(on_result(&mut r, 0), Next::Eof, "0 mid-page: never a short page");
+        assert_eq!(on_result(&mut r, -libc::EOPNOTSUPP), Next::Unsupported);
+        assert_eq!(on_result(&mut r, -libc::EINVAL), Next::Unsupported);
+        assert_eq!(on_result(&mut r, -libc::EIO), Next::Failed(libc::EIO));
+        assert_eq!(on_result(&mut r, (PAGE_SIZE - 100) as i32), Next::Done);
+        let mut r = PageRead::new(0, 1);
+        for _ in 0..MAX_RETRIES {
+            assert_eq!(on_result(&mut r, -libc::EAGAIN), Next::Again);
+        }
+        assert_eq!(
+            on_result(&mut r, -libc::EAGAIN),
+            Next::Failed(libc::EAGAIN),
+            "retries are bounded"
+        );
+    }
+
+    fn read(f: &std::fs::File, path: &Path, hints: &ReadHints, pages: &[u64]) -> Result<Vec<PageRead>> {
+        let mut reads: Vec<PageRead> = pages.iter().map(|&p| PageRead::new(p, 1)).collect();
+        read_pages(f.as_raw_fd(), path, hints, &mut reads)?;
+        Ok(reads)
+    }
+
+    #[test]
+    fn ring_reads_every_page_and_the_rest_of_short_ones() {
+        if ring_disabled_by_env() {
+            return;
+        }
+        let (_d, f, path) = file(100);
+        let hints = ReadHints::default();
+        let pages: Vec<u64> = (0..100).rev().step_by(3).collect();
+        // A short read, EAGAIN and ECANCELED: each is redone, every byte arrives.
+        fake(&[100, -libc::EAGAIN, -libc::ECANCELED]);
+        let reads = read(&f, &path, &hints, &pages).unwrap();
+        assert_eq!(fakes_left(), 0);
+        for r in &reads {
+            assert_eq!(r.buf, page_bytes(r.page), "page {}", r.page);
+        }
+        assert!(!hints.ring_off());
+    }
+
+    #[test]
+    fn ring_errors_are_typed_with_the_path() {
+        if ring_disabled_by_env() {
+            return;
+        }
+        let (_d, f, path) = file(10);
+        let hints = ReadHints::default();
+        fake(&[-libc::EIO]);
+        match read(&f, &path, &hints, &[1, 2, 3]) {
+            Err(Error::Io { op, path: p, source }) => {
+                assert_eq!(op, "io_uring read");
+                assert_eq!(p, path);
+                assert_eq!(source.raw_os_error(), Some(libc::EIO));
+            }
+            other => panic!("expected EIO, got {other:?}"),
+        }
+        // 0 bytes in the middle of a page: the file ends there, corruption naming the page.
+        fake(&[0]);
+        match read(&f, &path, &hints, &[4]) {
+            Err(Error::Corruption(c)) => {
+                assert_eq!(c.page, Some(4));
+                assert!(c.what.contains("beyond the end"), "{}", c.what);
+            }
+            other => panic!("expected corruption, got {other:?}"),
+        }
+        // A real read past the end of the file (the kernel answers 0).
+        match read(&f, &path, &hints, &[2, 10]) {
+            Err(Error::Corruption(c)) => assert_eq!(c.page, Some(10)),
+            other => panic!("expected corruption, got {other:?}"),
+        }
+        FAKE_RESULTS.with(|f| f.borrow_mut().clear());
+    }
+
+    #[test]
+    fn unsupported_turns_the_ring_off_for_the_file() {
+        if ring_disabled_by_env() {
+            return;
+        }
+        let (_d, f, path) = file(10);
+        let hints = ReadHints::default();
+        fake(&[-libc::EOPNOTSUPP]);
+        let reads = read(&f, &path, &hints, &[5, 6, 7]).unwrap();
+        assert!(hints.ring_off(), "EOPNOTSUPP turns the ring off");
+        for r in &reads {
+            assert_eq!(r.buf, page_bytes(r.page));
+        }
+        // Later reads use pread: injected ring results are not consumed.
+        fake(&[-libc::EIO]);
+        let reads = read(&f, &path, &hints, &[8, 9]).unwrap();
+        assert_eq!(fakes_left(), 1);
+        assert_eq!(reads[1].buf, page_bytes(9));
+        FAKE_RESULTS.with(|f| f.borrow_mut().clear());
+        match read(&f, &path, &hints, &[10]) {
+            Err(Error::Corruption(c)) => assert_eq!(c.page, Some(10)),
+            other => panic!("pread past the end: expected corruption, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn residency_follows_the_page_cache() {
+        let (_d, f, _path) = file(64);
+        // SAFETY: a read-only private map of a file this test owns and does not change.
+        let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+        // A fresh map of pages just dropped from the page cache: nothing resident (a file
+        // system that keeps no page cache of its own, as tmpfs, keeps them: skip there).
+        // SAFETY: posix_fadvise only advises the kernel about the descriptor's pages.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        if is_resident(&map[..PAGE_SIZE]) {
+            return;
+        }
+        let hints = ReadHints::default();
+        let reads = read(&f, _path.as_path(), &hints, &[3]).unwrap();
+        assert_eq!(reads[0].buf, page_bytes(3));
+        assert!(is_resident(&map[3 * PAGE_SIZE..4 * PAGE_SIZE]), "read pages are cached");
+    }
+
+    #[test]
+    fn hints_stop_checking_a_warm_file_and_sample_it() {
+        let h = ReadHints::default();
+        assert!(h.should_check());
+        h.record(WARM_STREAK, false);
+        let checked = (0..SAMPLE_EVERY * 4).filter(|_| h.should_check()).count();
+        assert_eq!(checked, 4, "one level in SAMPLE_EVERY is checked");
+        h.record(1, true);
+        assert!(h.should_check(), "a miss checks every level again");
     }
 }

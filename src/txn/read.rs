@@ -124,6 +124,12 @@ impl ReadTransaction {
         self.iter()?.next_back().transpose()
     }
 
+    /// The state record (unit tests).
+    #[cfg(test)]
+    pub(crate) fn state_for_tests(&self) -> &State {
+        &self.state
+    }
+
     fn source(&self) -> Source<'_> {
         Source::Snapshot(&self.state)
     }
