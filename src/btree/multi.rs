@@ -137,7 +137,9 @@ pub(crate) fn prefetch(state: &State, spans: &mut Vec<(u64, usize)>) -> Result<(
     for r in &misses {
         // An overflow run whose header claims another length is left to the map's read
         // (`value` reports what is wrong with it, as `get` does).
-        if PageHeader::read(&r.buf).is_some_and(|h| h.run_pages as usize * crate::page::PAGE_SIZE != r.buf.len()) {
+        if PageHeader::read(&r.buf)
+            .is_some_and(|h| h.run_pages as usize * crate::page::PAGE_SIZE != r.buf.len())
+        {
             continue;
         }
         check_image(&r.buf, r.page, m.path())?;
@@ -230,7 +232,12 @@ mod tests {
             "{pages} pages read in {calls} batches"
         );
         for (k, v) in q.iter().zip(&got) {
-            assert_eq!(*v, r.get(k).unwrap(), "key {:?}", String::from_utf8_lossy(k));
+            assert_eq!(
+                *v,
+                r.get(k).unwrap(),
+                "key {:?}",
+                String::from_utf8_lossy(k)
+            );
         }
         assert_eq!(got[0], Some(val(0).as_slice()));
         assert_eq!(got.len(), q.len());
@@ -274,6 +281,9 @@ mod tests {
             }
             other => panic!("expected corruption, got {:?}", other.map(|v| v.len())),
         }
-        assert!(page_reads::READS.with(|c| c.get()).0 > before.0, "found by the batched read");
+        assert!(
+            page_reads::READS.with(|c| c.get()).0 > before.0,
+            "found by the batched read"
+        );
     }
 }

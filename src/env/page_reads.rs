@@ -208,7 +208,12 @@ pub fn on_result(r: &mut PageRead, res: i32) -> Next {
 }
 
 fn eof_error(path: &Path, page: u64) -> Error {
-    Error::corruption(path, Some(page), None, "page beyond the end of the data file")
+    Error::corruption(
+        path,
+        Some(page),
+        None,
+        "page beyond the end of the data file",
+    )
 }
 
 /// The calling thread's read ring.
@@ -377,7 +382,9 @@ fn ring_read(
         for (i, res) in done {
             in_flight -= 1;
             #[cfg(test)]
-            let res = FAKE_RESULTS.with(|f| f.borrow_mut().pop_front()).unwrap_or(res);
+            let res = FAKE_RESULTS
+                .with(|f| f.borrow_mut().pop_front())
+                .unwrap_or(res);
             let Some(r) = reads.get_mut(i) else { continue };
             match on_result(r, res) {
                 Next::Done => {}
@@ -469,7 +476,11 @@ mod tests {
         assert_eq!(on_result(&mut r, -libc::EAGAIN), Next::Again);
         assert_eq!(on_result(&mut r, -libc::EINTR), Next::Again);
         assert_eq!(on_result(&mut r, -libc::ECANCELED), Next::Again);
-        assert_eq!(on_result(&mut r, 0), Next::Eof, "0 mid-page: never a short page");
+        assert_eq!(
+            on_result(&mut r, 0),
+            Next::Eof,
+            "0 mid-page: never a short page"
+        );
         assert_eq!(on_result(&mut r, -libc::EOPNOTSUPP), Next::Unsupported);
         assert_eq!(on_result(&mut r, -libc::EINVAL), Next::Unsupported);
         assert_eq!(on_result(&mut r, -libc::EIO), Next::Failed(libc::EIO));
@@ -485,7 +496,12 @@ mod tests {
         );
     }
 
-    fn read(f: &std::fs::File, path: &Path, hints: &ReadHints, pages: &[u64]) -> Result<Vec<PageRead>> {
+    fn read(
+        f: &std::fs::File,
+        path: &Path,
+        hints: &ReadHints,
+        pages: &[u64],
+    ) -> Result<Vec<PageRead>> {
         let mut reads: Vec<PageRead> = pages.iter().map(|&p| PageRead::new(p, 1)).collect();
         read_pages(f.as_raw_fd(), path, hints, &mut reads)?;
         Ok(reads)
@@ -518,7 +534,11 @@ mod tests {
         let hints = ReadHints::default();
         fake(&[-libc::EIO]);
         match read(&f, &path, &hints, &[1, 2, 3]) {
-            Err(Error::Io { op, path: p, source }) => {
+            Err(Error::Io {
+                op,
+                path: p,
+                source,
+            }) => {
                 assert_eq!(op, "io_uring read");
                 assert_eq!(p, path);
                 assert_eq!(source.raw_os_error(), Some(libc::EIO));
@@ -582,7 +602,10 @@ mod tests {
         let hints = ReadHints::default();
         let reads = read(&f, _path.as_path(), &hints, &[3]).unwrap();
         assert_eq!(reads[0].buf, page_bytes(3));
-        assert!(is_resident(&map[3 * PAGE_SIZE..4 * PAGE_SIZE]), "read pages are cached");
+        assert!(
+            is_resident(&map[3 * PAGE_SIZE..4 * PAGE_SIZE]),
+            "read pages are cached"
+        );
     }
 
     #[test]
