@@ -100,7 +100,9 @@ pub(crate) fn multi_get<'a, K: AsRef<[u8]>>(
 }
 
 /// Makes the pages of `spans` (`(first page, pages)`, any order, duplicates allowed) that are
-/// neither in the scratch table nor in the page cache resident: reads them all at once
+/// neither in the scratch table nor in the page cache resident (those the file's
+/// [`page_reads::ReadHints`] say to check: all, unless its pages keep being resident): reads
+/// them all at once
 /// ([`page_reads::read_pages`]) and checks each image read, marking it verified. Pages out of
 /// the map's range are left to [`State::page`], which reports them.
 ///
@@ -109,14 +111,15 @@ pub(crate) fn multi_get<'a, K: AsRef<[u8]>>(
 pub(crate) fn prefetch(state: &State, spans: &mut Vec<(u64, usize)>) -> Result<()> {
     let m = &state.mapping;
     let hints = &m.read_hints;
-    if !hints.should_check() {
+    let check = hints.pages_to_check();
+    if check == 0 {
         return Ok(());
     }
     spans.sort_unstable();
     spans.dedup_by_key(|s| s.0);
     let mut misses: Vec<PageRead> = Vec::new();
     let mut resident = 0u32;
-    for &(p, pages) in spans.iter() {
+    for &(p, pages) in spans.iter().take(check) {
         if state.scratch.contains_key(&p) {
             continue;
         }

@@ -24,8 +24,10 @@
 //!   real file through its `raw_fd`); the map and these reads are the only reads that do.
 //! - **Only while pages miss ([`ReadHints`]):** when the checks of a file keep finding every
 //!   page resident (a warm cache), asking costs more than the reads it saves; after
-//!   [`WARM_STREAK`] resident pages in a row MultiGet checks only one level in
-//!   [`SAMPLE_EVERY`], until a check finds a miss again.
+//!   [`WARM_STREAK`] resident pages in a row MultiGet checks only [`SAMPLE_PAGES`] pages of one
+//!   level in [`SAMPLE_EVERY`], until a check finds a miss again. The first levels after a
+//!   warm cache went cold are then read as `get` reads them (page faults), at most
+//!   [`SAMPLE_EVERY`] levels.
 //!
 //! # Every result handled ([`on_result`])
 //! A read completes in full, or: short (`0 < res < len`: the rest is read at `offset + res`);
@@ -50,8 +52,10 @@ use crate::page::PAGE_SIZE;
 
 /// Resident pages in a row after which MultiGet stops checking every level of a file.
 pub const WARM_STREAK: u32 = 256;
-/// While a file's pages keep being resident, one level in this many is still checked.
-pub const SAMPLE_EVERY: u32 = 16;
+/// While a file's pages keep being resident, one level in this many is still sampled.
+pub const SAMPLE_EVERY: u32 = 32;
+/// Pages of a sampled level checked (a miss among them makes every level checked again).
+pub const SAMPLE_PAGES: usize = 4;
 /// Entries of a thread's read ring: the most reads in flight at once.
 pub const READ_RING_ENTRIES: u32 = 64;
 /// Resubmissions of one read after `-EAGAIN`, `-EINTR` or `-ECANCELED` before it fails.
@@ -70,14 +74,18 @@ pub struct ReadHints {
 }
 
 impl ReadHints {
-    /// True when the pages of the next level should be checked for residency: always, but
-    /// while the last [`WARM_STREAK`] pages checked were resident, when only one level in
-    /// [`SAMPLE_EVERY`] is.
-    pub fn should_check(&self) -> bool {
+    /// How many pages of the next level to check for residency (`usize::MAX`: all): all,
+    /// but while the last [`WARM_STREAK`] pages checked were resident, [`SAMPLE_PAGES`] of one
+    /// level in [`SAMPLE_EVERY`] and none of the others.
+    pub fn pages_to_check(&self) -> usize {
         if self.resident_streak.load(Ordering::Relaxed) < WARM_STREAK {
-            return true;
+            return usize::MAX;
         }
-        self.unchecked.fetch_add(1, Ordering::Relaxed) % SAMPLE_EVERY == SAMPLE_EVERY - 1
+        if self.unchecked.fetch_add(1, Ordering::Relaxed) % SAMPLE_EVERY == SAMPLE_EVERY - 1 {
+            SAMPLE_PAGES
+        } else {
+            0
+        }
     }
 
     /// Records a check: `resident` pages were in memory, and `missed` says whether any was not.
@@ -611,11 +619,22 @@ mod tests {
     #[test]
     fn hints_stop_checking_a_warm_file_and_sample_it() {
         let h = ReadHints::default();
-        assert!(h.should_check());
+        assert_eq!(h.pages_to_check(), usize::MAX);
         h.record(WARM_STREAK, false);
-        let checked = (0..SAMPLE_EVERY * 4).filter(|_| h.should_check()).count();
-        assert_eq!(checked, 4, "one level in SAMPLE_EVERY is checked");
+        let checked: Vec<usize> = (0..SAMPLE_EVERY * 4)
+            .map(|_| h.pages_to_check())
+            .filter(|&n| n > 0)
+            .collect();
+        assert_eq!(
+            checked,
+            vec![SAMPLE_PAGES; 4],
+            "one level in SAMPLE_EVERY is sampled"
+        );
         h.record(1, true);
-        assert!(h.should_check(), "a miss checks every level again");
+        assert_eq!(
+            h.pages_to_check(),
+            usize::MAX,
+            "a miss checks every level again"
+        );
     }
 }
