@@ -31,32 +31,34 @@ pub(crate) fn multi_get<'a, K: AsRef<[u8]>>(
     if state.root == 0 || keys.is_empty() {
         return Ok(out);
     }
-    // `at[i]`: the page key `i` is at; `live`: the keys still descending.
-    let mut at = vec![state.root; keys.len()];
-    let mut live: Vec<usize> = (0..keys.len()).collect();
+    // The keys still descending: (index in `keys`, the page it is at).
+    let mut live: Vec<(usize, u64)> = (0..keys.len()).map(|i| (i, state.root)).collect();
     let mut overflow: Vec<(usize, u64, u64)> = Vec::new();
-    let mut spans: Vec<(u64, usize)> = Vec::with_capacity(keys.len());
+    let mut spans: Vec<(u64, usize)> = Vec::new();
+    let hints = &state.mapping.read_hints;
     for _ in 0..MAX_DEPTH {
         if live.is_empty() {
             break;
         }
-        spans.clear();
-        spans.extend(live.iter().map(|&i| (at[i], 1)));
-        prefetch(state, &mut spans)?;
+        let check = hints.pages_to_check();
+        if check > 0 {
+            spans.clear();
+            spans.extend(live.iter().map(|&(_, p)| (p, 1)));
+            prefetch(state, &mut spans, check)?;
+        }
         let mut kept = 0;
         for n in 0..live.len() {
-            let i = live[n];
-            let p = at[i];
+            let (i, p) = live[n];
             let key = keys[i].as_ref();
             let (img, h) = state.page(p)?;
             match h.kind {
                 PageKind::Branch => {
                     let v = BranchView::new(img, &h);
-                    at[i] = v
+                    let child = v
                         .child_index(key)
                         .and_then(|c| v.child(c))
                         .ok_or_else(|| corrupt(state, p, "malformed branch page"))?;
-                    live[kept] = i;
+                    live[kept] = (i, child);
                     kept += 1;
                 }
                 PageKind::Leaf => {
@@ -80,10 +82,15 @@ pub(crate) fn multi_get<'a, K: AsRef<[u8]>>(
         }
         live.truncate(kept);
     }
-    if let Some(&i) = live.first() {
-        return Err(corrupt(state, at[i], "tree deeper than 32 levels"));
+    if let Some(&(_, p)) = live.first() {
+        return Err(corrupt(state, p, "tree deeper than 32 levels"));
     }
-    if !overflow.is_empty() {
+    let check = if overflow.is_empty() {
+        0
+    } else {
+        hints.pages_to_check()
+    };
+    if check > 0 {
         spans.clear();
         spans.extend(
             overflow
@@ -91,30 +98,26 @@ pub(crate) fn multi_get<'a, K: AsRef<[u8]>>(
                 .map(|&(_, page, len)| (page, overflow_run_pages(len as usize)))
                 .filter(|&(_, pages)| pages <= MAX_READ_AHEAD_RUN),
         );
-        prefetch(state, &mut spans)?;
-        for (i, page, len) in overflow {
-            out[i] = Some(value(state, ValRef::Overflow { page, len })?);
-        }
+        prefetch(state, &mut spans, check)?;
+    }
+    for (i, page, len) in overflow {
+        out[i] = Some(value(state, ValRef::Overflow { page, len })?);
     }
     Ok(out)
 }
 
 /// Makes the pages of `spans` (`(first page, pages)`, any order, duplicates allowed) that are
-/// neither in the scratch table nor in the page cache resident (those the file's
-/// [`page_reads::ReadHints`] say to check: all, unless its pages keep being resident): reads
-/// them all at once
+/// neither in the scratch table nor in the page cache resident, of the first `check` distinct
+/// ones (the number the file's [`page_reads::ReadHints`] gave: all, unless its pages keep
+/// being resident): reads them all at once
 /// ([`page_reads::read_pages`]) and checks each image read, marking it verified. Pages out of
 /// the map's range are left to [`State::page`], which reports them.
 ///
 /// Errors: the reads' ([`page_reads::read_pages`]); [`crate::Error::Corruption`] naming the
 /// page whose image fails its checks.
-pub(crate) fn prefetch(state: &State, spans: &mut Vec<(u64, usize)>) -> Result<()> {
+pub(crate) fn prefetch(state: &State, spans: &mut Vec<(u64, usize)>, check: usize) -> Result<()> {
     let m = &state.mapping;
     let hints = &m.read_hints;
-    let check = hints.pages_to_check();
-    if check == 0 {
-        return Ok(());
-    }
     spans.sort_unstable();
     spans.dedup_by_key(|s| s.0);
     let mut misses: Vec<PageRead> = Vec::new();
