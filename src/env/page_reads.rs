@@ -227,7 +227,7 @@ fn eof_error(path: &Path, page: u64) -> Error {
 /// The calling thread's read ring.
 enum Ring {
     Untried,
-    Ready(IoUring),
+    Ready(Box<IoUring>),
     Unavailable,
 }
 
@@ -273,7 +273,7 @@ pub fn read_pages(fd: RawFd, path: &Path, hints: &ReadHints, reads: &mut [PageRe
             let mut slot = slot.borrow_mut();
             if let Ring::Untried = *slot {
                 *slot = match IoUring::new(READ_RING_ENTRIES) {
-                    Ok(r) => Ring::Ready(r),
+                    Ok(r) => Ring::Ready(Box::new(r)),
                     Err(e) => {
                         static WARNED: AtomicBool = AtomicBool::new(false);
                         if !WARNED.swap(true, Ordering::Relaxed) {
