@@ -54,22 +54,25 @@ pub(crate) enum ReadMsg {
 }
 
 /// The values of `keys` in `snap`, in the caller's order (duplicates allowed; `None` for an
-/// absent key): one [`ReadTransaction::get`] per key, each value copied out.
+/// absent key), each value copied out: [`ReadTransaction::multi_get`] (design.md 15: the
+/// B+tree walked level by level for all keys, the pages of a level missing from the page cache
+/// read together through the calling thread's ring).
 ///
 /// The one place every actor-side multi-get goes through (the handles' `multi_get` on either
-/// [`super::ReadPath`], and the pool's `MultiGet`): switch it to the core's batched
-/// `ReadTransaction::multi_get` (issue 14: the B+tree walked level by level for all keys, page
-/// misses read through the ring) and every caller follows.
+/// [`super::ReadPath`], and the pool's `MultiGet`). It blocks its thread while missing pages
+/// are read, as a `get`'s page fault does.
 ///
-/// Errors: the first failed lookup's ([`Error::Corruption`]); the other keys' values are
-/// dropped.
+/// Errors: [`Error::Corruption`] naming a damaged page; [`Error::Io`] when reading a page
+/// failed; the other keys' values are dropped.
 pub(crate) fn snapshot_multi_get<K: AsRef<[u8]>>(
     snap: &ReadTransaction,
     keys: &[K],
 ) -> Result<Vec<Option<Vec<u8>>>> {
-    keys.iter()
-        .map(|k| Ok(snap.get(k.as_ref())?.map(|v| v.to_vec())))
-        .collect()
+    Ok(snap
+        .multi_get(keys)?
+        .into_iter()
+        .map(|v| v.map(<[u8]>::to_vec))
+        .collect())
 }
 
 /// Runs the read `f`, answering a panic in it as [`Error::Poisoned`] ("a reader panicked")

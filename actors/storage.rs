@@ -540,7 +540,8 @@ impl StorageHandle {
     /// The values of `keys`, in the caller's order (duplicates allowed), all from one snapshot
     /// of the storage's last published commit: `None` for a key that is absent. Where it runs
     /// is [`ReadPath`], as for [`StorageHandle::get`]; the lookups themselves are the reader
-    /// pool's `snapshot_multi_get` (one `get` per key).
+    /// pool's `snapshot_multi_get`, i.e. `ReadTransaction::multi_get` (the tree walked level
+    /// by level for all keys, page-cache misses read together through the calling thread's ring).
     ///
     /// Errors: as [`StorageHandle::get`]; nothing is returned for the other keys when one
     /// lookup fails.

@@ -37,6 +37,12 @@ pub(crate) struct Mapping {
     len: u64,
     verified: Box<[AtomicU64]>,
     path: Arc<PathBuf>,
+    /// The data file, for [`crate::btree::multi_get`]'s reads of pages not in memory (its
+    /// `raw_fd` is the real file, as the map's).
+    file: Arc<dyn EnvFile>,
+    /// What MultiGet learned about this file: whether its pages are usually resident, and
+    /// whether the ring can read it.
+    pub(crate) read_hints: crate::env::page_reads::ReadHints,
 }
 
 impl std::fmt::Debug for Mapping {
@@ -82,12 +88,46 @@ impl Mapping {
             len,
             verified,
             path,
+            file: file.clone(),
+            read_hints: Default::default(),
         })
     }
 
     /// Bytes mapped.
     pub fn len(&self) -> u64 {
         self.len
+    }
+
+    /// The mapped bytes of pages `p..p + pages`, when all of them lie below the readers' end
+    /// of file; the bytes are not touched (no page fault), so the span can be asked about
+    /// (`mincore`) before it is read.
+    pub fn span(&self, p: u64, pages: u64) -> Option<&[u8]> {
+        let map = self.map.as_ref()?;
+        let start = usize::try_from(p).ok()?.checked_mul(PAGE_SIZE)?;
+        let len = usize::try_from(pages).ok()?.checked_mul(PAGE_SIZE)?;
+        let stop = start.checked_add(len)?;
+        if stop as u64 > self.end.load(Ordering::Acquire) {
+            return None;
+        }
+        map.get(start..stop)
+    }
+
+    /// The data file this maps.
+    pub fn file(&self) -> &Arc<dyn EnvFile> {
+        &self.file
+    }
+
+    /// The data file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Records that page `p`'s checksum was verified (on an image read from the file, which
+    /// holds the same bytes as the map while a snapshot can reach the page).
+    pub fn mark_verified(&self, p: u64) {
+        if let Some(w) = self.verified.get((p / 64) as usize) {
+            w.fetch_or(1u64 << (p % 64), Ordering::Relaxed);
+        }
     }
 
     /// Page `p` and the run it starts, checked (checksum verified the first time it is read).

@@ -15,7 +15,9 @@
 use std::time::{Duration, Instant};
 
 use omnibus::actors::{DatabaseHandle, Engine, EngineOptions, IndexDefinition, WriteBatch};
-use omnibus::testing::executor_guard::{blocking_calls_on_executors, first_blocking_call_on_executor};
+use omnibus::testing::executor_guard::{
+    blocking_calls_on_executors, first_blocking_call_on_executor,
+};
 use omnibus::{JournalMode, Options};
 
 const DOCS: u32 = 4_000;

@@ -1,8 +1,8 @@
 //! A journal of N records followed by 4 MiB of pre-zeroed tail recovers exactly N records
 //! (no run of zeros parses as a record, DESIGN invariant 8), and later commits come after them.
 
-use omnibus::testing::journal::RecordKind;
 use omnibus::testing::journal::recovery;
+use omnibus::testing::journal::RecordKind;
 use omnibus::{FlushMode, Options, Prezero, Storage};
 
 fn opts() -> Options {

@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 #[allow(unused_imports)]
 use omnibus::actors::{
     check_index, index_applied_txn, BuildProgress, DatabaseHandle, Engine, EngineOptions,
-    IndexCheckReport, IndexDefinition, IndexState, IndexStats, LagStats, MapFn, StorageHandle,
-    WriteBatch, WriteOp, INDEX_APPLIED_KEY, MEMLOCK_PER_EXECUTOR,
+    IndexCheckReport, IndexDefinition, IndexState, IndexStats, LagStats, MapFn, ReadPath,
+    StorageHandle, WriteBatch, WriteOp, INDEX_APPLIED_KEY, MEMLOCK_PER_EXECUTOR,
 };
 #[allow(unused_imports)]
 use omnibus::env::{
@@ -77,8 +77,7 @@ fn every_intended_item_is_public() {
     let _: fn(Database) -> Result<()> = Database::close;
 
     let _: fn(&mut WriteTransaction, Durability) = WriteTransaction::set_durability;
-    let _: fn(&mut WriteTransaction, Vec<u8>, Vec<u8>) -> Result<()> =
-        WriteTransaction::put;
+    let _: fn(&mut WriteTransaction, Vec<u8>, Vec<u8>) -> Result<()> = WriteTransaction::put;
     let _: fn(&mut WriteTransaction, Vec<u8>) -> Result<bool> = WriteTransaction::delete;
     let _: fn(&mut WriteTransaction) -> Result<u64> = WriteTransaction::clear;
     let _: fn(WriteTransaction) -> Result<()> = WriteTransaction::commit;
@@ -186,7 +185,7 @@ fn no_internal_module_or_export_is_public() {
         (
             "actors/mod.rs",
             &[
-                "pub use engine::{DatabaseHandle, Engine, EngineOptions, MEMLOCK_PER_EXECUTOR};",
+                "pub use engine::{DatabaseHandle, Engine, EngineOptions, ReadPath, MEMLOCK_PER_EXECUTOR};",
                 "pub use index::{ index_applied_txn, BuildProgress, IndexDefinition, IndexState, \
                  IndexStats, LagStats, MapFn, INDEX_APPLIED_KEY, };",
                 "pub use index_check::{check_index, IndexCheckReport};",

@@ -7,9 +7,11 @@
 //! returned as slices of the map or of scratch pages, without copying.
 
 mod cursor;
+mod multi;
 
 pub(crate) use cursor::{before_start, past_end, NodeRef, Source};
 pub use cursor::{KeyRange, Range};
+pub(crate) use multi::multi_get;
 
 use crate::error::{Corruption, Error, Result};
 use crate::page::node::{BranchView, LeafView, ValRef};

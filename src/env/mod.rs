@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 mod default;
 pub(crate) mod executor_guard;
+pub(crate) mod page_reads;
 pub(crate) mod retry;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -243,7 +244,11 @@ pub(crate) fn write_vectored_chunks<F: EnvFile + ?Sized>(
 /// The range must hold no data (a file's growth).
 ///
 /// Errors: `allocate`'s other errors (`ENOSPC`...); `set_len`'s or the zero writes'.
-pub(crate) fn allocate_or_zero<F: EnvFile + ?Sized>(file: &F, offset: u64, len: u64) -> EnvResult<()> {
+pub(crate) fn allocate_or_zero<F: EnvFile + ?Sized>(
+    file: &F,
+    offset: u64,
+    len: u64,
+) -> EnvResult<()> {
     match file.allocate(offset, len) {
         Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
             static WARNED: std::sync::atomic::AtomicBool =
@@ -397,14 +402,17 @@ pub fn io_backend() -> IoBackend {
 }
 
 fn default_choice() -> &'static (Arc<dyn StorageEnv>, IoBackend) {
-    DEFAULT_ENV.get_or_init(|| {
-        let off = std::env::var("OMNIBUS_IO_URING").is_ok_and(|v| {
-            matches!(
-                v.trim().to_ascii_lowercase().as_str(),
-                "0" | "false" | "off" | "no"
-            )
-        });
-        choose_env(off, UringEnv::new)
+    DEFAULT_ENV.get_or_init(|| choose_env(io_uring_disabled_by_env(), UringEnv::new))
+}
+
+/// True when `OMNIBUS_IO_URING` is `0`, `false`, `off` or `no` (any case): no io_uring, for
+/// the default environment and MultiGet's reads alike.
+pub(crate) fn io_uring_disabled_by_env() -> bool {
+    std::env::var("OMNIBUS_IO_URING").is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "0" | "false" | "off" | "no"
+        )
     })
 }
 

@@ -1235,6 +1235,18 @@ impl WriteTransaction {
         Err(self.corrupt(p, "tree deeper than 32 levels"))
     }
 
+    /// The values of `keys` as this transaction sees them (its own changes included), copied
+    /// out, in their order (duplicates answered each): [`WriteTransaction::get`] for each key.
+    /// Unlike [`crate::ReadTransaction::multi_get`] it does not read missing pages together:
+    /// the writer's pages are mostly in memory (its own copies, and the pages of the paths it
+    /// changes).
+    ///
+    /// Errors: as [`WriteTransaction::get`] for the first key that fails (`EmptyKey` and
+    /// `KeyTooLarge` included, before anything is read for later keys).
+    pub fn multi_get<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Vec<u8>>>> {
+        keys.iter().map(|k| self.get(k)).collect()
+    }
+
     fn value(&self, v: &Val) -> Result<Vec<u8>> {
         match v {
             Val::Inline(b) => Ok(b.clone()),

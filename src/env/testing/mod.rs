@@ -34,15 +34,15 @@ mod hooked;
 mod power_loss;
 mod recording;
 
+pub use crate::env::uring::{
+    LaneKind, LaneStats, RingFault, RingFaultRule, RingFaults, RingOp, UringConfig,
+};
 pub use hooked::{Fault, Hook, HookedEnv, HookedFile, OpInfo, OpKind};
 pub use power_loss::{
     dir_tree, CrashMode, CrashSnapshot, CrashState, DurableEvent, DurableObserver, DurableStep,
     PowerLossEnv, PowerLossFile, SECTOR_SIZE,
 };
 pub use recording::{DurableOp, RecordingEnv, RecordingFile};
-pub use crate::env::uring::{
-    LaneKind, LaneStats, RingFault, RingFaultRule, RingFaults, RingOp, UringConfig,
-};
 
 #[cfg(test)]
 mod tests {
