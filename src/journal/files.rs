@@ -290,9 +290,8 @@ impl Journal {
 
     /// The start statement `(file, length)` the owner's next header carries when the owner has
     /// flushed every transaction up to `owner_flushed` (docs/design.md 3.8): the lowest journal
-    /// file that is current, or holds records of the owner above `owner_flushed`, or is held by
-    /// another storage's `Journals/`, but never below the durable statement; with the length it
-    /// was started with. `closing`: the owner's closing flush; when the statement is then the
+    /// file that is current or holds records of the owner above `owner_flushed`, but never
+    /// below the durable statement; with the length it was started with. `closing`: the owner's closing flush; when the statement is then the
     /// current file, its length is 0, so that the journal's drop may empty the file (its
     /// records are all flushed; see `release_on_drop`). `(0, 0)` before the first file.
     pub fn start_statement(&self, owner_flushed: u64, closing: bool) -> (u64, u64) {
@@ -314,11 +313,12 @@ impl Journal {
         if io.no == 0 {
             return 0;
         }
-        // `entries` is ordered by journal number: the first file someone needs is the lowest.
+        // `entries` is ordered by journal number: the first file the owner needs is the
+        // lowest. Other storages' entries do not count: the owner's names of the files before
+        // it go as they always did once the owner flushed its records there (a branch's link
+        // keeps such a file for the branch; see docs/design.md 3.8 for what that leaves).
         let needed = io.entries.iter().find_map(|(no, per)| {
-            let needs = per
-                .iter()
-                .any(|(sid, max)| *sid != self.owner || *max > owner_flushed);
+            let needs = per.get(&self.owner).is_some_and(|max| *max > owner_flushed);
             (*no != io.no && needs).then_some(*no)
         });
         needed.unwrap_or(io.no).min(io.no).max(io.stated.0)
@@ -348,8 +348,8 @@ impl Journal {
         let mut io = lock(&self.io);
         let current = io.no;
         // The owner's names are released only below its durable start statement (every file at
-        // or above it must exist: docs/design.md 3.8), which is below every file it or any other
-        // storage still needs; other storages' names once they flushed their records there.
+        // or above it must exist: docs/design.md 3.8), which is at or below every file holding
+        // its unflushed records; other storages' names once they flushed their records there.
         let stated = io.stated.0;
         let done: Vec<u64> = io
             .entries
@@ -469,8 +469,8 @@ impl Journal {
     pub fn pins_old_file(&self, sid: u64) -> bool {
         let io = lock(&self.io);
         if sid == self.owner && io.stated.0 != 0 {
-            // The owner keeps its names of old files that others still hold: it pins only files
-            // with its own unflushed records, or those a new start statement would let go.
+            // The owner's names of old files go only with a new start statement: it pins files
+            // with its own unflushed records, and those a new statement would let go.
             let flushed = lock(&self.flushed).get(&sid).copied().unwrap_or(0);
             return self.statement_file(&io, flushed) > io.stated.0
                 || io.entries.iter().any(|(no, per)| {
