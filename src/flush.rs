@@ -288,8 +288,7 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
                 "flush"
             );
         }
-    }
-    else if !inner.opts.read_only {
+    } else if !inner.opts.read_only {
         // Nothing to write, but the journal's start statement moved (a new session's first
         // file, a file started or let go since): a header with the new one, both slots.
         let stated = start_statement(inner, already, closing);

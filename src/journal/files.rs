@@ -195,12 +195,7 @@ impl Journal {
             let mut body = Vec::with_capacity(8 + sd.rel.len());
             body.extend_from_slice(&sid.to_le_bytes());
             body.extend_from_slice(sd.rel.as_bytes());
-            out.push(OutRecord::new(
-                RecordKind::Link,
-                sid,
-                0,
-                vec![body.into()],
-            ));
+            out.push(OutRecord::new(RecordKind::Link, sid, 0, vec![body.into()]));
         }
         Ok(out)
     }

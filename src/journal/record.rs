@@ -744,9 +744,17 @@ mod tests {
 
     #[test]
     fn start_records_roundtrip() {
-        let r = OutRecord::new(RecordKind::Start, 9, 0, vec![start_body(17, 4 << 20).into()]);
+        let r = OutRecord::new(
+            RecordKind::Start,
+            9,
+            0,
+            vec![start_body(17, 4 << 20).into()],
+        );
         let h = RecordHeader::decode(&r.header(16)).unwrap();
-        assert_eq!((h.kind, h.journal_no, h.storage_id), (RecordKind::Start, 16, 9));
+        assert_eq!(
+            (h.kind, h.journal_no, h.storage_id),
+            (RecordKind::Start, 16, 9)
+        );
         assert_eq!(h.durable_len(), 0);
         assert_eq!(decode_start(&start_body(17, 4 << 20)), Some((17, 4 << 20)));
         assert_eq!(decode_start(&[0; 15]), None);
