@@ -286,9 +286,10 @@ impl Journal {
     /// The start statement `(file, length)` the owner's next header carries when the owner has
     /// flushed every transaction up to `owner_flushed` (docs/design.md 3.8): the lowest journal
     /// file that is current or holds records of the owner above `owner_flushed`, but never
-    /// below the durable statement; with the length it was started with. `closing`: the owner's closing flush; when the statement is then the
-    /// current file, its length is 0, so that the journal's drop may empty the file (its
-    /// records are all flushed; see `release_on_drop`). `(0, 0)` before the first file.
+    /// below the durable statement; with the length it was started with. `closing`: the
+    /// owner's closing flush; when the statement is then the current file, its length is 0, so
+    /// that the journal's drop may empty the file (its records are all flushed; see
+    /// `release_on_drop`). `(0, 0)` before the first file.
     pub fn start_statement(&self, owner_flushed: u64, closing: bool) -> (u64, u64) {
         let io = lock(&self.io);
         let f = self.statement_file(&io, owner_flushed);
