@@ -254,7 +254,9 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
                 for _ in 0..2 {
                     write_header(inner, &mut fs, h)?;
                 }
-                inner.journal.note_statement(stated);
+                if inner.journal.owner() == inner.storage_id {
+                    inner.journal.note_statement(stated);
+                }
                 Ok(())
             });
         if let Err(e) = r {
@@ -303,6 +305,9 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
                 inner.poison(&e);
                 return Err(e);
             }
+        }
+        if inner.journal.owner() == inner.storage_id {
+            // Durable now, or already.
             inner.journal.note_statement(stated);
         }
     }

@@ -80,6 +80,10 @@ pub(super) struct Io {
     /// statement and the start records that follow it name files that exist. `(0, 0)` until the
     /// owner's first flush of the session writes one.
     pub(super) stated: (u64, u64),
+    /// The owner's closing flush flushed every record it has and its durable header carries no
+    /// statement (see [`Journal::start_statement`]): the journal's drop may empty the current
+    /// file.
+    pub(super) closed_clean: bool,
 }
 
 impl Io {
@@ -106,6 +110,7 @@ impl Io {
             created: Default::default(),
             started: BTreeMap::new(),
             stated: (0, 0),
+            closed_clean: false,
         }
     }
 }
@@ -286,22 +291,26 @@ impl Journal {
     /// The start statement `(file, length)` the owner's next header carries when the owner has
     /// flushed every transaction up to `owner_flushed` (docs/design.md 3.8): the lowest journal
     /// file that is current or holds records of the owner above `owner_flushed`, but never
-    /// below the durable statement; with the length it was started with. `closing`: the
-    /// owner's closing flush; when the statement is then the current file, its length is 0, so
-    /// that the journal's drop may empty the file (its records are all flushed; see
-    /// `release_on_drop`). `(0, 0)` before the first file.
+    /// below the durable statement; with the length it was started with. `(0, 0)`, no
+    /// statement, before the first file, and for the owner's closing flush (`closing`) when it
+    /// flushed every record the owner has in the journal: nothing of the owner needs a journal
+    /// file then, the journal's drop may empty the current file (`release_on_drop`), and a
+    /// cleanly closed storage opens without its journal files (its data file copied alone).
     pub fn start_statement(&self, owner_flushed: u64, closing: bool) -> (u64, u64) {
         let io = lock(&self.io);
         let f = self.statement_file(&io, owner_flushed);
         if f == 0 {
             return (0, 0);
         }
-        let len = if closing && f == io.no {
-            0
-        } else {
-            io.started.get(&f).copied().unwrap_or(0)
-        };
-        (f, len)
+        let current_flushed = !io
+            .entries
+            .get(&io.no)
+            .and_then(|per| per.get(&self.owner))
+            .is_some_and(|max| *max > owner_flushed);
+        if closing && f == io.no && current_flushed {
+            return (0, 0);
+        }
+        (f, io.started.get(&f).copied().unwrap_or(0))
     }
 
     /// The file of [`Journal::start_statement`].
@@ -321,18 +330,21 @@ impl Journal {
     }
 
     /// The owner's header holding start statement `stated` is durable: from now on the owner's
-    /// names of files below `stated.0` may be released, and none at or above it.
+    /// names of files below `stated.0` may be released, and none at or above it. `(0, 0)`, no
+    /// statement, from the closing flush: the journal's drop may empty the current file.
     pub fn note_statement(&self, stated: (u64, u64)) {
         let mut io = lock(&self.io);
-        if stated.0 >= io.stated.0 {
+        if stated == (0, 0) {
+            io.closed_clean = io.no != 0;
+        } else if stated.0 >= io.stated.0 {
             io.stated = stated;
         }
     }
 
     /// True when the journal's drop may empty its current file as far as the owner's durable
-    /// start statement goes: it states the current file with length 0 (the closing flush).
+    /// start statement goes: its closing flush left none (see [`Journal::start_statement`]).
     pub(super) fn current_stated_empty(&self, io: &Io) -> bool {
-        io.stated == (io.no, 0)
+        io.closed_clean
     }
 
     /// Storage `sid` has flushed every transaction up to `flushed`: removes its directory

@@ -49,11 +49,11 @@ pub struct Header {
     /// The *start statement* of the journal this storage owns (docs/design.md, 3.8): every
     /// journal file numbered this or higher that the journal started before this header was
     /// written must exist in the storage's `Journals/`; 0 = no statement (a storage that owns
-    /// no journal: a branch of a database, or a header written before this field, whose bytes
-    /// were zeros).
+    /// no journal: a branch of a database; a cleanly closed one, whose closing flush flushed
+    /// everything; or a header written before this field, whose bytes were zeros).
     pub journal_started: u64,
     /// The length in bytes that file [`Header::journal_started`] has at least (its synced
-    /// zeros when it was started; 0 once the closing flush let the file be emptied).
+    /// zeros when it was started; 0 without pre-zeroing).
     pub journal_started_len: u64,
 }
 
