@@ -302,11 +302,11 @@ impl Journal {
         if f == 0 {
             return (0, 0);
         }
-        let current_flushed = !io
+        let current_flushed = io
             .entries
             .get(&io.no)
             .and_then(|per| per.get(&self.owner))
-            .is_some_and(|max| *max > owner_flushed);
+            .is_none_or(|max| *max <= owner_flushed);
         if closing && f == io.no && current_flushed {
             return (0, 0);
         }
