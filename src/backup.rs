@@ -340,6 +340,9 @@ pub(crate) fn write_copy(env: &dyn StorageEnv, state: &State, dir: &Path) -> Res
         freedir: dir_page,
         next_page,
         entries: state.entries,
+        // The copy's `Journals/` is empty: no journal file started yet.
+        journal_started: 0,
+        journal_started_len: 0,
     };
     data.write_all_at(&h.encode(0), 0)?;
     data.write_all_at(&Header { sequence: 2, ..h }.encode(1), PAGE_SIZE as u64)?;

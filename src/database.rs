@@ -240,7 +240,7 @@ impl Database {
                 // Names of journal files lost while another name of the file holds records not
                 // flushed yet: linked back before anything is recovered, flushed or released.
                 let files = survey(&*env, &path, hdr.storage_id, &names)?;
-                let missing = missing_names(&*env, &path, &files, hdr.flushed_txn, &names);
+                let missing = missing_names(&*env, &path, &files, &hdr, &names);
                 relink(&*env, &path, &missing)?;
                 // Every link made in earlier sessions becomes durable now (DESIGN invariant 5).
                 let mut first_no = max_journal_no(&*env, &path.join(JOURNALS_DIR))?;
@@ -849,21 +849,27 @@ struct Missing {
 
 /// The names the surveyed `files` show missing: a branch link that a link record names (the
 /// branch had a record in the file; its link stood in for a directory fsync), and the root's
-/// name of a file that holds root commits above the root's `flushed` txn (the root's name of a
-/// shared journal file is removed only once the root flushed every record it has in it, so
-/// such a file lost its name to damage: a deleted file, not a crash).
+/// name of a file that holds root commits above the root's flushed txn, or whose number is at
+/// or above the start statement of the root's header `hdr` (the root's name of a shared journal
+/// file is removed only once the root flushed every record it has in it, and never at or above
+/// its durable start statement: docs/design.md 3.8; so such a file lost its name to damage: a
+/// deleted file, not a crash).
 fn missing_names(
     env: &dyn StorageEnv,
     root: &Path,
     files: &BTreeMap<u64, Surveyed>,
-    flushed: u64,
+    hdr: &crate::page::header::Header,
     names: &[String],
 ) -> Vec<Missing> {
+    let flushed = hdr.flushed_txn;
+    let stated = |no: u64| hdr.journal_started != 0 && no >= hdr.journal_started;
     let mut out = Vec::new();
     // The storage id in each branch's data file header (`None`: none readable).
     let mut ids: BTreeMap<String, Option<u64>> = BTreeMap::new();
     for (no, f) in files {
-        if !f.in_root && f.root_max > flushed {
+        // A stated file: only one the shared journal wrote (it holds link records), not a
+        // branch's own file from a session opened standalone.
+        if !f.in_root && (f.root_max > flushed || (stated(*no) && !f.linked.is_empty())) {
             out.push(Missing {
                 no: *no,
                 from: f.path.clone(),
@@ -929,7 +935,7 @@ fn borrowed_names(env: &dyn StorageEnv, root: &Path, names: &[String]) -> Result
     };
     let files = survey(env, root, hdr.storage_id, names)?;
     let mut out = Borrowed::new();
-    for m in missing_names(env, root, &files, hdr.flushed_txn, names) {
+    for m in missing_names(env, root, &files, &hdr, names) {
         out.entry(m.storage).or_default().push((m.no, m.from));
     }
     Ok(out)

@@ -215,6 +215,7 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
     }
     drop(cur);
     let already = inner.current.load().flushed_txn;
+    let closing = inner.closing.load(Ordering::Acquire);
     if target.txn_id > already {
         // From now on a page written at or below the target may reach the data file: it can
         // no longer be reused before a durable header passes the txn that freed it.
@@ -234,6 +235,7 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
                 out.pages_written = n;
                 out.bytes_written = n * PAGE_SIZE as u64;
                 inner.data.sync_data()?;
+                let stated = start_statement(inner, target.txn_id, closing);
                 let h = Header {
                     sequence: fs.header_seq,
                     storage_id: inner.storage_id,
@@ -242,6 +244,8 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
                     freedir: target.freedir,
                     next_page: target.next_page,
                     entries: target.entries,
+                    journal_started: stated.0,
+                    journal_started_len: stated.1,
                 };
                 // The older slot first, then the other: once the flush is done both slots hold
                 // this header, so one damaged header page loses nothing (its twin is identical).
@@ -249,6 +253,9 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
                 // flush runs the older header stays a complete fallback.
                 for _ in 0..2 {
                     write_header(inner, &mut fs, h)?;
+                }
+                if inner.journal.owner() == inner.storage_id {
+                    inner.journal.note_statement(stated);
                 }
                 Ok(())
             });
@@ -283,6 +290,26 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
                 "flush"
             );
         }
+    } else if !inner.opts.read_only {
+        // Nothing to write, but the journal's start statement moved (a new session's first
+        // file, a file started or let go since): a header with the new one, both slots.
+        let stated = start_statement(inner, already, closing);
+        if stated != (fs.header.journal_started, fs.header.journal_started_len) {
+            let h = Header {
+                journal_started: stated.0,
+                journal_started_len: stated.1,
+                ..fs.header
+            };
+            let r = (0..2).try_for_each(|_| write_header(inner, &mut fs, h));
+            if let Err(e) = r {
+                inner.poison(&e);
+                return Err(e);
+            }
+        }
+        if inner.journal.owner() == inner.storage_id {
+            // Durable now, or already.
+            inner.journal.note_statement(stated);
+        }
     }
     if fs.punching && target.txn_id <= inner.current.load().flushed_txn {
         out.runs_punched = punch(inner, &mut fs, &target)?;
@@ -291,11 +318,23 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
     out.flushed_txn = flushed;
     out.journals_deleted = inner.journal.release(inner.storage_id, flushed)?.len() as u64;
     inner.journal.note_flushed(inner.storage_id, flushed);
-    if inner.closing.load(Ordering::Acquire) {
+    if closing {
         // The file grows in steps (up to 64 MiB past `next_page`); a closed storage keeps none.
         inner.trim_tail();
     }
     Ok(out)
+}
+
+/// The start statement (docs/design.md 3.8) the next header of `inner` carries once it has
+/// flushed up to `flushed`: the journal's, when the storage owns its journal (a standalone
+/// storage, a database's root, any storage in separate-journal mode); none for a branch of a
+/// shared journal, whose files the root's statement covers.
+fn start_statement(inner: &Inner, flushed: u64, closing: bool) -> (u64, u64) {
+    if inner.journal.owner() == inner.storage_id {
+        inner.journal.start_statement(flushed, closing)
+    } else {
+        (0, 0)
+    }
 }
 
 /// Writes `h` (with the next sequence number) into the slot that does not hold the newest
@@ -317,6 +356,7 @@ fn write_header(inner: &Inner, fs: &mut crate::storage::FlushState, h: Header) -
     inner.data.sync_data()?;
     fs.header_seq += 1;
     fs.header_slot = slot;
+    fs.header = h;
     Ok(())
 }
 

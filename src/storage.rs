@@ -26,7 +26,7 @@ use crate::btree::CheckReport;
 use crate::env::{EnvFile, OpenMode, StorageEnv};
 use crate::error::{Error, Result};
 use crate::freespace::{Allocator, BITS_PER_BITMAP, WORDS};
-use crate::journal::record::{decode_commit, CommitMeta, RecordKind};
+use crate::journal::record::{decode_commit, decode_start, CommitMeta, RecordKind};
 use crate::journal::{recovery, Journal, JournalConfig, JournalStats};
 use crate::options::{FlushMode, Options};
 use crate::page::header::{self, Header};
@@ -104,6 +104,9 @@ pub(crate) struct FlushState {
     pub punched: BTreeSet<u64>,
     /// False after the file system answered EOPNOTSUPP.
     pub punching: bool,
+    /// The newest header written (the durable one once its flush returned): a flush that only
+    /// changes the journal's start statement rewrites it with the new statement.
+    pub header: Header,
     /// Pages the commits flushed by the last flush that wrote pages allocated: about what
     /// the commits until the next flush will allocate again, from the lowest free pages. That
     /// many pages of the lowest wholly free runs are left unpunched (see `flush::punch`).
@@ -782,7 +785,7 @@ impl Inner {
             dirty_since: None,
             mapping,
         };
-        let files = recover(&*env, &journals_dir, &borrowed, hdr.storage_id, &mut state)?;
+        let files = recover(&*env, &journals_dir, &borrowed, &hdr, &mut state)?;
         let max_no = files.keys().next_back().copied().unwrap_or(0);
         let replayed = state.txn_id > hdr.flushed_txn;
         if replayed {
@@ -830,6 +833,7 @@ impl Inner {
             flush_state: Mutex::new(FlushState {
                 header_seq: hdr.sequence,
                 header_slot: slot,
+                header: hdr,
                 punched: BTreeSet::new(),
                 punching: opts.punch_holes,
                 reuse_slack: 0,
@@ -1272,6 +1276,9 @@ pub(crate) fn init_files(
         freedir: 0,
         next_page: 2,
         entries: 0,
+        // No journal file yet: the open's first flush states the first one.
+        journal_started: 0,
+        journal_started_len: 0,
     };
     let p0 = h.encode(0);
     let p1 = Header { sequence: 0, ..h }.encode(1);
@@ -1549,17 +1556,23 @@ fn build_allocator(s: &State) -> Result<Allocator> {
     ))
 }
 
-/// Replays the commit records of `storage_id` after `state.flushed_txn` into the scratch table
-/// (DESIGN invariant 7) and returns, per journal file, the highest txn id of each storage. The
-/// files are those of `dir` and, where `dir` lacks their number, `borrowed` ones.
+/// Replays the commit records of the storage of header `hdr` after `state.flushed_txn` into
+/// the scratch table (DESIGN invariant 7) and returns, per journal file, the highest txn id of
+/// each storage. The files are those of `dir` and, where `dir` lacks their number, `borrowed`
+/// ones. Then checks the journal's start statements (`check_started`).
 fn recover(
     env: &dyn StorageEnv,
     dir: &Path,
     borrowed: &[(u64, PathBuf)],
-    storage_id: u64,
+    hdr: &Header,
     state: &mut State,
 ) -> Result<BTreeMap<u64, HashMap<u64, u64>>> {
+    let storage_id = hdr.storage_id;
     let mut files = BTreeMap::new();
+    // Journal number -> (path, length) of every file scanned, and the start records this
+    // storage's own journal wrote: (file started, its durable length).
+    let mut lens: BTreeMap<u64, (PathBuf, u64)> = BTreeMap::new();
+    let mut starts: Vec<(u64, u64)> = Vec::new();
     let data_path = state.path().to_path_buf();
     let mut list = recovery::list(env, dir)?;
     for (no, path) in borrowed {
@@ -1572,7 +1585,22 @@ fn recover(
     for (no, path) in list {
         let mut per: HashMap<u64, u64> = HashMap::new();
         let known = [(storage_id, state.txn_id)];
-        recovery::scan(env, &path, no, &known, |h, body, offset| {
+        let end = recovery::scan(env, &path, no, &known, |h, body, offset| {
+            if h.kind == RecordKind::Start && h.storage_id == storage_id {
+                // A start record this storage's journal wrote (another owner's, in a shared
+                // file hard-linked into a branch, says nothing about this directory).
+                match decode_start(body) {
+                    Some(s) => starts.push(s),
+                    None => {
+                        return Err(Error::corruption(
+                            &path,
+                            None,
+                            Some(offset),
+                            "malformed journal start record",
+                        ))
+                    }
+                }
+            }
             if h.kind != RecordKind::Commit {
                 return Ok(());
             }
@@ -1649,6 +1677,71 @@ fn recover(
             Ok(())
         })?;
         files.insert(no, per);
+        lens.insert(no, (path, end.len));
     }
+    check_started(
+        dir,
+        &lens,
+        (hdr.journal_started, hdr.journal_started_len),
+        &starts,
+    )?;
     Ok(files)
+}
+
+/// Checks the start statements of the journal a storage owns (docs/design.md, 3.8 and
+/// section 6): `header` is its header's `(file, length)` (file 0: none), `starts` the
+/// `(file, length)` of the start records its journal wrote into the files scanned, `files` the
+/// path and length of every journal file found (own names and borrowed ones). Every file
+/// numbered at or above the header's must exist when a statement names it, and be at least as
+/// long as stated: the header's length for its own file (newer than any start record about it),
+/// the longest start record's for later ones. Statements about files below the header's are
+/// ignored: those files may have been released since.
+///
+/// Errors: [`Error::Corruption`] naming the missing or short file. A power loss cannot cause
+/// either: a statement is made only after its file's creation, zeros and directory entry are
+/// synced, and a file at or above the durable statement is never released.
+fn check_started(
+    dir: &Path,
+    files: &BTreeMap<u64, (PathBuf, u64)>,
+    header: (u64, u64),
+    starts: &[(u64, u64)],
+) -> Result<()> {
+    let (first, first_len) = header;
+    if first == 0 {
+        return Ok(());
+    }
+    let mut stated: BTreeMap<u64, u64> = BTreeMap::new();
+    stated.insert(first, first_len);
+    for &(no, len) in starts.iter().filter(|(no, _)| *no > first) {
+        let l = stated.entry(no).or_insert(0);
+        *l = (*l).max(len);
+    }
+    for (no, len) in stated {
+        match files.get(&no) {
+            None => {
+                return Err(Error::corruption(
+                    dir.join(crate::journal::file_name(no)),
+                    None,
+                    None,
+                    format!(
+                        "the journal file is missing (every name of it deleted): it was started \
+                         with {len} durable bytes, and unflushed commits in it are lost"
+                    ),
+                ))
+            }
+            Some((path, have)) if *have < len => {
+                return Err(Error::corruption(
+                    path,
+                    None,
+                    Some(*have),
+                    format!(
+                        "the journal file was cut short: it is {have} bytes, but it was started \
+                         with {len} durable bytes; records in it may be lost"
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
 }

@@ -29,7 +29,9 @@ use std::sync::Arc;
 use super::lock;
 use super::pool::POOL_SUFFIX;
 use super::prezero::write_zeros;
-use super::record::{OutRecord, BATCH_ALIGN};
+use super::record::{
+    padding_for, start_body, OutRecord, RecordKind, BATCH_ALIGN, RECORD_HEADER_LEN,
+};
 use super::writer::{Journal, Waiting};
 use super::Prezero;
 use crate::env::{EnvFile, OpenMode};
@@ -70,6 +72,18 @@ pub(super) struct Io {
     seq: u64,
     /// Journal files this journal created (or took from its pool) in this session.
     created: HashSet<u64>,
+    /// Journal number -> the durable length it was started with (its synced zeros), for every
+    /// file started in this session: the length its start statement gives.
+    pub(super) started: BTreeMap<u64, u64>,
+    /// The start statement `(file, length)` of the owner's durable header (docs/design.md 3.8):
+    /// the owner's names of files numbered at or above `stated.0` are never released, so the
+    /// statement and the start records that follow it name files that exist. `(0, 0)` until the
+    /// owner's first flush of the session writes one.
+    pub(super) stated: (u64, u64),
+    /// The owner's closing flush flushed every record it has and its durable header carries no
+    /// statement (see [`Journal::start_statement`]): the journal's drop may empty the current
+    /// file.
+    pub(super) closed_clean: bool,
 }
 
 impl Io {
@@ -94,6 +108,9 @@ impl Io {
             dir_synced: HashMap::new(),
             seq: 1,
             created: Default::default(),
+            started: BTreeMap::new(),
+            stated: (0, 0),
+            closed_clean: false,
         }
     }
 }
@@ -183,21 +200,26 @@ impl Journal {
             let mut body = Vec::with_capacity(8 + sd.rel.len());
             body.extend_from_slice(&sid.to_le_bytes());
             body.extend_from_slice(sd.rel.as_bytes());
-            out.push(OutRecord::new(
-                super::record::RecordKind::Link,
-                sid,
-                0,
-                vec![body.into()],
-            ));
+            out.push(OutRecord::new(RecordKind::Link, sid, 0, vec![body.into()]));
         }
         Ok(out)
     }
 
     /// Makes journal file `no` current: a pre-zeroed file from the pool renamed into place, or
-    /// a new file zeroed here (room for at least `need` bytes); then syncs the directory.
+    /// a new file zeroed here (room for at least `need` bytes); then syncs the directory. When
+    /// the journal had a current file, a start record for the new one (its number and durable
+    /// length) is then written into the old one as a batch of its own and synced, before any
+    /// batch of the new file: the statement outside the new file that it exists and how long it
+    /// is at least (docs/design.md 3.8). One `fdatasync` per file started.
     pub(super) fn new_file(&self, io: &mut Io, no: u64, need: u64) -> Result<()> {
         let path = self.dir.join(super::file_name(no));
         self.zero.pause();
+        // The file the start record goes into: where its next batch would start, and how much
+        // of it is durable (for the padding record, as any batch's).
+        let prev = (io.no != 0).then(|| {
+            let durable = lock(&self.zero.state).zeroed_end;
+            (io.file.clone(), io.no, io.pos, durable)
+        });
         let pooled = if need <= self.file_size {
             self.pool.take()
         } else {
@@ -238,7 +260,91 @@ impl Journal {
             .entry(self.owner)
             .or_insert(0);
         io.created.insert(no);
+        io.started.insert(no, zeroed);
+        if let Some((prev, prev_no, pos, durable)) = prev {
+            // The new file's creation, zeros and name are durable: the statement is true from
+            // here on, whatever crash follows.
+            let rec = OutRecord::new(
+                RecordKind::Start,
+                self.owner,
+                0,
+                vec![start_body(no, zeroed).into()],
+            );
+            let pad = padding_for(pos + rec.total_len(), durable);
+            let records: Vec<&OutRecord> = std::iter::once(&rec).chain(pad.iter()).collect();
+            let headers: Vec<[u8; RECORD_HEADER_LEN]> =
+                records.iter().map(|r| r.header(prev_no)).collect();
+            let mut slices: Vec<IoSlice<'_>> = Vec::new();
+            for (r, h) in records.iter().zip(&headers) {
+                slices.push(IoSlice::new(h));
+                for p in &r.parts {
+                    slices.push(IoSlice::new(p));
+                }
+            }
+            prev.write_vectored_and_sync(&slices, pos)?;
+            self.fdatasyncs.fetch_add(1, Ordering::Relaxed);
+            self.start_records.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(())
+    }
+
+    /// The start statement `(file, length)` the owner's next header carries when the owner has
+    /// flushed every transaction up to `owner_flushed` (docs/design.md 3.8): the lowest journal
+    /// file that is current or holds records of the owner above `owner_flushed`, but never
+    /// below the durable statement; with the length it was started with. `(0, 0)`, no
+    /// statement, before the first file, and for the owner's closing flush (`closing`) when it
+    /// flushed every record the owner has in the journal: nothing of the owner needs a journal
+    /// file then, the journal's drop may empty the current file (`release_on_drop`), and a
+    /// cleanly closed storage opens without its journal files (its data file copied alone).
+    pub fn start_statement(&self, owner_flushed: u64, closing: bool) -> (u64, u64) {
+        let io = lock(&self.io);
+        let f = self.statement_file(&io, owner_flushed);
+        if f == 0 {
+            return (0, 0);
+        }
+        let current_flushed = io
+            .entries
+            .get(&io.no)
+            .and_then(|per| per.get(&self.owner))
+            .is_none_or(|max| *max <= owner_flushed);
+        if closing && f == io.no && current_flushed {
+            return (0, 0);
+        }
+        (f, io.started.get(&f).copied().unwrap_or(0))
+    }
+
+    /// The file of [`Journal::start_statement`].
+    fn statement_file(&self, io: &Io, owner_flushed: u64) -> u64 {
+        if io.no == 0 {
+            return 0;
+        }
+        // `entries` is ordered by journal number: the first file the owner needs is the
+        // lowest. Other storages' entries do not count: the owner's names of the files before
+        // it go as they always did once the owner flushed its records there (a branch's link
+        // keeps such a file for the branch; see docs/design.md 3.8 for what that leaves).
+        let needed = io.entries.iter().find_map(|(no, per)| {
+            let needs = per.get(&self.owner).is_some_and(|max| *max > owner_flushed);
+            (*no != io.no && needs).then_some(*no)
+        });
+        needed.unwrap_or(io.no).min(io.no).max(io.stated.0)
+    }
+
+    /// The owner's header holding start statement `stated` is durable: from now on the owner's
+    /// names of files below `stated.0` may be released, and none at or above it. `(0, 0)`, no
+    /// statement, from the closing flush: the journal's drop may empty the current file.
+    pub fn note_statement(&self, stated: (u64, u64)) {
+        let mut io = lock(&self.io);
+        if stated == (0, 0) {
+            io.closed_clean = io.no != 0;
+        } else if stated.0 >= io.stated.0 {
+            io.stated = stated;
+        }
+    }
+
+    /// True when the journal's drop may empty its current file as far as the owner's durable
+    /// start statement goes: its closing flush left none (see [`Journal::start_statement`]).
+    pub(super) fn current_stated_empty(&self, io: &Io) -> bool {
+        io.closed_clean
     }
 
     /// Storage `sid` has flushed every transaction up to `flushed`: removes its directory
@@ -249,10 +355,21 @@ impl Journal {
     pub fn release(&self, sid: u64, flushed: u64) -> Result<Vec<u64>> {
         let mut io = lock(&self.io);
         let current = io.no;
+        // The owner's names are released only below its durable start statement (every file at
+        // or above it must exist: docs/design.md 3.8), which is at or below every file holding
+        // its unflushed records; other storages' names once they flushed their records there.
+        let stated = io.stated.0;
         let done: Vec<u64> = io
             .entries
             .iter()
-            .filter(|(no, per)| **no != current && per.get(&sid).is_some_and(|m| *m <= flushed))
+            .filter(|(no, per)| {
+                **no != current
+                    && if sid == self.owner {
+                        **no < stated && per.contains_key(&sid)
+                    } else {
+                        per.get(&sid).is_some_and(|m| *m <= flushed)
+                    }
+            })
             .map(|(no, _)| *no)
             .collect();
         for no in &done {
@@ -359,6 +476,15 @@ impl Journal {
     /// one: flushing it lets that file go (bounded retention, DESIGN invariant 11).
     pub fn pins_old_file(&self, sid: u64) -> bool {
         let io = lock(&self.io);
+        if sid == self.owner && io.stated.0 != 0 {
+            // The owner's names of old files go only with a new start statement: it pins files
+            // with its own unflushed records, and those a new statement would let go.
+            let flushed = lock(&self.flushed).get(&sid).copied().unwrap_or(0);
+            return self.statement_file(&io, flushed) > io.stated.0
+                || io.entries.iter().any(|(no, per)| {
+                    *no != io.no && per.get(&sid).is_some_and(|max| *max > flushed)
+                });
+        }
         io.entries
             .iter()
             .any(|(no, per)| *no != io.no && per.contains_key(&sid))

@@ -33,6 +33,11 @@
 //! loss makes a file shorter than that, so recovery takes a file shorter than a length recorded
 //! in it for a file that was cut (see `recovery`).
 //! Link body (kind 3): storage id u64 | UTF-8 path of the storage directory relative to the root.
+//! Start body (kind 4): journal number u64 of the file started | its durable length u64 when it
+//! was started (its synced zeros; 0 without pre-zeroing). Written into the previous file, storage
+//! id = the journal's owner, txn id 0, as a batch of its own synced before any batch of the new
+//! file: the statement outside the new file that it exists and how long it is at least (a cut
+//! that removes a file's first batch leaves no padding record in it to say so).
 
 use crate::page::{rd_u32, rd_u64, wr_u32, wr_u64, PAGE_SIZE};
 
@@ -55,6 +60,10 @@ pub enum RecordKind {
     Padding = 2,
     /// "Storage S has a hard link to this journal file" (shared journal).
     Link = 3,
+    /// "The journal's next file was started, with this durable length": written into the
+    /// previous file when the journal moves to a new one, before any batch of the new file
+    /// (see [`start_body`]).
+    Start = 4,
 }
 
 /// A decoded record header.
@@ -114,6 +123,7 @@ impl RecordHeader {
             1 => RecordKind::Commit,
             2 => RecordKind::Padding,
             3 => RecordKind::Link,
+            4 => RecordKind::Start,
             _ => return None,
         };
         let body_len = rd_u64(b, 32)?;
@@ -129,6 +139,26 @@ impl RecordHeader {
             body_crc: rd_u32(b, 40)?,
         })
     }
+}
+
+/// Bytes of a start record's body (kind 4).
+pub const START_BODY_LEN: usize = 16;
+
+/// The body of a start record: journal file `no` was started with `len` durable bytes.
+pub fn start_body(no: u64, len: u64) -> Vec<u8> {
+    let mut b = vec![0u8; START_BODY_LEN];
+    wr_u64(&mut b, 0, no);
+    wr_u64(&mut b, 8, len);
+    b
+}
+
+/// Decodes a start record's body: `(journal number, durable length)`; `None` when it is not
+/// exactly [`START_BODY_LEN`] bytes.
+pub fn decode_start(body: &[u8]) -> Option<(u64, u64)> {
+    if body.len() != START_BODY_LEN {
+        return None;
+    }
+    Some((rd_u64(body, 0)?, rd_u64(body, 8)?))
 }
 
 /// The fixed part of a commit body.
@@ -711,6 +741,25 @@ pub fn padding_for(pos: u64, durable: u64) -> Option<OutRecord> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn start_records_roundtrip() {
+        let r = OutRecord::new(
+            RecordKind::Start,
+            9,
+            0,
+            vec![start_body(17, 4 << 20).into()],
+        );
+        let h = RecordHeader::decode(&r.header(16)).unwrap();
+        assert_eq!(
+            (h.kind, h.journal_no, h.storage_id),
+            (RecordKind::Start, 16, 9)
+        );
+        assert_eq!(h.durable_len(), 0);
+        assert_eq!(decode_start(&start_body(17, 4 << 20)), Some((17, 4 << 20)));
+        assert_eq!(decode_start(&[0; 15]), None);
+        assert_eq!(decode_start(&[0; 17]), None);
+    }
 
     #[test]
     fn zeros_never_decode() {

@@ -52,6 +52,8 @@ pub struct ScanEnd {
     pub offset: u64,
     /// Records read (padding included).
     pub records: u64,
+    /// The file's length in bytes when it was scanned.
+    pub len: u64,
 }
 
 /// Reads the records of journal file `no` at `path` in order and calls `f(header, body)` for
@@ -130,6 +132,7 @@ pub fn scan(
     Ok(ScanEnd {
         offset: pos,
         records,
+        len,
     })
 }
 

@@ -97,6 +97,10 @@ pub struct JournalStats {
     /// Eventual commits acknowledged and then lost: their batch failed (the journal is then
     /// poisoned), or the journal was poisoned before they were written.
     pub eventual_lost: u64,
+    /// Start records written: one per journal file started after the session's first, each
+    /// a 4 KiB batch of its own in the previous file with one `fdatasync` (counted in
+    /// `fdatasyncs`; docs/design.md 3.8).
+    pub start_records: u64,
 }
 
 /// A record waiting in a batch (and, with [`Journal::commit_with`], its committer).
@@ -174,7 +178,9 @@ pub struct Journal {
     pub(super) zeroing_waits: AtomicU64,
     /// Storage id -> highest txn id it has flushed (`Journal::note_flushed`): on drop, a current
     /// file whose records are all flushed is emptied.
-    flushed: Mutex<HashMap<u64, u64>>,
+    pub(super) flushed: Mutex<HashMap<u64, u64>>,
+    /// Start records written (one per file started after the session's first).
+    pub(super) start_records: AtomicU64,
     eventual_commits: AtomicU64,
     eventual_lost: AtomicU64,
 }
@@ -257,6 +263,7 @@ impl Journal {
             inline_zeroings: AtomicU64::new(0),
             zeroing_waits: AtomicU64::new(0),
             flushed: Mutex::new(HashMap::new()),
+            start_records: AtomicU64::new(0),
             eventual_commits: AtomicU64::new(0),
             eventual_lost: AtomicU64::new(0),
         }
@@ -284,7 +291,11 @@ impl Journal {
         let current = {
             let io = lock(&self.io);
             let flushed = lock(&self.flushed);
+            // The owner's durable start statement must let the file be emptied (its closing
+            // flush stated the current file with length 0), else the next open would take the
+            // empty file for one that was cut.
             let all_flushed = io.no != 0
+                && self.current_stated_empty(&io)
                 && io.entries.get(&io.no).is_some_and(|per| {
                     per.iter()
                         .all(|(sid, max)| flushed.get(sid).is_some_and(|f| f >= max) || *max == 0)
@@ -366,6 +377,7 @@ impl Journal {
             zeroing_waits: self.zeroing_waits.load(Ordering::Relaxed),
             eventual_commits: self.eventual_commits.load(Ordering::Relaxed),
             eventual_lost: self.eventual_lost.load(Ordering::Relaxed),
+            start_records: self.start_records.load(Ordering::Relaxed),
         }
     }
 
@@ -621,7 +633,8 @@ impl Journal {
             .map(|w| w.record.total_len() + RECORD_HEADER_LEN as u64 + 512)
             .sum::<u64>()
             + 2 * BATCH_ALIGN;
-        if io.pos > 0 && io.pos + est > self.file_size {
+        // And for the start record of the next file (4 KiB), which goes after the last batch.
+        if io.pos > 0 && io.pos + est + BATCH_ALIGN > self.file_size {
             let next = io.no + 1;
             self.new_file(&mut io, next, est)?;
         }

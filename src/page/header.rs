@@ -12,7 +12,9 @@
 //! 80  free-space map directory page u64 (0 = none)       8
 //! 88  next page u64 (high-water mark)                    8
 //! 96  entries u64 (keys in the tree)                     8
-//! 104 zeros to 8192 (covered by the checksum)
+//! 104 journal started: file number u64 (0 = none)        8
+//! 112 journal started: its durable length u64            8
+//! 120 zeros to 8192 (covered by the checksum)
 //! ```
 
 use std::path::Path;
@@ -44,6 +46,15 @@ pub struct Header {
     pub next_page: u64,
     /// Keys in the flushed state.
     pub entries: u64,
+    /// The *start statement* of the journal this storage owns (docs/design.md, 3.8): every
+    /// journal file numbered this or higher that the journal started before this header was
+    /// written must exist in the storage's `Journals/`; 0 = no statement (a storage that owns
+    /// no journal: a branch of a database; a cleanly closed one, whose closing flush flushed
+    /// everything; or a header written before this field, whose bytes were zeros).
+    pub journal_started: u64,
+    /// The length in bytes that file [`Header::journal_started`] has at least (its synced
+    /// zeros when it was started; 0 without pre-zeroing).
+    pub journal_started_len: u64,
 }
 
 impl Header {
@@ -69,6 +80,8 @@ impl Header {
         wr_u64(&mut p, 80, self.freedir);
         wr_u64(&mut p, 88, self.next_page);
         wr_u64(&mut p, 96, self.entries);
+        wr_u64(&mut p, 104, self.journal_started);
+        wr_u64(&mut p, 112, self.journal_started_len);
         seal(&mut p);
         p
     }
@@ -118,6 +131,8 @@ pub fn decode(page: &[u8], slot: u64) -> Slot {
         freedir: f(80),
         next_page: f(88),
         entries: f(96),
+        journal_started: f(104),
+        journal_started_len: f(112),
     };
     // A checksum that holds over a tree state out of range: written by something else, or
     // damage that kept the checksum; trusting it would size the file and `check` from it.
@@ -179,6 +194,23 @@ mod tests {
             freedir: 0,
             next_page: 2,
             entries: 0,
+            journal_started: 0,
+            journal_started_len: 0,
+        }
+    }
+
+    #[test]
+    fn the_start_statement_roundtrips_and_old_headers_read_as_none() {
+        let with = Header {
+            journal_started: 17,
+            journal_started_len: 4 << 20,
+            ..h(5)
+        };
+        assert_eq!(decode(&with.encode(0), 0), Slot::Valid(with));
+        // A header written before the field: zeros there, no statement.
+        match decode(&h(5).encode(1), 1) {
+            Slot::Valid(o) => assert_eq!((o.journal_started, o.journal_started_len), (0, 0)),
+            other => panic!("{other:?}"),
         }
     }
 
