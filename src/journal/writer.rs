@@ -356,6 +356,13 @@ impl Journal {
         j
     }
 
+    /// The storage that owns the journal directory (the root, or a storage's own journal):
+    /// the flush compares it with its storage to know whether it writes the journal's start
+    /// statement into its header (design.md 3.8).
+    pub fn owner(&self) -> u64 {
+        self.owner
+    }
+
     /// Counters since open.
     pub fn stats(&self) -> JournalStats {
         let io = lock(&self.io);
