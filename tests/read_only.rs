@@ -20,6 +20,19 @@ use omnibus::{Database, Error, FlushMode, Options, Storage};
 mod cli_common;
 use cli_common::ok;
 
+// The tests of this file run one at a time. A flaky failure told the story:
+// `read_only_open_while_a_writer_holds_it` dropped its writer and reopened at once, and got
+// `AlreadyOpen` once in a full-suite run. `LOCK`'s `flock` belongs to the open file
+// description, and a child that another test of this binary forked in that moment held a copy
+// of the writer's descriptor until its `exec` closed it (`O_CLOEXEC`), so the lock outlived the
+// drop by that long. That is how `flock` works for any process that forks (LMDB's locks
+// behave the same); the tests must not race their own children.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn ro() -> Options {
     Options {
         read_only: true,
@@ -191,6 +204,7 @@ fn mount_read_only(dir: &Path, at: &Path) -> Result<Mount, String> {
 // standalone storage has no LOCK file at all (media written elsewhere): it opens without a lock.
 #[test]
 fn read_only_open_on_a_read_only_bind_mount() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
     std::fs::create_dir(&src).unwrap();
@@ -239,6 +253,7 @@ fn read_only_open_on_a_read_only_bind_mount() {
 // (mode 0600) they proceed without one.
 #[test]
 fn read_only_commands_as_a_user_without_write_permission() {
+    let _serial = serial();
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         println!("SKIPPED: not root, cannot run as another user");
@@ -291,6 +306,7 @@ fn read_only_commands_as_a_user_without_write_permission() {
 // told that read-only openers hold it; once they are gone, it opens.
 #[test]
 fn several_read_only_processes_at_once() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let (db, _) = populate(dir.path());
     let before = listing(dir.path());
@@ -374,6 +390,7 @@ fn several_read_only_processes_at_once() {
 // is read from files the writer is changing. Once the writer is gone it opens.
 #[test]
 fn read_only_open_while_a_writer_holds_it() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let (db, store) = populate(dir.path());
     let writer = Database::open(&db, unflushed()).unwrap();
