@@ -356,7 +356,7 @@ executor count (1 by default); then the speedups per workload. It starts with th
 model, memory, kernel), the file system and a probe of synced 4 KiB writes/s, the rate the shared \
 journal's writes are bound by. Counts above the CPUs available are run and marked \
 `oversubscribed` (executors then share CPUs); a count the engine cannot start (e.g. the \
-locked-memory limit: glommio locks 512 KiB per executor) is reported as skipped with the reason.
+locked-memory limit under glommio's 512 KiB minimum) is reported as skipped with the reason.
 
 The databases go in a temporary directory under --dir (default: the current directory, else the \
 system temp directory), deleted at the end; a tmpfs is refused unless --allow-tmpfs. --json \
