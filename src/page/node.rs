@@ -608,15 +608,25 @@ pub fn leaf_split_in_place(
             Val::Inline(v) => v.len(),
             Val::Overflow { .. } => 8,
         };
-    // Cell sizes and offsets (slot excluded) of the old cells, checked once.
-    let mut cells = [(0u16, 0u16); MAX_LEAF_CELLS];
-    for (j, c) in cells.iter_mut().enumerate().take(count) {
+    // Cell offsets and sizes (slot excluded) of the old cells, checked once: on the stack
+    // for a leaf of up to 128 cells (zeroing room for the most a page can hold cost a
+    // kilo-instruction per split), else in a Vec.
+    let mut small = [(0u16, 0u16); 128];
+    let mut large = Vec::new();
+    let cells: &mut [(u16, u16)] = if count <= small.len() {
+        &mut small[..count]
+    } else {
+        large.resize(count, (0u16, 0u16));
+        &mut large
+    };
+    for (j, c) in cells.iter_mut().enumerate() {
         let (_, size, off) = base_cell(page, &h, j).ok_or(EditError::Malformed)?;
         if off + size > PAGE_SIZE || off < HEADER_LEN + 2 * count {
             return Err(EditError::Malformed);
         }
         *c = (off as u16, size as u16);
     }
+    let cells: &[(u16, u16)] = cells;
     // Entry `k` of the leaf with the new one inserted at `i`: its size with the slot.
     let size_of = |k: usize| -> usize {
         2 + match k.cmp(&i) {
@@ -882,7 +892,9 @@ mod tests {
                     val: if rnd(9) == 0 {
                         Val::Overflow { page: 7 + k, len: 50_000 }
                     } else {
-                        Val::Inline(vec![round as u8; rnd(300) as usize])
+                        // Every fourth leaf of tiny entries: over 128 cells.
+                        let len = if round % 4 == 3 { rnd(3) } else { rnd(300) };
+                        Val::Inline(vec![round as u8; len as usize])
                     },
                 };
                 let mut more = es.clone();
