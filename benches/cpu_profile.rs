@@ -86,7 +86,10 @@ fn report(what: &str, units: u64, t: Instant, c: std::time::Duration) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let arg = |i: usize| -> &str { args.get(i).map(String::as_str).unwrap_or("") };
     let num = |i: usize| -> u64 { arg(i).parse().expect("a number") };
     match arg(0) {
@@ -133,7 +136,8 @@ fn main() {
                 "per commit: {:.0} journal bytes, {:.2} pages journaled ({:.2} as diffs)",
                 (after.journal.bytes - before.journal.bytes) as f64 / n as f64,
                 (after.pages_journaled - before.pages_journaled) as f64 / n as f64,
-                (after.pages_journaled_as_diffs - before.pages_journaled_as_diffs) as f64 / n as f64
+                (after.pages_journaled_as_diffs - before.pages_journaled_as_diffs) as f64
+                    / n as f64
             );
         }
         "batch" => {
@@ -159,8 +163,14 @@ fn main() {
             let (t, c) = (Instant::now(), cpu_time());
             timed_loop(batches, &mut || batch(1_000));
             report("random batches (keys)", batches * 1_000, t, c);
-            println!("flushes: {}; write mode {:?}", s.stats().flushes, s.write_mode());
+            println!(
+                "flushes: {}; write mode {:?}",
+                s.stats().flushes,
+                s.write_mode()
+            );
         }
-        _ => eprintln!("usage: cpu_profile load DIR KEYS | commits DIR N | batch DIR PRELOAD BATCHES"),
+        _ => eprintln!(
+            "usage: cpu_profile load DIR KEYS | commits DIR N | batch DIR PRELOAD BATCHES"
+        ),
     }
 }

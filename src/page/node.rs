@@ -598,7 +598,10 @@ pub fn leaf_split_in_place(
     if count + 1 > MAX_LEAF_CELLS || count == 0 {
         return Err(EditError::Malformed);
     }
-    let i = match LeafView::new(page, &h).search(key).ok_or(EditError::Malformed)? {
+    let i = match LeafView::new(page, &h)
+        .search(key)
+        .ok_or(EditError::Malformed)?
+    {
         Ok(_) => return Err(EditError::NoRoom),
         Err(i) => i,
     };
@@ -695,7 +698,11 @@ pub fn leaf_split_in_place(
     let off = low_kept - new_size;
     wr_u16(page, HEADER_LEN + 2 * i, off as u16);
     write_leaf_cell(page, off, key, val);
-    Ok([HEADER_LEN + 2 * i..HEADER_LEN + 2 * at, off..off + new_size, 0..0])
+    Ok([
+        HEADER_LEN + 2 * i..HEADER_LEN + 2 * at,
+        off..off + new_size,
+        0..0,
+    ])
 }
 
 /// Sets child `i` (0 = leftmost) of a dirty branch image in place; returns the bytes written.
@@ -890,7 +897,10 @@ mod tests {
                 let e = LeafEntry {
                     key: format!("k{k:08}").into_bytes(),
                     val: if rnd(9) == 0 {
-                        Val::Overflow { page: 7 + k, len: 50_000 }
+                        Val::Overflow {
+                            page: 7 + k,
+                            len: 50_000,
+                        }
                     } else {
                         // Every fourth leaf of tiny entries: over 128 cells.
                         let len = if round % 4 == 3 { rnd(3) } else { rnd(300) };
@@ -923,16 +933,30 @@ mod tests {
                     continue;
                 };
                 let mut all = es.clone();
-                all.insert(pos, LeafEntry { key: key.clone(), val: val.clone() });
+                all.insert(
+                    pos,
+                    LeafEntry {
+                        key: key.clone(),
+                        val: val.clone(),
+                    },
+                );
                 let (l, r) = reference_split(all);
                 let lh = PageHeader::read(&page).unwrap();
                 let rh = PageHeader::read(&right).unwrap();
-                assert_eq!(Node::decode(&page, &lh).unwrap(), Node::Leaf(l), "round {round} pos {pos}");
+                assert_eq!(
+                    Node::decode(&page, &lh).unwrap(),
+                    Node::Leaf(l),
+                    "round {round} pos {pos}"
+                );
                 assert_eq!(Node::decode(&right, &rh).unwrap(), Node::Leaf(r.clone()));
                 assert_eq!((rh.page_number, rh.txn_id), (12, 3));
                 let mut packed = Node::Leaf(r).encode(12, 3).to_vec();
                 packed[..4].fill(0);
-                assert_eq!(right[4..], packed[4..], "right half is packed like a fresh page");
+                assert_eq!(
+                    right[4..],
+                    packed[4..],
+                    "right half is packed like a fresh page"
+                );
                 let mut rebuilt = base.to_vec();
                 rebuilt[..HEADER_LEN].copy_from_slice(&page[..HEADER_LEN]);
                 for t in touched.iter() {
@@ -944,7 +968,14 @@ mod tests {
             let mut page: Box<[u8]> = base.clone();
             let mut right = vec![0u8; PAGE_SIZE];
             let existing = es[es.len() / 2].key.clone();
-            let r = leaf_split_in_place(&mut page, &mut right, 12, 3, &existing, &Val::Inline(vec![1; 500]));
+            let r = leaf_split_in_place(
+                &mut page,
+                &mut right,
+                12,
+                3,
+                &existing,
+                &Val::Inline(vec![1; 500]),
+            );
             assert_eq!(r, Err(EditError::NoRoom));
             assert_eq!(page, base);
         }
