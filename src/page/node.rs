@@ -559,6 +559,147 @@ pub fn leaf_put_in_place(
     Ok((old, [slots, off..off + size, 0..0]))
 }
 
+/// Most cells a leaf page can hold (each takes at least a slot, a fixed cell part and a key
+/// byte): bounds the split's size table, kept on the stack.
+const MAX_LEAF_CELLS: usize = BODY_LEN / (2 + LEAF_CELL_FIXED + 1) + 1;
+
+/// Splits a full dirty leaf image in two while inserting the new `key` with `val`, without
+/// decoding it (the writer's fast path for a leaf split under random inserts): the cells from
+/// the split point on are copied, packed, into `right` (a zeroed page, whose header gets
+/// `right_page` and `txn_id`), and `page` keeps the cells before it at their offsets (cells
+/// that moved right stay behind as unreferenced bytes, as after [`Node::encode_on`]), with the
+/// new cell in the free gap when it lands on the left. The split point is the one the decoded
+/// path picks (`WriteTransaction::split`: the first entry at which half the bytes are
+/// reached), so both paths build the same tree. The checksums are not updated (the images are
+/// sealed at commit).
+///
+/// Returns the byte ranges of `page` written besides its header. Errors:
+/// [`EditError::NoRoom`], with neither page changed, when `key` is already in the page (a
+/// replacement goes through the decoded node) or the new cell does not fit in the left page's
+/// gap; [`EditError::Malformed`] when the page is not a well-formed leaf.
+pub fn leaf_split_in_place(
+    page: &mut [u8],
+    right: &mut [u8],
+    right_page: u64,
+    txn_id: u64,
+    key: &[u8],
+    val: &Val,
+) -> Result<Touched, EditError> {
+    let h = PageHeader::read(page).ok_or(EditError::Malformed)?;
+    if h.kind != PageKind::Leaf || right.len() != PAGE_SIZE || page.len() != PAGE_SIZE {
+        return Err(EditError::Malformed);
+    }
+    let count = h.count as usize;
+    if count + 1 > MAX_LEAF_CELLS || count == 0 {
+        return Err(EditError::Malformed);
+    }
+    let i = match LeafView::new(page, &h)
+        .search(key)
+        .ok_or(EditError::Malformed)?
+    {
+        Ok(_) => return Err(EditError::NoRoom),
+        Err(i) => i,
+    };
+    let new_size = LEAF_CELL_FIXED
+        + key.len()
+        + match val {
+            Val::Inline(v) => v.len(),
+            Val::Overflow { .. } => 8,
+        };
+    // Cell offsets and sizes (slot excluded) of the old cells, checked once: on the stack
+    // for a leaf of up to 128 cells (zeroing room for the most a page can hold cost a
+    // kilo-instruction per split), else in a Vec.
+    let mut small = [(0u16, 0u16); 128];
+    let mut large = Vec::new();
+    let cells: &mut [(u16, u16)] = if count <= small.len() {
+        &mut small[..count]
+    } else {
+        large.resize(count, (0u16, 0u16));
+        &mut large
+    };
+    for (j, c) in cells.iter_mut().enumerate() {
+        let (_, size, off) = base_cell(page, &h, j).ok_or(EditError::Malformed)?;
+        if off + size > PAGE_SIZE || off < HEADER_LEN + 2 * count {
+            return Err(EditError::Malformed);
+        }
+        *c = (off as u16, size as u16);
+    }
+    let cells: &[(u16, u16)] = cells;
+    // Entry `k` of the leaf with the new one inserted at `i`: its size with the slot.
+    let size_of = |k: usize| -> usize {
+        2 + match k.cmp(&i) {
+            std::cmp::Ordering::Less => cells[k].1 as usize,
+            std::cmp::Ordering::Equal => new_size,
+            std::cmp::Ordering::Greater => cells[k - 1].1 as usize,
+        }
+    };
+    let n = count + 1;
+    let total: usize = (0..n).map(size_of).sum();
+    let mut at = n - 1;
+    let mut acc = 0;
+    for k in 0..n {
+        acc += size_of(k);
+        if acc >= total / 2 {
+            at = (k + 1).clamp(1, n - 1);
+            break;
+        }
+    }
+    let left_bytes: usize = (0..at).map(size_of).sum();
+    if left_bytes > BODY_LEN || total - left_bytes > BODY_LEN {
+        return Err(EditError::NoRoom);
+    }
+    // The left page's room for the new cell: the gap between its slots and its lowest kept
+    // cell (checked before anything is written).
+    let new_left = i < at;
+    let low_kept = (0..at.min(count))
+        .filter(|&k| !(new_left && k == at - 1))
+        .map(|k| cells[k].0 as usize)
+        .min()
+        .unwrap_or(PAGE_SIZE);
+    if new_left && low_kept < HEADER_LEN + 2 * at + new_size {
+        return Err(EditError::NoRoom);
+    }
+    // The right page: entries `at..n`, packed toward its end in key order.
+    let mut end = PAGE_SIZE;
+    for (slot, k) in (at..n).enumerate() {
+        let size = size_of(k) - 2;
+        end -= size;
+        if k == i {
+            write_leaf_cell(right, end, key, val);
+        } else {
+            let (off, sz) = cells[if k < i { k } else { k - 1 }];
+            let (off, sz) = (off as usize, sz as usize);
+            right[end..end + sz].copy_from_slice(&page[off..off + sz]);
+        }
+        wr_u16(right, HEADER_LEN + 2 * slot, end as u16);
+    }
+    PageHeader {
+        kind: PageKind::Leaf,
+        count: (n - at) as u16,
+        page_number: right_page,
+        txn_id,
+        run_pages: 1,
+        aux: 0,
+    }
+    .write(right);
+    // The left page: entries `0..at`; when the new one is among them, its slot goes in at
+    // `i` (the slots after it shift by one) and its cell in the gap.
+    wr_u16(page, 6, at as u16);
+    if !new_left {
+        return Ok([0..0, 0..0, 0..0]);
+    }
+    let slots = HEADER_LEN + 2 * i..HEADER_LEN + 2 * (at - 1);
+    page.copy_within(slots, HEADER_LEN + 2 * i + 2);
+    let off = low_kept - new_size;
+    wr_u16(page, HEADER_LEN + 2 * i, off as u16);
+    write_leaf_cell(page, off, key, val);
+    Ok([
+        HEADER_LEN + 2 * i..HEADER_LEN + 2 * at,
+        off..off + new_size,
+        0..0,
+    ])
+}
+
 /// Sets child `i` (0 = leftmost) of a dirty branch image in place; returns the bytes written.
 pub fn branch_set_child(page: &mut [u8], i: usize, child: u64) -> Result<Touched, EditError> {
     let h = PageHeader::read(page).ok_or(EditError::Malformed)?;
@@ -712,6 +853,127 @@ mod tests {
                 len: 99_999
             }
         );
+    }
+
+    /// The decoded path's leaf split (`WriteTransaction::split`, not an append): the first
+    /// entry at which half the bytes are reached.
+    fn reference_split(mut es: Vec<LeafEntry>) -> (Vec<LeafEntry>, Vec<LeafEntry>) {
+        let total: usize = es.iter().map(leaf_entry_size).sum();
+        let (mut acc, mut at) = (0, es.len() - 1);
+        for (i, e) in es.iter().enumerate() {
+            acc += leaf_entry_size(e);
+            if acc >= total / 2 {
+                at = (i + 1).clamp(1, es.len() - 1);
+                break;
+            }
+        }
+        let right = es.split_off(at);
+        (es, right)
+    }
+
+    #[test]
+    fn leaf_split_in_place_matches_the_decoded_split() {
+        // Full leaves of random-sized entries (some overflow), laid out on a base that already
+        // went through edits; a new key at every position: both halves must decode to the
+        // decoded path's halves, the right page must be a packed fresh page, and the written
+        // ranges (plus the header) must cover every changed byte of the left page.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        for round in 0..40 {
+            let mut es: Vec<LeafEntry> = Vec::new();
+            let mut k = 0u64;
+            loop {
+                k += 2 + rnd(50);
+                let e = LeafEntry {
+                    key: format!("k{k:08}").into_bytes(),
+                    val: if rnd(9) == 0 {
+                        Val::Overflow {
+                            page: 7 + k,
+                            len: 50_000,
+                        }
+                    } else {
+                        // Every fourth leaf of tiny entries: over 128 cells.
+                        let len = if round % 4 == 3 { rnd(3) } else { rnd(300) };
+                        Val::Inline(vec![round as u8; len as usize])
+                    },
+                };
+                let mut more = es.clone();
+                more.push(e);
+                if !Node::Leaf(more.clone()).fits() {
+                    break;
+                }
+                es = more;
+            }
+            let base = Node::Leaf(es.clone()).encode(9, 1);
+            for pos in 0..=es.len() {
+                let key = if pos == 0 {
+                    b"a".to_vec()
+                } else {
+                    let mut kk = es[pos - 1].key.clone();
+                    kk.push(b'5');
+                    kk
+                };
+                let val = Val::Inline(vec![0xee; 40 + rnd(200) as usize]);
+                let mut page: Box<[u8]> = base.clone();
+                let mut right = vec![0u8; PAGE_SIZE];
+                let Ok(touched) = leaf_split_in_place(&mut page, &mut right, 12, 3, &key, &val)
+                else {
+                    // Only when the new cell does not fit the left gap: nothing written.
+                    assert_eq!(page, base, "round {round} pos {pos}");
+                    continue;
+                };
+                let mut all = es.clone();
+                all.insert(
+                    pos,
+                    LeafEntry {
+                        key: key.clone(),
+                        val: val.clone(),
+                    },
+                );
+                let (l, r) = reference_split(all);
+                let lh = PageHeader::read(&page).unwrap();
+                let rh = PageHeader::read(&right).unwrap();
+                assert_eq!(
+                    Node::decode(&page, &lh).unwrap(),
+                    Node::Leaf(l),
+                    "round {round} pos {pos}"
+                );
+                assert_eq!(Node::decode(&right, &rh).unwrap(), Node::Leaf(r.clone()));
+                assert_eq!((rh.page_number, rh.txn_id), (12, 3));
+                let mut packed = Node::Leaf(r).encode(12, 3).to_vec();
+                packed[..4].fill(0);
+                assert_eq!(
+                    right[4..],
+                    packed[4..],
+                    "right half is packed like a fresh page"
+                );
+                let mut rebuilt = base.to_vec();
+                rebuilt[..HEADER_LEN].copy_from_slice(&page[..HEADER_LEN]);
+                for t in touched.iter() {
+                    rebuilt[t.clone()].copy_from_slice(&page[t.clone()]);
+                }
+                assert_eq!(rebuilt[..], page[..], "written ranges miss a change");
+            }
+            // A key already in the page: left to the decoded path, nothing written.
+            let mut page: Box<[u8]> = base.clone();
+            let mut right = vec![0u8; PAGE_SIZE];
+            let existing = es[es.len() / 2].key.clone();
+            let r = leaf_split_in_place(
+                &mut page,
+                &mut right,
+                12,
+                3,
+                &existing,
+                &Val::Inline(vec![1; 500]),
+            );
+            assert_eq!(r, Err(EditError::NoRoom));
+            assert_eq!(page, base);
+        }
     }
 
     #[test]
