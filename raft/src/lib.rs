@@ -43,6 +43,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub mod cluster;
 pub mod log_store;
 pub mod network;
 pub mod node;
