@@ -83,6 +83,8 @@ pub enum Message {
         /// The group.
         group: GroupId,
     },
+    /// Admin: the node's journal counters. Reply: `Result<NodeStats, String>`.
+    Stats,
     /// Admin: initialize every group with `members` (call on one node, once). Reply:
     /// `Result<(), String>`.
     Initialize {
@@ -102,6 +104,19 @@ pub struct GroupStatus {
     pub last_log_index: Option<u64>,
     /// Index of the last entry applied to this node's state machine.
     pub last_applied: Option<u64>,
+}
+
+/// A node's journal counters (from [`omnibus::DatabaseStats`]), since it opened.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NodeStats {
+    /// Commit records acknowledged (every group's appends, votes and applies).
+    pub commits: u64,
+    /// Journal batches written.
+    pub batches: u64,
+    /// `fdatasync` calls on journal files.
+    pub journal_fdatasyncs: u64,
+    /// Bytes written to journals.
+    pub journal_bytes: u64,
 }
 
 /// A client connection to one address: requests answered in order.
@@ -329,6 +344,16 @@ async fn dispatch(node: &RaftNode, msg: Message) -> serde_json::Result<Vec<u8>> 
         }
         Message::Status { group } => {
             let r = node.status(group).ok_or_else(|| no_group(group));
+            serde_json::to_vec(&r)
+        }
+        Message::Stats => {
+            let st = node.database().stats();
+            let r: Result<NodeStats, String> = Ok(NodeStats {
+                commits: st.commits,
+                batches: st.batches,
+                journal_fdatasyncs: st.journal_fdatasyncs,
+                journal_bytes: st.journal_bytes,
+            });
             serde_json::to_vec(&r)
         }
         Message::Initialize { members } => {
