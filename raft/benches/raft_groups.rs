@@ -35,7 +35,10 @@ struct Run {
 async fn stats(c: &mut Client) -> Result<NodeStats, String> {
     let mut sum = NodeStats::default();
     for id in 1..=3 {
-        let r: Result<NodeStats, String> = c.call(id, &Message::Stats).await.map_err(|e| e.to_string())?;
+        let r: Result<NodeStats, String> = c
+            .call(id, &Message::Stats)
+            .await
+            .map_err(|e| e.to_string())?;
         let s = r?;
         sum.commits += s.commits;
         sum.batches += s.batches;
@@ -63,14 +66,24 @@ fn run(
     let r = rt.block_on(async {
         let mut admin = Client::new(&addrs, groups);
         let r: Result<(), String> = admin
-            .call(1, &Message::Initialize { members: cluster.members() })
+            .call(
+                1,
+                &Message::Initialize {
+                    members: cluster.members(),
+                },
+            )
             .await
             .map_err(|e| e.to_string())?;
         r?;
-        admin.wait_for_leaders(1, groups, Duration::from_secs(60)).await?;
+        admin
+            .wait_for_leaders(1, groups, Duration::from_secs(60))
+            .await?;
         // Every group's leader has committed its first entry before the clock starts.
         for g in 0..groups {
-            let req = Request::Set { key: "warm".into(), value: "up".into() };
+            let req = Request::Set {
+                key: "warm".into(),
+                value: "up".into(),
+            };
             admin.write(g, req, Duration::from_secs(30)).await?;
         }
         let before = stats(&mut admin).await?;
@@ -85,7 +98,10 @@ fn run(
                 let mut lat = Vec::new();
                 let mut i = 0u64;
                 while Instant::now() < deadline {
-                    let req = Request::Set { key: format!("c{c}-{i}"), value: format!("value-{c}-{i}") };
+                    let req = Request::Set {
+                        key: format!("c{c}-{i}"),
+                        value: format!("value-{c}-{i}"),
+                    };
                     let t = Instant::now();
                     cl.write(g, req, Duration::from_secs(30)).await?;
                     lat.push(t.elapsed().as_micros() as u64);
@@ -135,7 +151,11 @@ fn main() {
     let (mut groups, mut secs, mut per_group, mut dir) = (100u64, 10u64, 2u64, None);
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        let mut num = || it.next().and_then(|v| v.parse::<u64>().ok()).filter(|v| *v > 0);
+        let mut num = || {
+            it.next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .filter(|v| *v > 0)
+        };
         match a.as_str() {
             "--groups" => groups = num().expect("--groups N"),
             "--secs" => secs = num().expect("--secs N"),
@@ -157,7 +177,10 @@ fn main() {
         tmp.path().display()
     );
     let mut rows = Vec::new();
-    for (name, mode) in [("shared", JournalMode::Shared), ("separate", JournalMode::Separate)] {
+    for (name, mode) in [
+        ("shared", JournalMode::Shared),
+        ("separate", JournalMode::Separate),
+    ] {
         let base = tmp.path().join(name);
         std::fs::create_dir_all(&base).expect("mode directory");
         let r = run(&exe, &base, groups, groups * per_group, secs, mode)
@@ -178,6 +201,7 @@ fn main() {
         "  shared/separate: writes/s {:.2}x, p99 {:.2}x lower, fdatasyncs per write {:.1}x fewer",
         (s.writes as f64 / s.secs) / (p.writes as f64 / p.secs).max(1e-9),
         p.p99_ms / s.p99_ms.max(1e-9),
-        (p.fdatasyncs as f64 / p.writes.max(1) as f64) / (s.fdatasyncs as f64 / s.writes.max(1) as f64).max(1e-9)
+        (p.fdatasyncs as f64 / p.writes.max(1) as f64)
+            / (s.fdatasyncs as f64 / s.writes.max(1) as f64).max(1e-9)
     );
 }

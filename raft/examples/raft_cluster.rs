@@ -27,7 +27,10 @@ use omnibus_raft::cluster::{parse_node_args, run_check, run_node, CheckOptions};
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("node") {
-        let code = match parse_node_args(&args[1..]).map_err(Into::into).and_then(run_node) {
+        let code = match parse_node_args(&args[1..])
+            .map_err(Into::into)
+            .and_then(run_node)
+        {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("raft_cluster node: {e}");
@@ -100,7 +103,10 @@ fn controller(args: &[String]) -> Result<i32, Box<dyn std::error::Error>> {
         }
     );
     if r.unacknowledged > 0 {
-        println!("{} writes never acknowledged (not counted as lost)", r.unacknowledged);
+        println!(
+            "{} writes never acknowledged (not counted as lost)",
+            r.unacknowledged
+        );
     }
     println!("acknowledged {}, lost {}", r.acknowledged, r.lost);
     Ok(if r.lost == 0 { 0 } else { 1 })

@@ -71,7 +71,9 @@ pub fn parse_node_args(args: &[String]) -> Result<NodeArgs, String> {
         id: id.parse().map_err(|_| format!("bad node id {id:?}"))?,
         dir: PathBuf::from(dir),
         listen: listen.clone(),
-        groups: groups.parse().map_err(|_| format!("bad group count {groups:?}"))?,
+        groups: groups
+            .parse()
+            .map_err(|_| format!("bad group count {groups:?}"))?,
         journal: match journal.as_str() {
             "shared" => JournalMode::Shared,
             "separate" => JournalMode::Separate,
@@ -190,8 +192,14 @@ impl Cluster {
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()?;
-        let stdin = child.stdin.take().ok_or_else(|| std::io::Error::other("no stdin"))?;
-        let stdout = child.stdout.take().ok_or_else(|| std::io::Error::other("no stdout"))?;
+        let stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| std::io::Error::other("no stdin"))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| std::io::Error::other("no stdout"))?;
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line)?;
         let Some(addr) = line.trim().strip_prefix("listening ") else {
@@ -329,7 +337,12 @@ impl Client {
     }
 
     /// Reads `key` of `group` from node `id`'s own state machine.
-    pub async fn read(&mut self, id: NodeId, group: GroupId, key: &str) -> Result<Option<String>, String> {
+    pub async fn read(
+        &mut self,
+        id: NodeId,
+        group: GroupId,
+        key: &str,
+    ) -> Result<Option<String>, String> {
         let r: Result<Option<String>, String> = self
             .call(
                 id,
@@ -345,11 +358,19 @@ impl Client {
 
     /// Waits until every group has a leader that node `id` knows of. Errors: none within
     /// `patience`.
-    pub async fn wait_for_leaders(&mut self, id: NodeId, groups: u64, patience: Duration) -> Result<(), String> {
+    pub async fn wait_for_leaders(
+        &mut self,
+        id: NodeId,
+        groups: u64,
+        patience: Duration,
+    ) -> Result<(), String> {
         let deadline = Instant::now() + patience;
         for g in 0..groups {
             loop {
-                if let Ok(GroupStatus { leader: Some(l), .. }) = self.status(id, g).await {
+                if let Ok(GroupStatus {
+                    leader: Some(l), ..
+                }) = self.status(id, g).await
+                {
                     self.leaders[g as usize] = l;
                     break;
                 }

@@ -224,8 +224,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
-        self.write_json(VOTE, vote, Durability::Immediate, StorageIOError::write_vote)
-            .await
+        self.write_json(
+            VOTE,
+            vote,
+            Durability::Immediate,
+            StorageIOError::write_vote,
+        )
+        .await
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {

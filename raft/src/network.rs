@@ -257,17 +257,13 @@ impl TcpNetwork {
         msg: Message,
         option: &RPCOption,
     ) -> Result<R, RPCError<NodeId, BasicNode, E>> {
-        let reply: Result<R, E> = self
-            .conn
-            .call(&msg, option.hard_ttl())
-            .await
-            .map_err(|e| {
-                if e.kind() == std::io::ErrorKind::InvalidData {
-                    RPCError::Network(NetworkError::new(&e))
-                } else {
-                    RPCError::Unreachable(Unreachable::new(&e))
-                }
-            })?;
+        let reply: Result<R, E> = self.conn.call(&msg, option.hard_ttl()).await.map_err(|e| {
+            if e.kind() == std::io::ErrorKind::InvalidData {
+                RPCError::Network(NetworkError::new(&e))
+            } else {
+                RPCError::Unreachable(Unreachable::new(&e))
+            }
+        })?;
         reply.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }
@@ -279,7 +275,8 @@ impl RaftNetwork<TypeConfig> for TcpNetwork {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         let group = self.group;
-        self.rpc(Message::AppendEntries { group, rpc }, &option).await
+        self.rpc(Message::AppendEntries { group, rpc }, &option)
+            .await
     }
 
     async fn install_snapshot(

@@ -207,7 +207,9 @@ impl RaftNode {
 
     /// `group`'s raft instance (`None` past the last group).
     pub fn raft(&self, group: GroupId) -> Option<&Raft> {
-        self.groups.get(usize::try_from(group).ok()?).map(|g| &g.raft)
+        self.groups
+            .get(usize::try_from(group).ok()?)
+            .map(|g| &g.raft)
     }
 
     /// A reader of `group`'s state machine on this node (`None` past the last group).

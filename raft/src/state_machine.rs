@@ -150,7 +150,9 @@ fn read_meta<T: serde::de::DeserializeOwned>(
     }
 }
 
-fn applied_of(snap: &omnibus::ReadTransaction) -> Result<(Option<LogId<NodeId>>, Membership), StorageError> {
+fn applied_of(
+    snap: &omnibus::ReadTransaction,
+) -> Result<(Option<LogId<NodeId>>, Membership), StorageError> {
     Ok((
         read_meta(snap, APPLIED)?,
         read_meta(snap, MEMBERSHIP)?.unwrap_or_default(),
@@ -244,7 +246,9 @@ fn write_snapshot_file(snap: &omnibus::ReadTransaction, path: &Path) -> Result<u
         .and_then(|_| w.write_all(&sum.to_le_bytes()))
         .and_then(|_| w.flush())
         .map_err(|e| err(io_err("write", path, e)))?;
-    let f = w.into_inner().map_err(|e| err(io_err("write", path, e.into_error())))?;
+    let f = w
+        .into_inner()
+        .map_err(|e| err(io_err("write", path, e.into_error())))?;
     f.sync_all().map_err(|e| err(io_err("fsync", path, e)))?;
     Ok(count)
 }
@@ -266,7 +270,10 @@ impl StateMachine {
         let err = StorageIOError::read_state_machine;
         let generation: u64 = log.read_json(SM_GENERATION, err)?.unwrap_or(0);
         let current = storage_name(group, generation);
-        let data = db.create_storage(&current).await.map_err(|e| err(any(&e)))?;
+        let data = db
+            .create_storage(&current)
+            .await
+            .map_err(|e| err(any(&e)))?;
         let prefix = format!("raft-sm-{group}-");
         for name in db.storages() {
             if name != current && name.starts_with(&prefix) {
@@ -328,10 +335,19 @@ impl StateMachine {
         let mut bytes = 0usize;
         batch.set_durability(Durability::Eventual);
         loop {
-            let kl = r.read_u32_le().await.map_err(|e| rerr(io_err("read", path, e)))?;
+            let kl = r
+                .read_u32_le()
+                .await
+                .map_err(|e| rerr(io_err("read", path, e)))?;
             if kl == TRAILER {
-                let n = r.read_u64_le().await.map_err(|e| rerr(io_err("read", path, e)))?;
-                let sum = r.read_u32_le().await.map_err(|e| rerr(io_err("read", path, e)))?;
+                let n = r
+                    .read_u64_le()
+                    .await
+                    .map_err(|e| rerr(io_err("read", path, e)))?;
+                let sum = r
+                    .read_u32_le()
+                    .await
+                    .map_err(|e| rerr(io_err("read", path, e)))?;
                 if n != count || sum != crc.finalize() {
                     return Err(rerr(std::io::Error::new(
                         std::io::ErrorKind::InvalidData,
@@ -343,17 +359,27 @@ impl StateMachine {
                 }
                 break;
             }
-            let vl = r.read_u32_le().await.map_err(|e| rerr(io_err("read", path, e)))?;
+            let vl = r
+                .read_u32_le()
+                .await
+                .map_err(|e| rerr(io_err("read", path, e)))?;
             if kl as usize > omnibus::MAX_KEY_LEN - 1 || vl as usize > omnibus::MAX_VALUE_LEN {
                 return Err(rerr(std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
-                    format!("snapshot {}: record {count} has key length {kl}, value length {vl}", path.display()),
+                    format!(
+                        "snapshot {}: record {count} has key length {kl}, value length {vl}",
+                        path.display()
+                    ),
                 )));
             }
             let mut k = vec![0u8; kl as usize];
             let mut v = vec![0u8; vl as usize];
-            r.read_exact(&mut k).await.map_err(|e| rerr(io_err("read", path, e)))?;
-            r.read_exact(&mut v).await.map_err(|e| rerr(io_err("read", path, e)))?;
+            r.read_exact(&mut k)
+                .await
+                .map_err(|e| rerr(io_err("read", path, e)))?;
+            r.read_exact(&mut v)
+                .await
+                .map_err(|e| rerr(io_err("read", path, e)))?;
             crc.update(&kl.to_le_bytes());
             crc.update(&vl.to_le_bytes());
             crc.update(&k);
@@ -392,29 +418,30 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .snapshot()
             .map_err(|e| StorageIOError::read_state_machine(any(&e)))?;
         let shared = self.shared.clone();
-        let built = tokio::task::spawn_blocking(move || -> Result<(Meta, PathBuf), StorageError> {
-            let (last_log_id, last_membership) = applied_of(&snap)?;
-            let id = snapshot_id(last_log_id);
-            let file = format!("{id}.snap");
-            let tmp = shared.dir.join(format!("{file}.tmp"));
-            write_snapshot_file(&snap, &tmp)?;
-            drop(snap);
-            let path = shared.dir.join(&file);
-            let meta = Meta {
-                last_log_id,
-                last_membership,
-                snapshot_id: id,
-            };
-            let werr = |e: std::io::Error| -> StorageError {
-                StorageIOError::write_snapshot(Some(meta.signature()), any(&e)).into()
-            };
-            std::fs::rename(&tmp, &path).map_err(|e| werr(io_err("rename", &tmp, e)))?;
-            let _g = shared.current.lock().unwrap_or_else(|e| e.into_inner());
-            publish(&shared.dir, &meta, &file).map_err(werr)?;
-            Ok((meta, path))
-        })
-        .await
-        .map_err(|e| StorageIOError::write_snapshot(None, any(&e)))??;
+        let built =
+            tokio::task::spawn_blocking(move || -> Result<(Meta, PathBuf), StorageError> {
+                let (last_log_id, last_membership) = applied_of(&snap)?;
+                let id = snapshot_id(last_log_id);
+                let file = format!("{id}.snap");
+                let tmp = shared.dir.join(format!("{file}.tmp"));
+                write_snapshot_file(&snap, &tmp)?;
+                drop(snap);
+                let path = shared.dir.join(&file);
+                let meta = Meta {
+                    last_log_id,
+                    last_membership,
+                    snapshot_id: id,
+                };
+                let werr = |e: std::io::Error| -> StorageError {
+                    StorageIOError::write_snapshot(Some(meta.signature()), any(&e)).into()
+                };
+                std::fs::rename(&tmp, &path).map_err(|e| werr(io_err("rename", &tmp, e)))?;
+                let _g = shared.current.lock().unwrap_or_else(|e| e.into_inner());
+                publish(&shared.dir, &meta, &file).map_err(werr)?;
+                Ok((meta, path))
+            })
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(None, any(&e)))??;
         let (meta, path) = built;
         let f = tokio::fs::File::open(&path).await.map_err(|e| {
             StorageIOError::read_snapshot(Some(meta.signature()), any(&io_err("open", &path, e)))
@@ -475,7 +502,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             serde_json::to_vec(&Some(last)).map_err(|e| err(any(&e)))?,
         );
         if let Some(m) = membership {
-            batch.put(MEMBERSHIP, serde_json::to_vec(&m).map_err(|e| err(any(&e)))?);
+            batch.put(
+                MEMBERSHIP,
+                serde_json::to_vec(&m).map_err(|e| err(any(&e)))?,
+            );
         }
         // A bad key (too long) is refused before anything is written, and fails the group:
         // the entry is committed, so skipping it would make replicas diverge.
@@ -495,7 +525,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, StorageError> {
-        let path = self.shared.dir.join(format!("recv-{}.tmp", snapshot_id(None)));
+        let path = self
+            .shared
+            .dir
+            .join(format!("recv-{}.tmp", snapshot_id(None)));
         let err = |e: std::io::Error| -> StorageError {
             StorageIOError::write_snapshot(None, any(&e)).into()
         };
@@ -535,7 +568,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         tokio::io::copy(&mut src, &mut dst)
             .await
             .map_err(|e| werr(io_err("copy into", &tmp, e)))?;
-        dst.sync_all().await.map_err(|e| werr(io_err("fsync", &tmp, e)))?;
+        dst.sync_all()
+            .await
+            .map_err(|e| werr(io_err("fsync", &tmp, e)))?;
         drop(dst);
         tokio::fs::rename(&tmp, &path)
             .await
@@ -549,7 +584,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if sh.db.storages().contains(&name) {
             sh.db.drop_storage(&name).await.map_err(|e| serr(any(&e)))?;
         }
-        let data = sh.db.create_storage(&name).await.map_err(|e| serr(any(&e)))?;
+        let data = sh
+            .db
+            .create_storage(&name)
+            .await
+            .map_err(|e| serr(any(&e)))?;
         if let Err(e) = self.load_generation(&data, meta, &path).await {
             let _ = sh.db.drop_storage(&name).await;
             let _ = tokio::fs::remove_file(&path).await;
@@ -592,7 +631,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let path = self.shared.dir.join("current.json");
         // The file is opened under the lock: a publish cannot remove it in between.
         let (cur, f) = {
-            let _g = self.shared.current.lock().unwrap_or_else(|e| e.into_inner());
+            let _g = self
+                .shared
+                .current
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             let cur: Current = match std::fs::read(&path) {
                 Ok(b) => serde_json::from_slice(&b).map_err(|e| rerr(std::io::Error::other(e)))?,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

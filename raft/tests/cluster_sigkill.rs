@@ -28,7 +28,10 @@ fn main() {
     let r = run_check(&exe, dir.path(), &o).unwrap_or_else(|e| {
         for id in 1..=3 {
             let log = dir.path().join(format!("node-{id}.log"));
-            eprintln!("--- node {id}:\n{}", std::fs::read_to_string(log).unwrap_or_default());
+            eprintln!(
+                "--- node {id}:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
         }
         panic!("the kill test could not run: {e}")
     });
@@ -36,5 +39,8 @@ fn main() {
     assert_eq!(r.acknowledged + r.unacknowledged, o.keys);
     assert!(r.acknowledged > o.keys / 2, "{r:?}");
     assert_eq!(r.lost, 0, "acknowledged writes lost: {r:?}");
-    println!("cluster_sigkill: acknowledged {}, lost {} (node {:?} killed)", r.acknowledged, r.lost, r.killed);
+    println!(
+        "cluster_sigkill: acknowledged {}, lost {} (node {:?} killed)",
+        r.acknowledged, r.lost, r.killed
+    );
 }

@@ -37,13 +37,18 @@ fn restart_replays_the_log_into_an_empty_state_machine() {
     // First life: initialize, write KEYS keys per group.
     let engine1 = engine();
     let last_log: Vec<u64> = rt.block_on(async {
-        let node = RaftNode::open(&engine1, 1, dir.path(), opts()).await.expect("open");
+        let node = RaftNode::open(&engine1, 1, dir.path(), opts())
+            .await
+            .expect("open");
         let members = BTreeMap::from([(1, BasicNode::new("127.0.0.1:1"))]);
         node.initialize(members).await.expect("initialize");
         let mut last = Vec::new();
         for g in 0..GROUPS {
             let raft = node.raft(g).expect("group");
-            raft.wait(wait).current_leader(1, "leader").await.expect("leader");
+            raft.wait(wait)
+                .current_leader(1, "leader")
+                .await
+                .expect("leader");
             for i in 0..KEYS {
                 let r = Request::Set {
                     key: format!("g{g}-k{i}"),
@@ -69,7 +74,8 @@ fn restart_replays_the_log_into_an_empty_state_machine() {
         let db = omnibus::Database::open(dir.path().join("db"), omnibus::Options::default())
             .expect("open database");
         for g in 0..GROUPS {
-            db.drop_storage(&format!("raft-sm-{g}-0")).expect("drop state machine");
+            db.drop_storage(&format!("raft-sm-{g}-0"))
+                .expect("drop state machine");
         }
         db.close().expect("close");
     }
@@ -77,7 +83,9 @@ fn restart_replays_the_log_into_an_empty_state_machine() {
     // Second life: the logs come back from omnibus and are applied again.
     let engine2 = engine();
     rt.block_on(async {
-        let node = RaftNode::open(&engine2, 1, dir.path(), opts()).await.expect("reopen");
+        let node = RaftNode::open(&engine2, 1, dir.path(), opts())
+            .await
+            .expect("reopen");
         for g in 0..GROUPS {
             let raft = node.raft(g).expect("group");
             // The log comes back from the log storage (the metrics fill in as the raft
@@ -88,7 +96,10 @@ fn restart_replays_the_log_into_an_empty_state_machine() {
                 .await
                 .expect("log restored");
             assert!(m.vote.leader_id().term >= 1, "group {g}: vote not restored");
-            raft.wait(wait).current_leader(1, "leader again").await.expect("leader");
+            raft.wait(wait)
+                .current_leader(1, "leader again")
+                .await
+                .expect("leader");
             // The committed log is applied again into the empty state machine.
             raft.wait(wait)
                 .applied_index_at_least(Some(last_log[g as usize]), "replayed")
