@@ -132,6 +132,21 @@ pub fn run_node(a: NodeArgs) -> Result<(), Box<dyn std::error::Error>> {
     })
 }
 
+/// The slot of node `id` (1-based) in a list of `len`. Errors: `InvalidInput` for an id that
+/// names no node.
+fn slot(id: NodeId, len: usize) -> std::io::Result<usize> {
+    usize::try_from(id)
+        .ok()
+        .and_then(|i| i.checked_sub(1))
+        .filter(|i| *i < len)
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("no node {id} (nodes are 1..={len})"),
+            )
+        })
+}
+
 struct Proc {
     child: Child,
     _stdin: ChildStdin,
@@ -233,20 +248,24 @@ impl Cluster {
             .collect()
     }
 
-    /// SIGKILLs node `id` and reaps it.
+    /// SIGKILLs node `id` and reaps it (nothing when it is not running). Errors: an id that
+    /// names no node, the kill or the wait.
     pub fn kill(&mut self, id: NodeId) -> std::io::Result<()> {
-        if let Some(mut p) = self.procs.get_mut(id as usize - 1).and_then(|p| p.take()) {
+        let i = slot(id, self.procs.len())?;
+        if let Some(mut p) = self.procs[i].take() {
             p.child.kill()?;
             p.child.wait()?;
         }
         Ok(())
     }
 
-    /// Starts node `id` again on its directory and address.
+    /// Starts node `id` again on its directory and address (after [`Cluster::kill`]).
+    /// Errors: an id that names no node, or the errors of [`Cluster::start`].
     pub fn restart(&mut self, id: NodeId) -> std::io::Result<()> {
-        let addr = self.addrs[id as usize - 1].clone();
+        let i = slot(id, self.procs.len())?;
+        let addr = self.addrs[i].clone();
         let (p, _) = self.spawn(id, &addr)?;
-        self.procs[id as usize - 1] = Some(p);
+        self.procs[i] = Some(p);
         Ok(())
     }
 }
@@ -278,13 +297,15 @@ impl Client {
         }
     }
 
-    /// Sends `msg` to node `id`.
+    /// Sends `msg` to node `id` and reads its reply. Errors: an id that names no node
+    /// (`InvalidInput`), the errors of [`Connection::call`].
     pub async fn call<R: serde::de::DeserializeOwned>(
         &mut self,
         id: NodeId,
         msg: &Message,
     ) -> std::io::Result<R> {
-        self.conns[id as usize - 1].call(msg, ATTEMPT).await
+        let i = slot(id, self.conns.len())?;
+        self.conns[i].call(msg, ATTEMPT).await
     }
 
     /// Writes `request` to `group` through its leader, following `ForwardToLeader` answers
@@ -299,14 +320,22 @@ impl Client {
     ) -> Result<u32, String> {
         let deadline = Instant::now() + patience;
         let n = self.conns.len() as NodeId;
-        let mut target = self.leaders[group as usize];
+        if n == 0 {
+            return Err("no nodes".into());
+        }
+        let slot = usize::try_from(group)
+            .ok()
+            .filter(|g| *g < self.leaders.len());
+        let mut target = slot.map_or(1, |g| self.leaders[g]);
         let msg = Message::Write { group, request };
         let mut attempts = 0;
         loop {
             attempts += 1;
             let why = match self.call::<WriteReply>(target, &msg).await {
                 Ok(Ok(_)) => {
-                    self.leaders[group as usize] = target;
+                    if let Some(g) = slot {
+                        self.leaders[g] = target;
+                    }
                     return Ok(attempts);
                 }
                 Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
@@ -371,7 +400,9 @@ impl Client {
                     leader: Some(l), ..
                 }) = self.status(id, g).await
                 {
-                    self.leaders[g as usize] = l;
+                    if let Some(slot) = self.leaders.get_mut(g as usize) {
+                        *slot = l;
+                    }
                     break;
                 }
                 if Instant::now() > deadline {

@@ -70,7 +70,12 @@ fn install_replaces_the_generation_and_refuses_damage() {
             });
         }
         a.apply(entries).await.expect("apply");
-        let snap = a.get_snapshot_builder().await.build_snapshot().await.expect("build");
+        let snap = a
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .expect("build");
         assert_eq!(snap.meta.last_log_id, Some(id(KEYS + 1)));
         let mut good = Vec::new();
         let mut f = *snap.snapshot;
@@ -90,7 +95,10 @@ fn install_replaces_the_generation_and_refuses_damage() {
             assert_eq!(b.generation(), 0, "{what}");
             assert_eq!(b.applied_state().await.expect("applied"), before, "{what}");
             assert_eq!(db_b.storages(), storages_before, "{what}");
-            assert!(b.get_current_snapshot().await.expect("current").is_none(), "{what}");
+            assert!(
+                b.get_current_snapshot().await.expect("current").is_none(),
+                "{what}"
+            );
         }
 
         // The good file installs: a new generation with every key, the old one dropped.
@@ -107,9 +115,16 @@ fn install_replaces_the_generation_and_refuses_damage() {
         let kv = b.reader();
         assert_eq!(kv.len().expect("len"), KEYS);
         for i in (0..KEYS).step_by(97) {
-            assert_eq!(kv.get(&format!("key-{i}")).expect("get"), Some(format!("value-{i}")));
+            assert_eq!(
+                kv.get(&format!("key-{i}")).expect("get"),
+                Some(format!("value-{i}"))
+            );
         }
-        let cur = b.get_current_snapshot().await.expect("current").expect("some");
+        let cur = b
+            .get_current_snapshot()
+            .await
+            .expect("current")
+            .expect("some");
         assert_eq!(cur.meta, snap.meta);
     });
     engine.shutdown().expect("engine shutdown");
