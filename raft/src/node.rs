@@ -1,0 +1,267 @@
+//! [`RaftNode`]: many raft groups on one node, their logs and state machines in one omnibus
+//! database, so that all their durable writes share the database's journal.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use omnibus::actors::{DatabaseHandle, Engine};
+use openraft::network::RaftNetworkFactory;
+use openraft::BasicNode;
+
+use crate::log_store::LogStore;
+use crate::network::{GroupStatus, TcpNetworkFactory};
+use crate::state_machine::{KvReader, StateMachine};
+use crate::{GroupId, NodeId, Raft, StorageError, TypeConfig};
+
+/// Errors of [`RaftNode`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The storage engine refused (opening the database, a storage).
+    Omnibus(omnibus::Error),
+    /// A group's log or state machine failed (openraft's storage error).
+    Storage(StorageError),
+    /// openraft refused: an invalid [`openraft::Config`], a fatal error starting a group, or
+    /// an initialization that failed (`what` says which group and call).
+    Raft {
+        /// The group and the call.
+        what: String,
+        /// openraft's error in words.
+        error: String,
+    },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Omnibus(e) => write!(f, "storage engine: {e}"),
+            Error::Storage(e) => write!(f, "raft storage: {e}"),
+            Error::Raft { what, error } => write!(f, "{what}: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<omnibus::Error> for Error {
+    fn from(e: omnibus::Error) -> Error {
+        Error::Omnibus(e)
+    }
+}
+
+impl From<StorageError> for Error {
+    fn from(e: StorageError) -> Error {
+        Error::Storage(e)
+    }
+}
+
+/// How a [`RaftNode`] is opened.
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    /// Raft groups on the node, numbered `0..groups`. Default 1.
+    pub groups: u64,
+    /// Options of the node's omnibus database (`journal_mode` decides whether the groups
+    /// share one journal, the default, or each storage has its own).
+    pub database: omnibus::Options,
+    /// openraft's configuration, the same for every group.
+    pub raft: openraft::Config,
+}
+
+impl Default for NodeOptions {
+    fn default() -> NodeOptions {
+        NodeOptions {
+            groups: 1,
+            database: omnibus::Options::default(),
+            raft: openraft::Config {
+                heartbeat_interval: 100,
+                election_timeout_min: 300,
+                election_timeout_max: 600,
+                ..Default::default()
+            },
+        }
+    }
+}
+
+struct Group {
+    raft: Raft,
+    kv: KvReader,
+}
+
+/// A node hosting raft groups `0..groups`: group `g`'s log is the branch storage
+/// `raft-log-<g>` and its state machine `raft-sm-<g>-<generation>` of the one database at
+/// `<dir>/db`, so every group's appends, votes and applies ride that database's journal
+/// batches. The node's id is the same in every group.
+pub struct RaftNode {
+    id: NodeId,
+    db: DatabaseHandle,
+    groups: Vec<Group>,
+}
+
+impl fmt::Debug for RaftNode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RaftNode({}, {} groups)", self.id, self.groups.len())
+    }
+}
+
+/// The name of `group`'s log storage.
+pub fn log_storage_name(group: GroupId) -> String {
+    format!("raft-log-{group}")
+}
+
+impl RaftNode {
+    /// Opens (or creates) node `id` in `dir` on `engine` with the TCP transport of
+    /// [`crate::network`]: every group's raft instance starts from what its log and state
+    /// machine hold (a restarted node replays its log from omnibus).
+    ///
+    /// Errors: as [`RaftNode::open_with`].
+    pub async fn open(
+        engine: &Engine,
+        id: NodeId,
+        dir: &Path,
+        opts: NodeOptions,
+    ) -> Result<RaftNode, Error> {
+        RaftNode::open_with(engine, id, dir, opts, TcpNetworkFactory::new).await
+    }
+
+    /// [`RaftNode::open`] with `network(group)` as each group's network factory.
+    ///
+    /// Errors: [`Error::Omnibus`] when the database does not open; [`Error::Storage`] when a
+    /// group's storages do not open; [`Error::Raft`] for an invalid `opts.raft` or a group
+    /// that fails to start.
+    pub async fn open_with<N, F>(
+        engine: &Engine,
+        id: NodeId,
+        dir: &Path,
+        opts: NodeOptions,
+        network: F,
+    ) -> Result<RaftNode, Error>
+    where
+        N: RaftNetworkFactory<TypeConfig>,
+        F: Fn(GroupId) -> N,
+    {
+        let config = Arc::new(opts.raft.validate().map_err(|e| Error::Raft {
+            what: "openraft config".into(),
+            error: e.to_string(),
+        })?);
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Error::Omnibus(omnibus::Error::Io {
+                op: "mkdir",
+                path: dir.to_path_buf(),
+                source: e,
+            })
+        })?;
+        let db = engine
+            .open_database(dir.join("db"), opts.database.clone())
+            .await?;
+        let snapshots = dir.join("snapshots");
+        let mut set = tokio::task::JoinSet::new();
+        for g in 0..opts.groups {
+            let db = db.clone();
+            let snapshots = snapshots.clone();
+            set.spawn(async move {
+                let log = db.create_storage(&log_storage_name(g)).await?;
+                let log = LogStore::new(log);
+                let sm = StateMachine::open(db, g, log.clone(), &snapshots).await?;
+                Ok::<_, Error>((g, log, sm))
+            });
+        }
+        let mut opened = Vec::new();
+        while let Some(r) = set.join_next().await {
+            let r = r.map_err(|e| Error::Raft {
+                what: "opening a group".into(),
+                error: e.to_string(),
+            })?;
+            opened.push(r?);
+        }
+        opened.sort_by_key(|(g, _, _)| *g);
+        let mut groups = Vec::with_capacity(opened.len());
+        for (g, log, sm) in opened {
+            let kv = sm.reader();
+            let raft = Raft::new(id, config.clone(), network(g), log, sm)
+                .await
+                .map_err(|e| Error::Raft {
+                    what: format!("starting group {g}"),
+                    error: e.to_string(),
+                })?;
+            groups.push(Group { raft, kv });
+        }
+        Ok(RaftNode { id, db, groups })
+    }
+
+    /// The node's id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// Groups on the node.
+    pub fn groups(&self) -> u64 {
+        self.groups.len() as u64
+    }
+
+    /// The node's database.
+    pub fn database(&self) -> &DatabaseHandle {
+        &self.db
+    }
+
+    /// `group`'s raft instance (`None` past the last group).
+    pub fn raft(&self, group: GroupId) -> Option<&Raft> {
+        self.groups
+            .get(usize::try_from(group).ok()?)
+            .map(|g| &g.raft)
+    }
+
+    /// A reader of `group`'s state machine on this node (`None` past the last group).
+    pub fn kv(&self, group: GroupId) -> Option<&KvReader> {
+        self.groups.get(usize::try_from(group).ok()?).map(|g| &g.kv)
+    }
+
+    /// `group`'s raft state on this node (`None` past the last group).
+    pub fn status(&self, group: GroupId) -> Option<GroupStatus> {
+        let m = self.raft(group)?.metrics().borrow().clone();
+        Some(GroupStatus {
+            leader: m.current_leader,
+            term: m.current_term,
+            last_log_index: m.last_log_index,
+            last_applied: m.last_applied.map(|l| l.index),
+        })
+    }
+
+    /// Initializes every group with `members` as voters (once, on one node of a new cluster;
+    /// a group already initialized is left as it is).
+    ///
+    /// Errors: [`Error::Raft`] naming the first group openraft refused.
+    pub async fn initialize(&self, members: BTreeMap<NodeId, BasicNode>) -> Result<(), Error> {
+        for (g, group) in self.groups.iter().enumerate() {
+            match group.raft.initialize(members.clone()).await {
+                Ok(()) => {}
+                Err(openraft::error::RaftError::APIError(
+                    openraft::error::InitializeError::NotAllowed(_),
+                )) => {}
+                Err(e) => {
+                    return Err(Error::Raft {
+                        what: format!("initializing group {g}"),
+                        error: e.to_string(),
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops every group's raft instance (the database stays open until the engine shuts
+    /// down). Errors: [`Error::Raft`] naming the first group that failed to stop cleanly.
+    pub async fn shutdown(&self) -> Result<(), Error> {
+        let mut first = None;
+        for (g, group) in self.groups.iter().enumerate() {
+            if let Err(e) = group.raft.shutdown().await {
+                first.get_or_insert(Error::Raft {
+                    what: format!("stopping group {g}"),
+                    error: e.to_string(),
+                });
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}

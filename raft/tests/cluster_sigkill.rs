@@ -1,0 +1,46 @@
+//! The kill test in CI, with small N: 3 node processes on 127.0.0.1 (this test binary run as
+//! `cluster_sigkill node ...`), 2 raft groups, 200 keys written by 4 clients; the leader of
+//! group 0 is SIGKILLed at half load and restarted; every acknowledged key must be on every
+//! node. (`harness = false`: its `main` is both the controller and the node processes.)
+
+use omnibus::JournalMode;
+use omnibus_raft::cluster::{parse_node_args, run_check, run_node, CheckOptions};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("node") {
+        let args = parse_node_args(&args[1..]).expect("node arguments");
+        if let Err(e) = run_node(args) {
+            eprintln!("node: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = std::env::current_exe().expect("current exe");
+    let o = CheckOptions {
+        keys: 200,
+        groups: 2,
+        clients: 4,
+        journal: JournalMode::Shared,
+        kill: true,
+    };
+    let r = run_check(&exe, dir.path(), &o).unwrap_or_else(|e| {
+        for id in 1..=3 {
+            let log = dir.path().join(format!("node-{id}.log"));
+            eprintln!(
+                "--- node {id}:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        panic!("the kill test could not run: {e}")
+    });
+    assert!(r.killed.is_some(), "no node was killed");
+    assert_eq!(r.acknowledged + r.unacknowledged, o.keys);
+    assert!(r.acknowledged > o.keys / 2, "{r:?}");
+    assert_eq!(r.lost, 0, "acknowledged writes lost: {r:?}");
+    println!(
+        "cluster_sigkill: acknowledged {}, lost {} (node {:?} killed)",
+        r.acknowledged, r.lost, r.killed
+    );
+}
