@@ -10,45 +10,17 @@
 
 #[path = "common/damage.rs"]
 mod damage;
+use damage::{cut, put, unflushed as opts};
 
 use std::path::{Path, PathBuf};
 
-use omnibus::{Database, Error, FlushMode, Options, Storage};
+use omnibus::{Database, Error, Options, Storage};
 
 const COMMITS: u32 = 50;
 
-fn opts() -> Options {
-    Options {
-        flush_mode: FlushMode::Manual,
-        flush_on_close: false,
-        ..Options::default()
-    }
-}
-
-fn put(s: &Storage, key: &str, value: &[u8]) {
-    let mut w = s.begin_write().unwrap();
-    w.put(key, value).unwrap();
-    w.commit().unwrap();
-}
-
 /// The newest journal file in `dir`.
 fn newest_journal(dir: &Path) -> PathBuf {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "journal"))
-        .collect();
-    files.sort();
-    files.pop().unwrap()
-}
-
-fn cut(file: &Path, len: u64) {
-    std::fs::File::options()
-        .write(true)
-        .open(file)
-        .unwrap()
-        .set_len(len)
-        .unwrap();
+    damage::journals(dir).pop().unwrap()
 }
 
 /// A standalone storage with `COMMITS` one-put commits in its journal, one batch each, none

@@ -10,44 +10,11 @@
 
 #[path = "common/damage.rs"]
 mod damage;
+use damage::{cut, journals, put, unflushed as opts};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use omnibus::{Database, Error, FlushMode, Options, Storage};
-
-fn opts() -> Options {
-    Options {
-        flush_mode: FlushMode::Manual,
-        flush_on_close: false,
-        ..Options::default()
-    }
-}
-
-fn put(s: &Storage, key: &str, value: &[u8]) {
-    let mut w = s.begin_write().unwrap();
-    w.put(key, value).unwrap();
-    w.commit().unwrap();
-}
-
-/// The journal files in `dir`, by number.
-fn journals(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "journal"))
-        .collect();
-    files.sort();
-    files
-}
-
-fn cut(file: &Path, len: u64) {
-    std::fs::File::options()
-        .write(true)
-        .open(file)
-        .unwrap()
-        .set_len(len)
-        .unwrap();
-}
+use omnibus::{Database, Error, Options, Storage};
 
 /// Opens the database `path` read-only, then for writing; each must fail with `Corruption`
 /// naming `file`.

@@ -9,35 +9,9 @@
 
 #[path = "common/damage.rs"]
 mod damage;
+use damage::{journals, put, unflushed as opts};
 
-use std::path::{Path, PathBuf};
-
-use omnibus::{Database, Error, FlushMode, Options, Storage};
-
-fn opts() -> Options {
-    Options {
-        flush_mode: FlushMode::Manual,
-        flush_on_close: false,
-        ..Options::default()
-    }
-}
-
-fn put(s: &Storage, key: &str, value: &[u8]) {
-    let mut w = s.begin_write().unwrap();
-    w.put(key, value).unwrap();
-    w.commit().unwrap();
-}
-
-/// The journal files in `dir`, by number.
-fn journals(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "journal"))
-        .collect();
-    files.sort();
-    files
-}
+use omnibus::{Database, Error, Options, Storage};
 
 #[test]
 fn a_storage_journal_file_deleted_is_corruption() {

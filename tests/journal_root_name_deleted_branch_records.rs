@@ -6,32 +6,14 @@
 // link before anything recovers (design.md 6.1), a read-only one reads through it: every
 // acknowledged entry is there and nothing is reported.
 
-use std::path::{Path, PathBuf};
+#[path = "common/damage.rs"]
+mod damage;
 
-use omnibus::{Database, FlushMode, Options, Storage};
-
-fn opts() -> Options {
-    Options {
-        flush_mode: FlushMode::Manual,
-        flush_on_close: false,
-        ..Options::default()
-    }
-}
+use damage::{journals, unflushed as opts};
+use omnibus::{Database, Options, Storage};
 
 fn put(s: &Storage, key: &str) {
-    let mut w = s.begin_write().unwrap();
-    w.put(key, b"").unwrap();
-    w.commit().unwrap();
-}
-
-fn journals(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "journal"))
-        .collect();
-    files.sort();
-    files
+    damage::put(s, key, b"");
 }
 
 #[test]

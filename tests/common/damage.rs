@@ -1,8 +1,48 @@
-//! Shared by the damaged-file tests: opening must fail with `Error::Corruption`.
+//! Shared by the damaged-file tests: storages whose commits stay in the journal, the journal
+//! files of a directory, cutting a file, and opens that must fail with `Error::Corruption`.
+// Each test file uses some of these.
+#![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use omnibus::{Error, Options, Storage};
+use omnibus::{Error, FlushMode, Options, Storage};
+
+/// Options that keep every commit in the journal: no background flush, none at close.
+pub fn unflushed() -> Options {
+    Options {
+        flush_mode: FlushMode::Manual,
+        flush_on_close: false,
+        ..Options::default()
+    }
+}
+
+/// One write transaction putting `key` = `value`, committed.
+pub fn put(s: &Storage, key: &str, value: &[u8]) {
+    let mut w = s.begin_write().unwrap();
+    w.put(key, value).unwrap();
+    w.commit().unwrap();
+}
+
+/// The journal files (`*.journal`) in `dir`, in file-number order.
+pub fn journals(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "journal"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Cuts `file` to `len` bytes.
+pub fn cut(file: &Path, len: u64) {
+    std::fs::File::options()
+        .write(true)
+        .open(file)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+}
 
 /// Opens `path` read-only and then for writing with `opts`; each open must fail with
 /// `Error::Corruption` whose message contains `needle` (`what` names the case in failures).
