@@ -26,6 +26,18 @@ const COLORS: [RGBColor; 4] = [
 ];
 
 type Err = Box<dyn std::error::Error>;
+/// Writes the x axis's title centred under the plot area.
+fn x_axis_title(buf: &mut [u8], title: &str, color: RGBColor) {
+    text(
+        buf,
+        (LEFT as i32 + (W - LEFT - RIGHT) as i32 / 2) - text_width(title, 1) / 2,
+        (H - 22) as i32,
+        title,
+        color,
+        1,
+    );
+}
+
 
 /// Writes `text` into an RGB buffer at pixel (x, y) (top left), `scale` pixels per font pixel.
 fn text(buf: &mut [u8], x: i32, y: i32, s: &str, color: RGBColor, scale: i32) {
@@ -180,15 +192,7 @@ pub fn latency_png(
         RGBColor(60, 60, 60),
         1,
     );
-    let xl = "percentile (0% .. the slowest commit)";
-    text(
-        &mut buf,
-        (LEFT as i32 + (W - LEFT - RIGHT) as i32 / 2) - text_width(xl, 1) / 2,
-        (H - 22) as i32,
-        xl,
-        RGBColor(60, 60, 60),
-        1,
-    );
+    x_axis_title(&mut buf, "percentile (0% .. the slowest commit)", RGBColor(60, 60, 60));
     for (x, y, s, c, sc) in labels {
         text(&mut buf, x, y, &s, c, sc);
     }
@@ -309,15 +313,7 @@ pub fn timeline_png(path: &Path, title: &str, series: &[TimelineSeries]) -> Resu
         axis,
         1,
     );
-    let xl = "seconds";
-    text(
-        &mut buf,
-        (LEFT as i32 + (W - LEFT - RIGHT) as i32 / 2) - text_width(xl, 1) / 2,
-        (H - 22) as i32,
-        xl,
-        axis,
-        1,
-    );
+    x_axis_title(&mut buf, "seconds", axis);
     for (x, y, s) in labels {
         text(&mut buf, x, y, &s, axis, 1);
     }
@@ -439,15 +435,7 @@ pub fn scale_png(path: &Path, title: &str, cpus: usize, series: &[ScaleSeries]) 
     }
     text(&mut buf, LEFT as i32, 18, title, RGBColor(0, 0, 0), 1);
     text(&mut buf, 8, (TOP - 12) as i32, "ops/s (log)", axis, 1);
-    let xl = "executors (log 2 scale)";
-    text(
-        &mut buf,
-        (LEFT as i32 + (W - LEFT - RIGHT) as i32 / 2) - text_width(xl, 1) / 2,
-        (H - 22) as i32,
-        xl,
-        axis,
-        1,
-    );
+    x_axis_title(&mut buf, "executors (log 2 scale)", axis);
     for (x, y, s) in labels {
         text(&mut buf, x, y, &s, axis, 1);
     }
