@@ -26,6 +26,7 @@ const COLORS: [RGBColor; 4] = [
 ];
 
 type Err = Box<dyn std::error::Error>;
+
 /// Writes the x axis's title centred under the plot area.
 fn x_axis_title(buf: &mut [u8], title: &str, color: RGBColor) {
     text(
@@ -37,7 +38,6 @@ fn x_axis_title(buf: &mut [u8], title: &str, color: RGBColor) {
         1,
     );
 }
-
 
 /// Writes `text` into an RGB buffer at pixel (x, y) (top left), `scale` pixels per font pixel.
 fn text(buf: &mut [u8], x: i32, y: i32, s: &str, color: RGBColor, scale: i32) {
@@ -192,7 +192,11 @@ pub fn latency_png(
         RGBColor(60, 60, 60),
         1,
     );
-    x_axis_title(&mut buf, "percentile (0% .. the slowest commit)", RGBColor(60, 60, 60));
+    x_axis_title(
+        &mut buf,
+        "percentile (0% .. the slowest commit)",
+        RGBColor(60, 60, 60),
+    );
     for (x, y, s, c, sc) in labels {
         text(&mut buf, x, y, &s, c, sc);
     }
