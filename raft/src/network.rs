@@ -117,6 +117,9 @@ pub struct NodeStats {
     pub journal_fdatasyncs: u64,
     /// Bytes written to journals.
     pub journal_bytes: u64,
+    /// `InstallSnapshot` chunks received ([`RaftNode::snapshot_chunks_received`]).
+    #[serde(default)]
+    pub snapshot_chunks: u64,
 }
 
 /// A client connection to one address: requests answered in order.
@@ -322,7 +325,10 @@ async fn dispatch(node: &RaftNode, msg: Message) -> serde_json::Result<Vec<u8>> 
             None => serde_json::to_vec(&Err::<(), _>(no_group(group))),
         },
         Message::InstallSnapshot { group, rpc } => match node.raft(group) {
-            Some(r) => serde_json::to_vec(&r.install_snapshot(rpc).await),
+            Some(r) => {
+                node.count_snapshot_chunk();
+                serde_json::to_vec(&r.install_snapshot(rpc).await)
+            }
             None => serde_json::to_vec(&Err::<(), _>(no_group(group))),
         },
         Message::Write { group, request } => match node.raft(group) {
@@ -350,6 +356,7 @@ async fn dispatch(node: &RaftNode, msg: Message) -> serde_json::Result<Vec<u8>> 
                 batches: st.batches,
                 journal_fdatasyncs: st.journal_fdatasyncs,
                 journal_bytes: st.journal_bytes,
+                snapshot_chunks: node.snapshot_chunks_received(),
             });
             serde_json::to_vec(&r)
         }

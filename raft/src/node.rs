@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use omnibus::actors::{DatabaseHandle, Engine};
@@ -97,6 +98,8 @@ pub struct RaftNode {
     id: NodeId,
     db: DatabaseHandle,
     groups: Vec<Group>,
+    /// `InstallSnapshot` chunks handed to the groups by [`crate::network::serve`].
+    snapshot_chunks: AtomicU64,
 }
 
 impl fmt::Debug for RaftNode {
@@ -187,7 +190,12 @@ impl RaftNode {
                 })?;
             groups.push(Group { raft, kv });
         }
-        Ok(RaftNode { id, db, groups })
+        Ok(RaftNode {
+            id,
+            db,
+            groups,
+            snapshot_chunks: AtomicU64::new(0),
+        })
     }
 
     /// The node's id.
@@ -198,6 +206,19 @@ impl RaftNode {
     /// Groups on the node.
     pub fn groups(&self) -> u64 {
         self.groups.len() as u64
+    }
+
+    /// `InstallSnapshot` chunks this node's server ([`crate::network::serve`]) has received
+    /// for any group since the node opened (counted before openraft sees them, whatever it
+    /// answers).
+    pub fn snapshot_chunks_received(&self) -> u64 {
+        self.snapshot_chunks.load(Ordering::Relaxed)
+    }
+
+    /// Counts one received `InstallSnapshot` chunk (see
+    /// [`RaftNode::snapshot_chunks_received`]).
+    pub(crate) fn count_snapshot_chunk(&self) {
+        self.snapshot_chunks.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The node's database.
