@@ -36,6 +36,13 @@ use crate::{GroupId, NodeId, RaftNode, Request, TypeConfig};
 /// Longest accepted request or reply line (bytes): bounds a connection's buffer.
 pub const MAX_LINE: usize = 64 << 20;
 
+/// Largest `snapshot_max_chunk_size` (bytes) whose `InstallSnapshot` line fits in
+/// [`MAX_LINE`]: a chunk is a JSON array of byte values, at most 4 bytes on the wire per byte
+/// (`255,`), and 1 MiB is left for the rest of the request (vote, meta with its membership).
+/// A larger chunk would be refused by every receiver, so [`crate::RaftNode::open`] refuses
+/// such a configuration instead of letting the leader resend a snapshot forever.
+pub const MAX_SNAPSHOT_CHUNK: u64 = ((MAX_LINE - (1 << 20)) / 4) as u64;
+
 /// A request on the wire.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Message {

@@ -31,7 +31,10 @@ fn opts() -> NodeOptions {
 }
 
 fn key(i: u64) -> (String, String) {
-    (format!("key-{i:04}"), format!("value-{i}-{}", "x".repeat(20)))
+    (
+        format!("key-{i:04}"),
+        format!("value-{i}-{}", "x".repeat(20)),
+    )
 }
 
 #[test]
@@ -86,7 +89,10 @@ fn a_new_learner_catches_up_from_a_snapshot_sent_in_chunks() {
         let m = raft
             .wait(wait)
             .metrics(
-                |m| m.purged.is_some_and(|p| p.index >= KEYS_BEFORE - SNAPSHOT_EVERY),
+                |m| {
+                    m.purged
+                        .is_some_and(|p| p.index >= KEYS_BEFORE - SNAPSHOT_EVERY)
+                },
                 "the leader purged its log",
             )
             .await
@@ -95,7 +101,7 @@ fn a_new_learner_catches_up_from_a_snapshot_sent_in_chunks() {
         assert!(nodes[3].kv(0).expect("group").is_empty().expect("len"));
         assert_eq!(nodes[3].snapshot_chunks_received(), 0);
 
-        // Node 4 joins as a learner (blocking: until it has caught up), then more writes.
+        // Node 4 joins as a learner, then more writes; wait until every node applied them.
         raft.add_learner(4, BasicNode::new(&addrs[3]), true)
             .await
             .expect("add learner");
@@ -121,10 +127,15 @@ fn a_new_learner_catches_up_from_a_snapshot_sent_in_chunks() {
         assert!(chunks >= 2, "snapshot chunks received by node 4: {chunks}");
         let storages = nodes[3].database().storages();
         assert!(
-            storages.iter().any(|s| s.starts_with("raft-sm-0-") && s != "raft-sm-0-0"),
+            storages
+                .iter()
+                .any(|s| s.starts_with("raft-sm-0-") && s != "raft-sm-0-0"),
             "{storages:?}"
         );
-        assert!(!storages.contains(&"raft-sm-0-0".to_string()), "{storages:?}");
+        assert!(
+            !storages.contains(&"raft-sm-0-0".to_string()),
+            "{storages:?}"
+        );
         let m4 = nodes[3].raft(0).expect("group").metrics().borrow().clone();
         let snap = m4.snapshot.expect("node 4 has a snapshot");
         assert!(snap.index >= purged, "{snap:?} older than purged {purged}");
