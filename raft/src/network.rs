@@ -111,6 +111,12 @@ pub struct GroupStatus {
     pub last_log_index: Option<u64>,
     /// Index of the last entry applied to this node's state machine.
     pub last_applied: Option<u64>,
+    /// Index of the last entry in this node's current snapshot (built or installed).
+    #[serde(default)]
+    pub snapshot: Option<u64>,
+    /// Index of the last entry purged from this node's log.
+    #[serde(default)]
+    pub purged: Option<u64>,
 }
 
 /// A node's journal counters (from [`omnibus::DatabaseStats`]), since it opened.

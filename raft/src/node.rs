@@ -269,6 +269,8 @@ impl RaftNode {
             term: m.current_term,
             last_log_index: m.last_log_index,
             last_applied: m.last_applied.map(|l| l.index),
+            snapshot: m.snapshot.map(|l| l.index),
+            purged: m.purged.map(|l| l.index),
         })
     }
 
