@@ -315,8 +315,7 @@ impl RaftNode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::network::{Message, MAX_LINE, MAX_SNAPSHOT_CHUNK};
-    use openraft::raft::InstallSnapshotRequest;
+    use crate::network::{Message, SnapshotChunk, MAX_LINE, MAX_SNAPSHOT_CHUNK};
     use openraft::{CommittedLeaderId, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
 
     #[test]
@@ -332,13 +331,13 @@ mod tests {
     }
 
     #[test]
-    fn the_worst_chunk_of_the_largest_size_fits_a_line() {
-        // Every byte 255 (the longest JSON encoding of a chunk), the largest ids and offset.
+    fn a_chunk_of_the_largest_size_fits_a_line() {
+        // The largest ids and offset, a long snapshot id.
         let membership = Membership::new(vec![(1..=5).collect()], None);
         let log_id = LogId::new(CommittedLeaderId::new(u64::MAX, 1), u64::MAX);
         let msg = Message::InstallSnapshot {
             group: u64::MAX,
-            rpc: InstallSnapshotRequest {
+            rpc: SnapshotChunk {
                 vote: Vote::new_committed(u64::MAX, 1),
                 meta: SnapshotMeta {
                     last_log_id: Some(log_id),
