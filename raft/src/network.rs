@@ -494,7 +494,9 @@ mod tests {
 
     #[test]
     fn a_chunk_goes_as_base64_and_comes_back_whole() {
-        let data: Vec<u8> = (0..3u32 << 10).map(|i| i.wrapping_mul(2_654_435_761) as u8).collect();
+        let data: Vec<u8> = (0..3u32 << 10)
+            .map(|i| i.wrapping_mul(2_654_435_761) as u8)
+            .collect();
         let msg = Message::InstallSnapshot {
             group: 7,
             rpc: chunk(data.clone()),
