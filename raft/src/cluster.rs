@@ -26,7 +26,7 @@ use omnibus::JournalMode;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::BasicNode;
 
-use crate::network::{serve, Connection, GroupStatus, Message, WriteReply};
+use crate::network::{serve, Connection, GroupStatus, Message, NodeStats, WriteReply};
 use crate::{GroupId, NodeId, NodeOptions, RaftNode, Request};
 
 /// What a node process runs with.
@@ -43,10 +43,36 @@ pub struct NodeArgs {
     /// Whether the groups share one journal ([`JournalMode::Shared`]) or every storage has
     /// its own ([`JournalMode::Separate`]).
     pub journal: JournalMode,
+    /// When the node's groups build snapshots and how they send them.
+    pub snapshots: SnapshotArgs,
+}
+
+/// A node's snapshot settings (passed on to its [`openraft::Config`]); zeros keep openraft's
+/// defaults (a snapshot every 5,000 applied entries, 3 MiB chunks).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SnapshotArgs {
+    /// Build a snapshot every `every` applied entries (`SnapshotPolicy::LogsSinceLast`) and
+    /// purge the log up to it (`max_in_snapshot_log_to_keep: 0`); 0: openraft's defaults.
+    pub every: u64,
+    /// `snapshot_max_chunk_size` in bytes; 0: openraft's default.
+    pub chunk: u64,
+}
+
+impl SnapshotArgs {
+    /// Applies these settings to `config`.
+    pub fn apply(&self, config: &mut openraft::Config) {
+        if self.every > 0 {
+            config.snapshot_policy = openraft::SnapshotPolicy::LogsSinceLast(self.every);
+            config.max_in_snapshot_log_to_keep = 0;
+        }
+        if self.chunk > 0 {
+            config.snapshot_max_chunk_size = self.chunk;
+        }
+    }
 }
 
 /// The command-line arguments that make a process run `a` (after the program name):
-/// `node <id> <dir> <listen> <groups> <shared|separate>`.
+/// `node <id> <dir> <listen> <groups> <shared|separate> <snapshot every> <snapshot chunk>`.
 pub fn node_args(a: &NodeArgs) -> Vec<String> {
     vec![
         "node".into(),
@@ -58,14 +84,20 @@ pub fn node_args(a: &NodeArgs) -> Vec<String> {
             JournalMode::Separate => "separate".into(),
             _ => "shared".into(),
         },
+        a.snapshots.every.to_string(),
+        a.snapshots.chunk.to_string(),
     ]
 }
 
 /// Parses what [`node_args`] made (without the leading `node`). Errors: a message naming the
 /// bad argument.
 pub fn parse_node_args(args: &[String]) -> Result<NodeArgs, String> {
-    let [id, dir, listen, groups, journal] = args else {
-        return Err("usage: node <id> <dir> <listen> <groups> <shared|separate>".into());
+    let [id, dir, listen, groups, journal, every, chunk] = args else {
+        return Err(
+            "usage: node <id> <dir> <listen> <groups> <shared|separate> <snapshot every> \
+             <snapshot chunk>"
+                .into(),
+        );
     };
     Ok(NodeArgs {
         id: id.parse().map_err(|_| format!("bad node id {id:?}"))?,
@@ -78,6 +110,14 @@ pub fn parse_node_args(args: &[String]) -> Result<NodeArgs, String> {
             "shared" => JournalMode::Shared,
             "separate" => JournalMode::Separate,
             j => return Err(format!("bad journal mode {j:?}")),
+        },
+        snapshots: SnapshotArgs {
+            every: every
+                .parse()
+                .map_err(|_| format!("bad snapshot interval {every:?}"))?,
+            chunk: chunk
+                .parse()
+                .map_err(|_| format!("bad snapshot chunk size {chunk:?}"))?,
         },
     })
 }
@@ -104,7 +144,7 @@ pub fn run_node(a: NodeArgs) -> Result<(), Box<dyn std::error::Error>> {
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let opts = NodeOptions {
+        let mut opts = NodeOptions {
             groups: a.groups,
             database: omnibus::Options {
                 journal_mode: a.journal,
@@ -112,6 +152,7 @@ pub fn run_node(a: NodeArgs) -> Result<(), Box<dyn std::error::Error>> {
             },
             ..Default::default()
         };
+        a.snapshots.apply(&mut opts.raft);
         let node = Arc::new(RaftNode::open(&engine, a.id, &a.dir, opts).await?);
         let mut tries = 0;
         let listener = loop {
@@ -158,6 +199,7 @@ pub struct Cluster {
     base: PathBuf,
     groups: u64,
     journal: JournalMode,
+    snapshots: SnapshotArgs,
     procs: Vec<Option<Proc>>,
     addrs: Vec<String>,
 }
@@ -173,11 +215,25 @@ impl Cluster {
         groups: u64,
         journal: JournalMode,
     ) -> std::io::Result<Cluster> {
+        Cluster::start_with(exe, base, nodes, groups, journal, SnapshotArgs::default())
+    }
+
+    /// [`Cluster::start`] with every node (and every restart) running with `snapshots`.
+    /// Errors: as [`Cluster::start`].
+    pub fn start_with(
+        exe: &Path,
+        base: &Path,
+        nodes: u64,
+        groups: u64,
+        journal: JournalMode,
+        snapshots: SnapshotArgs,
+    ) -> std::io::Result<Cluster> {
         let mut c = Cluster {
             exe: exe.to_path_buf(),
             base: base.to_path_buf(),
             groups,
             journal,
+            snapshots,
             procs: Vec::new(),
             addrs: Vec::new(),
         };
@@ -196,6 +252,7 @@ impl Cluster {
             listen: listen.to_string(),
             groups: self.groups,
             journal: self.journal,
+            snapshots: self.snapshots,
         });
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -360,6 +417,15 @@ impl Client {
     pub async fn status(&mut self, id: NodeId, group: GroupId) -> Result<GroupStatus, String> {
         let r: Result<GroupStatus, String> = self
             .call(id, &Message::Status { group })
+            .await
+            .map_err(|e| format!("node {id}: {e}"))?;
+        r
+    }
+
+    /// Node `id`'s counters since it started.
+    pub async fn stats(&mut self, id: NodeId) -> Result<NodeStats, String> {
+        let r: Result<NodeStats, String> = self
+            .call(id, &Message::Stats)
             .await
             .map_err(|e| format!("node {id}: {e}"))?;
         r

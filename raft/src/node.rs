@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use omnibus::actors::{DatabaseHandle, Engine};
@@ -97,6 +98,8 @@ pub struct RaftNode {
     id: NodeId,
     db: DatabaseHandle,
     groups: Vec<Group>,
+    /// `InstallSnapshot` chunks handed to the groups by [`crate::network::serve`].
+    snapshot_chunks: AtomicU64,
 }
 
 impl fmt::Debug for RaftNode {
@@ -108,6 +111,27 @@ impl fmt::Debug for RaftNode {
 /// The name of `group`'s log storage.
 pub fn log_storage_name(group: GroupId) -> String {
     format!("raft-log-{group}")
+}
+
+/// Refuses an openraft configuration the TCP transport cannot carry: a
+/// `snapshot_max_chunk_size` above [`crate::network::MAX_SNAPSHOT_CHUNK`] makes
+/// `InstallSnapshot` lines longer than [`crate::network::MAX_LINE`], which every receiver
+/// drops (the leader would retry the snapshot forever and the follower never catch up).
+/// Errors: [`Error::Raft`] naming the field.
+fn check_transport_limits(config: &openraft::Config) -> Result<(), Error> {
+    let max = crate::network::MAX_SNAPSHOT_CHUNK;
+    if config.snapshot_max_chunk_size > max {
+        return Err(Error::Raft {
+            what: "openraft config".into(),
+            error: format!(
+                "snapshot_max_chunk_size {} is above {max} bytes, the largest chunk whose \
+                 InstallSnapshot line fits the transport's {} byte limit",
+                config.snapshot_max_chunk_size,
+                crate::network::MAX_LINE
+            ),
+        });
+    }
+    Ok(())
 }
 
 impl RaftNode {
@@ -128,7 +152,8 @@ impl RaftNode {
     /// [`RaftNode::open`] with `network(group)` as each group's network factory.
     ///
     /// Errors: [`Error::Omnibus`] when the database does not open; [`Error::Storage`] when a
-    /// group's storages do not open; [`Error::Raft`] for an invalid `opts.raft` or a group
+    /// group's storages do not open; [`Error::Raft`] for an invalid `opts.raft` (including a
+    /// `snapshot_max_chunk_size` above [`crate::network::MAX_SNAPSHOT_CHUNK`]) or a group
     /// that fails to start.
     pub async fn open_with<N, F>(
         engine: &Engine,
@@ -141,6 +166,7 @@ impl RaftNode {
         N: RaftNetworkFactory<TypeConfig>,
         F: Fn(GroupId) -> N,
     {
+        check_transport_limits(&opts.raft)?;
         let config = Arc::new(opts.raft.validate().map_err(|e| Error::Raft {
             what: "openraft config".into(),
             error: e.to_string(),
@@ -187,7 +213,12 @@ impl RaftNode {
                 })?;
             groups.push(Group { raft, kv });
         }
-        Ok(RaftNode { id, db, groups })
+        Ok(RaftNode {
+            id,
+            db,
+            groups,
+            snapshot_chunks: AtomicU64::new(0),
+        })
     }
 
     /// The node's id.
@@ -198,6 +229,19 @@ impl RaftNode {
     /// Groups on the node.
     pub fn groups(&self) -> u64 {
         self.groups.len() as u64
+    }
+
+    /// `InstallSnapshot` chunks this node's server ([`crate::network::serve`]) has received
+    /// for any group since the node opened (counted before openraft sees them, whatever it
+    /// answers).
+    pub fn snapshot_chunks_received(&self) -> u64 {
+        self.snapshot_chunks.load(Ordering::Relaxed)
+    }
+
+    /// Counts one received `InstallSnapshot` chunk (see
+    /// [`RaftNode::snapshot_chunks_received`]).
+    pub(crate) fn count_snapshot_chunk(&self) {
+        self.snapshot_chunks.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The node's database.
@@ -225,6 +269,8 @@ impl RaftNode {
             term: m.current_term,
             last_log_index: m.last_log_index,
             last_applied: m.last_applied.map(|l| l.index),
+            snapshot: m.snapshot.map(|l| l.index),
+            purged: m.purged.map(|l| l.index),
         })
     }
 
@@ -263,5 +309,47 @@ impl RaftNode {
             }
         }
         first.map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::network::{Message, SnapshotChunk, MAX_LINE, MAX_SNAPSHOT_CHUNK};
+    use openraft::{CommittedLeaderId, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
+
+    #[test]
+    fn a_snapshot_chunk_larger_than_a_line_is_refused() {
+        let mut c = NodeOptions::default().raft;
+        c.snapshot_max_chunk_size = MAX_SNAPSHOT_CHUNK;
+        check_transport_limits(&c).expect("the largest chunk that fits");
+        c.snapshot_max_chunk_size = MAX_SNAPSHOT_CHUNK + 1;
+        assert!(matches!(
+            check_transport_limits(&c),
+            Err(Error::Raft { .. })
+        ));
+    }
+
+    #[test]
+    fn a_chunk_of_the_largest_size_fits_a_line() {
+        // The largest ids and offset, a long snapshot id.
+        let membership = Membership::new(vec![(1..=5).collect()], None);
+        let log_id = LogId::new(CommittedLeaderId::new(u64::MAX, 1), u64::MAX);
+        let msg = Message::InstallSnapshot {
+            group: u64::MAX,
+            rpc: SnapshotChunk {
+                vote: Vote::new_committed(u64::MAX, 1),
+                meta: SnapshotMeta {
+                    last_log_id: Some(log_id),
+                    last_membership: StoredMembership::new(Some(log_id), membership),
+                    snapshot_id: "x".repeat(200),
+                },
+                offset: u64::MAX,
+                data: vec![255; MAX_SNAPSHOT_CHUNK as usize],
+                done: true,
+            },
+        };
+        let len = serde_json::to_vec(&msg).expect("encode").len();
+        assert!(len <= MAX_LINE, "{len} > {MAX_LINE}");
     }
 }
