@@ -501,6 +501,7 @@ fn print_storage_stat(s: &StorageStat) {
 }
 
 pub fn stat(a: StatArgs) -> CliResult {
+    crate::not_a_branch(&a.db)?;
     // Regression (fresh-user trial): a plain storage was refused ("no Indexes directory").
     if is_plain_storage(&a.db) {
         return stat_plain(&a);
@@ -570,6 +571,7 @@ fn open_each(db: &Path) -> CliResult<Vec<(String, Result<Storage, omnibus::Error
 }
 
 pub fn check(a: CheckArgs) -> CliResult {
+    crate::not_a_branch(&a.db)?;
     let mut bad_storages = 0;
     let mut problems = 0;
     let mut reports = Vec::new();
@@ -659,6 +661,7 @@ pub fn check(a: CheckArgs) -> CliResult {
             reports.push(json!({
                 "storage": name,
                 "ok": r.is_ok(),
+                "opened_alone": db_error.is_some(),
                 "header_slots_damaged": r.header_slots_damaged,
                 "txn_id": r.txn_id,
                 "entries": r.entries,
@@ -677,7 +680,14 @@ pub fn check(a: CheckArgs) -> CliResult {
         } else {
             println!(
                 "{name}: {} ({} entries, {} pages checked, {} in use, {} free, depth {})",
-                if r.is_ok() { "ok" } else { "CORRUPT" },
+                match (r.is_ok(), db_error.is_some()) {
+                    (false, _) => "CORRUPT",
+                    (true, false) => "ok",
+                    // Regression (fresh-user trial): with the shared journal cut, the database
+                    // failed and each branch opened on its own said plain "ok", although its
+                    // unflushed commits were in the damaged file. Alone, it cannot know.
+                    (true, true) => "ok by its own files (opened alone: the database's journal damage above may hide its unflushed commits)",
+                },
                 r.entries,
                 r.pages_checked,
                 r.pages_in_use,
@@ -705,7 +715,9 @@ pub fn check(a: CheckArgs) -> CliResult {
     }
     if problems > 0 {
         return Err(Fail::io(format!(
-            "{problems} problems in {bad_storages} storages of {}",
+            "{problems} problem{} in {bad_storages} storage{} of {}",
+            if problems == 1 { "" } else { "s" },
+            if bad_storages == 1 { "" } else { "s" },
             a.db.display()
         )));
     }

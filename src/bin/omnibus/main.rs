@@ -81,6 +81,7 @@ impl Fail {
 /// error (exit 1) instead of an I/O failure deep in the open. Returns whether it exists (true
 /// too when that cannot be told, e.g. without permission: the open then says what is wrong).
 pub fn db_dir(db: &Path) -> CliResult<bool> {
+    not_a_branch(db)?;
     match std::fs::metadata(db) {
         Ok(m) if m.is_dir() => Ok(true),
         Ok(_) => Err(Fail::input(format!(
@@ -95,6 +96,33 @@ pub fn db_dir(db: &Path) -> CliResult<bool> {
         // Cannot tell (e.g. no permission): the open reports what is wrong.
         Err(_) => Ok(true),
     }
+}
+
+/// Refuses a path that is a branch storage of a database (`DB/Indexes/NAME`), naming the
+/// database and the `--storage` form to use instead.
+///
+/// Regression (fresh-user trial): with the shared journal file cut to zero after unflushed
+/// writes, `check DB` failed (exit 2) but `check DB/Indexes/c` opened the branch on its own,
+/// without the root's statement of the journal files (design.md 3.8), and said "ok (0
+/// entries)"; `put DB/Indexes/c k v` then wrote into it, made the loss permanent and created an
+/// `Indexes/` directory inside the branch. A branch is read and written through its database.
+pub fn not_a_branch(path: &Path) -> CliResult {
+    let parent = path.parent();
+    let is_branch = parent.and_then(Path::file_name) == Some(std::ffi::OsStr::new("Indexes"))
+        && parent
+            .and_then(Path::parent)
+            .is_some_and(omnibus::Database::exists)
+        && path.is_dir();
+    if !is_branch {
+        return Ok(());
+    }
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let db = parent.and_then(Path::parent).unwrap_or(Path::new("."));
+    Err(Fail::input(format!(
+        "{}: this is the storage {name:?} of the database {}: use `--storage {name}` with the database's path (a branch opened on its own cannot see the database's journal)",
+        path.display(),
+        db.display()
+    )))
 }
 
 /// Installs the stderr subscriber: `--log-level` when given, else `RUST_LOG` (an env-filter
