@@ -85,7 +85,8 @@ use crate::{Storage, MAX_KEY_LEN};
 /// The reserved key of an index storage holding the root txn id the index has applied up to:
 /// the single byte `0x00`. Entry keys (`term ++ 0x00 ++ document key`, document keys at least 1
 /// byte) are at least 2 bytes, so it is never an entry; skip it when reading an index storage
-/// directly.
+/// directly: it is the storage's first key, counted by `ReadTransaction::len` and returned by
+/// `iter` and `first` (the entries are `range(&[0u8, 0][..]..)`).
 pub const INDEX_APPLIED_KEY: &[u8] = &[0];
 
 /// The first 8 bytes of the value at [`INDEX_APPLIED_KEY`]; the next 8 are the txn id,
