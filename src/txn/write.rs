@@ -604,12 +604,7 @@ impl WriteTransaction {
                         )?;
                         return Ok((p, Some((key.to_vec(), r)), None));
                     }
-                    Err(page::node::EditError::NoRoom) => {
-                        if let Some(split) = self.split_leaf_in_place(p, key, &v)? {
-                            return Ok((p, Some(split), None));
-                        }
-                        val = Some(v);
-                    }
+                    Err(page::node::EditError::NoRoom) => val = Some(v),
                     Err(page::node::EditError::Malformed) => {
                         return Err(self.corrupt(p, "malformed leaf page"))
                     }
@@ -707,45 +702,6 @@ impl WriteTransaction {
         let split = split.transpose()?;
         self.park(p, node)?;
         Ok((p, split, old))
-    }
-
-    /// Splits full dirty leaf `p` (in page form) while inserting the new `key`, in place
-    /// ([`page::node::leaf_split_in_place`]): no decode into owned entries, and `p` keeps its
-    /// tracked edits (its diff and checksum still follow from its base). Returns the
-    /// separator and the new right page, or `None` (nothing changed) when the split needs the
-    /// decoded node: `key` is already there, or the new cell does not fit the left page's gap.
-    fn split_leaf_in_place(
-        &mut self,
-        p: u64,
-        key: &[u8],
-        val: &Val,
-    ) -> Result<Option<(Vec<u8>, u64)>> {
-        let mut right = page::zeroed_shared(1);
-        let Some(right_img) = Arc::get_mut(&mut right) else {
-            return Err(self.corrupt(p, "internal: new page image shared"));
-        };
-        let txn = self.txn_id;
-        // The right page's number is set once the split is known to happen (below).
-        match page::node::leaf_split_in_place(self.page_mut(p)?, right_img, 0, txn, key, val) {
-            Ok(touched) => self.touch(p, touched),
-            Err(page::node::EditError::NoRoom) => return Ok(None),
-            Err(page::node::EditError::Malformed) => {
-                return Err(self.corrupt(p, "malformed leaf page"))
-            }
-        }
-        let r = self.alloc(1)?;
-        let h = PageHeader::read(right_img).ok_or_else(|| self.corrupt(r, "bad new page"))?;
-        PageHeader {
-            page_number: r,
-            ..h
-        }
-        .write(right_img);
-        let sep = page::node::LeafView::new(right_img, &h)
-            .key(0)
-            .ok_or_else(|| self.corrupt(r, "internal: empty right half"))?
-            .to_vec();
-        self.pages.insert(r, right);
-        Ok(Some((sep, r)))
     }
 
     /// True when `key` sorts after every key of dirty leaf `p` (in page form).
