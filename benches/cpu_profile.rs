@@ -1,0 +1,176 @@
+//! A small driver for profilers (`valgrind --tool=callgrind`, `perf record`, `strace -c`) of
+//! the commit path: no timing, no comparison, no LMDB. The work to profile runs inside
+//! `timed_loop`, so callgrind can count it alone with `--toggle-collect='*timed_loop*'`.
+//!
+//! ```sh
+//! cargo build --release --bench cpu_profile
+//! B=$(ls -t target/release/deps/cpu_profile-* | grep -v '\.d$' | head -1)
+//! $B load DIR KEYS                 # a storage of KEYS keys (benches/core.rs section 6's keys), flushed
+//! $B commits DIR N                 # N one-put synced commits on it (FlushMode::Manual)
+//! $B batch DIR PRELOAD BATCHES     # section 4: PRELOAD keys, then BATCHES synced batches of
+//!                                  # 1,000 random 24 B keys with 150 B values (default options)
+//! valgrind --tool=callgrind --toggle-collect='*timed_loop*' $B commits DIR 600
+//! ```
+//!
+//! `DIR` must not exist for `load` and `batch`; `commits` opens an existing storage (so a 2.5 M
+//! key storage is loaded once, natively, and profiled many times).
+
+use std::path::Path;
+use std::time::Instant;
+
+use omnibus::{FlushMode, Options, Storage};
+
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// benches/core.rs `key`: 8 pseudo-random bytes then `i`.
+fn key(i: u64) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&splitmix64(i).to_be_bytes());
+    k[8..].copy_from_slice(&i.to_be_bytes());
+    k
+}
+
+/// benches/core.rs `value`: 100 bytes derived from `i`.
+fn value(i: u64) -> [u8; 100] {
+    let mut v = [0u8; 100];
+    for (c, chunk) in v.chunks_mut(8).enumerate() {
+        let w = splitmix64(i ^ ((c as u64) << 56)).to_le_bytes();
+        chunk.copy_from_slice(&w[..chunk.len()]);
+    }
+    v
+}
+
+/// benches/core.rs `batch_key`: 24 pseudo-random bytes.
+fn batch_key(i: u64) -> [u8; 24] {
+    let mut k = [0u8; 24];
+    k[..8].copy_from_slice(&splitmix64(i).to_be_bytes());
+    k[8..16].copy_from_slice(&splitmix64(i ^ 0x5555).to_be_bytes());
+    k[16..].copy_from_slice(&i.to_be_bytes());
+    k
+}
+
+const BATCH_VALUE: [u8; 150] = [0x42; 150];
+
+fn cpu_time() -> std::time::Duration {
+    // SAFETY: `ru` is a properly sized out-parameter for getrusage.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid pointer.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return std::time::Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| std::time::Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Runs `n` units of `f`; callgrind collects only inside this function.
+#[inline(never)]
+fn timed_loop(n: u64, f: &mut dyn FnMut()) {
+    for _ in 0..n {
+        f();
+    }
+}
+
+fn report(what: &str, units: u64, t: Instant, c: std::time::Duration) {
+    let wall = t.elapsed().as_secs_f64();
+    let cpu = (cpu_time() - c).as_secs_f64();
+    println!(
+        "{what}: {units} in {wall:.3} s = {:.0}/s; process CPU {:.2} µs per unit",
+        units as f64 / wall,
+        cpu * 1e6 / units as f64
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let arg = |i: usize| -> &str { args.get(i).map(String::as_str).unwrap_or("") };
+    let num = |i: usize| -> u64 { arg(i).parse().expect("a number") };
+    match arg(0) {
+        "load" => {
+            let s = Storage::open(Path::new(arg(1)), Options::default()).expect("open");
+            let n = num(2);
+            let mut i = 0;
+            while i < n {
+                let end = (i + 100_000).min(n);
+                let mut w = s.begin_write().expect("begin");
+                for j in i..end {
+                    w.put(key(j), value(j)).expect("put");
+                }
+                w.commit().expect("commit");
+                i = end;
+            }
+            s.flush().expect("flush");
+            println!("loaded {n} keys, {} pages used", s.stats().pages_used);
+        }
+        "commits" => {
+            let opts = Options {
+                flush_mode: FlushMode::Manual,
+                ..Options::default()
+            };
+            let s = Storage::open(Path::new(arg(1)), opts).expect("open");
+            let n = num(2);
+            let mut next = (1u64 << 40) + s.stats().entries;
+            let mut one = || {
+                let mut w = s.begin_write().expect("begin");
+                w.put(key(next), value(next)).expect("put");
+                w.commit().expect("commit");
+                next += 1;
+            };
+            // Warm-up (the benches' 200 untimed commits).
+            for _ in 0..200 {
+                one();
+            }
+            let before = s.stats();
+            let (t, c) = (Instant::now(), cpu_time());
+            timed_loop(n, &mut one);
+            report("one-put commits", n, t, c);
+            let after = s.stats();
+            println!(
+                "per commit: {:.0} journal bytes, {:.2} pages journaled ({:.2} as diffs)",
+                (after.journal.bytes - before.journal.bytes) as f64 / n as f64,
+                (after.pages_journaled - before.pages_journaled) as f64 / n as f64,
+                (after.pages_journaled_as_diffs - before.pages_journaled_as_diffs) as f64
+                    / n as f64
+            );
+        }
+        "batch" => {
+            let s = Storage::open(Path::new(arg(1)), Options::default()).expect("open");
+            let (preload, batches) = (num(2), num(3));
+            let mut next = 0u64;
+            let mut batch = |n: u64| {
+                let mut w = s.begin_write().expect("begin");
+                for _ in 0..n {
+                    w.put(batch_key(next), BATCH_VALUE).expect("put");
+                    next += 1;
+                }
+                w.commit().expect("commit");
+            };
+            for _ in 0..preload / 100_000 {
+                batch(100_000);
+            }
+            batch(preload % 100_000);
+            s.flush().expect("flush");
+            for _ in 0..5 {
+                batch(1_000);
+            }
+            let (t, c) = (Instant::now(), cpu_time());
+            timed_loop(batches, &mut || batch(1_000));
+            report("random batches (keys)", batches * 1_000, t, c);
+            println!(
+                "flushes: {}; write mode {:?}",
+                s.stats().flushes,
+                s.write_mode()
+            );
+        }
+        _ => eprintln!(
+            "usage: cpu_profile load DIR KEYS | commits DIR N | batch DIR PRELOAD BATCHES"
+        ),
+    }
+}
