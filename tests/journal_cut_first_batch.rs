@@ -65,20 +65,8 @@ fn a_rotated_journal_file_cut_into_its_first_batch_is_corruption() {
     // file.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
-    let o = Options {
-        journal_file_size: 64 << 10,
-        ..opts()
-    };
-    let s = Storage::open(&path, o.clone()).unwrap();
-    let mut i = 0;
-    let first = journals(&path.join("Journals")).len();
-    while journals(&path.join("Journals")).len() == first {
-        put(&s, &format!("key{i:04}"), &[7u8; 3000]);
-        i += 1;
-    }
     // One commit in the new file, none flushed.
-    drop(s);
-    let newest = journals(&path.join("Journals")).pop().unwrap();
+    let (o, newest) = damage::rotated_storage(&path);
     cut(&newest, 0);
     damage::expect_corruption(
         &path,

@@ -38,19 +38,7 @@ fn a_storage_journal_file_deleted_is_corruption() {
 fn a_rotated_journal_file_deleted_is_corruption() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
-    let o = Options {
-        journal_file_size: 64 << 10,
-        ..opts()
-    };
-    let s = Storage::open(&path, o.clone()).unwrap();
-    let mut i = 0;
-    let first = journals(&path.join("Journals")).len();
-    while journals(&path.join("Journals")).len() == first {
-        put(&s, &format!("key{i:04}"), &[7u8; 3000]);
-        i += 1;
-    }
-    drop(s);
-    let newest = journals(&path.join("Journals")).pop().unwrap();
+    let (o, newest) = damage::rotated_storage(&path);
     std::fs::remove_file(&newest).unwrap();
     damage::expect_corruption(
         &path,

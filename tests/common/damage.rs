@@ -34,6 +34,26 @@ pub fn journals(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// A standalone storage at `path` (64 KiB journal files) written until its journal rotated
+/// once, so that the newest file holds one unflushed commit; closed without a flush. Returns
+/// its options and the newest journal file.
+pub fn rotated_storage(path: &Path) -> (Options, PathBuf) {
+    let o = Options {
+        journal_file_size: 64 << 10,
+        ..unflushed()
+    };
+    let s = Storage::open(path, o.clone()).unwrap();
+    let journal_dir = path.join("Journals");
+    let first = journals(&journal_dir).len();
+    let mut i = 0;
+    while journals(&journal_dir).len() == first {
+        put(&s, &format!("key{i:04}"), &[7u8; 3000]);
+        i += 1;
+    }
+    drop(s);
+    (o, journals(&journal_dir).pop().unwrap())
+}
+
 /// Cuts `file` to `len` bytes.
 pub fn cut(file: &Path, len: u64) {
     std::fs::File::options()
