@@ -18,7 +18,7 @@
 use std::time::{Duration, Instant};
 
 use omnibus::JournalMode;
-use omnibus_raft::cluster::{parse_node_args, run_node, Client, Cluster};
+use omnibus_raft::cluster::{serve_if_node, Client, Cluster};
 use omnibus_raft::network::{Message, NodeStats};
 use omnibus_raft::Request;
 
@@ -140,14 +140,7 @@ fn run(
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("node") {
-        let a = parse_node_args(&args[1..]).expect("node arguments");
-        if let Err(e) = run_node(a) {
-            eprintln!("node: {e}");
-            std::process::exit(1);
-        }
-        return;
-    }
+    serve_if_node(&args, "node");
     let (mut groups, mut secs, mut per_group, mut dir) = (100u64, 10u64, 2u64, None);
     let mut it = args.iter();
     while let Some(a) = it.next() {

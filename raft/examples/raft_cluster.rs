@@ -22,23 +22,11 @@
 //! The node processes are this program run as `raft_cluster node ...`.
 
 use omnibus::JournalMode;
-use omnibus_raft::cluster::{parse_node_args, run_check, run_node, CheckOptions};
+use omnibus_raft::cluster::{run_check, serve_if_node, CheckOptions};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("node") {
-        let code = match parse_node_args(&args[1..])
-            .map_err(Into::into)
-            .and_then(run_node)
-        {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("raft_cluster node: {e}");
-                1
-            }
-        };
-        std::process::exit(code);
-    }
+    serve_if_node(&args, "raft_cluster node");
     std::process::exit(match controller(&args) {
         Ok(code) => code,
         Err(e) => {

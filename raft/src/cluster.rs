@@ -122,6 +122,28 @@ pub fn parse_node_args(args: &[String]) -> Result<NodeArgs, String> {
     })
 }
 
+/// The node side of a program that [`Cluster`] starts as its node processes (the example, the
+/// tests, the benchmark re-run their own executable with `node ...` arguments): when `args`
+/// (the command line without the program name) starts with `node`, runs that node
+/// ([`parse_node_args`], [`run_node`]) and exits the process (status 0, or 1 with the error on
+/// stderr prefixed by `who`); otherwise returns and the program goes on as the controller.
+pub fn serve_if_node(args: &[String], who: &str) {
+    if args.first().map(String::as_str) != Some("node") {
+        return;
+    }
+    let code = match parse_node_args(&args[1..])
+        .map_err(Into::into)
+        .and_then(run_node)
+    {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("{who}: {e}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
 /// Runs a node until its stdin closes: opens it ([`RaftNode::open`], one executor pinned to a
 /// CPU chosen by its id), listens (retrying a port still held for up to 10 s), prints
 /// `listening <addr>`, serves. Errors: opening the node, binding the address.

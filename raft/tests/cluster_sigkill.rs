@@ -4,18 +4,11 @@
 //! node. (`harness = false`: its `main` is both the controller and the node processes.)
 
 use omnibus::JournalMode;
-use omnibus_raft::cluster::{parse_node_args, run_check, run_node, CheckOptions};
+use omnibus_raft::cluster::{run_check, serve_if_node, CheckOptions};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("node") {
-        let args = parse_node_args(&args[1..]).expect("node arguments");
-        if let Err(e) = run_node(args) {
-            eprintln!("node: {e}");
-            std::process::exit(1);
-        }
-        return;
-    }
+    serve_if_node(&args, "node");
     let dir = tempfile::tempdir().expect("tempdir");
     let exe = std::env::current_exe().expect("current exe");
     let o = CheckOptions {

@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use omnibus::JournalMode;
-use omnibus_raft::cluster::{parse_node_args, run_node, Client, Cluster, SnapshotArgs};
+use omnibus_raft::cluster::{serve_if_node, Client, Cluster, SnapshotArgs};
 use omnibus_raft::network::Message;
 use omnibus_raft::Request;
 
@@ -37,14 +37,7 @@ async fn write(client: &mut Client, keys: std::ops::Range<u64>) {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("node") {
-        let args = parse_node_args(&args[1..]).expect("node arguments");
-        if let Err(e) = run_node(args) {
-            eprintln!("node: {e}");
-            std::process::exit(1);
-        }
-        return;
-    }
+    serve_if_node(&args, "node");
     let dir = tempfile::tempdir().expect("tempdir");
     let exe = std::env::current_exe().expect("current exe");
     let snapshots = SnapshotArgs {
