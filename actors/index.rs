@@ -70,7 +70,7 @@
 
 use std::cmp::Ordering;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -102,6 +102,11 @@ const DIFF_BATCH: usize = 16_384;
 /// How often an index resting between batches looks at its mailbox and its waiters.
 const ACCUMULATE_POLL: Duration = Duration::from_millis(2);
 
+/// Pages copied per entry above which an index's next rest doubles, and below which it halves
+/// (see `IndexDefinition::min_batch_interval`): as fractions, 1/4 and 1/8.
+const REST_GROW_ABOVE: (usize, usize) = (1, 4);
+const REST_SHRINK_BELOW: (usize, usize) = (1, 8);
+
 /// Smallest reconcile memory accepted (bytes).
 const MIN_RECONCILE_MEMORY: usize = 64 << 10;
 
@@ -123,6 +128,7 @@ pub struct IndexDefinition {
     pub(crate) name: String,
     pub(crate) map: Arc<MapFn>,
     pub(crate) min_batch_interval: Duration,
+    pub(crate) max_batch_interval: Option<Duration>,
     pub(crate) max_batch_changes: usize,
     pub(crate) reconcile_memory: usize,
     pub(crate) rebuild: bool,
@@ -133,6 +139,7 @@ impl std::fmt::Debug for IndexDefinition {
         f.debug_struct("IndexDefinition")
             .field("name", &self.name)
             .field("min_batch_interval", &self.min_batch_interval)
+            .field("max_batch_interval", &self.max_rest())
             .field("max_batch_changes", &self.max_batch_changes)
             .field("reconcile_memory", &self.reconcile_memory)
             .field("rebuild", &self.rebuild)
@@ -153,6 +160,7 @@ impl IndexDefinition {
             name: name.into(),
             map: Arc::new(map),
             min_batch_interval: Self::DEFAULT_MIN_BATCH_INTERVAL,
+            max_batch_interval: None,
             max_batch_changes: 16_384,
             reconcile_memory: 32 << 20,
             rebuild: false,
@@ -177,9 +185,35 @@ impl IndexDefinition {
     /// mailbox is half full (so resting never holds up the documents) or when
     /// `wait_for_indexes` waits on it. Default [`Self::DEFAULT_MIN_BATCH_INTERVAL`]; zero
     /// starts each batch as soon as changes are queued.
+    ///
+    /// The rest adapts between this and [`Self::max_batch_interval`]: after a batch whose
+    /// transaction copied more than one page per 4 entries (a large index whose entries land in
+    /// leaves all over it: each copied leaf costs an 8 KiB copy, its checksum, its journal diff
+    /// and a page in the next flush, several times an entry's own cost), the next rest doubles;
+    /// after one that copied fewer than one page per 8 entries, it halves, down to this
+    /// interval. Larger batches put more entries in each copied leaf.
     pub fn min_batch_interval(mut self, interval: Duration) -> IndexDefinition {
         self.min_batch_interval = interval;
         self
+    }
+
+    /// Longest rest between the starts of two batches (see [`Self::min_batch_interval`] for
+    /// when the rest grows): bounds the index lag that resting adds. Default: 4 times the
+    /// minimum (1 s for the default 250 ms); a value under the minimum counts as the minimum.
+    /// Measured with `omnibus bench shop` (2 cores, 100 indexes, 20 s): resting 250 ms cost
+    /// 319 µs of CPU per document (index lag p99 1.1 s), 1 s 208 µs (lag p99 1.7 s)
+    /// (docs/BENCHMARKS.md).
+    pub fn max_batch_interval(mut self, interval: Duration) -> IndexDefinition {
+        self.max_batch_interval = Some(interval);
+        self
+    }
+
+    /// The longest rest in effect: [`Self::max_batch_interval`] if set (at least the minimum),
+    /// else 4 times [`Self::min_batch_interval`].
+    fn max_rest(&self) -> Duration {
+        self.max_batch_interval
+            .unwrap_or(self.min_batch_interval.saturating_mul(4))
+            .max(self.min_batch_interval)
     }
 
     /// Document changes merged into one index transaction at most (at least one root commit is
@@ -765,8 +799,11 @@ fn diff_change(
 }
 
 /// Writes `ops` (and, with `applied`, the applied record) in one transaction of the index
-/// storage's actor; returns once durable.
-async fn write_ops(branch: &StorageHandle, ops: Ops, applied: Option<u64>) -> Result<()> {
+/// storage's actor; returns once durable, with the number of pages the transaction copied or
+/// created (tree pages, not free-space bitmaps).
+async fn write_ops(branch: &StorageHandle, ops: Ops, applied: Option<u64>) -> Result<usize> {
+    let pages = Arc::new(AtomicUsize::new(0));
+    let seen = pages.clone();
     let job: super::storage::ApplyJob = Box::new(move |w| {
         for o in &ops.ops {
             let k = ops.key(o);
@@ -779,6 +816,7 @@ async fn write_ops(branch: &StorageHandle, ops: Ops, applied: Option<u64>) -> Re
         if let Some(t) = applied {
             w.put(INDEX_APPLIED_KEY, applied_record(t))?;
         }
+        seen.store(w.dirty_pages(), std::sync::atomic::Ordering::Relaxed);
         Ok(())
     });
     let (tx, rx) = flume::bounded(1);
@@ -787,7 +825,8 @@ async fn write_ops(branch: &StorageHandle, ops: Ops, applied: Option<u64>) -> Re
         .send_async(StorageMsg::Apply { job, reply: tx })
         .await
         .map_err(|_| Error::Closed)?;
-    rx.recv_async().await.map_err(|_| Error::Closed)?
+    rx.recv_async().await.map_err(|_| Error::Closed)??;
+    Ok(pages.load(std::sync::atomic::Ordering::Relaxed))
 }
 
 /// Everything an index actor starts with.
@@ -867,6 +906,9 @@ async fn follow(a: &IndexActor, mut applied: u64) -> std::result::Result<bool, I
     // The applied txn of the last record written (batches that change no entry write none).
     let mut durable = applied;
     let mut last_start: Option<Instant> = None;
+    // The rest before the next batch: adapts between the definition's bounds (see
+    // `IndexDefinition::min_batch_interval`).
+    let mut rest = def.min_batch_interval;
     let (mut cap_bytes, mut cap_ops) = (0usize, 0usize);
     let half_full = rx.capacity().unwrap_or(1).div_ceil(2);
     loop {
@@ -875,7 +917,7 @@ async fn follow(a: &IndexActor, mut applied: u64) -> std::result::Result<bool, I
             // Accumulate until the interval since the last batch has passed, unless the
             // mailbox is half full (the root must not wait for an index that is only resting)
             // or a `wait_for_indexes` caller waits. Bounded: ends at the deadline.
-            let deadline = t + def.min_batch_interval;
+            let deadline = t + rest;
             loop {
                 let now = Instant::now();
                 if now >= deadline || rx.len() + 1 >= half_full || shared.has_waiters() {
@@ -941,9 +983,11 @@ async fn follow(a: &IndexActor, mut applied: u64) -> std::result::Result<bool, I
             let wrote = !ops.is_empty();
             if wrote {
                 (cap_bytes, cap_ops) = (ops.arena.len(), ops.ops.len());
-                write_ops(&a.branch, ops, Some(last_txn))
+                let entries = ops.len();
+                let pages = write_ops(&a.branch, ops, Some(last_txn))
                     .await
                     .map_err(storage_failure)?;
+                rest = next_rest(def, rest, pages, entries);
                 durable = last_txn;
             }
             tracing::debug!(
@@ -969,6 +1013,23 @@ async fn follow(a: &IndexActor, mut applied: u64) -> std::result::Result<bool, I
         }
         glommio::yield_if_needed().await;
     }
+}
+
+/// The rest before an index's next batch, after one whose transaction wrote `entries` entries
+/// and copied `pages` pages: doubled (up to the maximum) above [`REST_GROW_ABOVE`] pages per
+/// entry, halved (down to the minimum) below [`REST_SHRINK_BELOW`], else kept.
+fn next_rest(def: &IndexDefinition, rest: Duration, pages: usize, entries: usize) -> Duration {
+    let (min, max) = (def.min_batch_interval, def.max_rest());
+    let above = |(n, d): (usize, usize)| pages.saturating_mul(d) > entries.saturating_mul(n);
+    let next = if above(REST_GROW_ABOVE) {
+        rest.saturating_mul(2)
+            .max(min.max(Duration::from_millis(1)))
+    } else if !above(REST_SHRINK_BELOW) {
+        rest / 2
+    } else {
+        rest
+    };
+    next.clamp(min, max)
 }
 
 /// The expected entries of one reconcile pass: keys at or above `lo` and below `cutoff`, in one
@@ -1268,6 +1329,36 @@ async fn reconcile(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_rest_doubles_when_batches_copy_many_pages_per_entry_and_halves_when_few() {
+        let ms = Duration::from_millis;
+        let def = IndexDefinition::new("i", |_: &[u8], _: &[u8]| Vec::new());
+        // Default bounds: 250 ms .. 4 x 250 ms.
+        assert_eq!(def.max_rest(), ms(1000));
+        // 300 pages for 1,000 entries (> 1/4): doubles, then stops at the maximum.
+        assert_eq!(next_rest(&def, ms(250), 300, 1000), ms(500));
+        assert_eq!(next_rest(&def, ms(500), 300, 1000), ms(1000));
+        assert_eq!(next_rest(&def, ms(1000), 300, 1000), ms(1000));
+        // Between 1/8 and 1/4: kept.
+        assert_eq!(next_rest(&def, ms(500), 200, 1000), ms(500));
+        // 100 pages for 1,000 entries (< 1/8): halves, down to the minimum.
+        assert_eq!(next_rest(&def, ms(1000), 100, 1000), ms(500));
+        assert_eq!(next_rest(&def, ms(250), 100, 1000), ms(250));
+        // Explicit bounds; a maximum under the minimum counts as the minimum.
+        let def = def.min_batch_interval(ms(10)).max_batch_interval(ms(25));
+        assert_eq!(next_rest(&def, ms(20), 5, 1), ms(25));
+        let def = def.max_batch_interval(ms(1));
+        assert_eq!(def.max_rest(), ms(10));
+        assert_eq!(next_rest(&def, ms(10), 5, 1), ms(10));
+        // A zero minimum still grows (from 1 ms) when batches are costly.
+        let def = IndexDefinition::new("i", |_: &[u8], _: &[u8]| Vec::new())
+            .min_batch_interval(Duration::ZERO)
+            .max_batch_interval(ms(8));
+        assert_eq!(next_rest(&def, Duration::ZERO, 5, 1), ms(1));
+        assert_eq!(next_rest(&def, ms(4), 5, 1), ms(8));
+        assert_eq!(next_rest(&def, ms(1), 0, 100), Duration::ZERO + ms(1) / 2);
+    }
 
     fn keys(o: &Ops) -> Vec<(Vec<u8>, bool)> {
         o.ops.iter().map(|x| (o.key(x).to_vec(), x.put)).collect()

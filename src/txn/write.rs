@@ -1378,6 +1378,12 @@ impl WriteTransaction {
         prepared.finish(r)
     }
 
+    /// Tree pages this transaction has copied or created so far (dirty leaves and branches, in
+    /// page or node form; free-space bitmap pages not counted).
+    pub(crate) fn dirty_pages(&self) -> usize {
+        self.pages.len() + self.nodes.len()
+    }
+
     /// The data file length, in pages, that this transaction's commit needs when the file is
     /// shorter than that now (`None` when it fits): [`WriteTransaction::prepare`] would grow the
     /// file with a blocking `fallocate`. The actor runtime grows it first on an I/O lane with

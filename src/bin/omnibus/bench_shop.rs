@@ -186,7 +186,7 @@ fn scan_field<'a>(doc: &'a [u8], name: &str) -> Option<&'a [u8]> {
         if *doc.get(i)? != b'"' {
             return None;
         }
-        let key_end = i + 1 + doc.get(i + 1..)?.iter().position(|b| *b == b'"')?;
+        let key_end = i + 1 + memchr::memchr(b'"', doc.get(i + 1..)?)?;
         let key = &doc[i + 1..key_end];
         if *doc.get(key_end + 1)? != b':' {
             return None;
@@ -194,17 +194,13 @@ fn scan_field<'a>(doc: &'a [u8], name: &str) -> Option<&'a [u8]> {
         let v = key_end + 2;
         // Its value: a string without escapes, or anything up to the next `,` or `}`.
         let (value, end) = if *doc.get(v)? == b'"' {
-            let e = v
-                + 1
-                + doc[v + 1..]
-                    .iter()
-                    .position(|b| *b == b'"' || *b == b'\\')?;
+            let e = v + 1 + memchr::memchr2(b'"', b'\\', &doc[v + 1..])?;
             if doc[e] != b'"' {
                 return None;
             }
             (&doc[v + 1..e], e + 1)
         } else {
-            let e = v + doc[v..].iter().position(|b| *b == b',' || *b == b'}')?;
+            let e = v + memchr::memchr2(b',', b'}', &doc[v..])?;
             (&doc[v..e], e)
         };
         if key == name.as_bytes() {

@@ -422,7 +422,8 @@ pub struct ShopArgs {
     /// Concurrent clients, each with one document put in flight.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=100000))]
     pub clients: u64,
-    /// Least milliseconds between two batches of an index (changes accumulate in between)
+    /// Least milliseconds between two batches of an index (changes accumulate in between; the
+    /// rest grows up to 4 times this while batches copy many pages per entry)
     /// [default: the engine's, `IndexDefinition::DEFAULT_MIN_BATCH_INTERVAL`, 250 ms].
     #[arg(long)]
     pub index_interval_ms: Option<u64>,
