@@ -672,12 +672,23 @@ fn storage_failure(e: Error) -> IndexFailure {
     IndexFailure::Storage(Box::new(e))
 }
 
-/// One put or delete of a batch: its key is `arena[start..start + len]`.
+/// One put or delete of a batch: its key is `arena[start..start + len]`; `prefix` is the key's
+/// first 8 bytes, big-endian, zero-padded (sorting compares it before the bytes).
 #[derive(Clone, Copy)]
 struct Op {
+    prefix: u64,
     start: usize,
     len: u32,
     put: bool,
+}
+
+/// The first 8 bytes of `key` as a big-endian number, zero-padded: ordered as the keys are,
+/// except that keys equal in it need a byte comparison.
+fn key_prefix(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = key.len().min(8);
+    b[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(b)
 }
 
 /// A batch of index operations, keys in one buffer.
@@ -719,6 +730,7 @@ impl Ops {
         self.arena.push(0);
         self.arena.extend_from_slice(doc);
         self.ops.push(Op {
+            prefix: key_prefix(&self.arena[start..]),
             start,
             len: len as u32,
             put,
@@ -730,6 +742,7 @@ impl Ops {
         let start = self.arena.len();
         self.arena.extend_from_slice(key);
         self.ops.push(Op {
+            prefix: key_prefix(key),
             start,
             len: key.len() as u32,
             put,
@@ -741,8 +754,14 @@ impl Ops {
     fn settle(&mut self) {
         let arena = &self.arena;
         let key = |o: &Op| &arena[o.start..o.start + o.len as usize];
-        // Stable: operations on one key stay in their order.
-        self.ops.sort_by(|a, b| key(a).cmp(key(b)));
+        // Operations on one key stay in their order: `start` grows with each push. Unstable
+        // (no buffer), and most comparisons end at the 8-byte prefix.
+        self.ops.sort_unstable_by(|a, b| {
+            a.prefix
+                .cmp(&b.prefix)
+                .then_with(|| key(a).cmp(key(b)))
+                .then(a.start.cmp(&b.start))
+        });
         let n = self.ops.len();
         let mut out = 0;
         for i in 0..n {
@@ -1382,6 +1401,29 @@ mod tests {
                 (b"c".to_vec(), false)
             ]
         );
+    }
+
+    #[test]
+    fn settle_matches_a_model_for_keys_sharing_their_8_byte_prefix() {
+        // Keys of 0..12 bytes over a 2-letter alphabet: many share the first 8 bytes, are
+        // prefixes of one another, or differ only by a trailing 0x00 (zero padding).
+        let mut x = 0x1234_5678_9abc_def0u64;
+        let mut model = std::collections::BTreeMap::new();
+        let mut o = Ops::default();
+        for _ in 0..5000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 13) as usize;
+            let key: Vec<u8> = (0..len)
+                .map(|i| [0u8, b'a'][((x >> (i + 8)) & 1) as usize])
+                .collect();
+            let put = (x >> 40) & 1 == 1;
+            o.push_key(&key, put);
+            model.insert(key, put);
+        }
+        o.settle();
+        assert_eq!(keys(&o), model.into_iter().collect::<Vec<_>>());
     }
 
     #[test]
