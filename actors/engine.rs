@@ -5,7 +5,11 @@
 //! start under 512 KiB; each executor pins 192 KiB of registered buffers, `MEMLOCK_PER_EXECUTOR`), starts one `LocalExecutor` pinned to each chosen CPU,
 //! marks its thread as an executor (a blocking disk call there is a bug: counted, and a panic
 //! in debug builds), and on each a reader task and a flusher actor. Storage actors and journal
-//! writers are spawned onto executors as databases and storages are opened. `Engine::shutdown`
+//! writers are spawned onto executors as databases and storages are opened: a database's root
+//! actor (and its journal writer in separate mode) into the executor's `omnibus-documents` task
+//! queue, every other actor into glommio's default queue (see [`Queue`] and [`PREEMPT_TIMER`]:
+//! a document commit never waits behind the index batches queued on its executor).
+//! `Engine::shutdown`
 //! stops the storage actors (each finishes its queued requests), then the journal writers,
 //! flushers and readers, closes the databases (flushing them) and joins the executor threads;
 //! errors are returned, not lost. Dropping an `Engine` shuts it down.
@@ -134,8 +138,24 @@ impl Default for EngineOptions {
 
 type Spawn = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()>>> + Send>;
 
+/// Which glommio task queue of its executor an actor runs in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Queue {
+    /// glommio's default queue: branch storages (indexes), index actors, flushers, readers.
+    Default,
+    /// The root storage's actor (and its journal writer in separate mode): the documents'
+    /// commits, which every writer of the database waits on.
+    Documents,
+}
+
+/// How long an executor runs task queues before it looks at I/O and at wakes from other
+/// threads (glommio's preempt timer, default 100 ms). A journal batch's reply comes from
+/// another thread, so a busy executor saw it only after this long; 5 ms bounds that wait.
+/// The switch costs one `io_uring_enter` (a few µs), 200 times a second at most.
+const PREEMPT_TIMER: Duration = Duration::from_millis(5);
+
 struct Executor {
-    spawn: flume::Sender<Spawn>,
+    spawn: flume::Sender<(Queue, Spawn)>,
     flusher: flume::Sender<FlusherMsg>,
     /// Set by this executor's flusher while its storages are over their memory budget.
     pressure: flusher::Pressure,
@@ -289,7 +309,7 @@ impl Engine {
         let (up_tx, up_rx) = flume::bounded::<()>(cpus.len());
         let mut executors = Vec::new();
         for (i, cpu) in cpus.iter().enumerate() {
-            let (stx, srx) = flume::bounded::<Spawn>(1024);
+            let (stx, srx) = flume::bounded::<(Queue, Spawn)>(1024);
             let (ftx, frx) = flume::bounded::<FlusherMsg>(1024);
             let readers = rrx.clone();
             let lane = background.clone();
@@ -301,6 +321,7 @@ impl Engine {
             let handle = LocalExecutorBuilder::new(Placement::Fixed(*cpu))
                 .name(&format!("omnibus-exec-{i}"))
                 .io_memory(GLOMMIO_IO_MEMORY)
+                .preempt_timer(PREEMPT_TIMER)
                 .spawn(move || async move {
                     let _ = up.send(());
                     drop(up);
@@ -309,8 +330,35 @@ impl Engine {
                     crate::env::mark_executor_thread();
                     glommio::spawn_local(reader_pool::run(readers)).detach();
                     glommio::spawn_local(flusher::run(frx, lane, tick, budget, flag)).detach();
-                    while let Ok(job) = srx.recv_async().await {
-                        glommio::spawn_local(job()).detach();
+                    // The documents' queue: picked before the default queue whenever it has a
+                    // task (it uses little CPU, so its virtual runtime stays the lowest), so a
+                    // root commit never waits behind every queued index batch, only behind
+                    // the task running when it woke.
+                    // `Latency::NotImportant`: with `Matters`, glommio puts the queue's timers
+                    // (the storage actor's pacing sleeps) on its latency ring, and a separate-
+                    // mode `bench shop` run hung for 12 minutes with both executors asleep
+                    // until a debugger's attach woke them (a lost wake-up).
+                    let documents = glommio::executor().create_task_queue(
+                        glommio::Shares::Static(1000),
+                        glommio::Latency::NotImportant,
+                        "omnibus-documents",
+                    );
+                    while let Ok((queue, job)) = srx.recv_async().await {
+                        match queue {
+                            Queue::Documents => {
+                                match glommio::spawn_local_into(job(), documents) {
+                                    Ok(t) => {
+                                        t.detach();
+                                    }
+                                    // A queue handle of this executor: not expected; the
+                                    // actor is lost, so say so.
+                                    Err(e) => tracing::error!(error = %e, "cannot spawn an actor in the documents' task queue"),
+                                }
+                            }
+                            Queue::Default => {
+                                glommio::spawn_local(job()).detach();
+                            }
+                        }
                     }
                 })
                 .map_err(|e| Error::Io {
@@ -394,9 +442,13 @@ impl Engine {
 
 impl EngineInner {
     fn spawn_on(&self, exec: usize, job: Spawn) -> Result<()> {
+        self.spawn_in(exec, Queue::Default, job)
+    }
+
+    fn spawn_in(&self, exec: usize, queue: Queue, job: Spawn) -> Result<()> {
         let ex = self.executors.lock().unwrap_or_else(|e| e.into_inner());
         let e = ex.get(exec % self.n.max(1)).ok_or(Error::Closed)?;
-        e.spawn.send(job).map_err(|_| Error::Closed)
+        e.spawn.send((queue, job)).map_err(|_| Error::Closed)
     }
 
     fn pressure(&self, exec: usize) -> flusher::Pressure {
@@ -415,11 +467,13 @@ impl EngineInner {
         &self,
         journal: Arc<crate::journal::Journal>,
         exec: usize,
+        queue: Queue,
     ) -> Result<flume::Sender<JournalMsg>> {
         let (tx, rx) = flume::bounded(journal_writer::MAILBOX);
         let lane = self.critical.clone();
-        self.spawn_on(
+        self.spawn_in(
             exec,
+            queue,
             Box::new(move || Box::pin(journal_writer::run(journal, rx, lane))),
         )?;
         Ok(tx)
@@ -435,10 +489,16 @@ impl EngineInner {
         feed: Option<Arc<RootFeed>>,
     ) -> Result<StorageHandle> {
         let exec = stable_hash(name) % self.n.max(1);
+        // A database's root (the storage with the change feed) runs in the documents' queue.
+        let queue = if feed.is_some() {
+            Queue::Documents
+        } else {
+            Queue::Default
+        };
         let journal = match shared {
             Some(j) => j.clone(),
             None => {
-                let w = self.spawn_journal_writer(storage.journal().clone(), exec)?;
+                let w = self.spawn_journal_writer(storage.journal().clone(), exec, queue)?;
                 writers
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -455,8 +515,9 @@ impl EngineInner {
             feed,
             pressure: self.pressure(exec),
         };
-        self.spawn_on(
+        self.spawn_in(
             exec,
+            queue,
             Box::new(move || Box::pin(storage_actor::run(s, rx, links))),
         )?;
         if let Some(f) = self.flusher(exec) {
