@@ -559,6 +559,296 @@ pub fn leaf_put_in_place(
     Ok((old, [slots, off..off + size, 0..0]))
 }
 
+/// Where the leaf split rule puts the first entry of the right half, for `n >= 2` entries of
+/// the given sizes in key order (bytes with the slot, as [`leaf_entry_size`]): the entry after
+/// the first one at which half of all bytes is reached, clamped to `1..n` so neither half is
+/// empty. Both the decoded path (`WriteTransaction::split`) and the page-form path
+/// ([`LeafCells::split_point`]) use it, so both build the same tree. For `n < 2`, returns `n`.
+pub fn leaf_split_point(sizes: impl Iterator<Item = usize> + Clone, n: usize) -> usize {
+    if n < 2 {
+        return n;
+    }
+    let total: usize = sizes.clone().sum();
+    let mut acc = 0;
+    for (i, s) in sizes.enumerate() {
+        acc += s;
+        if acc >= total / 2 {
+            return (i + 1).clamp(1, n - 1);
+        }
+    }
+    n - 1
+}
+
+/// One cell of a leaf being laid out again ([`LeafCells`]): its offset in the source image
+/// (0 for the new cell, which is not in the source), its size in bytes (slot excluded), and the
+/// offset chosen for it in the destination (0 until chosen).
+#[derive(Debug, Clone, Copy)]
+struct CellAt {
+    src: u16,
+    size: u16,
+    dst: u16,
+}
+
+/// The cells of a leaf page that has no room in its free gap for a put, with the put applied,
+/// read from the page's cell table without decoding the entries (no allocation per entry): the
+/// writer re-packs such a leaf ([`LeafCells::write`] of every cell) when they fit one page, and
+/// splits it (two `write`s, around [`LeafCells::split_point`]) when they do not. Cells are
+/// copied byte for byte from the source image; only the new cell is encoded.
+///
+/// One `LeafCells` is scratch reused by a write transaction: [`LeafCells::load`] clears it, and
+/// its table keeps its capacity (at most one entry per cell a page can hold, about 800).
+#[derive(Debug, Default)]
+pub struct LeafCells {
+    cells: Vec<CellAt>,
+    /// Bytes of page body the cells take, slots included.
+    total: usize,
+    /// Size of the new cell (slot excluded).
+    new_size: usize,
+}
+
+impl LeafCells {
+    /// Reads the cell table of leaf image `page` with `key` put to `val`: the new cell goes in
+    /// at its key's position, or replaces the cell with the same key. Returns the replaced
+    /// value as [`leaf_put_in_place`] does (`Val::Inline` of no bytes for an inline one: only
+    /// overflow values need freeing), or `None` for an insert.
+    ///
+    /// Errors: [`EditError::Malformed`] when `page` is not a leaf, a cell lies outside the page
+    /// or over the slot array, or a key is empty or over [`crate::MAX_KEY_LEN`] bytes (what
+    /// [`Node::decode`] rejects), or its slot array passes the end of the page.
+    pub fn load(&mut self, page: &[u8], key: &[u8], val: &Val) -> Result<Option<Val>, EditError> {
+        self.cells.clear();
+        self.total = 0;
+        let h = PageHeader::read(page).ok_or(EditError::Malformed)?;
+        let count = h.count as usize;
+        if h.kind != PageKind::Leaf
+            || page.len() != PAGE_SIZE
+            || HEADER_LEN + 2 * count > PAGE_SIZE
+            || key.is_empty()
+            || key.len() > crate::MAX_KEY_LEN
+        {
+            return Err(EditError::Malformed);
+        }
+        let found = LeafView::new(page, &h)
+            .search(key)
+            .ok_or(EditError::Malformed)?;
+        self.new_size = LEAF_CELL_FIXED
+            + key.len()
+            + match val {
+                Val::Inline(v) => v.len(),
+                Val::Overflow { .. } => 8,
+            };
+        if self.new_size > BODY_LEN - 2 {
+            return Err(EditError::Malformed);
+        }
+        let new = CellAt {
+            src: 0,
+            size: self.new_size as u16,
+            dst: 0,
+        };
+        let mut old = None;
+        self.cells.reserve(count + 1);
+        let slot_end = HEADER_LEN + 2 * count;
+        for j in 0..count {
+            let (k, size, off) = base_cell(page, &h, j).ok_or(EditError::Malformed)?;
+            if k.is_empty() || k.len() > crate::MAX_KEY_LEN || off < slot_end {
+                return Err(EditError::Malformed);
+            }
+            match found {
+                Ok(i) if i == j => {
+                    let (_, v) = LeafView::new(page, &h)
+                        .cell(j)
+                        .ok_or(EditError::Malformed)?;
+                    old = Some(match v {
+                        ValRef::Inline(_) => Val::Inline(Vec::new()),
+                        ValRef::Overflow { page, len } => Val::Overflow { page, len },
+                    });
+                    self.cells.push(new);
+                    self.total += 2 + self.new_size;
+                    continue;
+                }
+                Err(i) if i == j => {
+                    self.cells.push(new);
+                    self.total += 2 + self.new_size;
+                }
+                _ => {}
+            }
+            self.cells.push(CellAt {
+                src: off as u16,
+                size: size as u16,
+                dst: 0,
+            });
+            self.total += 2 + size;
+        }
+        if found == Err(count) {
+            self.cells.push(new);
+            self.total += 2 + self.new_size;
+        }
+        Ok(old)
+    }
+
+    /// Cells loaded (the page's, with the put applied).
+    pub fn len(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// Bytes of page body the cells `range` take, slots included (as [`Node::body_size`]);
+    /// `None` when `range` is out of bounds.
+    pub fn body_size(&self, range: std::ops::Range<usize>) -> Option<usize> {
+        if range.start == 0 && range.end == self.cells.len() {
+            return Some(self.total);
+        }
+        Some(
+            self.cells
+                .get(range)?
+                .iter()
+                .map(|c| 2 + c.size as usize)
+                .sum(),
+        )
+    }
+
+    /// The first cell of the right half of a split, by [`leaf_split_point`] (today's rule: half
+    /// the bytes on each side).
+    pub fn split_point(&self) -> usize {
+        leaf_split_point(
+            self.cells.iter().map(|c| 2 + c.size as usize),
+            self.cells.len(),
+        )
+    }
+
+    /// The key of cell `i`: read from `src` (the image the cells were loaded from), or `key`
+    /// for the new cell. `None` when `i` is out of bounds or `src` is malformed there.
+    pub fn key<'a>(&self, i: usize, src: &'a [u8], key: &'a [u8]) -> Option<&'a [u8]> {
+        let c = self.cells.get(i)?;
+        if c.src == 0 {
+            return Some(key);
+        }
+        cell_key(src, c.src as usize)
+    }
+
+    /// Lays cells `range` out as a leaf page `page_number` written by `txn_id` into `dst`, as
+    /// [`Node::encode_unsealed_into`] would lay out the decoded entries: `dst` holds a copy of
+    /// `base` (the image the page was copied from, for a small journal diff) or zeros when
+    /// `base` is `None`; every cell whose key is in `base` with a cell of the same size takes
+    /// that cell's offset, the others are packed below the lowest of those, in key order. Cell
+    /// bytes are copied from `src` (the image the cells were loaded from); the new cell is
+    /// encoded from `key` and `val`. The header is written, the checksum is not (the writer
+    /// seals at commit).
+    ///
+    /// Returns `Ok(false)`, with `dst` partly written, when the cells do not fit around the cells
+    /// kept from `base` (or `base` is not a leaf): zero `dst` and lay them out again without a
+    /// base, which always fits when [`LeafCells::body_size`] of `range` is at most
+    /// [`BODY_LEN`]. Errors: [`EditError::Malformed`] when `range` is out of bounds, `src`,
+    /// `dst` or `base` is not a page, a cell of `src` or `base` is malformed, or the cells do not
+    /// fit a page.
+    #[allow(clippy::too_many_arguments)]
+    pub fn write(
+        &mut self,
+        range: std::ops::Range<usize>,
+        src: &[u8],
+        key: &[u8],
+        val: &Val,
+        dst: &mut [u8],
+        base: Option<&[u8]>,
+        page_number: u64,
+        txn_id: u64,
+    ) -> Result<bool, EditError> {
+        if src.len() != PAGE_SIZE || dst.len() != PAGE_SIZE {
+            return Err(EditError::Malformed);
+        }
+        if self.body_size(range.clone()).ok_or(EditError::Malformed)? > BODY_LEN {
+            return Err(EditError::Malformed);
+        }
+        let cells = &mut self.cells[range];
+        let count = cells.len();
+        let mut low = PAGE_SIZE;
+        for c in cells.iter_mut() {
+            c.dst = 0;
+        }
+        if let Some(b) = base {
+            let Some(bh) = PageHeader::read(b).filter(|h| h.kind == PageKind::Leaf) else {
+                return Ok(false);
+            };
+            if b.len() != PAGE_SIZE {
+                return Ok(false);
+            }
+            // Both sides are in key order: a merge walk, bounded by the two counts (as
+            // `Node::place`).
+            let mut j = 0;
+            let base_count = bh.count as usize;
+            for c in cells.iter_mut() {
+                let k = if c.src == 0 {
+                    key
+                } else {
+                    cell_key(src, c.src as usize).ok_or(EditError::Malformed)?
+                };
+                while j < base_count {
+                    let (bk, bsize, boff) = base_cell(b, &bh, j).ok_or(EditError::Malformed)?;
+                    match bk.cmp(k) {
+                        std::cmp::Ordering::Less => j += 1,
+                        std::cmp::Ordering::Equal => {
+                            if bsize == c.size as usize {
+                                c.dst = boff as u16;
+                                low = low.min(boff);
+                            }
+                            j += 1;
+                            break;
+                        }
+                        std::cmp::Ordering::Greater => break,
+                    }
+                }
+            }
+        }
+        let slot_end = HEADER_LEN + 2 * count;
+        let mut end = low;
+        for c in cells.iter_mut().filter(|c| c.dst == 0) {
+            let size = c.size as usize;
+            if end < slot_end + size {
+                return Ok(false);
+            }
+            end -= size;
+            c.dst = end as u16;
+        }
+        if end < slot_end {
+            return Ok(false);
+        }
+        for (i, c) in cells.iter().enumerate() {
+            let (d, size) = (c.dst as usize, c.size as usize);
+            if d < slot_end || d + size > PAGE_SIZE {
+                return Err(EditError::Malformed);
+            }
+            wr_u16(dst, HEADER_LEN + 2 * i, c.dst);
+            if c.src == 0 {
+                write_leaf_cell(dst, d, key, val);
+            } else {
+                let s = c.src as usize;
+                let from = src.get(s..s + size).ok_or(EditError::Malformed)?;
+                dst[d..d + size].copy_from_slice(from);
+            }
+        }
+        PageHeader {
+            kind: PageKind::Leaf,
+            count: count as u16,
+            page_number,
+            txn_id,
+            run_pages: 1,
+            aux: 0,
+        }
+        .write(dst);
+        Ok(true)
+    }
+}
+
+/// The key of the leaf cell at byte `off` of `page`; `None` when it does not lie in the page.
+fn cell_key(page: &[u8], off: usize) -> Option<&[u8]> {
+    let klen = rd_u16(page, off)? as usize;
+    let at = match *page.get(off + 2)? {
+        0 => off + LEAF_CELL_FIXED,
+        1 => off + LEAF_CELL_FIXED + 8,
+        _ => return None,
+    };
+    page.get(at..at.checked_add(klen)?)
+}
+
 /// Sets child `i` (0 = leftmost) of a dirty branch image in place; returns the bytes written.
 pub fn branch_set_child(page: &mut [u8], i: usize, child: u64) -> Result<Touched, EditError> {
     let h = PageHeader::read(page).ok_or(EditError::Malformed)?;
