@@ -1004,6 +1004,334 @@ mod tests {
         );
     }
 
+    /// A xorshift generator for the randomized tests below (deterministic).
+    fn rng(mut seed: u64) -> impl FnMut(u64) -> u64 {
+        move |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        }
+    }
+
+    /// What the writer does in page form with a put that found no room in the free gap
+    /// (`WriteTransaction::put_full_leaf`): the re-packed page, or the split's left page,
+    /// separator and right page. Pages laid out on `base` when it has room, else packed.
+    #[allow(clippy::type_complexity)]
+    fn page_form_put(
+        cells: &mut LeafCells,
+        img: &[u8],
+        base: &[u8],
+        key: &[u8],
+        val: &Val,
+    ) -> (Option<Val>, Vec<u8>, Option<(Vec<u8>, Vec<u8>)>) {
+        let old = cells.load(img, key, val).unwrap();
+        let n = cells.len();
+        let lay = |cells: &mut LeafCells, r: std::ops::Range<usize>, base: Option<&[u8]>, pn| {
+            let mut dst = match base {
+                Some(b) => b.to_vec(),
+                None => vec![0u8; PAGE_SIZE],
+            };
+            if !cells
+                .write(r.clone(), img, key, val, &mut dst, base, pn, 3)
+                .unwrap()
+            {
+                dst.fill(0);
+                assert!(cells.write(r, img, key, val, &mut dst, None, pn, 3).unwrap());
+            }
+            dst
+        };
+        if cells.body_size(0..n).unwrap() <= BODY_LEN {
+            return (old, lay(cells, 0..n, Some(base), 9), None);
+        }
+        let at = cells.split_point();
+        let sep = cells.key(at, img, key).unwrap().to_vec();
+        let right = lay(cells, at..n, None, 12);
+        let left = lay(cells, 0..at, Some(base), 9);
+        (old, left, Some((sep, right)))
+    }
+
+    /// The same put on the decoded node (the writer's node path: `insert_at`, `split`, `park`).
+    #[allow(clippy::type_complexity)]
+    fn decoded_put(
+        img: &[u8],
+        base: &[u8],
+        key: &[u8],
+        val: &Val,
+    ) -> (Option<Val>, Vec<u8>, Option<(Vec<u8>, Vec<u8>)>) {
+        let h = PageHeader::read(img).unwrap();
+        let Some(Node::Leaf(mut es)) = Node::decode(img, &h) else {
+            panic!("not a leaf")
+        };
+        let mut old = None;
+        match es.binary_search_by(|e| e.key.as_slice().cmp(key)) {
+            Ok(i) => old = Some(std::mem::replace(&mut es[i].val, val.clone())),
+            Err(i) => es.insert(
+                i,
+                LeafEntry {
+                    key: key.to_vec(),
+                    val: val.clone(),
+                },
+            ),
+        }
+        let old = old.map(|v| match v {
+            Val::Inline(_) => Val::Inline(Vec::new()),
+            o => o,
+        });
+        let lay = |n: &Node, base: Option<&[u8]>, pn| {
+            let mut dst = match base {
+                Some(b) => b.to_vec(),
+                None => vec![0u8; PAGE_SIZE],
+            };
+            n.encode_unsealed_into(&mut dst, base, pn, 3);
+            dst
+        };
+        let node = Node::Leaf(es.clone());
+        if node.fits() {
+            return (old, lay(&node, Some(base), 9), None);
+        }
+        let at = leaf_split_point(es.iter().map(leaf_entry_size), es.len());
+        let right = es.split_off(at);
+        let sep = right[0].key.clone();
+        let right = lay(&Node::Leaf(right), None, 12);
+        (old, lay(&Node::Leaf(es), Some(base), 9), Some((sep, right)))
+    }
+
+    /// Every key of leaf image `img` in order, and its free gap (bytes between the slot array
+    /// and the lowest cell).
+    fn keys_and_gap(img: &[u8]) -> (Vec<Vec<u8>>, usize) {
+        let h = PageHeader::read(img).unwrap();
+        assert_eq!(h.kind, PageKind::Leaf);
+        let Some(Node::Leaf(es)) = Node::decode(img, &h) else {
+            panic!("leaf does not decode")
+        };
+        let keys: Vec<Vec<u8>> = es.into_iter().map(|e| e.key).collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "keys out of order");
+        let low = lowest_cell(img, HEADER_LEN, h.count as usize).unwrap();
+        (keys, low - HEADER_LEN - 2 * h.count as usize)
+    }
+
+    #[test]
+    fn leaf_cells_match_the_decoded_path() {
+        // Full leaves of random-sized entries (some overflow), edited in place after their copy
+        // from a base (so their free space is scattered and their cells are not in key order
+        // of offset), then a put at every position and a replacement of a few keys: the page
+        // form must give the decoded path's images byte for byte (re-packed page, or both
+        // halves of a split, the left one laid out on the base), the same separator and the
+        // same old value.
+        let mut rnd = rng(0x9e37_79b9_7f4a_7c15);
+        let mut cells = LeafCells::default();
+        let (mut repacked, mut split) = (0, 0);
+        for round in 0..30 {
+            let mut es: Vec<LeafEntry> = Vec::new();
+            let mut k = 0u64;
+            let entry = |k: u64, rnd: &mut dyn FnMut(u64) -> u64| LeafEntry {
+                key: format!("k{k:08}").into_bytes(),
+                val: if rnd(9) == 0 {
+                    Val::Overflow {
+                        page: 7 + k,
+                        len: 50_000,
+                    }
+                } else {
+                    Val::Inline(vec![round as u8; rnd(200) as usize])
+                },
+            };
+            // A base page about two-thirds full, then in-place puts until the gap is full.
+            while Node::Leaf(es.clone()).body_size() < BODY_LEN * 2 / 3 {
+                k += 4 + rnd(50);
+                es.push(entry(k, &mut rnd));
+            }
+            let base = Node::Leaf(es.clone()).encode(9, 1).to_vec();
+            let mut img = base.clone();
+            for _ in 0..1000 {
+                let e = if rnd(4) == 0 {
+                    // A replacement of a different size leaves its old cell behind.
+                    let mut e = es[rnd(es.len() as u64) as usize].clone();
+                    e.val = Val::Inline(vec![1; rnd(150) as usize]);
+                    e
+                } else {
+                    entry(rnd(k + 60), &mut rnd)
+                };
+                if leaf_put_in_place(&mut img, &e.key, &e.val).is_err() {
+                    break;
+                }
+            }
+            let h = PageHeader::read(&img).unwrap();
+            let Some(Node::Leaf(now)) = Node::decode(&img, &h) else {
+                panic!("round {round}: the edited leaf does not decode")
+            };
+            let mut puts: Vec<Vec<u8>> = vec![b"a".to_vec(), b"z".to_vec()];
+            for e in &now {
+                let mut kk = e.key.clone();
+                kk.push(b'5');
+                puts.push(kk);
+            }
+            for i in (0..now.len()).step_by(5) {
+                puts.push(now[i].key.clone());
+            }
+            for key in puts {
+                let val = match rnd(10) {
+                    0 => Val::Overflow {
+                        page: 99,
+                        len: 9_000,
+                    },
+                    1 => Val::Inline(vec![0xee; MAX_INLINE_CELL - 2 - LEAF_CELL_FIXED - key.len()]),
+                    _ => Val::Inline(vec![0xee; 40 + rnd(300) as usize]),
+                };
+                let want = decoded_put(&img, &base, &key, &val);
+                let got = page_form_put(&mut cells, &img, &base, &key, &val);
+                assert_eq!(got.0, want.0, "round {round}: old value");
+                assert!(got.1 == want.1, "round {round}: left or re-packed page differs");
+                match (&got.2, &want.2) {
+                    (None, None) => repacked += 1,
+                    (Some((gs, gr)), Some((ws, wr))) => {
+                        assert_eq!(gs, ws, "round {round}: separator");
+                        assert!(gr == wr, "round {round}: right page differs");
+                        assert_eq!(&keys_and_gap(gr).0[0], gs);
+                        assert!(keys_and_gap(&got.1).0.last().unwrap() < gs);
+                        split += 1;
+                    }
+                    _ => panic!("round {round}: split in one path only"),
+                }
+            }
+        }
+        assert!(repacked > 100 && split > 100, "{repacked} re-packed, {split} split");
+    }
+
+    #[test]
+    fn repack_joins_the_scattered_free_space() {
+        // A leaf whose free gap is full but whose live cells leave room (cells of replaced
+        // values left behind): re-packed without a base, every key is there in order and the
+        // gap is the whole free space of the page.
+        let es: Vec<LeafEntry> = (0..30u32)
+            .map(|i| LeafEntry {
+                key: format!("key{i:04}").into_bytes(),
+                val: Val::Inline(vec![i as u8; 100]),
+            })
+            .collect();
+        let mut img = Node::Leaf(es.clone()).encode(5, 1).to_vec();
+        // Replacements of a different size (each one a cell of one byte more than the last)
+        // until the gap is full; bounded: each takes at least 108 bytes of the gap.
+        let mut i = 0;
+        while leaf_put_in_place(&mut img, &es[i % 30].key, &Val::Inline(vec![7; 101 + i]))
+            .is_ok()
+        {
+            i += 1;
+            assert!(i < 100);
+        }
+        let key = b"key0015a".to_vec();
+        let val = Val::Inline(vec![9; 200]);
+        let mut cells = LeafCells::default();
+        assert_eq!(cells.load(&img, &key, &val), Ok(None));
+        assert_eq!(cells.len(), 31);
+        let size = cells.body_size(0..31).unwrap();
+        assert!(size <= BODY_LEN);
+        let mut dst = vec![0u8; PAGE_SIZE];
+        assert_eq!(
+            cells.write(0..31, &img, &key, &val, &mut dst, None, 5, 2),
+            Ok(true)
+        );
+        let (keys, gap) = keys_and_gap(&dst);
+        let mut want: Vec<Vec<u8>> = es.iter().map(|e| e.key.clone()).collect();
+        want.insert(16, key.clone());
+        assert_eq!(keys, want);
+        assert_eq!(gap, BODY_LEN - size, "free space accounted");
+        let h = PageHeader::read(&dst).unwrap();
+        assert_eq!((h.page_number, h.txn_id, h.count), (5, 2, 31));
+        let v = LeafView::new(&dst, &h);
+        assert_eq!(v.cell(16).unwrap().1, ValRef::Inline(&[9; 200]));
+        // A replacement reports the old value: inline as no bytes, overflow as the run.
+        assert_eq!(
+            cells.load(&img, b"key0003", &val),
+            Ok(Some(Val::Inline(Vec::new())))
+        );
+        assert_eq!(cells.len(), 30);
+    }
+
+    #[test]
+    fn split_of_a_leaf_with_one_huge_value() {
+        // Small entries around one value of the largest inline size, the new key at each
+        // place: both halves fit, every key is in one of them in order, and the separator is
+        // the right half's first key.
+        let huge = MAX_INLINE_CELL - 2 - LEAF_CELL_FIXED - 8;
+        for at in [0usize, 1, 20, 38, 39] {
+            let es: Vec<LeafEntry> = (0..40u32)
+                .map(|i| LeafEntry {
+                    key: format!("key{i:04}").into_bytes(),
+                    val: Val::Inline(vec![1; if i as usize == at { huge } else { 140 }]),
+                })
+                .collect();
+            let img = Node::Leaf(es.clone()).encode(5, 1).to_vec();
+            let mut cells = LeafCells::default();
+            for key in [b"a".to_vec(), b"key0020a".to_vec(), b"z".to_vec()] {
+                let val = Val::Inline(vec![2; 400]);
+                let (old, left, right) = page_form_put(&mut cells, &img, &img, &key, &val);
+                assert_eq!(old, None);
+                let Some((sep, right)) = right else {
+                    panic!("no split")
+                };
+                let (lk, _) = keys_and_gap(&left);
+                let (rk, _) = keys_and_gap(&right);
+                assert_eq!(rk[0], sep);
+                assert!(lk.last().unwrap() < &sep);
+                let mut want: Vec<Vec<u8>> = es.iter().map(|e| e.key.clone()).collect();
+                want.push(key.clone());
+                want.sort();
+                assert_eq!([lk, rk].concat(), want, "huge value at {at}, key {key:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn leaf_cells_reject_malformed_pages() {
+        let mut cells = LeafCells::default();
+        let v = Val::Inline(vec![1; 10]);
+        let mut img = vec![0xFFu8; PAGE_SIZE];
+        img[4] = PageKind::Leaf as u8;
+        assert_eq!(cells.load(&img, b"k", &v), Err(EditError::Malformed));
+        // A branch is not a leaf.
+        let b = Node::Branch {
+            keys: vec![b"b".to_vec()],
+            children: vec![1, 2],
+        }
+        .encode(3, 1);
+        assert_eq!(cells.load(&b, b"k", &v), Err(EditError::Malformed));
+        // A cell pointing into the slot array.
+        let mut l = Node::Leaf(vec![LeafEntry {
+            key: b"k".to_vec(),
+            val: Val::Inline(vec![]),
+        }])
+        .encode(3, 1)
+        .to_vec();
+        wr_u16(&mut l, HEADER_LEN, HEADER_LEN as u16);
+        assert_eq!(cells.load(&l, b"j", &v), Err(EditError::Malformed));
+        // Random damage never panics.
+        let mut rnd = rng(7);
+        let good = Node::Leaf(
+            (0..60u32)
+                .map(|i| LeafEntry {
+                    key: format!("key{i:04}").into_bytes(),
+                    val: Val::Inline(vec![3; 90]),
+                })
+                .collect(),
+        )
+        .encode(3, 1)
+        .to_vec();
+        for _ in 0..2000 {
+            let mut img = good.clone();
+            for _ in 0..4 {
+                let at = rnd(PAGE_SIZE as u64 - 32) as usize + 6;
+                img[at] = rnd(256) as u8;
+            }
+            if cells.load(&img, b"key0030a", &v).is_ok() {
+                let n = cells.len();
+                let mut dst = vec![0u8; PAGE_SIZE];
+                let _ = cells.write(0..n / 2, &img, b"key0030a", &v, &mut dst, Some(&good), 3, 1);
+                let _ = cells.write(n / 2..n, &img, b"key0030a", &v, &mut dst, None, 3, 1);
+            }
+        }
+    }
+
     #[test]
     fn branch_insert_in_place_matches_the_decoded_edit() {
         // A split of child i into (left, right) with separator sep: in place on the image, and
