@@ -58,7 +58,11 @@ fn load(sorted: bool) -> u64 {
     let r = s.begin_read().unwrap();
     assert_eq!(r.len(), KEYS);
     for i in (0..KEYS).step_by(97) {
-        assert_eq!(r.get(entry(i, sorted)).unwrap(), Some(&b""[..]), "entry {i}");
+        assert_eq!(
+            r.get(entry(i, sorted)).unwrap(),
+            Some(&b""[..]),
+            "entry {i}"
+        );
     }
     drop(r);
     assert!(s.check().unwrap().is_ok());

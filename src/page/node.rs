@@ -1037,7 +1037,9 @@ mod tests {
                 .unwrap()
             {
                 dst.fill(0);
-                assert!(cells.write(r, img, key, val, &mut dst, None, pn, 3).unwrap());
+                assert!(cells
+                    .write(r, img, key, val, &mut dst, None, pn, 3)
+                    .unwrap());
             }
             dst
         };
@@ -1175,13 +1177,19 @@ mod tests {
                         page: 99,
                         len: 9_000,
                     },
-                    1 => Val::Inline(vec![0xee; MAX_INLINE_CELL - 2 - LEAF_CELL_FIXED - key.len()]),
+                    1 => Val::Inline(vec![
+                        0xee;
+                        MAX_INLINE_CELL - 2 - LEAF_CELL_FIXED - key.len()
+                    ]),
                     _ => Val::Inline(vec![0xee; 40 + rnd(300) as usize]),
                 };
                 let want = decoded_put(&img, &base, &key, &val);
                 let got = page_form_put(&mut cells, &img, &base, &key, &val);
                 assert_eq!(got.0, want.0, "round {round}: old value");
-                assert!(got.1 == want.1, "round {round}: left or re-packed page differs");
+                assert!(
+                    got.1 == want.1,
+                    "round {round}: left or re-packed page differs"
+                );
                 match (&got.2, &want.2) {
                     (None, None) => repacked += 1,
                     (Some((gs, gr)), Some((ws, wr))) => {
@@ -1195,7 +1203,10 @@ mod tests {
                 }
             }
         }
-        assert!(repacked > 100 && split > 100, "{repacked} re-packed, {split} split");
+        assert!(
+            repacked > 100 && split > 100,
+            "{repacked} re-packed, {split} split"
+        );
     }
 
     #[test]
@@ -1213,9 +1224,7 @@ mod tests {
         // Replacements of a different size (each one a cell of one byte more than the last)
         // until the gap is full; bounded: each takes at least 108 bytes of the gap.
         let mut i = 0;
-        while leaf_put_in_place(&mut img, &es[i % 30].key, &Val::Inline(vec![7; 101 + i]))
-            .is_ok()
-        {
+        while leaf_put_in_place(&mut img, &es[i % 30].key, &Val::Inline(vec![7; 101 + i])).is_ok() {
             i += 1;
             assert!(i < 100);
         }
