@@ -78,7 +78,7 @@ fn random_index_entries_fill_leaves_to_two_thirds() {
     // Random inserts into a B+tree that splits full leaves in half fill them to about ln 2
     // (69%); main before page-form splits: 1,026 pages in use for 736 full pages (0.717).
     // The reverted attempt, which split half-full leaves: 3,014 pages (0.244).
-    assert!(fill >= 0.64, "{used} pages in use, fill {fill:.3}");
+    assert!(fill >= 0.68, "{used} pages in use, fill {fill:.3}");
 }
 
 #[test]
@@ -87,6 +87,7 @@ fn sorted_index_entries_fill_leaves() {
     let used = load(true);
     let fill = full as f64 / used as f64;
     eprintln!("{used} pages in use, {full} full pages, fill {fill:.3}");
-    // Appends at the right edge leave full leaves behind.
-    assert!(fill >= 0.95, "{used} pages in use, fill {fill:.3}");
+    // Appends at the right edge leave full leaves behind: 744 pages (0.989) before and after
+    // page-form splits.
+    assert!(fill >= 0.97, "{used} pages in use, fill {fill:.3}");
 }
