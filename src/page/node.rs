@@ -559,6 +559,296 @@ pub fn leaf_put_in_place(
     Ok((old, [slots, off..off + size, 0..0]))
 }
 
+/// Where the leaf split rule puts the first entry of the right half, for `n >= 2` entries of
+/// the given sizes in key order (bytes with the slot, as [`leaf_entry_size`]): the entry after
+/// the first one at which half of all bytes is reached, clamped to `1..n` so neither half is
+/// empty. Both the decoded path (`WriteTransaction::split`) and the page-form path
+/// ([`LeafCells::split_point`]) use it, so both build the same tree. For `n < 2`, returns `n`.
+pub fn leaf_split_point(sizes: impl Iterator<Item = usize> + Clone, n: usize) -> usize {
+    if n < 2 {
+        return n;
+    }
+    let total: usize = sizes.clone().sum();
+    let mut acc = 0;
+    for (i, s) in sizes.enumerate() {
+        acc += s;
+        if acc >= total / 2 {
+            return (i + 1).clamp(1, n - 1);
+        }
+    }
+    n - 1
+}
+
+/// One cell of a leaf being laid out again ([`LeafCells`]): its offset in the source image
+/// (0 for the new cell, which is not in the source), its size in bytes (slot excluded), and the
+/// offset chosen for it in the destination (0 until chosen).
+#[derive(Debug, Clone, Copy)]
+struct CellAt {
+    src: u16,
+    size: u16,
+    dst: u16,
+}
+
+/// The cells of a leaf page that has no room in its free gap for a put, with the put applied,
+/// read from the page's cell table without decoding the entries (no allocation per entry): the
+/// writer re-packs such a leaf ([`LeafCells::write`] of every cell) when they fit one page, and
+/// splits it (two `write`s, around [`LeafCells::split_point`]) when they do not. Cells are
+/// copied byte for byte from the source image; only the new cell is encoded.
+///
+/// One `LeafCells` is scratch reused by a write transaction: [`LeafCells::load`] clears it, and
+/// its table keeps its capacity (at most one entry per cell a page can hold, about 800).
+#[derive(Debug, Default)]
+pub struct LeafCells {
+    cells: Vec<CellAt>,
+    /// Bytes of page body the cells take, slots included.
+    total: usize,
+    /// Size of the new cell (slot excluded).
+    new_size: usize,
+}
+
+impl LeafCells {
+    /// Reads the cell table of leaf image `page` with `key` put to `val`: the new cell goes in
+    /// at its key's position, or replaces the cell with the same key. Returns the replaced
+    /// value as [`leaf_put_in_place`] does (`Val::Inline` of no bytes for an inline one: only
+    /// overflow values need freeing), or `None` for an insert.
+    ///
+    /// Errors: [`EditError::Malformed`] when `page` is not a leaf, a cell lies outside the page
+    /// or over the slot array, or a key is empty or over [`crate::MAX_KEY_LEN`] bytes (what
+    /// [`Node::decode`] rejects), or its slot array passes the end of the page.
+    pub fn load(&mut self, page: &[u8], key: &[u8], val: &Val) -> Result<Option<Val>, EditError> {
+        self.cells.clear();
+        self.total = 0;
+        let h = PageHeader::read(page).ok_or(EditError::Malformed)?;
+        let count = h.count as usize;
+        if h.kind != PageKind::Leaf
+            || page.len() != PAGE_SIZE
+            || HEADER_LEN + 2 * count > PAGE_SIZE
+            || key.is_empty()
+            || key.len() > crate::MAX_KEY_LEN
+        {
+            return Err(EditError::Malformed);
+        }
+        let found = LeafView::new(page, &h)
+            .search(key)
+            .ok_or(EditError::Malformed)?;
+        self.new_size = LEAF_CELL_FIXED
+            + key.len()
+            + match val {
+                Val::Inline(v) => v.len(),
+                Val::Overflow { .. } => 8,
+            };
+        if self.new_size > BODY_LEN - 2 {
+            return Err(EditError::Malformed);
+        }
+        let new = CellAt {
+            src: 0,
+            size: self.new_size as u16,
+            dst: 0,
+        };
+        let mut old = None;
+        self.cells.reserve(count + 1);
+        let slot_end = HEADER_LEN + 2 * count;
+        for j in 0..count {
+            let (k, size, off) = base_cell(page, &h, j).ok_or(EditError::Malformed)?;
+            if k.is_empty() || k.len() > crate::MAX_KEY_LEN || off < slot_end {
+                return Err(EditError::Malformed);
+            }
+            match found {
+                Ok(i) if i == j => {
+                    let (_, v) = LeafView::new(page, &h)
+                        .cell(j)
+                        .ok_or(EditError::Malformed)?;
+                    old = Some(match v {
+                        ValRef::Inline(_) => Val::Inline(Vec::new()),
+                        ValRef::Overflow { page, len } => Val::Overflow { page, len },
+                    });
+                    self.cells.push(new);
+                    self.total += 2 + self.new_size;
+                    continue;
+                }
+                Err(i) if i == j => {
+                    self.cells.push(new);
+                    self.total += 2 + self.new_size;
+                }
+                _ => {}
+            }
+            self.cells.push(CellAt {
+                src: off as u16,
+                size: size as u16,
+                dst: 0,
+            });
+            self.total += 2 + size;
+        }
+        if found == Err(count) {
+            self.cells.push(new);
+            self.total += 2 + self.new_size;
+        }
+        Ok(old)
+    }
+
+    /// Cells loaded (the page's, with the put applied).
+    pub fn len(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// Bytes of page body the cells `range` take, slots included (as [`Node::body_size`]);
+    /// `None` when `range` is out of bounds.
+    pub fn body_size(&self, range: std::ops::Range<usize>) -> Option<usize> {
+        if range.start == 0 && range.end == self.cells.len() {
+            return Some(self.total);
+        }
+        Some(
+            self.cells
+                .get(range)?
+                .iter()
+                .map(|c| 2 + c.size as usize)
+                .sum(),
+        )
+    }
+
+    /// The first cell of the right half of a split, by [`leaf_split_point`] (today's rule: half
+    /// the bytes on each side).
+    pub fn split_point(&self) -> usize {
+        leaf_split_point(
+            self.cells.iter().map(|c| 2 + c.size as usize),
+            self.cells.len(),
+        )
+    }
+
+    /// The key of cell `i`: read from `src` (the image the cells were loaded from), or `key`
+    /// for the new cell. `None` when `i` is out of bounds or `src` is malformed there.
+    pub fn key<'a>(&self, i: usize, src: &'a [u8], key: &'a [u8]) -> Option<&'a [u8]> {
+        let c = self.cells.get(i)?;
+        if c.src == 0 {
+            return Some(key);
+        }
+        cell_key(src, c.src as usize)
+    }
+
+    /// Lays cells `range` out as a leaf page `page_number` written by `txn_id` into `dst`, as
+    /// [`Node::encode_unsealed_into`] would lay out the decoded entries: `dst` holds a copy of
+    /// `base` (the image the page was copied from, for a small journal diff) or zeros when
+    /// `base` is `None`; every cell whose key is in `base` with a cell of the same size takes
+    /// that cell's offset, the others are packed below the lowest of those, in key order. Cell
+    /// bytes are copied from `src` (the image the cells were loaded from); the new cell is
+    /// encoded from `key` and `val`. The header is written, the checksum is not (the writer
+    /// seals at commit).
+    ///
+    /// Returns `Ok(false)`, with `dst` partly written, when the cells do not fit around the cells
+    /// kept from `base` (or `base` is not a leaf): zero `dst` and lay them out again without a
+    /// base, which always fits when [`LeafCells::body_size`] of `range` is at most
+    /// [`BODY_LEN`]. Errors: [`EditError::Malformed`] when `range` is out of bounds, `src`,
+    /// `dst` or `base` is not a page, a cell of `src` or `base` is malformed, or the cells do not
+    /// fit a page.
+    #[allow(clippy::too_many_arguments)]
+    pub fn write(
+        &mut self,
+        range: std::ops::Range<usize>,
+        src: &[u8],
+        key: &[u8],
+        val: &Val,
+        dst: &mut [u8],
+        base: Option<&[u8]>,
+        page_number: u64,
+        txn_id: u64,
+    ) -> Result<bool, EditError> {
+        if src.len() != PAGE_SIZE || dst.len() != PAGE_SIZE {
+            return Err(EditError::Malformed);
+        }
+        if self.body_size(range.clone()).ok_or(EditError::Malformed)? > BODY_LEN {
+            return Err(EditError::Malformed);
+        }
+        let cells = &mut self.cells[range];
+        let count = cells.len();
+        let mut low = PAGE_SIZE;
+        for c in cells.iter_mut() {
+            c.dst = 0;
+        }
+        if let Some(b) = base {
+            let Some(bh) = PageHeader::read(b).filter(|h| h.kind == PageKind::Leaf) else {
+                return Ok(false);
+            };
+            if b.len() != PAGE_SIZE {
+                return Ok(false);
+            }
+            // Both sides are in key order: a merge walk, bounded by the two counts (as
+            // `Node::place`).
+            let mut j = 0;
+            let base_count = bh.count as usize;
+            for c in cells.iter_mut() {
+                let k = if c.src == 0 {
+                    key
+                } else {
+                    cell_key(src, c.src as usize).ok_or(EditError::Malformed)?
+                };
+                while j < base_count {
+                    let (bk, bsize, boff) = base_cell(b, &bh, j).ok_or(EditError::Malformed)?;
+                    match bk.cmp(k) {
+                        std::cmp::Ordering::Less => j += 1,
+                        std::cmp::Ordering::Equal => {
+                            if bsize == c.size as usize {
+                                c.dst = boff as u16;
+                                low = low.min(boff);
+                            }
+                            j += 1;
+                            break;
+                        }
+                        std::cmp::Ordering::Greater => break,
+                    }
+                }
+            }
+        }
+        let slot_end = HEADER_LEN + 2 * count;
+        let mut end = low;
+        for c in cells.iter_mut().filter(|c| c.dst == 0) {
+            let size = c.size as usize;
+            if end < slot_end + size {
+                return Ok(false);
+            }
+            end -= size;
+            c.dst = end as u16;
+        }
+        if end < slot_end {
+            return Ok(false);
+        }
+        for (i, c) in cells.iter().enumerate() {
+            let (d, size) = (c.dst as usize, c.size as usize);
+            if d < slot_end || d + size > PAGE_SIZE {
+                return Err(EditError::Malformed);
+            }
+            wr_u16(dst, HEADER_LEN + 2 * i, c.dst);
+            if c.src == 0 {
+                write_leaf_cell(dst, d, key, val);
+            } else {
+                let s = c.src as usize;
+                let from = src.get(s..s + size).ok_or(EditError::Malformed)?;
+                dst[d..d + size].copy_from_slice(from);
+            }
+        }
+        PageHeader {
+            kind: PageKind::Leaf,
+            count: count as u16,
+            page_number,
+            txn_id,
+            run_pages: 1,
+            aux: 0,
+        }
+        .write(dst);
+        Ok(true)
+    }
+}
+
+/// The key of the leaf cell at byte `off` of `page`; `None` when it does not lie in the page.
+fn cell_key(page: &[u8], off: usize) -> Option<&[u8]> {
+    let klen = rd_u16(page, off)? as usize;
+    let at = match *page.get(off + 2)? {
+        0 => off + LEAF_CELL_FIXED,
+        1 => off + LEAF_CELL_FIXED + 8,
+        _ => return None,
+    };
+    page.get(at..at.checked_add(klen)?)
+}
+
 /// Sets child `i` (0 = leftmost) of a dirty branch image in place; returns the bytes written.
 pub fn branch_set_child(page: &mut [u8], i: usize, child: u64) -> Result<Touched, EditError> {
     let h = PageHeader::read(page).ok_or(EditError::Malformed)?;
@@ -712,6 +1002,343 @@ mod tests {
                 len: 99_999
             }
         );
+    }
+
+    /// A xorshift generator for the randomized tests below (deterministic).
+    fn rng(mut seed: u64) -> impl FnMut(u64) -> u64 {
+        move |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        }
+    }
+
+    /// What the writer does in page form with a put that found no room in the free gap
+    /// (`WriteTransaction::put_full_leaf`): the re-packed page, or the split's left page,
+    /// separator and right page. Pages laid out on `base` when it has room, else packed.
+    #[allow(clippy::type_complexity)]
+    fn page_form_put(
+        cells: &mut LeafCells,
+        img: &[u8],
+        base: &[u8],
+        key: &[u8],
+        val: &Val,
+    ) -> (Option<Val>, Vec<u8>, Option<(Vec<u8>, Vec<u8>)>) {
+        let old = cells.load(img, key, val).unwrap();
+        let n = cells.len();
+        let lay = |cells: &mut LeafCells, r: std::ops::Range<usize>, base: Option<&[u8]>, pn| {
+            let mut dst = match base {
+                Some(b) => b.to_vec(),
+                None => vec![0u8; PAGE_SIZE],
+            };
+            if !cells
+                .write(r.clone(), img, key, val, &mut dst, base, pn, 3)
+                .unwrap()
+            {
+                dst.fill(0);
+                assert!(cells
+                    .write(r, img, key, val, &mut dst, None, pn, 3)
+                    .unwrap());
+            }
+            dst
+        };
+        if cells.body_size(0..n).unwrap() <= BODY_LEN {
+            return (old, lay(cells, 0..n, Some(base), 9), None);
+        }
+        let at = cells.split_point();
+        let sep = cells.key(at, img, key).unwrap().to_vec();
+        let right = lay(cells, at..n, None, 12);
+        let left = lay(cells, 0..at, Some(base), 9);
+        (old, left, Some((sep, right)))
+    }
+
+    /// The same put on the decoded node (the writer's node path: `insert_at`, `split`, `park`).
+    #[allow(clippy::type_complexity)]
+    fn decoded_put(
+        img: &[u8],
+        base: &[u8],
+        key: &[u8],
+        val: &Val,
+    ) -> (Option<Val>, Vec<u8>, Option<(Vec<u8>, Vec<u8>)>) {
+        let h = PageHeader::read(img).unwrap();
+        let Some(Node::Leaf(mut es)) = Node::decode(img, &h) else {
+            panic!("not a leaf")
+        };
+        let mut old = None;
+        match es.binary_search_by(|e| e.key.as_slice().cmp(key)) {
+            Ok(i) => old = Some(std::mem::replace(&mut es[i].val, val.clone())),
+            Err(i) => es.insert(
+                i,
+                LeafEntry {
+                    key: key.to_vec(),
+                    val: val.clone(),
+                },
+            ),
+        }
+        let old = old.map(|v| match v {
+            Val::Inline(_) => Val::Inline(Vec::new()),
+            o => o,
+        });
+        let lay = |n: &Node, base: Option<&[u8]>, pn| {
+            let mut dst = match base {
+                Some(b) => b.to_vec(),
+                None => vec![0u8; PAGE_SIZE],
+            };
+            n.encode_unsealed_into(&mut dst, base, pn, 3);
+            dst
+        };
+        let node = Node::Leaf(es.clone());
+        if node.fits() {
+            return (old, lay(&node, Some(base), 9), None);
+        }
+        let at = leaf_split_point(es.iter().map(leaf_entry_size), es.len());
+        let right = es.split_off(at);
+        let sep = right[0].key.clone();
+        let right = lay(&Node::Leaf(right), None, 12);
+        (old, lay(&Node::Leaf(es), Some(base), 9), Some((sep, right)))
+    }
+
+    /// Every key of leaf image `img` in order, and its free gap (bytes between the slot array
+    /// and the lowest cell).
+    fn keys_and_gap(img: &[u8]) -> (Vec<Vec<u8>>, usize) {
+        let h = PageHeader::read(img).unwrap();
+        assert_eq!(h.kind, PageKind::Leaf);
+        let Some(Node::Leaf(es)) = Node::decode(img, &h) else {
+            panic!("leaf does not decode")
+        };
+        let keys: Vec<Vec<u8>> = es.into_iter().map(|e| e.key).collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "keys out of order");
+        let low = lowest_cell(img, HEADER_LEN, h.count as usize).unwrap();
+        (keys, low - HEADER_LEN - 2 * h.count as usize)
+    }
+
+    #[test]
+    fn leaf_cells_match_the_decoded_path() {
+        // Full leaves of random-sized entries (some overflow), edited in place after their copy
+        // from a base (so their free space is scattered and their cells are not in key order
+        // of offset), then a put at every position and a replacement of a few keys: the page
+        // form must give the decoded path's images byte for byte (re-packed page, or both
+        // halves of a split, the left one laid out on the base), the same separator and the
+        // same old value.
+        let mut rnd = rng(0x9e37_79b9_7f4a_7c15);
+        let mut cells = LeafCells::default();
+        let (mut repacked, mut split) = (0, 0);
+        for round in 0..30 {
+            let mut es: Vec<LeafEntry> = Vec::new();
+            let mut k = 0u64;
+            let entry = |k: u64, rnd: &mut dyn FnMut(u64) -> u64| LeafEntry {
+                key: format!("k{k:08}").into_bytes(),
+                val: if rnd(9) == 0 {
+                    Val::Overflow {
+                        page: 7 + k,
+                        len: 50_000,
+                    }
+                } else {
+                    Val::Inline(vec![round as u8; rnd(200) as usize])
+                },
+            };
+            // A base page about two-thirds full, then in-place puts until the gap is full.
+            while Node::Leaf(es.clone()).body_size() < BODY_LEN * 2 / 3 {
+                k += 4 + rnd(50);
+                es.push(entry(k, &mut rnd));
+            }
+            let base = Node::Leaf(es.clone()).encode(9, 1).to_vec();
+            let mut img = base.clone();
+            for _ in 0..1000 {
+                let e = if rnd(4) == 0 {
+                    // A replacement of a different size leaves its old cell behind.
+                    let mut e = es[rnd(es.len() as u64) as usize].clone();
+                    e.val = Val::Inline(vec![1; rnd(150) as usize]);
+                    e
+                } else {
+                    entry(rnd(k + 60), &mut rnd)
+                };
+                if leaf_put_in_place(&mut img, &e.key, &e.val).is_err() {
+                    break;
+                }
+            }
+            let h = PageHeader::read(&img).unwrap();
+            let Some(Node::Leaf(now)) = Node::decode(&img, &h) else {
+                panic!("round {round}: the edited leaf does not decode")
+            };
+            let mut puts: Vec<Vec<u8>> = vec![b"a".to_vec(), b"z".to_vec()];
+            for e in &now {
+                let mut kk = e.key.clone();
+                kk.push(b'5');
+                puts.push(kk);
+            }
+            for i in (0..now.len()).step_by(5) {
+                puts.push(now[i].key.clone());
+            }
+            for key in puts {
+                let val = match rnd(10) {
+                    0 => Val::Overflow {
+                        page: 99,
+                        len: 9_000,
+                    },
+                    1 => Val::Inline(vec![
+                        0xee;
+                        MAX_INLINE_CELL - 2 - LEAF_CELL_FIXED - key.len()
+                    ]),
+                    _ => Val::Inline(vec![0xee; 40 + rnd(300) as usize]),
+                };
+                let want = decoded_put(&img, &base, &key, &val);
+                let got = page_form_put(&mut cells, &img, &base, &key, &val);
+                assert_eq!(got.0, want.0, "round {round}: old value");
+                assert!(
+                    got.1 == want.1,
+                    "round {round}: left or re-packed page differs"
+                );
+                match (&got.2, &want.2) {
+                    (None, None) => repacked += 1,
+                    (Some((gs, gr)), Some((ws, wr))) => {
+                        assert_eq!(gs, ws, "round {round}: separator");
+                        assert!(gr == wr, "round {round}: right page differs");
+                        assert_eq!(&keys_and_gap(gr).0[0], gs);
+                        assert!(keys_and_gap(&got.1).0.last().unwrap() < gs);
+                        split += 1;
+                    }
+                    _ => panic!("round {round}: split in one path only"),
+                }
+            }
+        }
+        assert!(
+            repacked > 100 && split > 100,
+            "{repacked} re-packed, {split} split"
+        );
+    }
+
+    #[test]
+    fn repack_joins_the_scattered_free_space() {
+        // A leaf whose free gap is full but whose live cells leave room (cells of replaced
+        // values left behind): re-packed without a base, every key is there in order and the
+        // gap is the whole free space of the page.
+        let es: Vec<LeafEntry> = (0..30u32)
+            .map(|i| LeafEntry {
+                key: format!("key{i:04}").into_bytes(),
+                val: Val::Inline(vec![i as u8; 100]),
+            })
+            .collect();
+        let mut img = Node::Leaf(es.clone()).encode(5, 1).to_vec();
+        // Replacements of a different size (each one a cell of one byte more than the last)
+        // until the gap is full; bounded: each takes at least 108 bytes of the gap.
+        let mut i = 0;
+        while leaf_put_in_place(&mut img, &es[i % 30].key, &Val::Inline(vec![7; 101 + i])).is_ok() {
+            i += 1;
+            assert!(i < 100);
+        }
+        let key = b"key0015a".to_vec();
+        let val = Val::Inline(vec![9; 200]);
+        let mut cells = LeafCells::default();
+        assert_eq!(cells.load(&img, &key, &val), Ok(None));
+        assert_eq!(cells.len(), 31);
+        let size = cells.body_size(0..31).unwrap();
+        assert!(size <= BODY_LEN);
+        let mut dst = vec![0u8; PAGE_SIZE];
+        assert_eq!(
+            cells.write(0..31, &img, &key, &val, &mut dst, None, 5, 2),
+            Ok(true)
+        );
+        let (keys, gap) = keys_and_gap(&dst);
+        let mut want: Vec<Vec<u8>> = es.iter().map(|e| e.key.clone()).collect();
+        want.insert(16, key.clone());
+        assert_eq!(keys, want);
+        assert_eq!(gap, BODY_LEN - size, "free space accounted");
+        let h = PageHeader::read(&dst).unwrap();
+        assert_eq!((h.page_number, h.txn_id, h.count), (5, 2, 31));
+        let v = LeafView::new(&dst, &h);
+        assert_eq!(v.cell(16).unwrap().1, ValRef::Inline(&[9; 200]));
+        // A replacement reports the old value: inline as no bytes, overflow as the run.
+        assert_eq!(
+            cells.load(&img, b"key0003", &val),
+            Ok(Some(Val::Inline(Vec::new())))
+        );
+        assert_eq!(cells.len(), 30);
+    }
+
+    #[test]
+    fn split_of_a_leaf_with_one_huge_value() {
+        // Small entries around one value of the largest inline size, the new key at each
+        // place: both halves fit, every key is in one of them in order, and the separator is
+        // the right half's first key.
+        let huge = MAX_INLINE_CELL - 2 - LEAF_CELL_FIXED - 8;
+        for at in [0usize, 1, 20, 38, 39] {
+            let es: Vec<LeafEntry> = (0..40u32)
+                .map(|i| LeafEntry {
+                    key: format!("key{i:04}").into_bytes(),
+                    val: Val::Inline(vec![1; if i as usize == at { huge } else { 140 }]),
+                })
+                .collect();
+            let img = Node::Leaf(es.clone()).encode(5, 1).to_vec();
+            let mut cells = LeafCells::default();
+            for key in [b"a".to_vec(), b"key0020a".to_vec(), b"z".to_vec()] {
+                let val = Val::Inline(vec![2; 400]);
+                let (old, left, right) = page_form_put(&mut cells, &img, &img, &key, &val);
+                assert_eq!(old, None);
+                let Some((sep, right)) = right else {
+                    panic!("no split")
+                };
+                let (lk, _) = keys_and_gap(&left);
+                let (rk, _) = keys_and_gap(&right);
+                assert_eq!(rk[0], sep);
+                assert!(lk.last().unwrap() < &sep);
+                let mut want: Vec<Vec<u8>> = es.iter().map(|e| e.key.clone()).collect();
+                want.push(key.clone());
+                want.sort();
+                assert_eq!([lk, rk].concat(), want, "huge value at {at}, key {key:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn leaf_cells_reject_malformed_pages() {
+        let mut cells = LeafCells::default();
+        let v = Val::Inline(vec![1; 10]);
+        let mut img = vec![0xFFu8; PAGE_SIZE];
+        img[4] = PageKind::Leaf as u8;
+        assert_eq!(cells.load(&img, b"k", &v), Err(EditError::Malformed));
+        // A branch is not a leaf.
+        let b = Node::Branch {
+            keys: vec![b"b".to_vec()],
+            children: vec![1, 2],
+        }
+        .encode(3, 1);
+        assert_eq!(cells.load(&b, b"k", &v), Err(EditError::Malformed));
+        // A cell pointing into the slot array.
+        let mut l = Node::Leaf(vec![LeafEntry {
+            key: b"k".to_vec(),
+            val: Val::Inline(vec![]),
+        }])
+        .encode(3, 1)
+        .to_vec();
+        wr_u16(&mut l, HEADER_LEN, HEADER_LEN as u16);
+        assert_eq!(cells.load(&l, b"j", &v), Err(EditError::Malformed));
+        // Random damage never panics.
+        let mut rnd = rng(7);
+        let good = Node::Leaf(
+            (0..60u32)
+                .map(|i| LeafEntry {
+                    key: format!("key{i:04}").into_bytes(),
+                    val: Val::Inline(vec![3; 90]),
+                })
+                .collect(),
+        )
+        .encode(3, 1)
+        .to_vec();
+        for _ in 0..2000 {
+            let mut img = good.clone();
+            for _ in 0..4 {
+                let at = rnd(PAGE_SIZE as u64 - 32) as usize + 6;
+                img[at] = rnd(256) as u8;
+            }
+            if cells.load(&img, b"key0030a", &v).is_ok() {
+                let n = cells.len();
+                let mut dst = vec![0u8; PAGE_SIZE];
+                let _ = cells.write(0..n / 2, &img, b"key0030a", &v, &mut dst, Some(&good), 3, 1);
+                let _ = cells.write(n / 2..n, &img, b"key0030a", &v, &mut dst, None, 3, 1);
+            }
+        }
     }
 
     #[test]

@@ -96,6 +96,12 @@ pub struct WriteTransaction {
     /// collected more than [`MAX_TOUCHED`] ranges) has no entry and is diffed.
     touched: HashMap<u64, Touches>,
     overflow: HashMap<u64, Vec<u8>>,
+    /// Scratch for leaves re-packed or split in page form (`put_full_leaf`): reused, so no
+    /// allocation per split.
+    leaf_cells: page::node::LeafCells,
+    /// A page buffer freed by `put_full_leaf` (the image a leaf had before it was laid out
+    /// anew), reused for the next one.
+    spare: Option<Arc<[u8]>>,
     // Free-space map.
     fsm_loaded: bool,
     dir_page: u64,
@@ -168,6 +174,8 @@ impl WriteTransaction {
             bases: map(),
             touched: map(),
             overflow: map(),
+            leaf_cells: page::node::LeafCells::default(),
+            spare: None,
             fsm_loaded: false,
             dir_dirty: false,
             dir: Vec::new(),
@@ -484,18 +492,14 @@ impl WriteTransaction {
                         self.corrupt(0, "internal: splitting a leaf of fewer than 2 entries")
                     );
                 }
-                let total: usize = es.iter().map(page::node::leaf_entry_size).sum();
-                let mut acc = 0;
-                let mut at = es.len() - 1;
-                if !append {
-                    for (i, e) in es.iter().enumerate() {
-                        acc += page::node::leaf_entry_size(e);
-                        if acc >= total / 2 {
-                            at = (i + 1).clamp(1, es.len() - 1);
-                            break;
-                        }
-                    }
-                }
+                let at = if append {
+                    es.len() - 1
+                } else {
+                    page::node::leaf_split_point(
+                        es.iter().map(page::node::leaf_entry_size),
+                        es.len(),
+                    )
+                };
                 let right = es.split_off(at);
                 (right[0].key.clone(), Node::Leaf(right))
             }
@@ -604,7 +608,10 @@ impl WriteTransaction {
                         )?;
                         return Ok((p, Some((key.to_vec(), r)), None));
                     }
-                    Err(page::node::EditError::NoRoom) => val = Some(v),
+                    Err(page::node::EditError::NoRoom) => {
+                        // Re-packed or split in page form: no decode.
+                        return self.put_full_leaf(p, key, &v);
+                    }
                     Err(page::node::EditError::Malformed) => {
                         return Err(self.corrupt(p, "malformed leaf page"))
                     }
@@ -702,6 +709,131 @@ impl WriteTransaction {
         let split = split.transpose()?;
         self.park(p, node)?;
         Ok((p, split, old))
+    }
+
+    /// Puts `key` into dirty leaf `p` (in page form) whose free gap has no room for it, without
+    /// decoding the leaf ([`page::node::LeafCells`]): when the live cells and the new one fit
+    /// a page, the leaf is laid out again (re-packed: the free space scattered between cells
+    /// joins the gap) and keeps every entry; otherwise it splits at the decoded path's split
+    /// point (`split`, not an append: the right-edge append was handled by the caller) into
+    /// itself and a new right page, whose first key is the separator. Either way the pages are
+    /// laid out as `park` would lay out the decoded node: the left one on its base (small
+    /// journal diff), the new right one packed. Returns what `insert_at` returns.
+    #[allow(clippy::type_complexity)]
+    fn put_full_leaf(
+        &mut self,
+        p: u64,
+        key: &[u8],
+        val: &Val,
+    ) -> Result<(u64, Option<(Vec<u8>, u64)>, Option<Val>)> {
+        let mut cells = std::mem::take(&mut self.leaf_cells);
+        let r = self.put_full_leaf_with(&mut cells, p, key, val);
+        self.leaf_cells = cells;
+        r
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn put_full_leaf_with(
+        &mut self,
+        cells: &mut page::node::LeafCells,
+        p: u64,
+        key: &[u8],
+        val: &Val,
+    ) -> Result<(u64, Option<(Vec<u8>, u64)>, Option<Val>)> {
+        let Some(src) = self.pages.get(&p).cloned() else {
+            return Err(self.corrupt(p, "internal: dirty leaf missing"));
+        };
+        let old = cells
+            .load(&src, key, val)
+            .map_err(|_| self.corrupt(p, "malformed leaf page"))?;
+        let state = self.base.clone();
+        let base = match self.bases.get(&p) {
+            Some(&b) => Some(state.page(b)?.0),
+            None => None,
+        };
+        let n = cells.len();
+        let fits = |c: &page::node::LeafCells, r: std::ops::Range<usize>| {
+            c.body_size(r).is_some_and(|b| b <= page::BODY_LEN)
+        };
+        if fits(cells, 0..n) {
+            let img = self.lay_out(cells, 0..n, &src, key, val, base, p)?;
+            drop(src);
+            self.replace_page(p, img);
+            return Ok((p, None, old));
+        }
+        let at = cells.split_point();
+        if n < 2 || !fits(cells, 0..at) || !fits(cells, at..n) {
+            // Only a malformed page (a cell over the inline limit) gets here.
+            return Err(self.corrupt(p, "malformed leaf page: split halves do not fit"));
+        }
+        let sep = cells
+            .key(at, &src, key)
+            .ok_or_else(|| self.corrupt(p, "malformed leaf page"))?
+            .to_vec();
+        let r = self.alloc(1)?;
+        let right = self.lay_out(cells, at..n, &src, key, val, None, r)?;
+        self.touched.remove(&r);
+        self.pages.insert(r, right);
+        let left = self.lay_out(cells, 0..at, &src, key, val, base, p)?;
+        drop(src);
+        self.replace_page(p, left);
+        Ok((p, Some((sep, r)), old))
+    }
+
+    /// Lays `cells[range]` out as leaf page `p` ([`page::node::LeafCells::write`]) in a page
+    /// buffer (the spare one when there is one): on `base` when given and the cells fit
+    /// around its kept cells, else packed.
+    #[allow(clippy::too_many_arguments)]
+    fn lay_out(
+        &mut self,
+        cells: &mut page::node::LeafCells,
+        range: std::ops::Range<usize>,
+        src: &[u8],
+        key: &[u8],
+        val: &Val,
+        base: Option<&[u8]>,
+        p: u64,
+    ) -> Result<Arc<[u8]>> {
+        let mut image = match self.spare.take() {
+            Some(img) => img,
+            None => page::zeroed_shared(1),
+        };
+        let Some(img) = Arc::get_mut(&mut image) else {
+            return Err(self.corrupt(p, "internal: new page image shared"));
+        };
+        let txn = self.txn_id;
+        let on_base = match base {
+            Some(b) if b.len() == PAGE_SIZE => {
+                img.copy_from_slice(b);
+                cells.write(range.clone(), src, key, val, img, Some(b), p, txn)
+            }
+            _ => Ok(false),
+        };
+        let placed = match on_base {
+            Ok(true) => Ok(true),
+            Ok(false) => {
+                img.fill(0);
+                cells.write(range, src, key, val, img, None, p, txn)
+            }
+            Err(e) => Err(e),
+        };
+        match placed {
+            Ok(true) => Ok(image),
+            Ok(false) => Err(self.corrupt(p, "internal: leaf cells do not fit a page")),
+            Err(_) => Err(self.corrupt(p, "malformed leaf page")),
+        }
+    }
+
+    /// Replaces dirty page `p`'s image with `img`, laid out anew (the commit diffs it with its
+    /// base: no record of the ranges written); the old image, when no snapshot shares it,
+    /// becomes the spare page buffer.
+    fn replace_page(&mut self, p: u64, img: Arc<[u8]>) {
+        self.touched.remove(&p);
+        if let Some(mut old) = self.pages.insert(p, img) {
+            if Arc::get_mut(&mut old).is_some() {
+                self.spare = Some(old);
+            }
+        }
     }
 
     /// True when `key` sorts after every key of dirty leaf `p` (in page form).
