@@ -40,7 +40,12 @@
 //! nothing (the record catches up with the next batch that does, or at stop). If the txn ids of
 //! the commits are not consecutive from the applied one, the root was committed outside the
 //! engine (the core `Database`): reconcile from a fresh root snapshot first (every commit up to
-//! it is in it, every later one comes through the mailbox).
+//! it is in it, every later one comes through the mailbox). Between two batches the actor
+//! rests: [`IndexDefinition::min_batch_interval`] at first, doubled after a batch whose
+//! transaction copied more than one page per 4 entries and halved after one that copied fewer
+//! than one per 8, within [`IndexDefinition::max_batch_interval`] (so a large index with
+//! scattered terms gets larger batches, each copied leaf serving more entries); a mailbox half
+//! full or a `wait_for_indexes` caller cuts the rest short.
 //!
 //! Invariants: the applied record and the entries it covers commit together, and every root
 //! commit after the applied one reaches the mailbox in txn order, so a durable index state with
