@@ -9,8 +9,11 @@
 //! $B commits DIR N                 # N one-put synced commits on it (FlushMode::Manual)
 //! $B batch DIR PRELOAD BATCHES     # section 4: PRELOAD keys, then BATCHES synced batches of
 //!                                  # 1,000 random 24 B keys with 150 B values (default options)
-//! valgrind --tool=callgrind --toggle-collect='*timed_loop*' $B commits DIR 600
+//! OMNIBUS_IO_URING=0 valgrind --tool=callgrind --toggle-collect='*timed_loop*' $B commits DIR 600
 //! ```
+//!
+//! Under valgrind, set `OMNIBUS_IO_URING=0` (the pwritev lanes): valgrind does not follow
+//! io_uring, and the program waits forever at its first ring submission, using no CPU.
 //!
 //! `DIR` must not exist for `load` and `batch`; `commits` opens an existing storage (so a 2.5 M
 //! key storage is loaded once, natively, and profiled many times).
