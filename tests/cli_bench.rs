@@ -46,6 +46,7 @@ fn bench_shop_tiny_runs_both_modes() {
         "commit max",
         "fdatasyncs/s",
         "commits per fdatasync",
+        "commits per journal batch",
         "journal bytes/document",
         "disk bytes/document",
         "index lag p99",
