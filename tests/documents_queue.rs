@@ -20,8 +20,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use omnibus::actors::{Engine, EngineOptions, IndexDefinition};
-use omnibus::Options;
+#[path = "common/index.rs"]
+mod index_common;
+
+use omnibus::actors::IndexDefinition;
 
 static MAPS: AtomicUsize = AtomicUsize::new(0);
 
@@ -39,14 +41,7 @@ fn slow_map(_key: &[u8], doc: &[u8]) -> Vec<Vec<u8>> {
 #[test]
 fn a_document_commit_does_not_wait_for_the_queued_index_batches() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::start(EngineOptions {
-        executors: Some(1),
-        ..EngineOptions::default()
-    })
-    .unwrap();
-    let db = engine
-        .blocking_open_database(dir.path().join("db"), Options::default())
-        .unwrap();
+    let (engine, db) = index_common::open_engine_on(dir.path().join("db"), 1);
     for i in 0..INDEXES {
         db.blocking_define_index(
             IndexDefinition::new(format!("slow_{i}"), slow_map).min_batch_interval(Duration::ZERO),

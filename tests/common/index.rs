@@ -12,8 +12,16 @@ use rand::Rng;
 
 /// An engine of two executors with the database at `path` open (default options).
 pub fn open_engine(path: impl AsRef<std::path::Path>) -> (Engine, DatabaseHandle) {
+    open_engine_on(path, 2)
+}
+
+/// An engine of `executors` executors with the database at `path` open (default options).
+pub fn open_engine_on(
+    path: impl AsRef<std::path::Path>,
+    executors: usize,
+) -> (Engine, DatabaseHandle) {
     let engine = Engine::start(EngineOptions {
-        executors: Some(2),
+        executors: Some(executors),
         ..EngineOptions::default()
     })
     .unwrap();
