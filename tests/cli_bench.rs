@@ -82,6 +82,64 @@ fn bench_shop_tiny_runs_both_modes() {
 }
 
 #[test]
+fn bench_shop_rounds_alternate_the_modes_and_report_the_median_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("shop.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_omnibus"))
+        .args([
+            "bench",
+            "shop",
+            "--indexes",
+            "2",
+            "--docs",
+            "100",
+            "--clients",
+            "8",
+            "--rounds",
+            "3",
+            "--allow-tmpfs",
+        ])
+        .arg("--dir")
+        .arg(dir.path())
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("run omnibus");
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{out}\n{err}");
+    // Rounds alternate: shared first, then separate first, then shared first.
+    let order: Vec<&str> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("bench shop: running "))
+        .map(|l| l.trim_end_matches(" ..."))
+        .collect();
+    assert_eq!(
+        order,
+        ["shared", "separate", "separate", "shared", "shared", "separate"],
+        "{err}"
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 6);
+    for (i, mode) in ["shared", "separate"].iter().enumerate() {
+        let mut rates: Vec<f64> = runs
+            .iter()
+            .filter(|r| r["journal"] == *mode)
+            .map(|r| r["documents_per_s"].as_f64().unwrap())
+            .collect();
+        rates.sort_by(f64::total_cmp);
+        assert_eq!(v["modes"][i]["journal"], *mode);
+        assert_eq!(v["modes"][i]["documents_per_s"].as_f64().unwrap(), rates[1]);
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&format!("{mode} documents/s in each round: "))),
+            "{out}"
+        );
+    }
+}
+
+#[test]
 fn bench_shop_usage_errors() {
     for args in [
         &["bench", "shop", "--journal", "both"][..],

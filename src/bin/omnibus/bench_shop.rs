@@ -294,7 +294,25 @@ struct Report {
     synced_writes_per_s: f64,
     file_system: String,
     dir: String,
+    /// Each mode's median run by documents/s (its only run without `--rounds`).
     modes: Vec<ModeResult>,
+    /// Every run, in the order they ran (with `--rounds` above 1).
+    runs: Vec<ModeResult>,
+}
+
+/// Each of `modes`' median run in `runs` by documents/s (the lower middle one of an even
+/// count), in the order of `modes`.
+fn median_runs(modes: &[JournalArg], runs: &[ModeResult]) -> Vec<ModeResult> {
+    modes
+        .iter()
+        .filter_map(|m| {
+            let mut mine: Vec<&ModeResult> =
+                runs.iter().filter(|r| r.journal == m.name()).collect();
+            mine.sort_by(|x, y| x.documents_per_s.total_cmp(&y.documents_per_s));
+            mine.get(mine.len().saturating_sub(1) / 2)
+                .map(|r| (*r).clone())
+        })
+        .collect()
 }
 
 fn distribution(h: &Histogram<u64>) -> Vec<(f64, u64)> {
@@ -713,18 +731,25 @@ pub fn run(a: ShopArgs) -> CliResult {
         modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(" then "),
         dir.display()
     );
-    let mut results = Vec::new();
-    for m in &modes {
-        eprintln!("bench shop: running {} ...", m.name());
-        let r = run_mode(&a, *m, &dir, seconds)
-            .map_err(|f| f.context(format_args!("{} journal", m.name())))?;
-        // Hand the freed heap of this mode back to the system, so the next mode's memory
-        // samples start from what it holds itself (glibc keeps freed memory otherwise).
-        // SAFETY: malloc_trim has no preconditions; it only releases free heap memory.
-        unsafe {
-            libc::malloc_trim(0);
-        }
-        eprintln!(
+    let mut runs: Vec<ModeResult> = Vec::new();
+    // Bounded: --rounds is at most 100, modes at most 2.
+    for round in 0..a.rounds {
+        let order: Vec<JournalArg> = if round % 2 == 0 {
+            modes.clone()
+        } else {
+            modes.iter().rev().copied().collect()
+        };
+        for m in &order {
+            eprintln!("bench shop: running {} ...", m.name());
+            let r = run_mode(&a, *m, &dir, seconds)
+                .map_err(|f| f.context(format_args!("{} journal", m.name())))?;
+            // Hand the freed heap of this mode back to the system, so the next mode's memory
+            // samples start from what it holds itself (glibc keeps freed memory otherwise).
+            // SAFETY: malloc_trim has no preconditions; it only releases free heap memory.
+            unsafe {
+                libc::malloc_trim(0);
+            }
+            eprintln!(
             "bench shop: {}: {} documents in {:.1} s ({:.0}/s), index catch-up {:.2} s, setup {:.1} s, close {:.1} s",
             m.name(),
             r.documents,
@@ -734,7 +759,23 @@ pub fn run(a: ShopArgs) -> CliResult {
             r.setup_seconds,
             r.close_seconds
         );
-        results.push(r);
+            runs.push(r);
+        }
+    }
+    let results = median_runs(&modes, &runs);
+    if a.rounds > 1 {
+        for m in &modes {
+            let each: Vec<String> = runs
+                .iter()
+                .filter(|r| r.journal == m.name())
+                .map(|r| format!("{:.0}", r.documents_per_s))
+                .collect();
+            println!(
+                "{} documents/s in each round: {} (the table shows the median run)",
+                m.name(),
+                each.join(", ")
+            );
+        }
     }
     println!("machine: {machine}; file system: {fs} ({})", dir.display());
     println!("disk: {disk}");
@@ -751,6 +792,11 @@ pub fn run(a: ShopArgs) -> CliResult {
             file_system: fs.clone(),
             dir: dir.display().to_string(),
             modes: results.clone(),
+            runs: if a.rounds > 1 {
+                runs.clone()
+            } else {
+                Vec::new()
+            },
         };
         let text = serde_json::to_string_pretty(&rep).expect("serializable");
         std::fs::write(p, text + "\n")

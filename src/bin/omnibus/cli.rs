@@ -430,6 +430,12 @@ pub struct ShopArgs {
     /// Seconds of inserting per mode [default: 20, when --docs is not given].
     #[arg(long, conflicts_with = "docs")]
     pub seconds: Option<f64>,
+    /// Runs of each mode, in rounds whose order alternates (shared then separate, then
+    /// separate then shared, ...); the table and --json's `modes` show each mode's median run
+    /// by documents/s, and every run is listed. On a small or shared machine, which mode runs
+    /// first and the minute move a 20 s run by tens of percent: use 3 or more to compare modes.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rounds: u32,
     /// Documents per mode, instead of a duration.
     #[arg(long)]
     pub docs: Option<u64>,
