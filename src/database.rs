@@ -257,6 +257,11 @@ impl Database {
                     pool_files: opts.journal_pool_files.max(1),
                     eventual_sync: std::time::Duration::from_millis(opts.eventual_sync_ms),
                 };
+                // Never below the header's start statement: the journal opens before the root
+                // recovers, and a new file that took the number of a stated file whose every
+                // name was deleted would pass the statement's check in its place (a fresh-user
+                // trial: a read-write open then dropped every unflushed commit silently).
+                first_no = first_no.max(hdr.journal_started);
                 let journal = Journal::open(env.clone(), hdr.storage_id, &path, first_no + 1, cfg)?;
                 let root = open_storage(
                     &path,

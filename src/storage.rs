@@ -1233,7 +1233,8 @@ impl Inner {
 /// leaves behind (a power loss may keep any part of the two unsynced header writes): at most two
 /// pages long, each slot zeros, cut off, or an omnibus header page (whole or torn), and no journal
 /// file (the first is created only after the header pages are synced, and a storage that ever
-/// committed is longer than two pages). Anything else is left to the header checks.
+/// committed is longer than two pages), and no header stating a started journal file. Anything
+/// else is left to the header checks.
 pub(crate) fn unfinished_creation(
     env: &dyn StorageEnv,
     data: &dyn EnvFile,
@@ -1248,6 +1249,13 @@ pub(crate) fn unfinished_creation(
     buf.resize(2 * PAGE_SIZE, 0);
     for (slot, pg) in buf.chunks(PAGE_SIZE).enumerate() {
         let ours = match header::decode(pg, slot as u64) {
+            // A header that states a started journal file: the creation finished (the
+            // statement is written after the header pages are durable) and a journal file was
+            // made durable (design.md 3.8), though no commit may have grown the data file yet
+            // (a database's root whose commits all went to branches). Whether that file is
+            // still there is recovery's question (the fresh-user trial of 2026-12-02: such a
+            // root was re-created over a deleted journal file).
+            header::Slot::Valid(h) if h.journal_started != 0 => return Ok(false),
             header::Slot::Valid(_) | header::Slot::Damaged => true,
             header::Slot::Foreign => pg.iter().all(|&b| b == 0),
             header::Slot::OtherVersion(_) => false,

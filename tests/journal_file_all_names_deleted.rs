@@ -94,3 +94,54 @@ fn a_shared_journal_file_with_every_name_deleted_is_corruption() {
         }
     }
 }
+
+#[test]
+fn a_new_database_whose_only_journal_file_is_deleted_is_corruption_read_write_too() {
+    // Regression (fresh-user trial, 2026-12-02): `omnibus ingest` into a new database, killed
+    // with SIGKILL before any flush, then every journal name deleted. `check` (read-only)
+    // said Corruption, but `put` (read-write) opened the database, silently fell back to the
+    // root's flushed state and re-created the never-flushed index storages empty ("creation
+    // crashed before the header pages were durable": a data file of two pages and no journal
+    // file looked like an unfinished creation), and the next `check` was clean.
+    // Dropped with `unflushed` options: nothing flushed, as after SIGKILL.
+    for branch_only in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let db = Database::open(&path, opts()).unwrap();
+        let idx = db.create_storage("idx").unwrap();
+        for i in 0..10 {
+            if !branch_only {
+                put(&db.root(), &format!("doc{i}"), b"document");
+            }
+            put(&idx, &format!("term{i}"), b"");
+        }
+        drop((idx, db));
+        let mut names = journals(&path.join("Journals"));
+        names.extend(journals(&path.join("Indexes/idx/Journals")));
+        assert!(!names.is_empty());
+        for n in &names {
+            std::fs::remove_file(n).unwrap();
+        }
+        let before = std::fs::read(path.join("Indexes/idx/data.pages")).unwrap();
+        for read_only in [true, false] {
+            let o = Options {
+                read_only,
+                ..opts()
+            };
+            match Database::open(&path, o) {
+                Err(Error::Corruption(_)) => {}
+                Err(e) => panic!("branch only {branch_only}, read_only {read_only}: {e:?}"),
+                Ok(db) => panic!(
+                    "branch only {branch_only}, read_only {read_only}: opened \
+                     without the journal file ({} root entries)",
+                    db.root().begin_read().unwrap().len()
+                ),
+            }
+        }
+        // Nothing was re-created over the damage.
+        assert_eq!(
+            std::fs::read(path.join("Indexes/idx/data.pages")).unwrap(),
+            before
+        );
+    }
+}
