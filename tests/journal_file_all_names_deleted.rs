@@ -77,20 +77,26 @@ fn a_shared_journal_file_with_every_name_deleted_is_corruption() {
         if link.exists() {
             std::fs::remove_file(&link).unwrap();
         }
-        for read_only in [true, false] {
-            let o = Options {
-                read_only,
-                ..opts()
-            };
-            match Database::open(&path, o) {
-                Err(Error::Corruption(c)) => {
-                    assert!(c.to_string().contains(&*name.to_string_lossy()), "{c}")
-                }
-                Err(e) => panic!("branch only {branch_only}, read_only {read_only}: {e:?}"),
-                Ok(_) => panic!(
-                    "branch only {branch_only}, read_only {read_only}: opened without the file"
-                ),
-            }
+        opens_as_corruption(&path, &name.to_string_lossy(), branch_only);
+    }
+}
+
+/// Opening the database at `path` read-only, then read-write, is `Error::Corruption` naming
+/// `name` (a journal file name).
+fn opens_as_corruption(path: &std::path::Path, name: &str, branch_only: bool) {
+    for read_only in [true, false] {
+        let o = Options {
+            read_only,
+            ..opts()
+        };
+        match Database::open(path, o) {
+            Err(Error::Corruption(c)) => assert!(c.to_string().contains(name), "{c}"),
+            Err(e) => panic!("branch only {branch_only}, read_only {read_only}: {e:?}"),
+            Ok(db) => panic!(
+                "branch only {branch_only}, read_only {read_only}: opened without the journal \
+                 file ({} root entries)",
+                db.root().begin_read().unwrap().len()
+            ),
         }
     }
 }
@@ -123,21 +129,7 @@ fn a_new_database_whose_only_journal_file_is_deleted_is_corruption_read_write_to
             std::fs::remove_file(n).unwrap();
         }
         let before = std::fs::read(path.join("Indexes/idx/data.pages")).unwrap();
-        for read_only in [true, false] {
-            let o = Options {
-                read_only,
-                ..opts()
-            };
-            match Database::open(&path, o) {
-                Err(Error::Corruption(_)) => {}
-                Err(e) => panic!("branch only {branch_only}, read_only {read_only}: {e:?}"),
-                Ok(db) => panic!(
-                    "branch only {branch_only}, read_only {read_only}: opened \
-                     without the journal file ({} root entries)",
-                    db.root().begin_read().unwrap().len()
-                ),
-            }
-        }
+        opens_as_corruption(&path, ".journal", branch_only);
         // Nothing was re-created over the damage.
         assert_eq!(
             std::fs::read(path.join("Indexes/idx/data.pages")).unwrap(),
