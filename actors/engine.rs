@@ -350,8 +350,9 @@ impl Engine {
                                     Ok(t) => {
                                         t.detach();
                                     }
-                                    // A queue handle of this executor: not expected; the
-                                    // actor is lost, so say so.
+                                    // Not expected (the handle is this executor's own queue,
+                                    // never removed). The actor's future is dropped with its
+                                    // mailbox, so its callers get `Error::Closed`, not a hang.
                                     Err(e) => tracing::error!(error = %e, "cannot spawn an actor in the documents' task queue"),
                                 }
                             }
