@@ -383,6 +383,22 @@ fn mirror_header(inner: &Inner) -> Result<()> {
             ..*o
         } == newest
     };
+    // A storage written by a format 1 build: both slots get the current version before the
+    // first commit (which may journal what a format 1 build does not read the same way).
+    let older = pages.iter().any(|p| {
+        crate::page::header::version_of(p)
+            .is_some_and(|v| v < crate::page::header::FORMAT_VERSION)
+    });
+    if older {
+        tracing::info!(path = %inner.data_path.display(), to = crate::page::header::FORMAT_VERSION, "upgrading the data file's format version");
+        for _ in 0..2 {
+            if let Err(e) = write_header(inner, &mut fs, newest) {
+                inner.poison(&e);
+                return Err(e);
+            }
+        }
+        return Ok(());
+    }
     match decode(&pages[1 - cur as usize], 1 - cur) {
         Slot::Valid(o) if same(&o) => return Ok(()),
         Slot::Valid(_) => {}

@@ -25,7 +25,10 @@
 //! unwritten until a durable header passes this transaction (the allocator defers its reuse),
 //! so recovery finds it intact in the scratch table it is rebuilding or in the data file, and a
 //! torn flush of the new page is repaired from base + diff. Recovery rebuilds each page and
-//! checks its own checksum, which also catches a wrong base.
+//! checks its own checksum, which also catches a wrong base. A free-space bitmap page, updated
+//! in place, is a diff whose `base page` is its own number: the base is its version as of the
+//! transaction before, and the ranges cover every byte that changed since (see
+//! `storage::recover` for why its torn data-file copy is still a good start).
 //! Padding body (kind 2): zeros, written so that a batch ends on a 4 KiB boundary. A padding
 //! record's `txn id` field holds the file's *durable length* when its batch was written: every
 //! byte below it was a record or a zero, written and synced (the zeroed end of a pre-zeroed

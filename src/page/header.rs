@@ -26,8 +26,14 @@ use crate::error::{Error, Result};
 
 /// `OMNIBUS\0`.
 pub const MAGIC: [u8; 8] = *b"OMNIBUS\0";
-/// The on-disk format this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+/// The on-disk format this build writes. 2: free-space bitmap pages are journaled as diffs of
+/// their own previous version (docs/design.md 3.2), which a version 1 build would rebuild on
+/// the data file's copy only when that copy is intact, and report a torn one as corruption.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format this build reads. A version 1 storage opened for writing has both header
+/// pages rewritten at version 2 before its first commit (its journal, written by a version 1
+/// build, holds nothing this build reads differently).
+pub const MIN_FORMAT_VERSION: u32 = 1;
 
 /// The decoded content of a header page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,7 +119,7 @@ pub fn decode(page: &[u8], slot: u64) -> Slot {
     let Some(version) = rd_u32(page, 40) else {
         return Slot::Damaged;
     };
-    if version != FORMAT_VERSION {
+    if !(MIN_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
         return Slot::OtherVersion(version);
     }
     let h = PageHeader::read(page);
@@ -140,6 +146,11 @@ pub fn decode(page: &[u8], slot: u64) -> Slot {
         return Slot::Damaged;
     }
     Slot::Valid(h)
+}
+
+/// The format version a header page states (bytes 40..44), whether or not it is valid.
+pub fn version_of(page: &[u8]) -> Option<u32> {
+    rd_u32(page, 40)
 }
 
 /// Picks the newest valid header of the two slots, or the error that explains why none is.

@@ -109,7 +109,7 @@ pub struct WriteTransaction {
     dir: Vec<u64>,
     /// Dirty bitmap pages by index: page images edited in place (sealed at commit).
     /// With each, for one copied from a committed bitmap page, the byte ranges its bit flips
-    /// wrote (sealed from the base's checksum at commit; a bitmap is always journaled whole).
+    /// wrote (sealed from the base's checksum at commit, and journaled as a diff of that base).
     bitmaps: HashMap<usize, (Arc<[u8]>, Option<Touches>)>,
     // Allocation bookkeeping.
     taken: Vec<(u64, u64)>,
@@ -1545,6 +1545,7 @@ impl WriteTransaction {
         // Dirty page -> its diff base, for the nodes copied from a committed page (with the
         // ranges written since, for a page edited only in place).
         let touched = std::mem::replace(&mut self.touched, map());
+        let mut bitmap_touched: Vec<(u64, Touches)> = Vec::new();
         let mut bases: HashMap<u64, DiffBase<'_>> = map();
         bases.reserve(self.bases.len());
         let mut images: Vec<(u64, Arc<[u8]>)> =
@@ -1613,10 +1614,13 @@ impl WriteTransaction {
             let p = self.dir[idx];
             // A bitmap copied from the committed one: sealed from its checksum.
             let seal_base = match touched {
-                Some(t) => Some((
-                    base_state.page(p)?.0,
-                    crate::journal::record::written_ranges(t.as_slice()),
-                )),
+                Some(t) => {
+                    bitmap_touched.push((p, t));
+                    Some((
+                        base_state.page(p)?.0,
+                        crate::journal::record::written_ranges(t.as_slice()),
+                    ))
+                }
                 None => None,
             };
             let Some(img) = Arc::get_mut(&mut image) else {
@@ -1636,6 +1640,21 @@ impl WriteTransaction {
                 _ => page::seal(img),
             }
             images.push((p, image));
+        }
+        // A bitmap copied from the committed one is journaled as a diff of that version of
+        // itself (the same page number): its bit flips. Recovery takes the base from the
+        // images it replayed, else from the data file, which a flush whose header never became
+        // durable may have torn; such a flush wrote a map record first (`flush::flush`), whose
+        // image of the page replaces the data file's (docs/design.md 3.2 and 3.5).
+        for (p, t) in &bitmap_touched {
+            bases.insert(
+                *p,
+                DiffBase {
+                    page: *p,
+                    image: base_state.page(*p)?.0,
+                    written: Some(t.as_slice()),
+                },
+            );
         }
         if self.dir_dirty {
             let mut img = page::zeroed(1);
