@@ -64,7 +64,7 @@ fn doc_id(doc: &Map<String, Value>, id_field: Option<&str>, line: u64) -> Result
     let id = match id_field {
         None => return Ok(format!("{line:012}").into_bytes()),
         Some(f) => match doc.get(f) {
-            None | Some(Value::Null) => return Err(format!("no id field `{f}`")),
+            None => return Err(format!("no id field `{f}`")),
             Some(Value::String(s)) => s.as_bytes().to_vec(),
             Some(Value::Number(n)) => n.to_string().into_bytes(),
             Some(v) => {
