@@ -559,6 +559,44 @@ pub fn leaf_put_in_place(
     Ok((old, [slots, off..off + size, 0..0]))
 }
 
+/// Removes `key` from a dirty leaf image without decoding it (the writer's fast path for
+/// deletes): its slot leaves the slot array (the slots after it shift down one) and its cell
+/// and the vacated last slot are zeroed, so a cell at the bottom of the gap widens the free
+/// gap's zero run; a cell elsewhere leaves a zeroed hole that a later re-pack reclaims
+/// ([`LeafCells`]), as a replacement of another size does. The header count is updated; the
+/// checksum is not (the image is sealed at commit). Returns the old value (`Val::Inline` of no
+/// bytes for an inline one: only overflow values need freeing) and the byte ranges written
+/// besides the header, or `None` for the value when the key is absent (nothing written).
+pub fn leaf_delete_in_place(
+    page: &mut [u8],
+    key: &[u8],
+) -> Result<(Option<Val>, Touched), EditError> {
+    let h = PageHeader::read(page).ok_or(EditError::Malformed)?;
+    if h.kind != PageKind::Leaf {
+        return Err(EditError::Malformed);
+    }
+    let count = h.count as usize;
+    let view = LeafView::new(page, &h);
+    let Ok(i) = view.search(key).ok_or(EditError::Malformed)? else {
+        return Ok((None, [0..0, 0..0, 0..0]));
+    };
+    let (_, v) = view.cell(i).ok_or(EditError::Malformed)?;
+    let old = match v {
+        ValRef::Inline(_) => Val::Inline(Vec::new()),
+        ValRef::Overflow { page, len } => Val::Overflow { page, len },
+    };
+    let (_, size, off) = base_cell(page, &h, i).ok_or(EditError::Malformed)?;
+    if off + size > PAGE_SIZE || HEADER_LEN + 2 * count > PAGE_SIZE {
+        return Err(EditError::Malformed);
+    }
+    let slots = HEADER_LEN + 2 * i..HEADER_LEN + 2 * count;
+    page.copy_within(HEADER_LEN + 2 * (i + 1)..HEADER_LEN + 2 * count, HEADER_LEN + 2 * i);
+    page[HEADER_LEN + 2 * (count - 1)..HEADER_LEN + 2 * count].fill(0);
+    page[off..off + size].fill(0);
+    wr_u16(page, 6, (count - 1) as u16);
+    Ok((Some(old), [slots, off..off + size, 0..0]))
+}
+
 /// Where the leaf split rule puts the first entry of the right half, for `n >= 2` entries of
 /// the given sizes in key order (bytes with the slot, as [`leaf_entry_size`]): the entry after
 /// the first one at which half of all bytes is reached, clamped to `1..n` so neither half is
@@ -972,6 +1010,56 @@ pub fn encode_overflow(value: &[u8], page_number: u64, txn_id: u64) -> Box<[u8]>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn leaf_delete_in_place_matches_the_decoded_delete_and_reports_its_bytes() {
+        let mut es: Vec<LeafEntry> = (0..60u32)
+            .map(|i| LeafEntry {
+                key: format!("key{i:04}").into_bytes(),
+                val: if i % 9 == 0 {
+                    Val::Overflow {
+                        page: 200 + i as u64,
+                        len: 50_000,
+                    }
+                } else {
+                    Val::Inline(vec![i as u8; (i % 13) as usize])
+                },
+            })
+            .collect();
+        let mut img = Node::Leaf(es.clone()).encode(7, 3);
+        // Bounded: 60 entries, a third of them deleted, first, middle and last among them.
+        for i in [0u32, 59, 30, 9, 31, 45, 1, 58, 27, 18, 44, 2, 3, 50, 36, 40, 12, 21, 22, 54] {
+            let key = format!("key{i:04}").into_bytes();
+            let before = img.clone();
+            let (old, touched) = leaf_delete_in_place(&mut img, &key).unwrap();
+            let j = es.iter().position(|e| e.key == key).unwrap();
+            let gone = es.remove(j);
+            let want = match gone.val {
+                Val::Inline(_) => Val::Inline(Vec::new()),
+                v => v,
+            };
+            assert_eq!(old, Some(want));
+            // Every changed byte is in the header or a reported range (the journal diff).
+            for (b, (x, y)) in before.iter().zip(img.iter()).enumerate() {
+                if x != y {
+                    assert!(
+                        b < HEADER_LEN || touched.iter().any(|r| r.contains(&b)),
+                        "byte {b} changed outside {touched:?}"
+                    );
+                }
+            }
+            let h = PageHeader::read(&img).unwrap();
+            assert_eq!(Node::decode(&img, &h).unwrap(), Node::Leaf(es.clone()));
+        }
+        // An absent key: nothing written.
+        let before = img.clone();
+        let (old, touched) = leaf_delete_in_place(&mut img, b"key0000").unwrap();
+        assert!(old.is_none() && touched.iter().all(|r| r.is_empty()));
+        assert_eq!(before, img);
+        // The live size the writer's underfull check reads agrees with the decoded node's.
+        let h = PageHeader::read(&img).unwrap();
+        assert_eq!(page_body_size(&img, &h).unwrap(), Node::Leaf(es).body_size());
+    }
 
     #[test]
     fn leaf_roundtrip_and_search() {
