@@ -386,8 +386,7 @@ fn mirror_header(inner: &Inner) -> Result<()> {
     // A storage written by a format 1 build: both slots get the current version before the
     // first commit (which may journal what a format 1 build does not read the same way).
     let older = pages.iter().any(|p| {
-        crate::page::header::version_of(p)
-            .is_some_and(|v| v < crate::page::header::FORMAT_VERSION)
+        crate::page::header::version_of(p).is_some_and(|v| v < crate::page::header::FORMAT_VERSION)
     });
     if older {
         tracing::info!(path = %inner.data_path.display(), to = crate::page::header::FORMAT_VERSION, "upgrading the data file's format version");

@@ -161,7 +161,10 @@ fn a_torn_bitmap_page_is_rebuilt_from_its_copy_and_the_diffs_since_the_header() 
                 from[b * 64..(b + 1) * 64].to_vec()
             })
             .collect();
-        assert!(page != new && page != old, "page {p}: its changes lie in one block");
+        assert!(
+            page != new && page != old,
+            "page {p}: its changes lie in one block"
+        );
         assert!(!verify_checksum(&page), "page {p} should fail its checksum");
         after[at..at + PAGE_SIZE].copy_from_slice(&page);
         torn += 1;

@@ -590,7 +590,10 @@ pub fn leaf_delete_in_place(
         return Err(EditError::Malformed);
     }
     let slots = HEADER_LEN + 2 * i..HEADER_LEN + 2 * count;
-    page.copy_within(HEADER_LEN + 2 * (i + 1)..HEADER_LEN + 2 * count, HEADER_LEN + 2 * i);
+    page.copy_within(
+        HEADER_LEN + 2 * (i + 1)..HEADER_LEN + 2 * count,
+        HEADER_LEN + 2 * i,
+    );
     page[HEADER_LEN + 2 * (count - 1)..HEADER_LEN + 2 * count].fill(0);
     page[off..off + size].fill(0);
     wr_u16(page, 6, (count - 1) as u16);
@@ -1028,7 +1031,9 @@ mod tests {
             .collect();
         let mut img = Node::Leaf(es.clone()).encode(7, 3);
         // Bounded: 60 entries, a third of them deleted, first, middle and last among them.
-        for i in [0u32, 59, 30, 9, 31, 45, 1, 58, 27, 18, 44, 2, 3, 50, 36, 40, 12, 21, 22, 54] {
+        for i in [
+            0u32, 59, 30, 9, 31, 45, 1, 58, 27, 18, 44, 2, 3, 50, 36, 40, 12, 21, 22, 54,
+        ] {
             let key = format!("key{i:04}").into_bytes();
             let before = img.clone();
             let (old, touched) = leaf_delete_in_place(&mut img, &key).unwrap();
@@ -1058,7 +1063,10 @@ mod tests {
         assert_eq!(before, img);
         // The live size the writer's underfull check reads agrees with the decoded node's.
         let h = PageHeader::read(&img).unwrap();
-        assert_eq!(page_body_size(&img, &h).unwrap(), Node::Leaf(es).body_size());
+        assert_eq!(
+            page_body_size(&img, &h).unwrap(),
+            Node::Leaf(es).body_size()
+        );
     }
 
     #[test]

@@ -926,10 +926,12 @@ impl WriteTransaction {
                     Ok(old)
                 }
                 (Node::Leaf(_), Some(_)) => Err(self.corrupt(p, "internal: branch became a leaf")),
-                (Node::Leaf(es), None) => match es.binary_search_by(|e| e.key.as_slice().cmp(key)) {
-                    Ok(i) => Ok(Some(es.remove(i).val)),
-                    Err(_) => Ok(None),
-                },
+                (Node::Leaf(es), None) => {
+                    match es.binary_search_by(|e| e.key.as_slice().cmp(key)) {
+                        Ok(i) => Ok(Some(es.remove(i).val)),
+                        Err(_) => Ok(None),
+                    }
+                }
                 (Node::Branch { keys, children }, None) => {
                     let i = keys.partition_point(|k| k.as_slice() <= key);
                     let (nc, old) = self.delete_at(children[i], key, depth + 1)?;

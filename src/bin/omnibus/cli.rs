@@ -329,6 +329,11 @@ pub struct CheckArgs {
     /// Print one JSON object with every storage's report.
     #[arg(long)]
     pub json: bool,
+    /// Check only this storage: `(root)` for the documents, or a branch's name as `stat`
+    /// lists it (an index is still cross-checked against the documents). An unknown name is
+    /// an error listing the names.
+    #[arg(long, value_name = "NAME")]
+    pub storage: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

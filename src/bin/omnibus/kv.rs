@@ -602,6 +602,25 @@ pub fn check(a: CheckArgs) -> CliResult {
     };
     // Storages whose check found nothing: the index cross-check reads them.
     let mut sound: Vec<(String, Storage)> = Vec::new();
+    let mut storages = storages;
+    if let Some(only) = &a.storage {
+        if !storages.iter().any(|(n, _)| n == only) {
+            let names: Vec<&str> = storages.iter().map(|(n, _)| n.as_str()).collect();
+            return Err(Fail::input(format!(
+                "no storage named `{only}` in {}; its storages: {}",
+                a.db.display(),
+                names.join(", ")
+            )));
+        }
+        // The documents stay at hand, unchecked, for the cross-check of a named index.
+        let (keep, rest): (Vec<_>, Vec<_>) = storages.into_iter().partition(|(n, _)| n == only);
+        if only != "(root)" {
+            if let Some((n, Ok(root))) = rest.into_iter().find(|(n, _)| n == "(root)") {
+                sound.push((n, root));
+            }
+        }
+        storages = keep;
+    }
     for (name, s) in storages {
         let s = match s {
             Ok(s) => s,

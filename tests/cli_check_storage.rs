@@ -1,0 +1,79 @@
+//! `omnibus check --storage NAME` checks one storage of a database (and cross-checks it when it
+//! is an index), so a user of a database with many indexes need not wait for all of them.
+//! Story: the fresh-user trial found no way to check one storage: `check` of a database read
+//! the pages of every index to look at one.
+
+#[path = "common/cli.rs"]
+mod cli;
+
+use omnibus::{Database, Options};
+
+#[test]
+fn check_storage_checks_only_the_named_storage() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let db = path.to_str().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let lines: Vec<String> = (0..100)
+        .map(|i| {
+            format!(
+                "{{\"id\":\"p{i:03}\",\"color\":\"c{}\",\"size\":{}}}",
+                i % 4,
+                i % 3
+            )
+        })
+        .collect();
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    cli::ok(&[
+        "ingest",
+        db,
+        "--input",
+        input.to_str().unwrap(),
+        "--id-field",
+        "id",
+        "--index",
+        "color",
+        "--index",
+        "size",
+    ]);
+    // Damage index `size` through its branch: a whole-database check reports it.
+    {
+        let d = Database::open(&path, Options::default()).unwrap();
+        let idx = d.storage("size").unwrap();
+        let mut w = idx.begin_write().unwrap();
+        w.put(b"9\0p999", b"").unwrap();
+        w.commit().unwrap();
+        d.close().unwrap();
+    }
+    assert_eq!(cli::omnibus(&["check", db]).status.code(), Some(2));
+
+    // Only `color`: its pages and its cross-check, nothing of `size`.
+    let out = cli::ok(&["check", db, "--storage", "color"]);
+    assert!(out.contains("color: ok"), "{out}");
+    assert!(
+        out.contains("index `color`: ok (100 documents, 100 entries, 0 differences)"),
+        "{out}"
+    );
+    assert!(!out.contains("size") && !out.contains("(root):"), "{out}");
+
+    // Only `size`: the damage is found.
+    let o = cli::omnibus(&["check", db, "--storage", "size"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("index `size`: 0 missing entries"), "{err}");
+    assert!(!err.contains("`color`"), "{err}");
+
+    // Only the documents: no index is cross-checked.
+    let out = cli::ok(&["check", db, "--storage", "(root)"]);
+    assert!(out.contains("(root): ok (100 entries"), "{out}");
+    assert!(!out.contains("index `"), "{out}");
+
+    // An unknown name: a usage error (exit 1) naming the storages.
+    let o = cli::omnibus(&["check", db, "--storage", "colour"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no storage named `colour`") && err.contains("color") && err.contains("size"),
+        "{err}"
+    );
+}
