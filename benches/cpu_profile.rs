@@ -9,6 +9,8 @@
 //! $B commits DIR N                 # N one-put synced commits on it (FlushMode::Manual)
 //! $B batch DIR PRELOAD BATCHES     # section 4: PRELOAD keys, then BATCHES synced batches of
 //!                                  # 1,000 random 24 B keys with 150 B values (default options)
+//! $B deletes DIR PRELOAD BATCHES   # PRELOAD such keys, then BATCHES synced batches of 1,000
+//!                                  # deletes spread over the tree
 //! OMNIBUS_IO_URING=0 valgrind --tool=callgrind --toggle-collect='*timed_loop*' $B commits DIR 600
 //! ```
 //!
@@ -172,8 +174,37 @@ fn main() {
                 s.write_mode()
             );
         }
+        "deletes" => {
+            // As `batch`, then synced batches of 1,000 deletes of keys spread over the tree
+            // (every PRELOAD/1,000th key: one per leaf or so).
+            let s = Storage::open(Path::new(arg(1)), Options::default()).expect("open");
+            let (preload, batches) = (num(2), num(3));
+            let mut w = s.begin_write().expect("begin");
+            for i in 0..preload {
+                w.put(batch_key(i), BATCH_VALUE).expect("put");
+            }
+            w.commit().expect("commit");
+            s.flush().expect("flush");
+            let stride = (preload / 1_000).max(1);
+            let mut round = 0u64;
+            let mut batch = || {
+                let mut w = s.begin_write().expect("begin");
+                for j in 0..1_000u64 {
+                    let i = (j * stride + round) % preload;
+                    w.delete(batch_key(i)).expect("delete");
+                }
+                w.commit().expect("commit");
+                round += 1;
+            };
+            for _ in 0..5 {
+                batch();
+            }
+            let (t, c) = (Instant::now(), cpu_time());
+            timed_loop(batches, &mut batch);
+            report("random delete batches (keys)", batches * 1_000, t, c);
+        }
         _ => eprintln!(
-            "usage: cpu_profile load DIR KEYS | commits DIR N | batch DIR PRELOAD BATCHES"
+            "usage: cpu_profile load DIR KEYS | commits DIR N | batch DIR PRELOAD BATCHES | deletes DIR PRELOAD BATCHES"
         ),
     }
 }
