@@ -66,22 +66,97 @@ pub(crate) fn pick(bytes: &[u64], due: &[bool], budget: u64) -> Vec<usize> {
 /// its time in `fdatasync`s, which this kind of disk serves in parallel.
 const FLUSH_CONCURRENCY: usize = 4;
 
-/// Set by an executor's flusher while its storages' scratch bytes exceed its share of the
-/// budget after the flushes it could run; that executor's storage actors then pace their
-/// transactions ([`PACE_MAX`] at most each) so the flushes catch up.
-pub(crate) type Pressure = std::sync::Arc<std::sync::atomic::AtomicBool>;
+/// The engine's memory budget, shared by its flushers and storage actors (one per engine).
+#[derive(Debug)]
+pub(crate) struct Budget {
+    /// [`crate::actors::EngineOptions::memory_budget_bytes`]: the most bytes of page images
+    /// ([`crate::live_image_bytes`]) the engine's writers start transactions over.
+    pub bytes: u64,
+    /// Transactions that started after waiting [`PACE_MAX`] with the budget still exceeded
+    /// (a held snapshot, or transactions in progress, kept the flushes from freeing enough).
+    pub overruns: std::sync::atomic::AtomicU64,
+}
 
-/// Longest a storage actor waits before a transaction while its executor is over budget.
-pub(crate) const PACE_MAX: Duration = Duration::from_millis(20);
+impl Default for Budget {
+    /// No budget (never paces): what an actor gets when its engine is gone.
+    fn default() -> Budget {
+        Budget::new(u64::MAX)
+    }
+}
+
+impl Budget {
+    /// A budget of `bytes` bytes of page images.
+    pub fn new(bytes: u64) -> Budget {
+        Budget {
+            bytes,
+            overruns: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Bytes of page images over the budget now (0 when within it).
+    pub fn excess(&self) -> u64 {
+        crate::live_image_bytes().saturating_sub(self.bytes)
+    }
+}
+
+/// The engine's budget as its actors hold it.
+pub(crate) type Pressure = std::sync::Arc<Budget>;
+
+/// Longest a storage actor waits before a transaction while the process's page images
+/// ([`crate::live_image_bytes`]) exceed the engine's budget. Bounded so that a snapshot held
+/// for long (which keeps a flush from freeing the images it reads) slows writers down but
+/// never stops them; a wait that ends over budget counts in [`Budget::overruns`] and logs a
+/// warning (at most one per [`WARN_EVERY`]).
+pub(crate) const PACE_MAX: Duration = Duration::from_millis(1000);
 
 /// Step of that wait.
 const PACE_STEP: Duration = Duration::from_millis(2);
 
-/// Waits while `pressure` is set, [`PACE_MAX`] at most (bounded: never a stall for good, even
-/// when a held snapshot keeps a flush from giving anything back).
-pub(crate) async fn pace(pressure: &Pressure) {
+/// How often, at most, pacing warns that the budget could not be held.
+const WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// When pacing last warned, in ms since [`warn_epoch`] (0: never).
+static LAST_WARN_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn warn_epoch() -> std::time::Instant {
+    static E: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *E.get_or_init(std::time::Instant::now)
+}
+
+/// Waits while the process's page images exceed `budget`, [`PACE_MAX`] at most (bounded:
+/// never a stall for good, even when a held snapshot keeps the flushes from giving anything
+/// back). Meanwhile the flushers flush the largest scratch tables first, and requests queue
+/// and merge into the next transaction.
+pub(crate) async fn pace(budget: &Budget) {
     let mut waited = Duration::ZERO;
-    while pressure.load(std::sync::atomic::Ordering::Relaxed) && waited < PACE_MAX {
+    // Bounded: PACE_MAX / PACE_STEP turns.
+    while budget.excess() > 0 {
+        if waited >= PACE_MAX {
+            budget
+                .overruns
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let now = warn_epoch().elapsed().as_millis() as u64 + 1;
+            let last = LAST_WARN_MS.load(std::sync::atomic::Ordering::Relaxed);
+            if (last == 0 || now.saturating_sub(last) >= WARN_EVERY.as_millis() as u64)
+                && LAST_WARN_MS
+                    .compare_exchange(
+                        last,
+                        now,
+                        std::sync::atomic::Ordering::Relaxed,
+                        std::sync::atomic::Ordering::Relaxed,
+                    )
+                    .is_ok()
+            {
+                tracing::warn!(
+                    page_image_bytes = crate::live_image_bytes(),
+                    budget = budget.bytes,
+                    "memory budget not held: a transaction starts over it after {} ms \
+                     (a snapshot held for long, or large transactions in progress)",
+                    PACE_MAX.as_millis()
+                );
+            }
+            return;
+        }
         glommio::timer::sleep(PACE_STEP).await;
         waited += PACE_STEP;
     }
@@ -101,13 +176,14 @@ async fn poll(live: Vec<Storage>, lane: &IoLane) -> (Vec<Storage>, Vec<u64>, Vec
     .unwrap_or_default()
 }
 
-/// The flusher's loop; `budget` is this executor's share of the engine's memory budget.
+/// The flusher's loop; `share` is this executor's share of the engine's budget for scratch
+/// tables, `budget` the engine's whole budget for page images.
 pub(crate) async fn run(
     rx: flume::Receiver<FlusherMsg>,
     lane: IoLane,
     tick: Duration,
-    budget: u64,
-    pressure: Pressure,
+    share: u64,
+    budget: Pressure,
 ) {
     let mut storages: Vec<Storage> = Vec::new();
     loop {
@@ -128,7 +204,12 @@ pub(crate) async fn run(
             .cloned()
             .collect();
         let (live, scratch, due) = poll(live, &lane).await;
-        let picked = pick(&scratch, &due, budget);
+        // Over the whole budget: free at least the excess from this executor's scratch tables
+        // (the images they hold are freed once no snapshot holds them).
+        let sum: u64 = scratch.iter().sum();
+        let target = share.min(sum.saturating_sub(budget.excess()));
+        let picked = pick(&scratch, &due, target);
+        let flushed = !picked.is_empty();
         // Bounded: FLUSH_CONCURRENCY flushes in flight at a time, each storage once.
         for group in picked.chunks(FLUSH_CONCURRENCY) {
             let tasks: Vec<_> = group
@@ -147,11 +228,17 @@ pub(crate) async fn run(
                 t.await;
             }
         }
-        let left: u64 = live.iter().map(|s| s.scratch_bytes()).sum();
-        pressure.store(left > budget, std::sync::atomic::Ordering::Relaxed);
-        glommio::timer::sleep(tick).await;
+        // Still over budget after flushing: look again soon (writers are waiting).
+        if flushed && budget.excess() > 0 {
+            glommio::timer::sleep(OVER_BUDGET_TICK.min(tick)).await;
+        } else {
+            glommio::timer::sleep(tick).await;
+        }
     }
 }
+
+/// The flusher's tick while the engine is over its budget after a round of flushes.
+const OVER_BUDGET_TICK: Duration = Duration::from_millis(5);
 
 #[cfg(test)]
 mod tests {

@@ -166,6 +166,7 @@ pub use flush::FlushReport;
 pub use journal::{JournalStats, Prezero};
 pub use options::{Durability, FlushMode, JournalMode, Options};
 pub use storage::{CompactReport, Storage, StorageStats};
+pub use page::{live_image_bytes, peak_image_bytes, reset_peak_image_bytes};
 pub use txn::{ReadTransaction, WriteTransaction};
 
 /// Largest key in bytes (keys are 1..=1,024 bytes).

@@ -1035,7 +1035,7 @@ impl Inner {
         &self,
         txn: u64,
         meta: CommitMeta,
-        images: Vec<(u64, Arc<[u8]>)>,
+        images: Vec<(u64, crate::page::SharedImage)>,
         freed: &[(u64, u64)],
     ) {
         let _g = lock(&self.publish);
@@ -1654,7 +1654,7 @@ fn recover(
                         bad(format!("page {p} is journaled as a page diff, and {why}"))
                     })?;
                 page::check_image(&img, p, &data_path)?;
-                let image: Arc<[u8]> = Arc::from(&*img);
+                let image = crate::page::Image::copy_from(&img);
                 // Replay does not know the pages each commit freed (`publish_commit` drops them
                 // from the scratch table): an older image that starts inside this run was freed
                 // since, and must go, or the flush (in page order) writes it over the run.

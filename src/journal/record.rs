@@ -321,7 +321,7 @@ fn longest_zero_run(img: &[u8]) -> (usize, usize) {
 #[derive(Debug, Clone)]
 pub enum Part {
     /// A sealed page image shared with the scratch table.
-    Shared(std::sync::Arc<[u8]>),
+    Shared(crate::page::SharedImage),
     /// Bytes built for this record.
     Owned(Vec<u8>),
     /// This many zero bytes (at most [`MAX_ZERO_PART`]).
@@ -350,8 +350,8 @@ impl From<Vec<u8>> for Part {
     }
 }
 
-impl From<std::sync::Arc<[u8]>> for Part {
-    fn from(a: std::sync::Arc<[u8]>) -> Part {
+impl From<crate::page::SharedImage> for Part {
+    fn from(a: crate::page::SharedImage) -> Part {
         Part::Shared(a)
     }
 }
@@ -497,7 +497,7 @@ pub fn commit_record<'b>(
     storage_id: u64,
     txn_id: u64,
     meta: CommitMeta,
-    images: &[(u64, std::sync::Arc<[u8]>)],
+    images: &[(u64, crate::page::SharedImage)],
     base_of: impl Fn(u64) -> Option<DiffBase<'b>>,
 ) -> OutRecord {
     // Everything but whole page images goes into one owned buffer (one allocation for a
