@@ -182,6 +182,15 @@ struct EngineInner {
     down: std::sync::atomic::AtomicBool,
 }
 
+/// Most pages one transaction of an index batch copies (1/16 of the memory budget, at least
+/// 64 pages): with many indexes written at once, no single batch holds a large part of the
+/// budget in dirty pages (issue 10).
+fn index_batch_pages(budget: u64) -> usize {
+    usize::try_from(budget / 16 / crate::page::PAGE_SIZE as u64)
+        .unwrap_or(usize::MAX)
+        .max(64)
+}
+
 /// The actor runtime. Cheap to clone; the last clone dropped shuts it down.
 #[derive(Clone)]
 pub struct Engine {
@@ -914,6 +923,7 @@ impl DatabaseHandle {
             lane: engine.background.clone(),
             slots: self.inner.slots.clone(),
             feed: self.inner.feed.clone(),
+            batch_pages: index_batch_pages(engine.opts.memory_budget_bytes),
         };
         let mut indexes = self.inner.indexes.lock().unwrap_or_else(|e| e.into_inner());
         if indexes.contains_key(&name) {
