@@ -432,7 +432,8 @@ impl Engine {
     /// page images; transactions in progress hold their dirty pages). Each one also logs a
     /// warning (at most one per 10 s).
     pub fn memory_budget_overruns(&self) -> u64 {
-        self.inner.pressure(0)
+        self.inner
+            .pressure(0)
             .overruns
             .load(std::sync::atomic::Ordering::Relaxed)
     }
