@@ -6,19 +6,29 @@
 //! priority (`ioprio_set(IOPRIO_CLASS_BE, 7)`).
 //!
 //! State owned: the list of storages of this executor, and this executor's share of the
-//! engine's memory budget ([`crate::actors::EngineOptions::memory_budget_bytes`] divided by the
-//! executors). Every tick it asks each storage, in one job on the lane (asking takes the
-//! journal's lock, which a batch holds across its `fdatasync`), whether a flush is due
+//! engine's budget for scratch tables ([`crate::actors::EngineOptions::memory_budget_bytes`]
+//! divided by the executors); the engine's [`Budget`] is shared by every flusher and storage
+//! actor. Every tick it asks each storage, in one job on the lane (asking takes the journal's
+//! lock, which a batch holds across its `fdatasync`), whether a flush is due
 //! ([`crate::Storage::flush_due`]: scratch plus freed pages over the storage's threshold, age,
 //! or records in a journal file that is no longer current, which bounds journal retention) and
-//! runs the due flushes on the lane, up to four at a time; then, while the storages' scratch tables
-//! ([`crate::Storage::scratch_bytes`]: committed pages held in memory until a flush) add up to
-//! more than its share, it flushes the largest first. So a database of 100+ storages holds one
-//! memory budget instead of 64 MiB of scratch per storage. While the sum stays over its share
-//! after those flushes, it raises its executor's pressure flag: the storage actors there wait up
-//! to [`PACE_MAX`] before each transaction (requests queue meanwhile and merge into larger
-//! transactions), so writers are paced to what the flushes can write. A flush also punches
-//! holes and releases journal files.
+//! runs the due flushes on the lane, up to four at a time; then, while the storages' scratch
+//! tables ([`crate::Storage::scratch_bytes`]: committed pages held in memory until a flush) add
+//! up to more than its share, it flushes the largest first. So a database of 100+ storages
+//! holds one memory budget instead of 64 MiB of scratch per storage.
+//!
+//! What is counted: the scratch tables are not all the memory page images take. Images
+//! superseded by a later commit stay alive while a flush in progress, a snapshot, or any older
+//! state holds them; commits in flight hold theirs; a write transaction holds its dirty pages
+//! (an index batch over scattered terms copies most of its tree). Issue 10's 600 s `bench shop`
+//! grew to 3.97 GB of anonymous memory under a 512 MiB budget that way. So the budget is held
+//! on [`crate::live_image_bytes`], every page image alive in the process ([`crate::page::Image`],
+//! counted from creation to the drop of its last holder): while it exceeds the budget, the
+//! flusher frees at least the excess from its scratch tables, largest first, and looks again
+//! every [`OVER_BUDGET_TICK`]; and the storage actors wait before each transaction
+//! ([`pace`], [`PACE_MAX`] at most: a snapshot held for long must slow writers, never stop
+//! them; a wait that runs out is counted in [`Budget::overruns`] and logged), so writers are
+//! paced to what the flushes can write. A flush also punches holes and releases journal files.
 //!
 //! Failure: a failed flush poisons its storage (the core does it) and is logged; the flusher
 //! carries on with the others.

@@ -35,7 +35,11 @@
 //! for a commit, take every commit already queued (up to [`IndexDefinition::max_batch_changes`]
 //! document changes), skip those at or below the applied txn, map each change's old and new
 //! value, keep the terms that left (delete) and came (put), sort the keys (keeping the last
-//! operation of a key), and apply them and the applied record as one transaction. Keys are built
+//! operation of a key), and apply them and the applied record as one transaction (several when
+//! the batch copies more pages than 1/16 of the engine's memory budget, 64 at least: each
+//! transaction but the last commits a key range of the sorted batch and deletes the applied
+//! record, so a crash between them leaves no record and the next definition reconciles; the last
+//! one writes the record). Keys are built
 //! in one buffer per batch: no allocation per entry. A batch that changes no entry writes
 //! nothing (the record catches up with the next batch that does, or at stop). If the txn ids of
 //! the commits are not consecutive from the applied one, the root was committed outside the
@@ -47,7 +51,8 @@
 //! scattered terms gets larger batches, each copied leaf serving more entries); a mailbox half
 //! full or a `wait_for_indexes` caller cuts the rest short.
 //!
-//! Invariants: the applied record and the entries it covers commit together, and every root
+//! Invariants: the applied record and the entries it covers commit together (a batch split in
+//! several transactions has no record until its last one), and every root
 //! commit after the applied one reaches the mailbox in txn order, so a durable index state with
 //! record `A` holds exactly the entries the map function gives for the root's documents at txn
 //! `A`; after a crash the root is at `R >= A` for immediate root commits (an index is fed only
