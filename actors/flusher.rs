@@ -24,7 +24,7 @@
 //! grew to 3.97 GB of anonymous memory under a 512 MiB budget that way. So the budget is held
 //! on [`crate::live_image_bytes`], every page image alive in the process ([`crate::page::Image`],
 //! counted from creation to the drop of its last holder): while it exceeds the budget, the
-//! flusher frees at least the excess from its scratch tables, largest first, and looks again
+//! flusher frees the excess and 1/8 of the budget more from its scratch tables, largest first, and looks again
 //! every [`OVER_BUDGET_TICK`]; and the storage actors wait before each transaction
 //! ([`pace`], [`PACE_MAX`] at most: a snapshot held for long must slow writers, never stop
 //! them; a wait that runs out is counted in [`Budget::overruns`] and logged), so writers are
@@ -214,10 +214,15 @@ pub(crate) async fn run(
             .cloned()
             .collect();
         let (live, scratch, due) = poll(live, &lane).await;
-        // Over the whole budget: free at least the excess from this executor's scratch tables
-        // (the images they hold are freed once no snapshot holds them).
+        // Over the whole budget: free the excess and 1/8 of the budget more from this
+        // executor's scratch tables (the images they hold are freed once no snapshot holds
+        // them), so that the writers waiting can start several transactions before the count
+        // reaches the budget again, instead of one per round of flushes.
         let sum: u64 = scratch.iter().sum();
-        let target = share.min(sum.saturating_sub(budget.excess()));
+        let target = match budget.excess() {
+            0 => share,
+            x => share.min(sum.saturating_sub(x.saturating_add(budget.bytes / HEADROOM))),
+        };
         let picked = pick(&scratch, &due, target);
         let flushed = !picked.is_empty();
         // Bounded: FLUSH_CONCURRENCY flushes in flight at a time, each storage once.
@@ -246,6 +251,9 @@ pub(crate) async fn run(
         }
     }
 }
+
+/// Over budget, a flusher frees the excess plus `1 / HEADROOM` of the budget.
+const HEADROOM: u64 = 8;
 
 /// The flusher's tick while the engine is over its budget after a round of flushes.
 const OVER_BUDGET_TICK: Duration = Duration::from_millis(5);
