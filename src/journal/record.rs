@@ -803,7 +803,10 @@ mod tests {
             1,
             3,
             meta,
-            &[(7, leaf.clone().into()), (9, full.clone().into())],
+            &[
+                (7, crate::page::Image::from_boxed(leaf.clone())),
+                (9, crate::page::Image::from_boxed(full.clone())),
+            ],
             |_| None,
         );
         assert!(
@@ -866,13 +869,19 @@ mod tests {
             next_page: 20,
             entries: 61,
         };
-        let rec = commit_record(1, 4, meta, &[(12, new.clone().into())], |p| {
-            (p == 12).then_some(DiffBase {
-                page: 7,
-                image: &base[..],
-                written: None,
-            })
-        });
+        let rec = commit_record(
+            1,
+            4,
+            meta,
+            &[(12, crate::page::Image::from_boxed(new.clone()))],
+            |p| {
+                (p == 12).then_some(DiffBase {
+                    page: 7,
+                    image: &base[..],
+                    written: None,
+                })
+            },
+        );
         assert!(
             rec.body_len < 400,
             "a one-cell insert journaled {} bytes",
