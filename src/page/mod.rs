@@ -300,7 +300,7 @@ static LIVE_IMAGE_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::Atomi
 /// [`reset_peak_image_bytes`].
 static PEAK_IMAGE_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Bytes of page images ([`Image`]) alive in this process now: dirty pages of write
+/// Bytes of page images (`page::Image`) alive in this process now: dirty pages of write
 /// transactions in progress, commits in flight, and scratch tables (current ones and older ones
 /// a snapshot or a flush still holds), of every storage of every engine in the process. One
 /// relaxed atomic load.
