@@ -80,11 +80,20 @@ pub struct EngineOptions {
     pub background_lane_threads: Option<usize>,
     /// How often flushers look for due flushes. Default 50 ms.
     pub flush_tick: Duration,
-    /// Bytes of scratch pages (committed, not yet flushed, held in memory) that every storage
-    /// of the engine together may hold. Split evenly between the executors' flushers; over its
-    /// share, a flusher flushes its largest storages first, and while that is not enough the
-    /// storage actors of its executor pace their transactions (up to 20 ms each). Default
-    /// 512 MiB. Each storage's own threshold (`Options::flush_scratch_bytes`) still applies.
+    /// Bytes of page images in memory ([`crate::live_image_bytes`]: scratch tables, current
+    /// and still held by snapshots or flushes, commits in flight, and the dirty pages of
+    /// transactions in progress) that the engine holds itself to. Two rules hold it:
+    /// - flushes: each executor's flusher keeps its storages' scratch tables within an even
+    ///   share of the budget, and while the page images exceed the whole budget it flushes its
+    ///   largest scratch tables first, at least the excess;
+    /// - pacing: while the page images exceed the budget, every storage actor waits (up to 1 s,
+    ///   [`Engine::memory_budget_overruns`] counts the waits that ran out) before its next
+    ///   transaction; requests queue and merge meanwhile. An index batch is also committed in
+    ///   several transactions when one would copy more than 1/16 of the budget.
+    ///
+    /// The count is process-wide: engines in one process pace on their page images together.
+    /// Default 512 MiB. Each storage's own threshold (`Options::flush_scratch_bytes`) still
+    /// applies.
     pub memory_budget_bytes: u64,
     /// Capacity of each index actor's feed, in root commits (each one shared by every index).
     /// When an index's feed is full the root's actor waits before answering its writers.
@@ -157,7 +166,7 @@ const PREEMPT_TIMER: Duration = Duration::from_millis(5);
 struct Executor {
     spawn: flume::Sender<(Queue, Spawn)>,
     flusher: flume::Sender<FlusherMsg>,
-    /// Set by this executor's flusher while its storages are over their memory budget.
+    /// The engine's memory budget (the same for every executor).
     pressure: flusher::Pressure,
     handle: Option<glommio::ExecutorJoinHandle<()>>,
 }
@@ -171,6 +180,15 @@ struct EngineInner {
     background: IoLane,
     databases: Mutex<Vec<DatabaseHandle>>,
     down: std::sync::atomic::AtomicBool,
+}
+
+/// Most pages one transaction of an index batch copies (1/16 of the memory budget, at least
+/// 64 pages): with many indexes written at once, no single batch holds a large part of the
+/// budget in dirty pages (issue 10).
+fn index_batch_pages(budget: u64) -> usize {
+    usize::try_from(budget / 16 / crate::page::PAGE_SIZE as u64)
+        .unwrap_or(usize::MAX)
+        .max(64)
 }
 
 /// The actor runtime. Cheap to clone; the last clone dropped shuts it down.
@@ -308,15 +326,17 @@ impl Engine {
         // Each executor says it runs; one that dies first (a glommio panic) drops its sender.
         let (up_tx, up_rx) = flume::bounded::<()>(cpus.len());
         let mut executors = Vec::new();
+        // One memory budget for the whole engine (see `flusher.rs`).
+        let budget: flusher::Pressure = Arc::new(flusher::Budget::new(opts.memory_budget_bytes));
         for (i, cpu) in cpus.iter().enumerate() {
             let (stx, srx) = flume::bounded::<(Queue, Spawn)>(1024);
             let (ftx, frx) = flume::bounded::<FlusherMsg>(1024);
             let readers = rrx.clone();
             let lane = background.clone();
             let tick = opts.flush_tick;
-            let budget = opts.memory_budget_bytes / cpus.len() as u64;
-            let pressure = flusher::Pressure::default();
-            let flag = pressure.clone();
+            let share = opts.memory_budget_bytes / cpus.len() as u64;
+            let pressure = budget.clone();
+            let flag = budget.clone();
             let up = up_tx.clone();
             let handle = LocalExecutorBuilder::new(Placement::Fixed(*cpu))
                 .name(&format!("omnibus-exec-{i}"))
@@ -329,7 +349,7 @@ impl Engine {
                     // default environment).
                     crate::env::mark_executor_thread();
                     glommio::spawn_local(reader_pool::run(readers)).detach();
-                    glommio::spawn_local(flusher::run(frx, lane, tick, budget, flag)).detach();
+                    glommio::spawn_local(flusher::run(frx, lane, tick, share, flag)).detach();
                     // The documents' queue: picked before the default queue whenever it has a
                     // task (it uses little CPU, so its virtual runtime stays the lowest), so a
                     // root commit never waits behind every queued index batch, only behind
@@ -403,6 +423,19 @@ impl Engine {
     /// Executors running.
     pub fn executors(&self) -> usize {
         self.inner.n
+    }
+
+    /// Transactions of this engine's storages that started over the memory budget
+    /// ([`EngineOptions::memory_budget_bytes`], compared with [`crate::live_image_bytes`]) after
+    /// their storage actor had waited the longest pacing wait (1 s) for the flushes: non-zero
+    /// means the budget could not be held (a snapshot held for long keeps flushes from freeing
+    /// page images; transactions in progress hold their dirty pages). Each one also logs a
+    /// warning (at most one per 10 s).
+    pub fn memory_budget_overruns(&self) -> u64 {
+        self.inner
+            .pressure(0)
+            .overruns
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Opens (or creates) the database at `path` and starts its actors. The storages are opened
@@ -891,6 +924,7 @@ impl DatabaseHandle {
             lane: engine.background.clone(),
             slots: self.inner.slots.clone(),
             feed: self.inner.feed.clone(),
+            batch_pages: index_batch_pages(engine.opts.memory_budget_bytes),
         };
         let mut indexes = self.inner.indexes.lock().unwrap_or_else(|e| e.into_inner());
         if indexes.contains_key(&name) {

@@ -6,19 +6,29 @@
 //! priority (`ioprio_set(IOPRIO_CLASS_BE, 7)`).
 //!
 //! State owned: the list of storages of this executor, and this executor's share of the
-//! engine's memory budget ([`crate::actors::EngineOptions::memory_budget_bytes`] divided by the
-//! executors). Every tick it asks each storage, in one job on the lane (asking takes the
-//! journal's lock, which a batch holds across its `fdatasync`), whether a flush is due
+//! engine's budget for scratch tables ([`crate::actors::EngineOptions::memory_budget_bytes`]
+//! divided by the executors); the engine's [`Budget`] is shared by every flusher and storage
+//! actor. Every tick it asks each storage, in one job on the lane (asking takes the journal's
+//! lock, which a batch holds across its `fdatasync`), whether a flush is due
 //! ([`crate::Storage::flush_due`]: scratch plus freed pages over the storage's threshold, age,
 //! or records in a journal file that is no longer current, which bounds journal retention) and
-//! runs the due flushes on the lane, up to four at a time; then, while the storages' scratch tables
-//! ([`crate::Storage::scratch_bytes`]: committed pages held in memory until a flush) add up to
-//! more than its share, it flushes the largest first. So a database of 100+ storages holds one
-//! memory budget instead of 64 MiB of scratch per storage. While the sum stays over its share
-//! after those flushes, it raises its executor's pressure flag: the storage actors there wait up
-//! to [`PACE_MAX`] before each transaction (requests queue meanwhile and merge into larger
-//! transactions), so writers are paced to what the flushes can write. A flush also punches
-//! holes and releases journal files.
+//! runs the due flushes on the lane, up to four at a time; then, while the storages' scratch
+//! tables ([`crate::Storage::scratch_bytes`]: committed pages held in memory until a flush) add
+//! up to more than its share, it flushes the largest first. So a database of 100+ storages
+//! holds one memory budget instead of 64 MiB of scratch per storage.
+//!
+//! What is counted: the scratch tables are not all the memory page images take. Images
+//! superseded by a later commit stay alive while a flush in progress, a snapshot, or any older
+//! state holds them; commits in flight hold theirs; a write transaction holds its dirty pages
+//! (an index batch over scattered terms copies most of its tree). Issue 10's 600 s `bench shop`
+//! grew to 3.97 GB of anonymous memory under a 512 MiB budget that way. So the budget is held
+//! on [`crate::live_image_bytes`], every page image alive in the process ([`crate::page::Image`],
+//! counted from creation to the drop of its last holder): while it exceeds the budget, the
+//! flusher frees the excess and 1/8 of the budget more from its scratch tables, largest first, and looks again
+//! every [`OVER_BUDGET_TICK`]; and the storage actors wait before each transaction
+//! ([`pace`], [`PACE_MAX`] at most: a snapshot held for long must slow writers, never stop
+//! them; a wait that runs out is counted in [`Budget::overruns`] and logged), so writers are
+//! paced to what the flushes can write. A flush also punches holes and releases journal files.
 //!
 //! Failure: a failed flush poisons its storage (the core does it) and is logged; the flusher
 //! carries on with the others.
@@ -66,22 +76,97 @@ pub(crate) fn pick(bytes: &[u64], due: &[bool], budget: u64) -> Vec<usize> {
 /// its time in `fdatasync`s, which this kind of disk serves in parallel.
 const FLUSH_CONCURRENCY: usize = 4;
 
-/// Set by an executor's flusher while its storages' scratch bytes exceed its share of the
-/// budget after the flushes it could run; that executor's storage actors then pace their
-/// transactions ([`PACE_MAX`] at most each) so the flushes catch up.
-pub(crate) type Pressure = std::sync::Arc<std::sync::atomic::AtomicBool>;
+/// The engine's memory budget, shared by its flushers and storage actors (one per engine).
+#[derive(Debug)]
+pub(crate) struct Budget {
+    /// [`crate::actors::EngineOptions::memory_budget_bytes`]: the most bytes of page images
+    /// ([`crate::live_image_bytes`]) the engine's writers start transactions over.
+    pub bytes: u64,
+    /// Transactions that started after waiting [`PACE_MAX`] with the budget still exceeded
+    /// (a held snapshot, or transactions in progress, kept the flushes from freeing enough).
+    pub overruns: std::sync::atomic::AtomicU64,
+}
 
-/// Longest a storage actor waits before a transaction while its executor is over budget.
-pub(crate) const PACE_MAX: Duration = Duration::from_millis(20);
+impl Default for Budget {
+    /// No budget (never paces): what an actor gets when its engine is gone.
+    fn default() -> Budget {
+        Budget::new(u64::MAX)
+    }
+}
+
+impl Budget {
+    /// A budget of `bytes` bytes of page images.
+    pub fn new(bytes: u64) -> Budget {
+        Budget {
+            bytes,
+            overruns: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Bytes of page images over the budget now (0 when within it).
+    pub fn excess(&self) -> u64 {
+        crate::live_image_bytes().saturating_sub(self.bytes)
+    }
+}
+
+/// The engine's budget as its actors hold it.
+pub(crate) type Pressure = std::sync::Arc<Budget>;
+
+/// Longest a storage actor waits before a transaction while the process's page images
+/// ([`crate::live_image_bytes`]) exceed the engine's budget. Bounded so that a snapshot held
+/// for long (which keeps a flush from freeing the images it reads) slows writers down but
+/// never stops them; a wait that ends over budget counts in [`Budget::overruns`] and logs a
+/// warning (at most one per [`WARN_EVERY`]).
+pub(crate) const PACE_MAX: Duration = Duration::from_millis(1000);
 
 /// Step of that wait.
 const PACE_STEP: Duration = Duration::from_millis(2);
 
-/// Waits while `pressure` is set, [`PACE_MAX`] at most (bounded: never a stall for good, even
-/// when a held snapshot keeps a flush from giving anything back).
-pub(crate) async fn pace(pressure: &Pressure) {
+/// How often, at most, pacing warns that the budget could not be held.
+const WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// When pacing last warned, in ms since [`warn_epoch`] (0: never).
+static LAST_WARN_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn warn_epoch() -> std::time::Instant {
+    static E: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *E.get_or_init(std::time::Instant::now)
+}
+
+/// Waits while the process's page images exceed `budget`, [`PACE_MAX`] at most (bounded:
+/// never a stall for good, even when a held snapshot keeps the flushes from giving anything
+/// back). Meanwhile the flushers flush the largest scratch tables first, and requests queue
+/// and merge into the next transaction.
+pub(crate) async fn pace(budget: &Budget) {
     let mut waited = Duration::ZERO;
-    while pressure.load(std::sync::atomic::Ordering::Relaxed) && waited < PACE_MAX {
+    // Bounded: PACE_MAX / PACE_STEP turns.
+    while budget.excess() > 0 {
+        if waited >= PACE_MAX {
+            budget
+                .overruns
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let now = warn_epoch().elapsed().as_millis() as u64 + 1;
+            let last = LAST_WARN_MS.load(std::sync::atomic::Ordering::Relaxed);
+            if (last == 0 || now.saturating_sub(last) >= WARN_EVERY.as_millis() as u64)
+                && LAST_WARN_MS
+                    .compare_exchange(
+                        last,
+                        now,
+                        std::sync::atomic::Ordering::Relaxed,
+                        std::sync::atomic::Ordering::Relaxed,
+                    )
+                    .is_ok()
+            {
+                tracing::warn!(
+                    page_image_bytes = crate::live_image_bytes(),
+                    budget = budget.bytes,
+                    "memory budget not held: a transaction starts over it after {} ms \
+                     (a snapshot held for long, or large transactions in progress)",
+                    PACE_MAX.as_millis()
+                );
+            }
+            return;
+        }
         glommio::timer::sleep(PACE_STEP).await;
         waited += PACE_STEP;
     }
@@ -101,13 +186,14 @@ async fn poll(live: Vec<Storage>, lane: &IoLane) -> (Vec<Storage>, Vec<u64>, Vec
     .unwrap_or_default()
 }
 
-/// The flusher's loop; `budget` is this executor's share of the engine's memory budget.
+/// The flusher's loop; `share` is this executor's share of the engine's budget for scratch
+/// tables, `budget` the engine's whole budget for page images.
 pub(crate) async fn run(
     rx: flume::Receiver<FlusherMsg>,
     lane: IoLane,
     tick: Duration,
-    budget: u64,
-    pressure: Pressure,
+    share: u64,
+    budget: Pressure,
 ) {
     let mut storages: Vec<Storage> = Vec::new();
     loop {
@@ -128,7 +214,17 @@ pub(crate) async fn run(
             .cloned()
             .collect();
         let (live, scratch, due) = poll(live, &lane).await;
-        let picked = pick(&scratch, &due, budget);
+        // Over the whole budget: free the excess and 1/8 of the budget more from this
+        // executor's scratch tables (the images they hold are freed once no snapshot holds
+        // them), so that the writers waiting can start several transactions before the count
+        // reaches the budget again, instead of one per round of flushes.
+        let sum: u64 = scratch.iter().sum();
+        let target = match budget.excess() {
+            0 => share,
+            x => share.min(sum.saturating_sub(x.saturating_add(budget.bytes / HEADROOM))),
+        };
+        let picked = pick(&scratch, &due, target);
+        let flushed = !picked.is_empty();
         // Bounded: FLUSH_CONCURRENCY flushes in flight at a time, each storage once.
         for group in picked.chunks(FLUSH_CONCURRENCY) {
             let tasks: Vec<_> = group
@@ -147,11 +243,20 @@ pub(crate) async fn run(
                 t.await;
             }
         }
-        let left: u64 = live.iter().map(|s| s.scratch_bytes()).sum();
-        pressure.store(left > budget, std::sync::atomic::Ordering::Relaxed);
-        glommio::timer::sleep(tick).await;
+        // Still over budget after flushing: look again soon (writers are waiting).
+        if flushed && budget.excess() > 0 {
+            glommio::timer::sleep(OVER_BUDGET_TICK.min(tick)).await;
+        } else {
+            glommio::timer::sleep(tick).await;
+        }
     }
 }
+
+/// Over budget, a flusher frees the excess plus `1 / HEADROOM` of the budget.
+const HEADROOM: u64 = 8;
+
+/// The flusher's tick while the engine is over its budget after a round of flushes.
+const OVER_BUDGET_TICK: Duration = Duration::from_millis(5);
 
 #[cfg(test)]
 mod tests {

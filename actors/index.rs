@@ -35,7 +35,11 @@
 //! for a commit, take every commit already queued (up to [`IndexDefinition::max_batch_changes`]
 //! document changes), skip those at or below the applied txn, map each change's old and new
 //! value, keep the terms that left (delete) and came (put), sort the keys (keeping the last
-//! operation of a key), and apply them and the applied record as one transaction. Keys are built
+//! operation of a key), and apply them and the applied record as one transaction (several when
+//! the batch copies more pages than 1/16 of the engine's memory budget, 64 at least: each
+//! transaction but the last commits a key range of the sorted batch and deletes the applied
+//! record, so a crash between them leaves no record and the next definition reconciles; the last
+//! one writes the record). Keys are built
 //! in one buffer per batch: no allocation per entry. A batch that changes no entry writes
 //! nothing (the record catches up with the next batch that does, or at stop). If the txn ids of
 //! the commits are not consecutive from the applied one, the root was committed outside the
@@ -47,7 +51,8 @@
 //! scattered terms gets larger batches, each copied leaf serving more entries); a mailbox half
 //! full or a `wait_for_indexes` caller cuts the rest short.
 //!
-//! Invariants: the applied record and the entries it covers commit together, and every root
+//! Invariants: the applied record and the entries it covers commit together (a batch split in
+//! several transactions has no record until its last one), and every root
 //! commit after the applied one reaches the mailbox in txn order, so a durable index state with
 //! record `A` holds exactly the entries the map function gives for the root's documents at txn
 //! `A`; after a crash the root is at `R >= A` for immediate root commits (an index is fed only
@@ -822,35 +827,71 @@ fn diff_change(
     Ok(skipped)
 }
 
-/// Writes `ops` (and, with `applied`, the applied record) in one transaction of the index
-/// storage's actor; returns once durable, with the number of pages the transaction copied or
-/// created (tree pages, not free-space bitmaps).
-async fn write_ops(branch: &StorageHandle, ops: Ops, applied: Option<u64>) -> Result<usize> {
-    let pages = Arc::new(AtomicUsize::new(0));
-    let seen = pages.clone();
-    let job: super::storage::ApplyJob = Box::new(move |w| {
-        for o in &ops.ops {
-            let k = ops.key(o);
-            if o.put {
-                w.put(k, b"")?;
-            } else {
-                w.delete(k)?;
+/// Writes `ops` (and, with `applied`, the applied record) through the index storage's actor;
+/// returns once durable, with the number of pages its transactions copied or created (tree
+/// pages, not free-space bitmaps).
+///
+/// One transaction, unless it copies `max_pages` pages or more (a batch of entries scattered
+/// over a large index copies most of its leaves, and every copy is a page image held until
+/// flushed: [`crate::live_image_bytes`]): then the transaction commits what it applied so far
+/// and the next one goes on from there, so no single transaction holds more than about
+/// `max_pages` dirty pages. Each transaction but the last deletes the applied record (the
+/// entries it commits belong to root commits past the record): a crash between them leaves an
+/// index with no record, which the next definition reconciles. The last one writes `applied`.
+async fn write_ops(
+    branch: &StorageHandle,
+    ops: Ops,
+    applied: Option<u64>,
+    max_pages: usize,
+) -> Result<usize> {
+    let ops = Arc::new(ops);
+    let mut from = 0;
+    let mut pages = 0;
+    // Bounded: every turn applies at least one operation (or ends).
+    loop {
+        let progress = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
+        let seen = progress.clone();
+        let job_ops = ops.clone();
+        let job: super::storage::ApplyJob = Box::new(move |w| {
+            let mut next = from;
+            for o in &job_ops.ops[from..] {
+                let k = job_ops.key(o);
+                if o.put {
+                    w.put(k, b"")?;
+                } else {
+                    w.delete(k)?;
+                }
+                next += 1;
+                if w.dirty_pages() >= max_pages && next < job_ops.ops.len() {
+                    break;
+                }
             }
+            if next < job_ops.ops.len() {
+                if applied.is_some() {
+                    w.delete(INDEX_APPLIED_KEY)?;
+                }
+            } else if let Some(t) = applied {
+                w.put(INDEX_APPLIED_KEY, applied_record(t))?;
+            }
+            seen.0.store(next, std::sync::atomic::Ordering::Relaxed);
+            seen.1
+                .store(w.dirty_pages(), std::sync::atomic::Ordering::Relaxed);
+            Ok(())
+        });
+        let (tx, rx) = flume::bounded(1);
+        branch
+            .tx
+            .send_async(StorageMsg::Apply { job, reply: tx })
+            .await
+            .map_err(|_| Error::Closed)?;
+        rx.recv_async().await.map_err(|_| Error::Closed)??;
+        let next = progress.0.load(std::sync::atomic::Ordering::Relaxed);
+        pages += progress.1.load(std::sync::atomic::Ordering::Relaxed);
+        if next >= ops.ops.len() || next <= from {
+            return Ok(pages);
         }
-        if let Some(t) = applied {
-            w.put(INDEX_APPLIED_KEY, applied_record(t))?;
-        }
-        seen.store(w.dirty_pages(), std::sync::atomic::Ordering::Relaxed);
-        Ok(())
-    });
-    let (tx, rx) = flume::bounded(1);
-    branch
-        .tx
-        .send_async(StorageMsg::Apply { job, reply: tx })
-        .await
-        .map_err(|_| Error::Closed)?;
-    rx.recv_async().await.map_err(|_| Error::Closed)??;
-    Ok(pages.load(std::sync::atomic::Ordering::Relaxed))
+        from = next;
+    }
 }
 
 /// Everything an index actor starts with.
@@ -870,6 +911,9 @@ pub(crate) struct IndexActor {
     pub lane: IoLane,
     pub slots: BuildSlots,
     pub feed: Arc<RootFeed>,
+    /// Most pages one transaction of an index batch copies before the batch goes on in another
+    /// transaction (see `write_ops`): 1/16 of the engine's memory budget.
+    pub batch_pages: usize,
 }
 
 /// The index actor's loop: catch up, then follow the feed until stopped.
@@ -1008,7 +1052,7 @@ async fn follow(a: &IndexActor, mut applied: u64) -> std::result::Result<bool, I
             if wrote {
                 (cap_bytes, cap_ops) = (ops.arena.len(), ops.ops.len());
                 let entries = ops.len();
-                let pages = write_ops(&a.branch, ops, Some(last_txn))
+                let pages = write_ops(&a.branch, ops, Some(last_txn), a.batch_pages)
                     .await
                     .map_err(storage_failure)?;
                 rest = next_rest(def, rest, pages, entries);
@@ -1026,7 +1070,7 @@ async fn follow(a: &IndexActor, mut applied: u64) -> std::result::Result<bool, I
         }
         if stop.is_some() || ended {
             if durable < applied {
-                write_ops(&a.branch, Ops::default(), Some(applied))
+                write_ops(&a.branch, Ops::default(), Some(applied), a.batch_pages)
                     .await
                     .map_err(storage_failure)?;
             }
@@ -1330,7 +1374,7 @@ async fn reconcile(
                 .map_err(storage_failure)?;
             (exp, pos) = (e, p);
             if !ops.is_empty() {
-                write_ops(branch, ops, None)
+                write_ops(branch, ops, None, a.batch_pages)
                     .await
                     .map_err(storage_failure)?;
             }
@@ -1344,7 +1388,7 @@ async fn reconcile(
         }
     }
     drop(root);
-    write_ops(branch, Ops::default(), Some(root_txn))
+    write_ops(branch, Ops::default(), Some(root_txn), a.batch_pages)
         .await
         .map_err(storage_failure)?;
     Ok(true)

@@ -32,10 +32,14 @@
 //! commit that a crash then loses is ahead of the root after recovery: its applied txn is not
 //! the root's, so the next definition reconciles it (`index.rs`).
 //!
-//! Pacing: while the executor's flusher finds its storages over their share of the engine's
-//! memory budget ([`crate::actors::EngineOptions::memory_budget_bytes`]), the actor waits up
-//! to 20 ms before each transaction; requests queue meanwhile (bounded mailbox, so callers
-//! feel it) and merge into the next transaction.
+//! Pacing: while the process's page images ([`crate::live_image_bytes`]: scratch tables,
+//! older ones still held, commits in flight, dirty pages of transactions in progress) exceed
+//! the engine's memory budget ([`crate::actors::EngineOptions::memory_budget_bytes`]), the
+//! actor waits before each transaction, 1 s at most (`flusher::PACE_MAX`; a wait that runs out
+//! counts in [`crate::actors::Engine::memory_budget_overruns`]), while the flushers free the
+//! largest scratch tables; requests queue meanwhile (bounded mailbox, so callers feel it) and
+//! merge into the next transaction. An index batch is paced between its transactions too (see
+//! `index.rs`: a batch past 1/16 of the budget in dirty pages commits in several).
 //!
 //! Failure: a panic while building a transaction or an I/O failure poisons the database; every
 //! request of that transaction and every later one gets an error ([`Error::Poisoned`]).
@@ -193,7 +197,7 @@ pub(crate) struct Links {
     /// Set for a database's root storage: its commits are fed to the index actors registered
     /// with [`StorageMsg::AddFeed`].
     pub feed: Option<Arc<RootFeed>>,
-    /// Its executor's pressure flag (see `flusher.rs`).
+    /// The engine's memory budget, paced on before each transaction (see `flusher.rs`).
     pub pressure: super::flusher::Pressure,
 }
 

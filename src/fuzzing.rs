@@ -64,7 +64,7 @@ pub fn journal_record(bytes: &[u8]) -> Result<RecordSummary> {
     let mut base = vec![0u8; PAGE_SIZE];
     let n = body.len().min(PAGE_SIZE);
     base[..n].copy_from_slice(&body[..n]);
-    let mut full: Vec<(u64, Arc<[u8]>)> = Vec::new();
+    let mut full: Vec<(u64, crate::page::SharedImage)> = Vec::new();
     for (p, rec) in images {
         let is_full = matches!(rec, PageRecord::Full(_));
         let Some(img) = rec.rebuild(|b| (b % 2 == 0).then_some(&base[..])) else {
@@ -142,7 +142,7 @@ pub fn commit_body(
         next_page,
         entries,
     };
-    let sealed: Vec<(u64, Arc<[u8]>)> = images
+    let sealed: Vec<(u64, crate::page::SharedImage)> = images
         .iter()
         .map(|(p, img)| {
             let mut v = img.clone();

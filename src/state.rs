@@ -22,7 +22,7 @@ use crate::page::{check_image, PageHeader, PAGE_SIZE};
 #[derive(Debug, Clone)]
 pub(crate) struct ScratchPage {
     pub txn: u64,
-    pub image: Arc<[u8]>,
+    pub image: crate::page::SharedImage,
 }
 
 /// Scratch table: page number -> latest committed, unflushed image (sorted, for the flush).

@@ -1036,7 +1036,7 @@ impl Inner {
         &self,
         txn: u64,
         meta: CommitMeta,
-        images: Vec<(u64, Arc<[u8]>)>,
+        images: Vec<(u64, crate::page::SharedImage)>,
         freed: &[(u64, u64)],
     ) {
         let _g = lock(&self.publish);
@@ -1680,7 +1680,7 @@ fn recover(
                         bad(format!("page {p} is journaled as a page diff, and {why}"))
                     })?;
                 page::check_image(&img, p, &data_path)?;
-                let image: Arc<[u8]> = Arc::from(&*img);
+                let image = crate::page::Image::copy_from(&img);
                 let run = (image.len() / PAGE_SIZE) as u64;
                 deferred.retain(|q, _| !(p + 1..p + run).contains(q));
                 put_scratch(state, p, h.txn_id, image);
@@ -1713,7 +1713,7 @@ fn recover(
             txn = t;
         }
         page::check_image(&page_img, p, &data_path)?;
-        put_scratch(state, p, txn, page_img.into());
+        put_scratch(state, p, txn, crate::page::Image::copy_from(&page_img));
     }
     check_started(
         dir,
@@ -1728,7 +1728,7 @@ fn recover(
 /// its byte count. Replay does not know the pages each commit freed (`publish_commit` drops
 /// them from the scratch table): an older image that starts inside this run was freed since,
 /// and must go, or the flush (in page order) writes it over the run.
-fn put_scratch(state: &mut State, p: u64, txn: u64, image: Arc<[u8]>) {
+fn put_scratch(state: &mut State, p: u64, txn: u64, image: crate::page::SharedImage) {
     let run = (image.len() / PAGE_SIZE) as u64;
     let inside: Vec<u64> = state
         .scratch

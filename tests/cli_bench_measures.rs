@@ -1,7 +1,8 @@
 //! `omnibus bench shop` reports what the write-path work is judged by: CPU per document
 //! (getrusage over the timed part), data file bytes per document, a timeline of documents/s
-//! and memory, the open loop (`--rate`) and the slow-disk profile (`--disk slow`). Only
-//! deterministic facts are asserted (counts, presence, consistency), never timings.
+//! and memory, the exact peak of page images against the memory budget, the open loop
+//! (`--rate`) and the slow-disk profile (`--disk slow`). Only deterministic facts are asserted
+//! (counts, presence, consistency), never timings.
 
 use std::process::Command;
 
@@ -53,6 +54,8 @@ fn open_loop_reports_cpu_data_bytes_and_a_timeline() {
         "CPU us/document",
         "data file bytes/document",
         "anon RSS max",
+        "page images max",
+        "budget overruns",
     ] {
         assert!(
             out.lines().any(|l| l.starts_with(row)),
@@ -81,6 +84,11 @@ fn open_loop_reports_cpu_data_bytes_and_a_timeline() {
         .collect();
     assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{counts:?}");
     assert!(tl.iter().all(|s| s["anon_rss_mib"].as_f64().unwrap() > 0.0));
+    assert!(tl.iter().all(|s| s["page_image_mib"].as_f64().is_some()));
+    // The run copied pages, so page images were alive at some point: the exact peak is
+    // positive, and the budget is the engine's default.
+    assert!(m["page_image_mib_max"].as_f64().unwrap() > 0.0, "{m}");
+    assert_eq!(m["memory_budget_mib"], 512.0, "{m}");
     // The data files exist and hold at least the documents' bytes.
     assert!(
         m["data_file_bytes_per_document"].as_f64().unwrap() >= 900.0,

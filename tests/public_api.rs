@@ -157,6 +157,7 @@ fn no_internal_module_or_export_is_public() {
                 "pub use flush::FlushReport;",
                 "pub use journal::{JournalStats, Prezero};",
                 "pub use options::{Durability, FlushMode, JournalMode, Options};",
+                "pub use page::{live_image_bytes, peak_image_bytes, reset_peak_image_bytes};",
                 "pub use storage::{CompactReport, Storage, StorageStats};",
                 "pub use txn::{ReadTransaction, WriteTransaction};",
                 "pub const MAX_KEY_LEN: usize = 1024;",

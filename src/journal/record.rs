@@ -324,7 +324,7 @@ fn longest_zero_run(img: &[u8]) -> (usize, usize) {
 #[derive(Debug, Clone)]
 pub enum Part {
     /// A sealed page image shared with the scratch table.
-    Shared(std::sync::Arc<[u8]>),
+    Shared(crate::page::SharedImage),
     /// Bytes built for this record.
     Owned(Vec<u8>),
     /// This many zero bytes (at most [`MAX_ZERO_PART`]).
@@ -353,8 +353,8 @@ impl From<Vec<u8>> for Part {
     }
 }
 
-impl From<std::sync::Arc<[u8]>> for Part {
-    fn from(a: std::sync::Arc<[u8]>) -> Part {
+impl From<crate::page::SharedImage> for Part {
+    fn from(a: crate::page::SharedImage) -> Part {
         Part::Shared(a)
     }
 }
@@ -500,7 +500,7 @@ pub fn commit_record<'b>(
     storage_id: u64,
     txn_id: u64,
     meta: CommitMeta,
-    images: &[(u64, std::sync::Arc<[u8]>)],
+    images: &[(u64, crate::page::SharedImage)],
     base_of: impl Fn(u64) -> Option<DiffBase<'b>>,
 ) -> OutRecord {
     // Everything but whole page images goes into one owned buffer (one allocation for a
@@ -806,7 +806,10 @@ mod tests {
             1,
             3,
             meta,
-            &[(7, leaf.clone().into()), (9, full.clone().into())],
+            &[
+                (7, crate::page::Image::from_boxed(leaf.clone())),
+                (9, crate::page::Image::from_boxed(full.clone())),
+            ],
             |_| None,
         );
         assert!(
@@ -869,13 +872,19 @@ mod tests {
             next_page: 20,
             entries: 61,
         };
-        let rec = commit_record(1, 4, meta, &[(12, new.clone().into())], |p| {
-            (p == 12).then_some(DiffBase {
-                page: 7,
-                image: &base[..],
-                written: None,
-            })
-        });
+        let rec = commit_record(
+            1,
+            4,
+            meta,
+            &[(12, crate::page::Image::from_boxed(new.clone()))],
+            |p| {
+                (p == 12).then_some(DiffBase {
+                    page: 7,
+                    image: &base[..],
+                    written: None,
+                })
+            },
+        );
         assert!(
             rec.body_len < 400,
             "a one-cell insert journaled {} bytes",

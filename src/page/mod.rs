@@ -271,8 +271,111 @@ pub fn zeroed(pages: usize) -> Box<[u8]> {
 
 /// A zero-filled shared image of `pages` pages, written in place (`Arc::from` of a boxed page
 /// would allocate twice and copy; an exact-length iterator collects into one allocation).
-pub fn zeroed_shared(pages: usize) -> std::sync::Arc<[u8]> {
-    std::iter::repeat_n(0u8, pages * PAGE_SIZE).collect()
+/// Counted in [`live_image_bytes`] while alive.
+pub fn zeroed_shared(pages: usize) -> SharedImage {
+    Image::track(std::iter::repeat_n(0u8, pages * PAGE_SIZE).collect())
+}
+
+/// A page image held in memory (one page, or an overflow run: a multiple of 8 KiB) whose bytes
+/// are counted, process-wide, from its creation until the last [`SharedImage`] holding it is
+/// dropped: [`live_image_bytes`]. Every image the engine keeps in memory is one: the dirty
+/// pages of a write transaction, the page images of a commit on their way to the journal, and
+/// the images of every scratch table, current or still held by a snapshot or a flush. So the
+/// count is what the engine's page images really cost the heap (issue 10: the scratch tables
+/// alone miss superseded images still held and the transactions in progress).
+///
+/// The counter costs one relaxed atomic add (and one `fetch_max` for the peak) when an image
+/// is created and one relaxed atomic subtract when it is freed: per page, never per key.
+/// Dereferences to its bytes.
+#[repr(transparent)]
+pub struct Image([u8]);
+
+/// A shared, counted page image: cloning is one reference-count increment, and the bytes are
+/// freed (and uncounted) with the last clone.
+pub type SharedImage = std::sync::Arc<Image>;
+
+/// Bytes of [`Image`]s alive in this process.
+static LIVE_IMAGE_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Highest value [`LIVE_IMAGE_BYTES`] reached since the process started or
+/// [`reset_peak_image_bytes`].
+static PEAK_IMAGE_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Bytes of page images (`page::Image`) alive in this process now: dirty pages of write
+/// transactions in progress, commits in flight, and scratch tables (current ones and older ones
+/// a snapshot or a flush still holds), of every storage of every engine in the process. One
+/// relaxed atomic load.
+pub fn live_image_bytes() -> u64 {
+    LIVE_IMAGE_BYTES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Highest [`live_image_bytes`] seen since the process started or the last
+/// [`reset_peak_image_bytes`].
+pub fn peak_image_bytes() -> u64 {
+    PEAK_IMAGE_BYTES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Starts a new peak for [`peak_image_bytes`] at the current live count (e.g. after a
+/// benchmark's warm-up).
+pub fn reset_peak_image_bytes() {
+    PEAK_IMAGE_BYTES.store(live_image_bytes(), std::sync::atomic::Ordering::Relaxed);
+}
+
+impl Image {
+    /// A counted copy of `bytes` (one allocation, as `Arc::<[u8]>::from`).
+    pub fn copy_from(bytes: &[u8]) -> SharedImage {
+        Image::track(std::sync::Arc::from(bytes))
+    }
+
+    /// A counted image of `bytes` (moved into a shared allocation, as `Arc::<[u8]>::from`).
+    pub fn from_boxed(bytes: Box<[u8]>) -> SharedImage {
+        Image::track(std::sync::Arc::from(bytes))
+    }
+
+    /// Counts `bytes` and gives them the [`Image`] type (no copy, no allocation).
+    fn track(bytes: std::sync::Arc<[u8]>) -> SharedImage {
+        use std::sync::atomic::Ordering::Relaxed;
+        let n = bytes.len() as u64;
+        let now = LIVE_IMAGE_BYTES.fetch_add(n, Relaxed) + n;
+        PEAK_IMAGE_BYTES.fetch_max(now, Relaxed);
+        let raw = std::sync::Arc::into_raw(bytes) as *const Image;
+        // SAFETY: `Image` is `#[repr(transparent)]` over `[u8]`, so `ArcInner<Image>` and
+        // `ArcInner<[u8]>` have the same layout and the fat pointer's length metadata means the
+        // same; `raw` comes from `Arc::into_raw` of an `Arc<[u8]>` and is consumed once, here
+        // (the cast `Arc::from_raw` documents for types of the same size and alignment; std
+        // does the same from `Arc<OsStr>` to `Arc<Path>`).
+        unsafe { std::sync::Arc::from_raw(raw) }
+    }
+}
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        LIVE_IMAGE_BYTES.fetch_sub(self.0.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl std::ops::Deref for Image {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Image {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
+impl AsRef<[u8]> for Image {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Image {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Image({} bytes)", self.0.len())
+    }
 }
 
 /// Pages needed for an overflow run holding `value_len` bytes after the header.

@@ -87,7 +87,7 @@ pub struct WriteTransaction {
     nodes: HashMap<u64, Node>,
     /// Dirty node pages still in page form, edited in place (the fast path: no decode). A
     /// dirty page number is in `nodes` or in `pages`, never both.
-    pages: HashMap<u64, Arc<[u8]>>,
+    pages: HashMap<u64, crate::page::SharedImage>,
     /// Dirty page -> the committed page it was copied from (its diff base in the journal).
     bases: HashMap<u64, u64>,
     /// Dirty pages in `pages` edited only in place since their copy from the base: the byte
@@ -101,7 +101,7 @@ pub struct WriteTransaction {
     leaf_cells: page::node::LeafCells,
     /// A page buffer freed by `put_full_leaf` (the image a leaf had before it was laid out
     /// anew), reused for the next one.
-    spare: Option<Arc<[u8]>>,
+    spare: Option<crate::page::SharedImage>,
     // Free-space map.
     fsm_loaded: bool,
     dir_page: u64,
@@ -110,7 +110,7 @@ pub struct WriteTransaction {
     /// Dirty bitmap pages by index: page images edited in place (sealed at commit).
     /// With each, for one copied from a committed bitmap page, the byte ranges its bit flips
     /// wrote (sealed from the base's checksum at commit, and journaled as a diff of that base).
-    bitmaps: HashMap<usize, (Arc<[u8]>, Option<Touches>)>,
+    bitmaps: HashMap<usize, (crate::page::SharedImage, Option<Touches>)>,
     // Allocation bookkeeping.
     taken: Vec<(u64, u64)>,
     local_free: Extents,
@@ -359,7 +359,7 @@ impl WriteTransaction {
                 return Err(self.corrupt(p, "free-space bitmap page of a bad length"));
             }
             self.bitmaps
-                .insert(idx, (Arc::from(img), Some(Touches::default())));
+                .insert(idx, (page::Image::copy_from(img), Some(Touches::default())));
         } else {
             // Bounded by DIR_CAPACITY: each turn adds one bitmap.
             while self.dir.len() <= idx {
@@ -409,7 +409,7 @@ impl WriteTransaction {
         // No decode here: in-place edits are bounds-checked, and a page that reaches the node
         // path is decoded (and validated) then.
         let (img, _) = self.node_page(p)?;
-        let image: Arc<[u8]> = Arc::from(img);
+        let image = page::Image::copy_from(img);
         let new = self.alloc(1)?;
         self.pages.insert(new, image);
         self.touched.insert(new, Touches::default());
@@ -431,7 +431,7 @@ impl WriteTransaction {
     }
 
     /// Drops dirty page `p`'s page-form image (and what was tracked of its edits).
-    fn forget_page(&mut self, p: u64) -> Option<Arc<[u8]>> {
+    fn forget_page(&mut self, p: u64) -> Option<crate::page::SharedImage> {
         self.touched.remove(&p);
         self.pages.remove(&p)
     }
@@ -793,7 +793,7 @@ impl WriteTransaction {
         val: &Val,
         base: Option<&[u8]>,
         p: u64,
-    ) -> Result<Arc<[u8]>> {
+    ) -> Result<crate::page::SharedImage> {
         let mut image = match self.spare.take() {
             Some(img) => img,
             None => page::zeroed_shared(1),
@@ -827,7 +827,7 @@ impl WriteTransaction {
     /// Replaces dirty page `p`'s image with `img`, laid out anew (the commit diffs it with its
     /// base: no record of the ranges written); the old image, when no snapshot shares it,
     /// becomes the spare page buffer.
-    fn replace_page(&mut self, p: u64, img: Arc<[u8]>) {
+    fn replace_page(&mut self, p: u64, img: crate::page::SharedImage) {
         self.touched.remove(&p);
         if let Some(mut old) = self.pages.insert(p, img) {
             if Arc::get_mut(&mut old).is_some() {
@@ -864,8 +864,8 @@ impl WriteTransaction {
             Some(&b) => Some(base.page(b)?.0),
             None => None,
         };
-        let mut image: Arc<[u8]> = match base_img {
-            Some(b) if b.len() == PAGE_SIZE => Arc::from(b),
+        let mut image: crate::page::SharedImage = match base_img {
+            Some(b) if b.len() == PAGE_SIZE => page::Image::copy_from(b),
             _ => page::zeroed_shared(1),
         };
         let Some(img) = Arc::get_mut(&mut image) else {
@@ -1600,7 +1600,7 @@ impl WriteTransaction {
         let mut bitmap_touched: Vec<(u64, Touches)> = Vec::new();
         let mut bases: HashMap<u64, DiffBase<'_>> = map();
         bases.reserve(self.bases.len());
-        let mut images: Vec<(u64, Arc<[u8]>)> =
+        let mut images: Vec<(u64, crate::page::SharedImage)> =
             Vec::with_capacity(self.nodes.len() + self.bitmaps.len() + 1);
         for (&p, node) in &self.nodes {
             let image = match self.bases.get(&p) {
@@ -1618,7 +1618,7 @@ impl WriteTransaction {
                 }
                 None => node.encode(p, txn),
             };
-            images.push((p, image.into()));
+            images.push((p, page::Image::from_boxed(image)));
         }
         for (p, mut image) in std::mem::replace(&mut self.pages, map()) {
             // A page copied from a committed page is journaled as a diff against it; a new
@@ -1660,7 +1660,7 @@ impl WriteTransaction {
             images.push((p, image));
         }
         for (&p, value) in &self.overflow {
-            images.push((p, encode_overflow(value, p, txn).into()));
+            images.push((p, page::Image::from_boxed(encode_overflow(value, p, txn))));
         }
         for (idx, (mut image, touched)) in std::mem::replace(&mut self.bitmaps, map()) {
             let p = self.dir[idx];
@@ -1723,7 +1723,7 @@ impl WriteTransaction {
                 page::wr_u64(&mut img, HEADER_LEN + 8 * i, *v);
             }
             page::seal(&mut img);
-            images.push((self.dir_page, img.into()));
+            images.push((self.dir_page, page::Image::from_boxed(img)));
         }
         images.sort_unstable_by_key(|(p, _)| *p);
         debug_assert!(images
@@ -1770,7 +1770,7 @@ pub(crate) struct PreparedCommit {
     txn: WriteTransaction,
     record: Option<OutRecord>,
     meta: CommitMeta,
-    images: Vec<(u64, Arc<[u8]>)>,
+    images: Vec<(u64, crate::page::SharedImage)>,
     /// Page images in the record, and how many are diffs.
     journaled: (u64, u64),
 }

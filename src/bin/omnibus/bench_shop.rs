@@ -257,6 +257,15 @@ struct ModeResult {
     data_allocated_bytes_per_document: f64,
     /// The largest anonymous resident memory sampled (MiB).
     anon_rss_mib_max: f64,
+    /// The most bytes of page images alive at once over the run (MiB;
+    /// `omnibus::peak_image_bytes`, exact, not sampled): what the engine's memory budget
+    /// (`EngineOptions::memory_budget_bytes`) holds.
+    page_image_mib_max: f64,
+    /// The memory budget (MiB).
+    memory_budget_mib: f64,
+    /// Transactions that started over the budget after the longest pacing wait
+    /// (`Engine::memory_budget_overruns`): non-zero means the budget did not hold.
+    memory_budget_overruns: u64,
     /// Flushes of all storages over the timed part, and the pages they wrote.
     flushes: u64,
     pages_flushed: u64,
@@ -518,6 +527,7 @@ fn run_mode_in(
         SAMPLE_EVERY,
     );
     let cpu0 = shop_measure::process_cpu_seconds();
+    omnibus::reset_peak_image_bytes();
     let started = Instant::now();
     let deadline = seconds.map(|s| started + Duration::from_secs_f64(s));
     let limit = a.docs.unwrap_or(u64::MAX);
@@ -569,6 +579,8 @@ fn run_mode_in(
     let cpu_seconds = shop_measure::process_cpu_seconds() - cpu0;
     let timeline = timeline.finish();
     let rss_end = shop_measure::anon_rss_bytes().unwrap_or(0) as f64 / 1048576.0;
+    let page_image_mib_max = omnibus::peak_image_bytes() as f64 / 1048576.0;
+    let memory_budget_overruns = engine.memory_budget_overruns();
     let (data_len, data_alloc) = shop_measure::data_file_bytes(&db_dir);
     let end = db.stats();
     let (flushes1, pages_flushed1) = flushes(&storages);
@@ -616,6 +628,9 @@ fn run_mode_in(
             .iter()
             .map(|t| t.anon_rss_mib)
             .fold(rss_end, f64::max),
+        page_image_mib_max,
+        memory_budget_mib: EngineOptions::default().memory_budget_bytes as f64 / 1048576.0,
+        memory_budget_overruns,
         commit_us_p50: lat.value_at_quantile(0.5),
         commit_us_p99: lat.value_at_quantile(0.99),
         commit_us_p999: lat.value_at_quantile(0.999),
@@ -1012,7 +1027,7 @@ fn print_table(rs: &[ModeResult]) {
     println!("{header}");
     // (label, value, higher is better)
     type Get = fn(&ModeResult) -> f64;
-    let rows: [(&str, Get, bool, usize); 18] = [
+    let rows: [(&str, Get, bool, usize); 21] = [
         ("documents/s", |r| r.documents_per_s, true, 0),
         ("CPU us/document", |r| r.cpu_us_per_document, false, 0),
         (
@@ -1098,6 +1113,14 @@ fn print_table(rs: &[ModeResult]) {
             0,
         ),
         ("anon RSS max (MiB)", |r| r.anon_rss_mib_max, false, 0),
+        ("page images max (MiB)", |r| r.page_image_mib_max, false, 0),
+        ("memory budget (MiB)", |r| r.memory_budget_mib, false, 0),
+        (
+            "budget overruns",
+            |r| r.memory_budget_overruns as f64,
+            false,
+            0,
+        ),
         ("index lag p99 (ms)", |r| r.index_lag_ms_p99, false, 1),
         ("index lag max (ms)", |r| r.index_lag_ms_max, false, 1),
         ("documents", |r| r.documents as f64, true, 0),

@@ -417,7 +417,7 @@ real disk: a tmpfs is refused (it has no fdatasync to measure) unless --allow-tm
 --plot files' directories are checked before the run. The table gives \
 both modes and the gain of shared over separate (shared/separate for rates, separate/shared for \
 latencies and costs; above 1 means shared is better): documents/s, document commit latency \
-p50/p99/p99.9/max, fdatasyncs/s, commits per fdatasync, commits per journal batch (the group commit factor), bytes written per document, index lag p99.";
+p50/p99/p99.9/max, fdatasyncs/s, commits per fdatasync, commits per journal batch (the group commit factor), bytes written per document, anonymous RSS max and page images max (the exact peak of `omnibus::live_image_bytes`, which the engine's memory budget holds) with the budget overruns, index lag p99.";
 
 #[derive(Debug, Args)]
 pub struct ShopArgs {

@@ -85,6 +85,10 @@ pub struct Sample {
     pub unflushed_mib: f64,
     /// Scratch pages of every storage (memory; `Storage::scratch_bytes`), in MiB.
     pub scratch_mib: f64,
+    /// Page images alive in the process (`omnibus::live_image_bytes`: scratch tables, older
+    /// ones still held, commits in flight, dirty pages of transactions in progress), in MiB:
+    /// what the engine's memory budget holds.
+    pub page_image_mib: f64,
 }
 
 /// A thread that samples documents, memory and data file bytes every `every` until stopped.
@@ -131,6 +135,7 @@ impl Timeline {
                         data_file_mib: len as f64 / 1048576.0,
                         unflushed_mib: unflushed_scratch.0 as f64 / 1048576.0,
                         scratch_mib: unflushed_scratch.1 as f64 / 1048576.0,
+                        page_image_mib: omnibus::live_image_bytes() as f64 / 1048576.0,
                     });
                     (last_t, last_n) = (t, n);
                 }
