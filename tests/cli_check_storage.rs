@@ -61,6 +61,8 @@ fn check_storage_checks_only_the_named_storage() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("index `size`: 0 missing entries"), "{err}");
+    // The summary says where the problems are (it said "in 0 storages" for an index's).
+    assert!(err.contains("in index cross-checks)"), "{err}");
     assert!(!err.contains("`color`"), "{err}");
 
     // Only the documents: no index is cross-checked.

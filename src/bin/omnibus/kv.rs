@@ -705,7 +705,7 @@ pub fn check(a: CheckArgs) -> CliResult {
                     // Regression (fresh-user trial): with the shared journal cut, the database
                     // failed and each branch opened on its own said plain "ok", although its
                     // unflushed commits were in the damaged file. Alone, it cannot know.
-                    (true, true) => "ok by its own files (opened alone: the database's journal damage above may hide its unflushed commits)",
+                    (true, true) => "ok by its own files (opened alone: the database does not open, see the error on stderr; its journal damage may hide this storage's unflushed commits)",
                 },
                 r.entries,
                 r.pages_checked,
@@ -718,8 +718,10 @@ pub fn check(a: CheckArgs) -> CliResult {
             sound.push((name, s));
         }
     }
+    let storage_problems = problems;
     let mut index_reports = Vec::new();
     check_indexes(&sound, a.json, &mut index_reports, &mut problems);
+    let index_problems = problems - storage_problems;
     // The database-level error is printed only when no storage's own error explains it (it
     // repeats one of them otherwise).
     if let (Some(msg), 0) = (&db_error, bad_storages) {
@@ -733,11 +735,23 @@ pub fn check(a: CheckArgs) -> CliResult {
         );
     }
     if problems > 0 {
+        // Where they are: damaged storages, index cross-checks, the database's own files.
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
+        let mut at = Vec::new();
+        if bad_storages > 0 {
+            at.push(format!("{bad_storages} storage{}", plural(bad_storages)));
+        }
+        if index_problems > 0 {
+            at.push(format!("{index_problems} in index cross-checks"));
+        }
+        if problems > storage_problems + index_problems {
+            at.push("the database's own files".to_string());
+        }
         return Err(Fail::io(format!(
-            "{problems} problem{} in {bad_storages} storage{} of {}",
-            if problems == 1 { "" } else { "s" },
-            if bad_storages == 1 { "" } else { "s" },
-            a.db.display()
+            "{problems} problem{} in {} ({})",
+            plural(problems),
+            a.db.display(),
+            at.join(", ")
         )));
     }
     Ok(())
