@@ -736,7 +736,7 @@ fn print_summary(s: &Summary, json: bool) {
     );
     for i in &s.indexes {
         println!(
-            "index {:<10} {} entries ({}; {} changes in {} batches; lag max {:.1} ms)",
+            "index {:<10} {} entries ({}; then {} document changes from the feed in {} batches; lag max {:.1} ms)",
             i.name,
             i.entries,
             if i.reconciled {
