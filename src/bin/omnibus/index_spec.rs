@@ -120,3 +120,49 @@ mod nul_tests {
         assert_eq!(two.key_len(&d, b"id"), Some(6));
     }
 }
+
+/// The file in a database's directory that lists, one per line, the `--index` specs that
+/// `ingest` defined there: `check` cross-checks only these against the documents, since an
+/// index a program defined has its own map function, which the command line cannot run.
+pub const CLI_INDEXES_FILE: &str = "cli-indexes";
+
+/// The specs recorded in `db`'s [`CLI_INDEXES_FILE`] (none when it is missing or unreadable).
+pub fn recorded(db: &std::path::Path) -> std::collections::BTreeSet<String> {
+    std::fs::read_to_string(db.join(CLI_INDEXES_FILE))
+        .map(|t| {
+            t.lines()
+                .filter(|l| !l.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Adds `names` to `db`'s [`CLI_INDEXES_FILE`]: written to a temporary file, synced, renamed
+/// over it, and the directory synced, so a crash leaves the old list or the new one.
+///
+/// Errors: the I/O error, with the operation and path.
+pub fn record(db: &std::path::Path, names: &[String]) -> Result<(), String> {
+    let mut all = recorded(db);
+    let before = all.len();
+    all.extend(names.iter().cloned());
+    if all.len() == before && db.join(CLI_INDEXES_FILE).exists() {
+        return Ok(());
+    }
+    let text: String = all.iter().map(|n| format!("{n}\n")).collect();
+    let path = db.join(CLI_INDEXES_FILE);
+    let tmp = db.join(format!("{CLI_INDEXES_FILE}.tmp"));
+    let io =
+        |op: &str, p: &std::path::Path, e: std::io::Error| format!("{op} {}: {e}", p.display());
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&tmp).map_err(|e| io("creating", &tmp, e))?;
+        f.write_all(text.as_bytes())
+            .map_err(|e| io("writing", &tmp, e))?;
+        f.sync_all().map_err(|e| io("syncing", &tmp, e))?;
+    }
+    std::fs::rename(&tmp, &path).map_err(|e| io("renaming", &tmp, e))?;
+    std::fs::File::open(db)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io("syncing", db, e))
+}

@@ -517,6 +517,9 @@ pub fn run(a: IngestArgs) -> CliResult {
         db.blocking_define_index(s.definition())
             .map_err(|e| Fail::from(e).context(format_args!("index `{}`", s.name)))?;
     }
+    // `check` cross-checks the indexes listed here (their map function is the spec's).
+    let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+    crate::index_spec::record(&a.db, &names).map_err(Fail::io)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("omnibus-ingest")
