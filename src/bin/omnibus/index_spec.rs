@@ -100,27 +100,6 @@ pub fn field_bytes(doc: &Map<String, Value>, field: &str) -> Option<Vec<u8>> {
     }
 }
 
-#[cfg(test)]
-mod nul_tests {
-    use super::*;
-
-    // Regression: a fresh user found that a value holding a NUL byte ("x\u0000y") was listed by
-    // the documented prefix scan for the value "x" ("x" + 0x00). Such values now stay out of the
-    // index instead of giving a wrong scan result.
-    #[test]
-    fn values_with_nul_are_left_out() {
-        let spec = IndexSpec::parse("a").unwrap();
-        let doc: Map<String, Value> = serde_json::from_str(r#"{"a":"x\u0000y"}"#).unwrap();
-        assert_eq!(spec.term(&doc), None);
-        let ok: Map<String, Value> = serde_json::from_str(r#"{"a":"x"}"#).unwrap();
-        assert_eq!(spec.term(&ok), Some(vec![b'x']));
-        let two = IndexSpec::parse("a,b").unwrap();
-        let d: Map<String, Value> = serde_json::from_str(r#"{"a":"x","b":2}"#).unwrap();
-        assert_eq!(two.term(&d), Some(b"x\x002".to_vec()));
-        assert_eq!(two.key_len(&d, b"id"), Some(6));
-    }
-}
-
 /// The file in a database's directory that lists, one per line, the `--index` specs that
 /// `ingest` defined there: `check` cross-checks only these against the documents, since an
 /// index a program defined has its own map function, which the command line cannot run.
@@ -165,4 +144,25 @@ pub fn record(db: &std::path::Path, names: &[String]) -> Result<(), String> {
     std::fs::File::open(db)
         .and_then(|d| d.sync_all())
         .map_err(|e| io("syncing", db, e))
+}
+
+#[cfg(test)]
+mod nul_tests {
+    use super::*;
+
+    // Regression: a fresh user found that a value holding a NUL byte ("x\u0000y") was listed by
+    // the documented prefix scan for the value "x" ("x" + 0x00). Such values now stay out of the
+    // index instead of giving a wrong scan result.
+    #[test]
+    fn values_with_nul_are_left_out() {
+        let spec = IndexSpec::parse("a").unwrap();
+        let doc: Map<String, Value> = serde_json::from_str(r#"{"a":"x\u0000y"}"#).unwrap();
+        assert_eq!(spec.term(&doc), None);
+        let ok: Map<String, Value> = serde_json::from_str(r#"{"a":"x"}"#).unwrap();
+        assert_eq!(spec.term(&ok), Some(vec![b'x']));
+        let two = IndexSpec::parse("a,b").unwrap();
+        let d: Map<String, Value> = serde_json::from_str(r#"{"a":"x","b":2}"#).unwrap();
+        assert_eq!(two.term(&d), Some(b"x\x002".to_vec()));
+        assert_eq!(two.key_len(&d, b"id"), Some(6));
+    }
 }
