@@ -178,6 +178,7 @@ impl From<omnibus::Error> for Fail {
             | E::Io { .. }
             | E::Poisoned { .. }
             | E::FormatVersion { .. }
+            | E::DatabaseDamaged { .. }
             | E::IndexPoisoned { .. } => 2,
             _ => 1,
         };
