@@ -145,21 +145,10 @@ fn omnibus_check_cross_checks_the_cli_indexes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     let db = path.to_str().unwrap();
-    let input = dir.path().join("in.jsonl");
     let lines: Vec<String> = (0..200)
         .map(|i| format!("{{\"id\":\"p{i:03}\",\"color\":\"c{}\"}}", i % 4))
         .collect();
-    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
-    cli::ok(&[
-        "ingest",
-        db,
-        "--input",
-        input.to_str().unwrap(),
-        "--id-field",
-        "id",
-        "--index",
-        "color",
-    ]);
+    cli::ingest_lines(&path, &lines, &["color"]);
     let out = cli::ok(&["check", db]);
     assert!(
         out.contains("index `color`: ok (200 documents, 200 entries, 0 differences)"),

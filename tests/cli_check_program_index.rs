@@ -48,18 +48,8 @@ fn check_leaves_a_programs_index_alone_and_cross_checks_the_cli_ones() {
     );
 
     // An index the command line defines is recorded and cross-checked; the program's still not.
-    let input = dir.path().join("more.jsonl");
-    std::fs::write(&input, "{\"id\":\"e001\",\"color\":\"c1\"}\n").unwrap();
-    cli::ok(&[
-        "ingest",
-        db,
-        "--input",
-        input.to_str().unwrap(),
-        "--id-field",
-        "id",
-        "--index",
-        "color",
-    ]);
+    let more = vec!["{\"id\":\"e001\",\"color\":\"c1\"}".to_string()];
+    cli::ingest_lines(&dir.path().join("db"), &more, &["color"]);
     assert_eq!(
         std::fs::read_to_string(path.join("cli-indexes")).unwrap(),
         "color\n"

@@ -13,7 +13,6 @@ fn check_storage_checks_only_the_named_storage() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     let db = path.to_str().unwrap();
-    let input = dir.path().join("in.jsonl");
     let lines: Vec<String> = (0..100)
         .map(|i| {
             format!(
@@ -23,19 +22,7 @@ fn check_storage_checks_only_the_named_storage() {
             )
         })
         .collect();
-    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
-    cli::ok(&[
-        "ingest",
-        db,
-        "--input",
-        input.to_str().unwrap(),
-        "--id-field",
-        "id",
-        "--index",
-        "color",
-        "--index",
-        "size",
-    ]);
+    cli::ingest_lines(&path, &lines, &["color", "size"]);
     // Damage index `size` through its branch: a whole-database check reports it.
     {
         let d = Database::open(&path, Options::default()).unwrap();

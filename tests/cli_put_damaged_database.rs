@@ -13,21 +13,10 @@ fn put_into_a_database_with_a_damaged_branch_exits_2() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     let db = path.to_str().unwrap();
-    let input = dir.path().join("in.jsonl");
     let lines: Vec<String> = (0..50)
         .map(|i| format!("{{\"id\":\"p{i:03}\",\"color\":\"c{}\"}}", i % 4))
         .collect();
-    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
-    cli::ok(&[
-        "ingest",
-        db,
-        "--input",
-        input.to_str().unwrap(),
-        "--id-field",
-        "id",
-        "--index",
-        "color",
-    ]);
+    cli::ingest_lines(&path, &lines, &["color"]);
     std::fs::remove_file(path.join("Indexes").join("color").join("data.pages")).unwrap();
     let o = cli::omnibus(&["put", db, "x", "y"]);
     let err = String::from_utf8_lossy(&o.stderr);

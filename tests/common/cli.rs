@@ -22,3 +22,20 @@ pub fn ok(args: &[&str]) -> String {
     );
     String::from_utf8(o.stdout).expect("utf-8 output")
 }
+
+/// Writes `lines` (JSON documents with an `"id"` field) to a file beside `db` and runs
+/// `omnibus ingest DB --input FILE --id-field id --index SPEC...`, asserting it succeeded.
+#[allow(dead_code)] // not every command-line test needs it
+pub fn ingest_lines(db: &std::path::Path, lines: &[String], indexes: &[&str]) -> String {
+    let input = db.with_extension("jsonl");
+    std::fs::write(&input, lines.join("\n") + "\n").expect("write the input");
+    let (db, input) = (
+        db.to_str().expect("utf-8 path"),
+        input.to_str().expect("utf-8 path"),
+    );
+    let mut args = vec!["ingest", db, "--input", input, "--id-field", "id"];
+    for spec in indexes {
+        args.extend(["--index", spec]);
+    }
+    ok(&args)
+}
