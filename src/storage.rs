@@ -26,7 +26,9 @@ use crate::btree::CheckReport;
 use crate::env::{EnvFile, OpenMode, StorageEnv};
 use crate::error::{Error, Result};
 use crate::freespace::{Allocator, BITS_PER_BITMAP, WORDS};
-use crate::journal::record::{decode_commit, decode_start, CommitMeta, PageRecord, RecordKind};
+use crate::journal::record::{
+    apply_ranges, decode_commit, decode_start, CommitMeta, PageRecord, RecordKind,
+};
 use crate::journal::{recovery, Journal, JournalConfig, JournalStats};
 use crate::options::{FlushMode, Options};
 use crate::page::header::{self, Header};
@@ -1748,15 +1750,6 @@ fn put_scratch(state: &mut State, p: u64, txn: u64, image: crate::page::SharedIm
 
 /// The `(offset, bytes)` ranges of a page diff, owned (kept past their record's body).
 type OwnedRanges = Vec<(usize, Vec<u8>)>;
-
-/// Replaces the `(offset, bytes)` ranges of a page diff in `img`; `None` when one does not fit.
-fn apply_ranges(img: &mut [u8], ranges: &[(usize, Vec<u8>)]) -> Option<()> {
-    for (at, bytes) in ranges {
-        img.get_mut(*at..at.checked_add(bytes.len())?)?
-            .copy_from_slice(bytes);
-    }
-    Some(())
-}
 
 /// Checks the start statements of the journal a storage owns (docs/design.md, 3.8 and
 /// section 6): `header` is its header's `(file, length)` (file 0: none), `starts` the

@@ -591,6 +591,17 @@ pub fn commit_record<'b>(
     rec
 }
 
+/// Replaces the `(offset, bytes)` ranges of a page diff in `img`, in order; `None` when one
+/// does not fit the image (nothing past it is written).
+pub fn apply_ranges<B: AsRef<[u8]>>(img: &mut [u8], ranges: &[(usize, B)]) -> Option<()> {
+    for (at, bytes) in ranges {
+        let bytes = bytes.as_ref();
+        img.get_mut(*at..at.checked_add(bytes.len())?)?
+            .copy_from_slice(bytes);
+    }
+    Some(())
+}
+
 /// One page of a decoded commit body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PageRecord<'a> {
@@ -623,10 +634,7 @@ impl PageRecord<'_> {
                 if img.len() != PAGE_SIZE {
                     return None;
                 }
-                for (at, bytes) in ranges {
-                    img.get_mut(at..at.checked_add(bytes.len())?)?
-                        .copy_from_slice(bytes);
-                }
+                apply_ranges(&mut img, &ranges)?;
                 Some(std::borrow::Cow::Owned(img))
             }
         }
