@@ -759,6 +759,23 @@ impl Inner {
             }
             r => r?,
         };
+        // Every page below the durable header's `next_page` was in the file when that header
+        // was written (the file grows before pages are allocated past its end, the flush syncs
+        // the data file before the header, and `trim_tail` never cuts below `next_page`): a
+        // shorter file lost pages of the tree or its map. Opening it would read zeros or fail
+        // at a page deep in the tree at some later read; it is damage, named now.
+        let in_use = hdr.next_page.saturating_mul(PAGE_SIZE as u64);
+        if len < in_use {
+            return Err(Error::corruption(
+                &*data_path,
+                None,
+                None,
+                format!(
+                    "the data file is {len} bytes, shorter than the {} pages ({in_use} bytes) its header says are in use: it was truncated",
+                    hdr.next_page
+                ),
+            ));
+        }
         if !env.exists(&journals_dir) {
             if opts.read_only {
                 return Err(Error::NotAStorage {
@@ -795,7 +812,22 @@ impl Inner {
             state.dirty_since = Some(Instant::now());
             tracing::info!(path = %path.display(), from = hdr.flushed_txn, to = state.txn_id, "replayed journal");
         }
-        let alloc = build_allocator(&state)?;
+        // A read-only open never allocates, so it does not read the free-space map: a damaged
+        // map page leaves the tree readable, and a backup of it is a healthy storage with a new
+        // map (the salvage; as LMDB's `mdb_copy -c` rebuilds the free list from the tree).
+        let alloc = if opts.read_only {
+            Allocator::default()
+        } else {
+            build_allocator(&state).map_err(|e| match e {
+                Error::Corruption(mut c) => {
+                    c.what.push_str(
+                        " (in the free-space map; the tree may be intact: open the storage read-only and back it up, `omnibus backup`, for a copy with a new map)",
+                    );
+                    Error::Corruption(c)
+                }
+                e => e,
+            })?
+        };
         let mine: BTreeMap<u64, u64> = files
             .iter()
             .map(|(no, per)| (*no, per.get(&hdr.storage_id).copied().unwrap_or(0)))
