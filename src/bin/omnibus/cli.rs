@@ -84,10 +84,25 @@ step with the documents is sound; 2 with one message a problem on stderr, naming
 page, when one is not."
     )]
     Check(CheckArgs),
+    /// Write a standalone copy of a database (or plain storage) into DEST from one consistent
+    /// snapshot, read-only: also the salvage of a storage whose free-space map is damaged.
+    #[command(long_about = BACKUP_LONG)]
+    Backup(BackupArgs),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
 }
+
+const BACKUP_LONG: &str = "Write a standalone copy of the database (or plain storage) SRC into DEST, a new or \
+empty directory outside SRC. SRC is opened read-only, so a running writer in another process blocks it (the \
+database is already open) and nothing in SRC is changed.\n\nThe copy is built from one consistent snapshot's \
+pages, every page verified on the way: the root as DEST, each branch as DEST/Indexes/NAME, each with a new \
+free-space map and no journal. It opens as a database and passes `check`.\n\nSalvage: a storage whose \
+free-space map is damaged (`check` names the page) refuses to open for writing, but its tree is still \
+readable; its backup rebuilds the map from the tree (as LMDB's `mdb_copy -c`), and the copy is writable.\n\n\
+Exit code 0 when everything was copied; 2 on damage that stops the copy (nothing is left in DEST) or when a \
+damaged branch could not be copied (the rest is, and the branch is named on stderr); 1 on bad input (DEST \
+inside SRC, DEST not empty).";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum JournalArg {
@@ -334,6 +349,14 @@ pub struct CheckArgs {
     /// an error listing the names.
     #[arg(long, value_name = "NAME")]
     pub storage: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct BackupArgs {
+    /// Database directory, or a plain storage's.
+    pub db: PathBuf,
+    /// Where the copy goes: a new directory, or an empty one, outside DB.
+    pub dest: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]

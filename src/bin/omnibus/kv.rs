@@ -1,4 +1,4 @@
-//! `get`, `put`, `delete`, `scan`, `stat`, `check`: the core `Database` API, no actors (so
+//! `get`, `put`, `delete`, `scan`, `stat`, `check`, `backup`: the core `Database` API, no actors (so
 //! `put` and `delete` on the root do not update indexes: the next `ingest --index` of an index
 //! reconciles it). An index storage's applied-txn record (key 0x00) is not listed by `scan` nor
 //! counted by `stat` as an entry.
@@ -11,7 +11,9 @@ use omnibus::{Database, Options, ReadTransaction, Storage};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::cli::{CheckArgs, DeleteArgs, GetArgs, PutArgs, ScanArgs, StatArgs, StorageArg};
+use crate::cli::{
+    BackupArgs, CheckArgs, DeleteArgs, GetArgs, PutArgs, ScanArgs, StatArgs, StorageArg,
+};
 use crate::{db_dir, fmt, CliResult, Fail};
 
 /// Opens the database read-only (nothing is written; the journal is replayed in memory).
@@ -867,4 +869,53 @@ fn check_indexes(
             );
         }
     }
+}
+
+/// `backup DB DEST`: [`Database::backup`] (or [`Storage::backup`] for a plain storage) of a
+/// read-only open. Damaged branches are not copied: each is named on stderr and the exit code
+/// is 2.
+pub fn backup(a: BackupArgs) -> CliResult {
+    crate::not_a_branch(&a.db)?;
+    if !crate::db_dir(&a.db)? {
+        return Err(Fail::input(format!("{}: no such database", a.db.display())));
+    }
+    let fail = |e: omnibus::Error| {
+        let code = match e {
+            omnibus::Error::DestinationNotEmpty { .. }
+            | omnibus::Error::DestinationInsideSource { .. } => 1,
+            _ => 2,
+        };
+        Fail {
+            code,
+            msg: format!("backup of {} to {}: {e}", a.db.display(), a.dest.display()),
+        }
+    };
+    let (report, damaged) = if is_plain_storage(&a.db) {
+        let s = open_plain(&a.db).map_err(|e| Fail::opening(e, &a.db))?;
+        (s.backup(&a.dest).map_err(fail)?, Vec::new())
+    } else {
+        let db = open_read(&a.db)?;
+        (db.backup(&a.dest).map_err(fail)?, db.damaged())
+    };
+    println!(
+        "backed up {} storage{} ({} keys, txn {}) into {}: {} pages written, data files {}",
+        report.storages,
+        if report.storages == 1 { "" } else { "s" },
+        report.entries,
+        report.txn_id,
+        a.dest.display(),
+        report.pages_written,
+        fmt::bytes(report.data_file_bytes),
+    );
+    if damaged.is_empty() {
+        return Ok(());
+    }
+    for (name, e) in &damaged {
+        eprintln!("not copied: {name}, damaged: {e}");
+    }
+    Err(Fail::io(format!(
+        "{} damaged storage{} not copied (named above)",
+        damaged.len(),
+        if damaged.len() == 1 { " was" } else { "s were" }
+    )))
 }
