@@ -151,8 +151,17 @@ fn a_database_branch_with_a_damaged_map_is_backed_up_whole() {
     }
     // Read-only: every storage opens and the backup holds all of them.
     let copy = dir.path().join("copy");
-    let o = cli::omnibus(&["backup", path.to_str().unwrap(), copy.to_str().unwrap()]);
+    let o = cli::omnibus(&[
+        "backup",
+        "--json",
+        path.to_str().unwrap(),
+        copy.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{o:?}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["storages"], 2, "{v}");
+    assert_eq!(v["entries"], 6_000, "{v}");
+    assert_eq!(v["not_copied"].as_array().map(|a| a.len()), Some(0), "{v}");
     let db = Database::open(&copy, Options::default()).unwrap();
     assert!(db.damaged().is_empty());
     assert_eq!(

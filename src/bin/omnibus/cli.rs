@@ -357,6 +357,9 @@ pub struct BackupArgs {
     pub db: PathBuf,
     /// Where the copy goes: a new directory, or an empty one, outside DB.
     pub dest: PathBuf,
+    /// Print one JSON object with the report.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]

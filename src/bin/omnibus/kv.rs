@@ -897,16 +897,30 @@ pub fn backup(a: BackupArgs) -> CliResult {
         let db = open_read(&a.db)?;
         (db.backup(&a.dest).map_err(fail)?, db.damaged())
     };
-    println!(
-        "backed up {} storage{} ({} keys, txn {}) into {}: {} pages written, data files {}",
-        report.storages,
-        if report.storages == 1 { "" } else { "s" },
-        report.entries,
-        report.txn_id,
-        a.dest.display(),
-        report.pages_written,
-        fmt::bytes(report.data_file_bytes),
-    );
+    if a.json {
+        let v = json!({
+            "db": a.db.display().to_string(),
+            "dest": a.dest.display().to_string(),
+            "txn_id": report.txn_id,
+            "storages": report.storages,
+            "entries": report.entries,
+            "pages_written": report.pages_written,
+            "data_file_bytes": report.data_file_bytes,
+            "not_copied": damaged.iter().map(|(n, e)| json!({ "storage": n, "error": e.to_string() })).collect::<Vec<_>>(),
+        });
+        println!("{v}");
+    } else {
+        println!(
+            "backed up {} storage{} ({} keys, txn {}) into {}: {} pages written, data files {}",
+            report.storages,
+            if report.storages == 1 { "" } else { "s" },
+            report.entries,
+            report.txn_id,
+            a.dest.display(),
+            report.pages_written,
+            fmt::bytes(report.data_file_bytes),
+        );
+    }
     if damaged.is_empty() {
         return Ok(());
     }
