@@ -590,7 +590,7 @@ impl Database {
     /// `limited_by_snapshot` the root's, else the first limited branch's.
     ///
     /// Errors: the first storage's flush error (the storages after it are not flushed).
-    pub fn flush(&self) -> Result<crate::flush::FlushReport> {
+    pub fn flush(&self) -> Result<crate::storage::FlushReport> {
         let branches: Vec<Storage> = lock(&self.inner.branches).values().cloned().collect();
         let mut reports = Vec::with_capacity(branches.len());
         for s in branches {

@@ -37,7 +37,7 @@ use crate::options::{FlushMode, Options};
 use crate::page::header::Header;
 use crate::page::PAGE_SIZE;
 use crate::state::{Mapping, State};
-use crate::storage::{for_each_bitmap, lock, Binding, FlushHooks, Inner, Storage};
+use crate::storage::{for_each_bitmap, lock, Binding, FlushHooks, FlushReport, Inner, Storage};
 
 /// The lowest wholly free 1 MiB runs a flush leaves unpunched ("punch slack"): the writer
 /// allocates the lowest free pages first, and the next commits will allocate about as many
@@ -128,48 +128,6 @@ fn yield_while(
         nap = nap.saturating_mul(2);
     }
     naps
-}
-
-/// What one flush did ([`Storage::flush`], [`crate::Database::flush`]). Page counts are 8 KiB
-/// pages (an overflow run counts its pages), sizes are bytes.
-///
-/// A flush writes only up to the oldest live snapshot (DESIGN invariant 4): with an older
-/// snapshot held, the pages committed after it stay in the scratch table (memory, and the
-/// journal) until it ends, and are counted in [`FlushReport::pages_held_back`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FlushReport {
-    /// Transaction id the data file and its durable header reach after this flush.
-    pub flushed_txn: u64,
-    /// Pages written to the data file by this flush (header pages not counted).
-    pub pages_written: u64,
-    /// Bytes written to the data file by this flush (header pages not counted).
-    pub bytes_written: u64,
-    /// Pages committed but not written because a live snapshot older than them holds the
-    /// flush back: they stay in the scratch table until it ends.
-    pub pages_held_back: u64,
-    /// Bytes of those pages.
-    pub bytes_held_back: u64,
-    /// The txn id of the snapshot that limited this flush, when one did (the flush stopped
-    /// at it instead of the last committed transaction).
-    pub limited_by_snapshot: Option<u64>,
-    /// Aligned 1 MiB runs punched by this flush.
-    pub runs_punched: u64,
-    /// Journal files this storage's `Journals/` released.
-    pub journals_deleted: u64,
-}
-
-impl FlushReport {
-    /// Adds `o`'s counts to this report (a database's flush sums its storages): the counters
-    /// are summed; `flushed_txn` and `limited_by_snapshot` stay this report's unless unset.
-    pub(crate) fn add(&mut self, o: &FlushReport) {
-        self.pages_written += o.pages_written;
-        self.bytes_written += o.bytes_written;
-        self.pages_held_back += o.pages_held_back;
-        self.bytes_held_back += o.bytes_held_back;
-        self.runs_punched += o.runs_punched;
-        self.journals_deleted += o.journals_deleted;
-        self.limited_by_snapshot = self.limited_by_snapshot.or(o.limited_by_snapshot);
-    }
 }
 
 // ---- opening: a storage's flush entry points ------------------------------------------------

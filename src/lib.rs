@@ -162,10 +162,10 @@ pub use btree::{CheckReport, HiddenPages, KeyRange, Range};
 pub use database::{Database, DatabaseStats};
 pub use env::WriteMode;
 pub use error::{Corruption, Error, IndexFailure, Result};
-pub use flush::FlushReport;
 pub use journal::{JournalStats, Prezero};
 pub use options::{Durability, FlushMode, JournalMode, Options};
 pub use page::{live_image_bytes, peak_image_bytes, reset_peak_image_bytes};
+pub use storage::FlushReport;
 pub use storage::{CompactReport, Storage, StorageStats};
 pub use txn::{ReadTransaction, WriteTransaction};
 

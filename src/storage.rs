@@ -69,6 +69,48 @@ pub(crate) enum Binding {
     },
 }
 
+/// What one flush did ([`Storage::flush`], [`crate::Database::flush`]). Page counts are 8 KiB
+/// pages (an overflow run counts its pages), sizes are bytes.
+///
+/// A flush writes only up to the oldest live snapshot (DESIGN invariant 4): with an older
+/// snapshot held, the pages committed after it stay in the scratch table (memory, and the
+/// journal) until it ends, and are counted in [`FlushReport::pages_held_back`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlushReport {
+    /// Transaction id the data file and its durable header reach after this flush.
+    pub flushed_txn: u64,
+    /// Pages written to the data file by this flush (header pages not counted).
+    pub pages_written: u64,
+    /// Bytes written to the data file by this flush (header pages not counted).
+    pub bytes_written: u64,
+    /// Pages committed but not written because a live snapshot older than them holds the
+    /// flush back: they stay in the scratch table until it ends.
+    pub pages_held_back: u64,
+    /// Bytes of those pages.
+    pub bytes_held_back: u64,
+    /// The txn id of the snapshot that limited this flush, when one did (the flush stopped
+    /// at it instead of the last committed transaction).
+    pub limited_by_snapshot: Option<u64>,
+    /// Aligned 1 MiB runs punched by this flush.
+    pub runs_punched: u64,
+    /// Journal files this storage's `Journals/` released.
+    pub journals_deleted: u64,
+}
+
+impl FlushReport {
+    /// Adds `o`'s counts to this report (a database's flush sums its storages): the counters
+    /// are summed; `flushed_txn` and `limited_by_snapshot` stay this report's unless unset.
+    pub(crate) fn add(&mut self, o: &FlushReport) {
+        self.pages_written += o.pages_written;
+        self.bytes_written += o.bytes_written;
+        self.pages_held_back += o.pages_held_back;
+        self.bytes_held_back += o.bytes_held_back;
+        self.runs_punched += o.runs_punched;
+        self.journals_deleted += o.journals_deleted;
+        self.limited_by_snapshot = self.limited_by_snapshot.or(o.limited_by_snapshot);
+    }
+}
+
 /// The flush, as a storage calls it. `flush.rs` builds on this module and provides them; a
 /// storage is given them when it is opened ([`Storage::open_with`]), so this module never
 /// names the flush (the dependency points one way).
@@ -80,7 +122,7 @@ pub(crate) struct FlushHooks {
     /// `Inner::flusher`).
     pub opened: fn(&Arc<Inner>) -> Result<()>,
     /// Flushes the storage up to its oldest live snapshot (DESIGN section 6).
-    pub flush: fn(&Inner) -> Result<crate::flush::FlushReport>,
+    pub flush: fn(&Inner) -> Result<FlushReport>,
     /// Wakes the background flush service: a commit crossed a flush threshold.
     pub signal: fn(),
 }
@@ -341,13 +383,13 @@ impl Storage {
     /// runs and deletes journal files that hold nothing unflushed (DESIGN section 6). Pages that
     /// an older live snapshot still reads are held back until it ends (DESIGN invariant 4).
     ///
-    /// Returns what it did ([`crate::flush::FlushReport`]): pages and bytes written, and, when
+    /// Returns what it did ([`FlushReport`]): pages and bytes written, and, when
     /// an older snapshot held it back, that snapshot's txn id and the pages kept in the scratch
     /// table for it.
     ///
     /// Errors: an I/O error writing or syncing the data file (the storage is then poisoned);
     /// [`Error::Poisoned`].
-    pub fn flush(&self) -> Result<crate::flush::FlushReport> {
+    pub fn flush(&self) -> Result<FlushReport> {
         (self.inner.flush_hooks.flush)(&self.inner)
     }
 
@@ -407,7 +449,7 @@ impl Storage {
             allocated_bytes_before: self.inner.data.allocated_bytes()?,
             ..Default::default()
         };
-        let mut note = |f: &crate::flush::FlushReport| {
+        let mut note = |f: &FlushReport| {
             if f.limited_by_snapshot.is_some() {
                 report.limited_by_snapshot = f.limited_by_snapshot;
             }
