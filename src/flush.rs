@@ -103,11 +103,11 @@ fn yield_to_journal(last_chunk: Duration) -> Duration {
 ///
 /// Why doubling: under a steady stream of serial commits the journal stays busy for the whole
 /// budget (about 30 ms), and a flush that rechecked every 200 µs woke up 5,000 times a second.
-/// On this 2-core VM each wake-up cost the committing threads more than the disk the flush
-/// gave up: serial commits ran at 0.73-0.84x of idle during a flush, with 20-50 µs more
-/// process CPU per commit; with doubling naps (at most 9 per pause: 200 µs doubled up to
-/// [`MAX_YIELD`]) 0.94-0.97x at the same flush speed (docs/BENCHMARKS.md). A journal that goes
-/// quiet mid-nap costs the flush at most the time it had already waited.
+/// On this 2-core VM those wake-ups cost the committing threads more than the disk the flush
+/// gave up: serial commits ran at 0.73-0.85x of idle during a flush, with 20-50 µs more
+/// process CPU per commit; with doubling naps (at most 8 per pause: 200 µs doubled up to
+/// [`MAX_YIELD`]) 0.94-0.98x at the same flush speed (docs/BENCHMARKS.md). A journal that goes
+/// quiet mid-nap costs the flush at most the time it had already waited, plus 200 µs.
 fn yield_while(
     budget: Duration,
     mut busy: impl FnMut() -> bool,
