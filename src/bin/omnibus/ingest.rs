@@ -257,6 +257,9 @@ struct Summary {
     index_behind_max: u64,
     indexes: Vec<IndexSummary>,
     root_entries: u64,
+    /// The root's last committed txn id: an index whose `applied_txn` is below it is behind
+    /// the documents (a run that failed or was killed before the indexes caught up).
+    root_txn: u64,
     aborted_at_line: Option<u64>,
     /// Why the run ended before the end of its input (`--on-error abort`, `--max-errors`,
     /// Ctrl-C, or the failure's message); absent when it read all of it.
@@ -596,7 +599,8 @@ pub fn run(a: IngestArgs) -> CliResult {
             lag_ms_max: st.apply_lag.max_ms,
         });
     }
-    let root_entries = root.storage().stats().entries;
+    let root_stats = root.storage().stats();
+    let root_entries = root_stats.entries;
     let stopped = if let Some(f) = &fatal {
         Some(format!("failed: {}", f.msg))
     } else if let Some(line) = counts.aborted_at {
@@ -641,6 +645,7 @@ pub fn run(a: IngestArgs) -> CliResult {
         index_behind_max: behind,
         indexes,
         root_entries,
+        root_txn: root_stats.last_committed_txn,
         aborted_at_line: counts.aborted_at.or(counts.too_many_errors_at),
         stopped,
     };
@@ -751,5 +756,13 @@ fn print_summary(s: &Summary, json: bool) {
             i.batches,
             i.lag_ms_max
         );
+        if i.applied_txn < s.root_txn {
+            // Seen 2026-12-02 (an ingest stopped by a full disk, 48 MiB tmpfs): the line above read
+            // as a finished index while it was 133 root commits behind the documents.
+            println!(
+                "      {:<10} BEHIND the documents: applied root txn {} of {}; the next `ingest --index {}` catches it up",
+                "", i.applied_txn, s.root_txn, i.name
+            );
+        }
     }
 }
