@@ -17,6 +17,12 @@
 //!    snapshot's root, entries and txn id as flushed txn, the new map, a fresh random storage
 //!    id) and `fdatasync` again; create an empty `Journals/` and sync the directories.
 //!
+//! 4. A marker file (`backup-in-progress`) is made durable in the destination before anything
+//!    else and removed last; each data file is written as `data.pages.partial` and renamed once
+//!    complete; a database's root goes last. A backup stopped anywhere (a kill, a power loss)
+//!    leaves a destination that every open refuses as an unfinished backup, never a copy with a
+//!    storage missing or empty.
+//!
 //! The copy needs no journal and opens standalone. Its storage id is new, so journal records
 //! of the original can never be replayed into it (were its `data.pages` ever put beside the
 //! original's `Journals/`). An error removes everything the backup wrote.
@@ -32,7 +38,7 @@ use crate::page::header::Header;
 use crate::page::node::{BranchView, LeafView, ValRef};
 use crate::page::{self, PageHeader, PageKind, HEADER_LEN, PAGE_SIZE};
 use crate::state::State;
-use crate::storage::{DATA_FILE, JOURNALS_DIR};
+use crate::storage::{BACKUP_MARKER, DATA_FILE, JOURNALS_DIR, PARTIAL_DATA_FILE};
 
 /// What a backup wrote ([`crate::Storage::backup`], [`crate::Database::backup`]). For a
 /// database, the sums over its storages, and the root's txn id.
@@ -130,22 +136,31 @@ impl<'a> Cleanup<'a> {
             env.create_dir(dest)?;
             created_dir = true;
         }
-        Ok(Cleanup {
+        let cleanup = Cleanup {
             env,
             dest,
             created_dir,
             armed: true,
-        })
-    }
-
-    /// The backup succeeded: keep what it wrote, and make the directory entries durable.
-    pub(crate) fn done(mut self) -> Result<()> {
-        self.env.sync_dir(self.dest)?;
-        if self.created_dir {
-            if let Some(parent) = self.dest.parent().filter(|p| !p.as_os_str().is_empty()) {
-                self.env.sync_dir(parent)?;
+        };
+        // The marker first, durable before anything else is written (and before a directory
+        // the backup created is durable in its parent, so that directory is never found
+        // without it): until `done` removes it, the destination opens as nothing (an
+        // unfinished backup), whatever a kill or a power loss left there.
+        env.open(&dest.join(BACKUP_MARKER), OpenMode::Create)?;
+        env.sync_dir(dest)?;
+        if created_dir {
+            if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+                env.sync_dir(parent)?;
             }
         }
+        Ok(cleanup)
+    }
+
+    /// The backup succeeded (every copy's data file is in place and durable): remove the
+    /// marker and make the directory entries durable.
+    pub(crate) fn done(mut self) -> Result<()> {
+        self.env.remove_file(&self.dest.join(BACKUP_MARKER))?;
+        self.env.sync_dir(self.dest)?;
         self.armed = false;
         Ok(())
     }
@@ -298,7 +313,9 @@ pub(crate) fn write_copy(env: &dyn StorageEnv, state: &State, dir: &Path) -> Res
         map_pages.push(b);
     }
 
-    let data_path = dir.join(DATA_FILE);
+    // Written under a temporary name, renamed once whole and durable: a copy cut short by a
+    // kill has no data file and never opens as a storage (an empty one, created again).
+    let data_path = dir.join(PARTIAL_DATA_FILE);
     let data = env.open(&data_path, OpenMode::Create)?;
     data.set_len(next_page * PAGE_SIZE as u64)?;
     // Tree pages as runs of adjacent pages (at most 1,024 slices a write).
@@ -331,7 +348,6 @@ pub(crate) fn write_copy(env: &dyn StorageEnv, state: &State, dir: &Path) -> Res
     }
     written += map_pages.len() as u64;
     data.sync_data()?;
-    // The header pages last: a copy cut short has none and never opens as a storage.
     let h = Header {
         sequence: 1,
         storage_id: crate::storage::random_id(),
@@ -351,6 +367,7 @@ pub(crate) fn write_copy(env: &dyn StorageEnv, state: &State, dir: &Path) -> Res
     let journals = dir.join(JOURNALS_DIR);
     env.create_dir(&journals)?;
     env.sync_dir(&journals)?;
+    env.rename(&data_path, &dir.join(DATA_FILE))?;
     env.sync_dir(dir)?;
     Ok(BackupReport {
         txn_id: txn,
@@ -373,8 +390,10 @@ pub(crate) fn backup_storage(
     Ok(r)
 }
 
-/// Backs up a database's snapshots: `root` into `dest`, each `(name, state)` of `branches`
-/// into `dest/Indexes/<name>`.
+/// Backs up a database's snapshots: each `(name, state)` of `branches` into
+/// `dest/Indexes/<name>`, then `root` into `dest`. The root's data file is the last one put
+/// in place: until it is, the copy is no database (its root has no data file, and the marker
+/// says why), so a kill never leaves a copy that opens with a branch missing.
 pub(crate) fn backup_database(
     env: &dyn StorageEnv,
     root: &State,
@@ -382,9 +401,9 @@ pub(crate) fn backup_database(
     dest: &Path,
 ) -> Result<BackupReport> {
     let cleanup = Cleanup::prepare(env, dest)?;
-    let mut report = write_copy(env, root, dest)?;
     let indexes = dest.join(crate::storage::INDEXES_DIR);
     env.create_dir(&indexes)?;
+    let mut report = BackupReport::default();
     for (name, state) in branches {
         let dir = indexes.join(name);
         env.create_dir(&dir)?;
@@ -392,6 +411,9 @@ pub(crate) fn backup_database(
         report.add(&r);
     }
     env.sync_dir(&indexes)?;
+    let r = write_copy(env, root, dest)?;
+    report.add(&r);
+    report.txn_id = r.txn_id;
     cleanup.done()?;
     Ok(report)
 }

@@ -180,11 +180,14 @@ impl Database {
         let data_path = path.join(DATA_FILE);
         let fresh = !env.exists(&data_path);
         if fresh {
+            let names = env.list_dir(&path)?;
+            if let Some(e) = crate::storage::unfinished_backup(&path, &names) {
+                return Err(e);
+            }
             if let Some(e) = crate::storage::missing_data_file_is_damage(&*env, &path, &data_path)?
             {
                 return Err(e);
             }
-            let names = env.list_dir(&path)?;
             if let Some(n) = names
                 .iter()
                 .find(|n| !["LOCK", JOURNALS_DIR, INDEXES_DIR].contains(&n.as_str()))

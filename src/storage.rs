@@ -44,6 +44,12 @@ pub const LOCK_FILE: &str = "LOCK";
 pub const JOURNALS_DIR: &str = "Journals";
 /// Name of the directory of the branch storages in a database's root storage directory.
 pub const INDEXES_DIR: &str = "Indexes";
+/// A file a backup creates in its destination first and removes last (design.md 12): a
+/// directory holding it and no data file is an unfinished backup, never opened as a storage.
+pub const BACKUP_MARKER: &str = "backup-in-progress";
+/// The name a backup writes a copy's data file under, renamed to [`DATA_FILE`] once the copy
+/// is complete and durable.
+pub const PARTIAL_DATA_FILE: &str = "data.pages.partial";
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -732,6 +738,11 @@ impl Inner {
         let journaled = || journal_files_exist(&*env, &journals_dir);
         let damaged = |what: &str| damaged_data_file(&data_path, &journals_dir, what);
         if !has_data {
+            if let Some(e) = unfinished_backup(&path, &names) {
+                return Err(e);
+            }
+        }
+        if !has_data {
             if let Some(e) = missing_data_file_is_damage(&*env, &path, &data_path)? {
                 return Err(e);
             }
@@ -1393,6 +1404,22 @@ pub(crate) fn journal_files_exist(env: &dyn StorageEnv, journals_dir: &Path) -> 
     Ok(env.exists(journals_dir) && !recovery::list(env, journals_dir)?.is_empty())
 }
 
+/// For a directory without a data file whose entries are `names`: `Some(Error::NotAStorage)`
+/// when it is an unfinished backup ([`BACKUP_MARKER`] is there: a backup stopped before its
+/// last step; design.md 12).
+///
+/// Regression (fresh-user trial): a SIGKILLed `omnibus backup` left a copy whose root and one
+/// branch were whole and another branch an empty directory; the copy opened, `check` passed,
+/// and the branch was silently missing.
+pub(crate) fn unfinished_backup(path: &Path, names: &[String]) -> Option<Error> {
+    names.iter().any(|n| n == BACKUP_MARKER).then(|| Error::NotAStorage {
+        path: path.to_path_buf(),
+        reason: format!(
+            "an unfinished backup: the backup writing it stopped before it completed ({BACKUP_MARKER} is there and no {DATA_FILE}); delete it and back up again"
+        ),
+    })
+}
+
 /// The corruption error for a damaged data file found next to journal files.
 pub(crate) fn damaged_data_file(data_path: &Path, journals_dir: &Path, what: &str) -> Error {
     Error::corruption(
@@ -1506,10 +1533,18 @@ pub(crate) fn take_lock(dir: &Path, read_only: bool) -> Result<Lock> {
     use rustix::fs::FlockOperation as Op;
     let lock_path = dir.join(LOCK_FILE);
     if read_only && !lock_path.exists() && !dir.join(DATA_FILE).exists() {
-        return Err(Error::NotAStorage {
-            path: dir.to_path_buf(),
-            reason: format!("no {DATA_FILE}"),
-        });
+        // The one name that matters here: this open lists nothing else.
+        let names: Vec<String> = if dir.join(BACKUP_MARKER).exists() {
+            vec![BACKUP_MARKER.to_string()]
+        } else {
+            Vec::new()
+        };
+        return Err(
+            unfinished_backup(dir, &names).unwrap_or_else(|| Error::NotAStorage {
+                path: dir.to_path_buf(),
+                reason: format!("no {DATA_FILE}"),
+            }),
+        );
     }
     let opened = if read_only {
         std::fs::File::open(&lock_path)

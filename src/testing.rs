@@ -40,7 +40,9 @@ pub mod journal {
 /// Names in a storage's directory (docs/design.md, section 1): the data file, the lock file,
 /// the journal directory and a database's directory of branch storages.
 pub mod layout {
-    pub use crate::storage::{DATA_FILE, INDEXES_DIR, JOURNALS_DIR, LOCK_FILE};
+    pub use crate::storage::{
+        BACKUP_MARKER, DATA_FILE, INDEXES_DIR, JOURNALS_DIR, LOCK_FILE, PARTIAL_DATA_FILE,
+    };
 }
 
 /// The check behind "executors never block on the disk": blocking calls the default storage

@@ -895,7 +895,22 @@ pub fn backup(a: BackupArgs) -> CliResult {
         (s.backup(&a.dest).map_err(fail)?, Vec::new())
     } else {
         let db = open_read(&a.db)?;
-        (db.backup(&a.dest).map_err(fail)?, db.damaged())
+        let report = db.backup(&a.dest).map_err(fail)?;
+        // The indexes `ingest --index` defined, for `check` on the copy (those copied).
+        let copied = db.storages();
+        let specs: Vec<String> = crate::index_spec::recorded(&a.db)
+            .into_iter()
+            .filter(|n| copied.contains(n))
+            .collect();
+        if !specs.is_empty() {
+            crate::index_spec::record(&a.dest, &specs).map_err(|e| {
+                Fail::io(format!(
+                    "the copy is complete, but recording its indexes in {} failed: {e}",
+                    a.dest.join(crate::index_spec::CLI_INDEXES_FILE).display()
+                ))
+            })?;
+        }
+        (report, db.damaged())
     };
     if a.json {
         let v = json!({
