@@ -1,5 +1,6 @@
-//! `stat` and `check` on a plain storage (made by `Storage::open`: data.pages, Journals/,
-//! LOCK, no database layout): they read it and leave the directory exactly as it was.
+//! The command line on a plain storage (made by `Storage::open`: data.pages, Journals/,
+//! LOCK, no database layout): `stat` and `check` read it and leave it exactly as it was; `get`,
+//! `scan`, `put` and `delete` use it as the storage it is, never turning it into a database.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -70,4 +71,48 @@ fn stat_and_check_read_a_plain_storage_without_changing_it() {
         before,
         "stat and check changed the storage's directory"
     );
+}
+
+#[test]
+fn key_commands_use_a_plain_storage_as_it_is() {
+    // Regression (fresh-user trial, 2026-12-02): `get` and `scan` refused a plain storage ("no
+    // Indexes directory") while `check`, `stat` and `backup` read it, and `put` on one
+    // silently made it a database (it created `Indexes/`).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plain");
+    {
+        let s = Storage::open(&path, Options::default()).unwrap();
+        let mut w = s.begin_write().unwrap();
+        w.put(b"a", b"1").unwrap();
+        w.put(b"b", b"2").unwrap();
+        w.commit().unwrap();
+        s.close().unwrap();
+    }
+    let p = path.to_str().unwrap();
+    assert_eq!(ok(&["get", p, "a"]), "1");
+    assert_eq!(ok(&["scan", p]), "a\t1\nb\t2\n");
+    ok(&["put", p, "c", "3"]);
+    assert_eq!(ok(&["delete", p, "a"]).trim(), "deleted");
+    assert_eq!(ok(&["scan", p, "--storage", "(storage)"]), "b\t2\nc\t3\n");
+    // A plain storage has no branch storages.
+    for args in [
+        &["get", p, "b", "--storage", "idx"][..],
+        &["put", p, "k", "v", "--storage", "idx", "--create"][..],
+    ] {
+        let o = cli_common::omnibus(args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {o:?}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("plain storage"),
+            "{o:?}"
+        );
+    }
+    assert!(
+        !path.join("Indexes").exists(),
+        "a key command made it a database"
+    );
+    // Still a plain storage, with the commands' writes.
+    let s = Storage::open(&path, Options::default()).unwrap();
+    let r = s.begin_read().unwrap();
+    assert_eq!(r.get(b"c").unwrap(), Some(&b"3"[..]));
+    assert_eq!(r.get(b"a").unwrap(), None);
 }

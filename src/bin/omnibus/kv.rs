@@ -79,6 +79,92 @@ fn json_entry(k: &[u8], v: &[u8]) -> String {
     serde_json::Value::Object(m).to_string() + "\n"
 }
 
+/// What a key command (`get`, `put`, `delete`, `scan`) works on: a storage of a database, or a
+/// plain storage (made by `Storage::open`), which is used as it is and never turned into a
+/// database.
+///
+/// Regression (fresh-user trial, 2026-12-02): `get` and `scan` refused a plain storage ("no
+/// Indexes directory") while `check`, `stat` and `backup` read it, and `put` on one silently
+/// made it a database (it created `Indexes/`).
+enum Target {
+    Db(Database, Storage),
+    Plain(Storage),
+}
+
+impl Target {
+    /// Opens what `t` names, and says whether it created the branch storage. A plain storage
+    /// has no branches: a `--storage` other than its name `(storage)` is an input error.
+    /// `write` opens for writing (a database is created when missing if `create_db`; a branch
+    /// when missing if `create_branch`, else `hint` ends the message).
+    fn open(
+        t: &StorageArg,
+        write: bool,
+        create_db: bool,
+        create_branch: bool,
+        hint: &str,
+    ) -> CliResult<(Target, bool)> {
+        if is_plain_storage(&t.db) {
+            if let Some(n) = t.storage.as_deref().filter(|n| *n != PLAIN_STORAGE) {
+                return Err(Fail::input(format!(
+                    "{}: a plain storage (made by `Storage::open`, not a database) has no storage `{n}`",
+                    t.db.display()
+                )));
+            }
+            let s = if write {
+                Storage::open(
+                    &t.db,
+                    Options {
+                        create: false,
+                        ..Options::default()
+                    },
+                )
+            } else {
+                open_plain(&t.db)
+            };
+            return Ok((
+                Target::Plain(s.map_err(|e| Fail::opening(e, &t.db))?),
+                false,
+            ));
+        }
+        let db = if write {
+            open_write(&t.db, create_db)?
+        } else {
+            open_read(&t.db)?
+        };
+        let created = create_branch
+            && t.storage
+                .as_ref()
+                .is_some_and(|n| !db.storages().contains(n));
+        let s = storage_of(&db, t, create_branch, hint)?;
+        Ok((Target::Db(db, s), created))
+    }
+
+    fn storage(&self) -> &Storage {
+        match self {
+            Target::Db(_, s) | Target::Plain(s) => s,
+        }
+    }
+
+    /// Whether this is a branch storage of a database (where key 0x00 may be an index's
+    /// applied record).
+    fn is_branch(&self, t: &StorageArg) -> bool {
+        matches!(self, Target::Db(..)) && t.storage.is_some()
+    }
+
+    /// Ends a write command: closes the database or the storage (flushing it).
+    fn close(self) -> CliResult {
+        match self {
+            Target::Db(db, s) => close_write(db, s),
+            Target::Plain(s) => s
+                .close()
+                .map_err(|e| Fail::from(e).context("closing the storage")),
+        }
+    }
+}
+
+/// The name `stat` and `check` give a plain storage.
+const PLAIN_STORAGE: &str = "(storage)";
+
 /// `--storage` for the JSON output: the name, or `(root)` as in `stat` and `check`.
 fn storage_name(t: &StorageArg) -> &str {
     t.storage.as_deref().unwrap_or("(root)")
@@ -151,9 +237,8 @@ fn check_key(key: &[u8]) -> CliResult {
 pub fn get(a: GetArgs) -> CliResult {
     let key = arg_bytes("KEY", &a.key)?;
     check_key(&key)?;
-    let db = open_read(&a.target.db)?;
-    let s = storage_of(&db, &a.target, false, "")?;
-    let r = s.begin_read()?;
+    let (t, _) = Target::open(&a.target, false, false, false, "")?;
+    let r = t.storage().begin_read()?;
     let Some(v) = r.get(&key)? else {
         return Err(Fail::input(format!("{}: not found", fmt::escape(&key))));
     };
@@ -243,8 +328,10 @@ fn check_write_input(a: &StorageArg, key: &[u8], value: Option<&[u8]>) -> CliRes
 /// Regression (fresh-user trial): `put DB --storage color '\x00' garbage` (and `delete`)
 /// exited 0 and overwrote the index's applied record; `check` then dropped that index's
 /// cross-check without a word and `stat` counted the record as an entry.
-fn check_not_reserved(a: &StorageArg, s: &Storage, key: &[u8]) -> CliResult {
-    if a.storage.is_some() && key == INDEX_APPLIED_KEY && applied_record(&s.begin_read()?).is_some()
+fn check_not_reserved(a: &StorageArg, t: &Target, key: &[u8]) -> CliResult {
+    if t.is_branch(a)
+        && key == INDEX_APPLIED_KEY
+        && applied_record(&t.storage().begin_read()?).is_some()
     {
         return Err(Fail::input(
             "key \\x00 of an index storage is its applied record, kept by the engine: not writable"
@@ -267,19 +354,13 @@ pub fn put(a: PutArgs) -> CliResult {
             a.target.db.display()
         )));
     }
-    let db = open_write(&a.target.db, true)?;
-    let created = a
-        .target
-        .storage
-        .as_ref()
-        .is_some_and(|n| !db.storages().contains(n));
-    let s = storage_of(&db, &a.target, a.create, CREATE_HINT)?;
-    check_not_reserved(&a.target, &s, &key)?;
-    let mut w = s.begin_write()?;
+    let (t, created) = Target::open(&a.target, true, true, a.create, CREATE_HINT)?;
+    check_not_reserved(&a.target, &t, &key)?;
+    let mut w = t.storage().begin_write()?;
     let replaced = a.json && w.get(&key)?.is_some();
     w.put(&key, &value)?;
     w.commit()?;
-    close_write(db, s)?;
+    t.close()?;
     if a.json {
         let report = json!({
             "storage": storage_name(&a.target),
@@ -304,17 +385,16 @@ fn close_write(db: omnibus::Database, s: omnibus::Storage) -> CliResult {
 pub fn delete(a: DeleteArgs) -> CliResult {
     let key = arg_bytes("KEY", &a.key)?;
     check_write_input(&a.target, &key, None)?;
-    let db = open_write(&a.target.db, false)?;
-    let s = storage_of(&db, &a.target, false, "")?;
-    check_not_reserved(&a.target, &s, &key)?;
-    let mut w = s.begin_write()?;
+    let (t, _) = Target::open(&a.target, true, false, false, "")?;
+    check_not_reserved(&a.target, &t, &key)?;
+    let mut w = t.storage().begin_write()?;
     let found = w.delete(&key)?;
     if found {
         w.commit()?;
     } else {
         drop(w); // nothing changed: nothing to commit
     }
-    close_write(db, s)?;
+    t.close()?;
     if a.json {
         let report = json!({
             "storage": storage_name(&a.target),
@@ -338,11 +418,10 @@ pub fn scan(a: ScanArgs) -> CliResult {
         .as_deref()
         .map(|p| arg_bytes("--prefix", p))
         .transpose()?;
-    let db = open_read(&a.target.db)?;
-    let s = storage_of(&db, &a.target, false, "")?;
-    let r = s.begin_read()?;
+    let (t, _) = Target::open(&a.target, false, false, false, "")?;
+    let r = t.storage().begin_read()?;
     // An index storage's applied record is not an entry.
-    let skip_record = a.target.storage.is_some() && applied_record(&r).is_some();
+    let skip_record = t.is_branch(&a.target) && applied_record(&r).is_some();
     let limit = a.limit.unwrap_or(u64::MAX);
     let mut o = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     let mut n = 0u64;
@@ -454,7 +533,7 @@ fn named_storages(db: &Database) -> CliResult<Vec<(String, Storage)>> {
 /// `stat` of a plain storage (see [`is_plain_storage`]): its one storage, no database counters.
 fn stat_plain(a: &StatArgs) -> CliResult {
     let s = open_plain(&a.db).map_err(|e| Fail::opening(e, &a.db))?;
-    let st = storage_stat("(storage)", &s, false);
+    let st = storage_stat(PLAIN_STORAGE, &s, false);
     let (mode, mode_why) = omnibus::WriteMode::describe(&a.db);
     let mode_name = mode.map_or("auto", |m| m.name());
     if a.json {
@@ -582,7 +661,7 @@ pub fn check(a: CheckArgs) -> CliResult {
     let storages: Vec<(String, Result<Storage, omnibus::Error>)> = if is_plain_storage(&a.db) {
         // Regression (fresh-user trial): a plain storage was refused ("no Indexes directory").
         // It is checked as it is: opened read-only, never made a database.
-        vec![("(storage)".to_string(), open_plain(&a.db))]
+        vec![(PLAIN_STORAGE.to_string(), open_plain(&a.db))]
     } else {
         match open_read(&a.db) {
             Ok(db) => {
