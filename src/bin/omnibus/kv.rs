@@ -103,6 +103,8 @@ impl Target {
         create_branch: bool,
         hint: &str,
     ) -> CliResult<(Target, bool)> {
+        // A branch's own directory looks like a plain storage: it is used through its database.
+        crate::not_a_branch(&t.db)?;
         if is_plain_storage(&t.db) {
             if let Some(n) = t.storage.as_deref().filter(|n| *n != PLAIN_STORAGE) {
                 return Err(Fail::input(format!(
