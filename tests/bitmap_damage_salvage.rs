@@ -191,6 +191,11 @@ fn backup_refuses_a_destination_that_is_not_empty_and_leaves_it_alone() {
     let o = cli::omnibus(&["backup", path.to_str().unwrap(), dest.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     assert_eq!(std::fs::read(dest.join("mine")).unwrap(), b"keep");
+    // A destination whose parent is missing is a mistyped path (exit 1), nothing is created.
+    let deep = dir.path().join("no/such/dir");
+    let o = cli::omnibus(&["backup", path.to_str().unwrap(), deep.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(!dir.path().join("no").exists());
     let o = cli::omnibus(&[
         "backup",
         dir.path().join("nothing").to_str().unwrap(),

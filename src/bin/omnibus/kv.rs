@@ -960,6 +960,16 @@ pub fn backup(a: BackupArgs) -> CliResult {
     if !crate::db_dir(&a.db)? {
         return Err(Fail::input(format!("{}: no such database", a.db.display())));
     }
+    // The copy's directory is created, not its parents: a missing parent is a mistyped path.
+    if let Some(parent) = a.dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if !parent.is_dir() {
+            return Err(Fail::input(format!(
+                "{}: its parent directory {} does not exist",
+                a.dest.display(),
+                parent.display()
+            )));
+        }
+    }
     let fail = |e: omnibus::Error| {
         let code = match e {
             omnibus::Error::DestinationNotEmpty { .. }
