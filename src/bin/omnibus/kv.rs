@@ -788,7 +788,7 @@ pub fn check(a: CheckArgs) -> CliResult {
                     // Regression (fresh-user trial): with the shared journal cut, the database
                     // failed and each branch opened on its own said plain "ok", although its
                     // unflushed commits were in the damaged file. Alone, it cannot know.
-                    (true, true) => "ok by its own files (opened alone: the database does not open, see the error on stderr; its journal damage may hide this storage's unflushed commits)",
+                    (true, true) => "ok by its own files (opened alone: the database does not open, see the error on stderr; if that damage is in the shared journal, it may hide this storage's unflushed commits)",
                 },
                 r.entries,
                 r.pages_checked,
