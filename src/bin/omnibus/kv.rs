@@ -268,11 +268,12 @@ fn read_value(mut r: impl Read, what: &str) -> CliResult<Vec<u8>> {
         .read_to_end(&mut v)
         .map_err(|e| Fail::input(format!("reading {what}: {e}")))?;
     if v.len() > omnibus::MAX_VALUE_LEN {
-        return Err(omnibus::Error::ValueTooLarge {
-            len: v.len(),
-            max: omnibus::MAX_VALUE_LEN,
-        }
-        .into());
+        // Reading stopped one byte past the limit: the real length is unknown, and at least
+        // that (a 200 MB file was once reported as "134217729 bytes").
+        return Err(Fail::input(format!(
+            "{what}: the value is larger than {} bytes, the most a value may hold",
+            omnibus::MAX_VALUE_LEN
+        )));
     }
     Ok(v)
 }
