@@ -99,7 +99,7 @@ fn a_storage_with_a_damaged_map_is_read_and_salvaged_by_a_backup() {
     }
     // The salvage: the CLI's backup of the read-only open.
     let copy = dir.path().join("copy");
-    let o = cli::omnibus(&["backup", path.to_str().unwrap(), copy.to_str().unwrap()]);
+    let o = cli::omnibus_after_close(&["backup", path.to_str().unwrap(), copy.to_str().unwrap()]);
     assert!(o.status.success(), "{o:?}");
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("13333 keys"), "{out}");
@@ -151,7 +151,7 @@ fn a_database_branch_with_a_damaged_map_is_backed_up_whole() {
     }
     // Read-only: every storage opens and the backup holds all of them.
     let copy = dir.path().join("copy");
-    let o = cli::omnibus(&[
+    let o = cli::omnibus_after_close(&[
         "backup",
         "--json",
         path.to_str().unwrap(),
@@ -170,7 +170,7 @@ fn a_database_branch_with_a_damaged_map_is_backed_up_whole() {
     );
     assert_eq!(db.root().begin_read().unwrap().len(), 1_000);
     db.close().unwrap();
-    let o = cli::omnibus(&["check", copy.to_str().unwrap()]);
+    let o = cli::omnibus_after_close(&["check", copy.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{o:?}");
 }
 
@@ -188,12 +188,12 @@ fn backup_refuses_a_destination_that_is_not_empty_and_leaves_it_alone() {
     let dest = dir.path().join("dest");
     std::fs::create_dir(&dest).unwrap();
     std::fs::write(dest.join("mine"), b"keep").unwrap();
-    let o = cli::omnibus(&["backup", path.to_str().unwrap(), dest.to_str().unwrap()]);
+    let o = cli::omnibus_after_close(&["backup", path.to_str().unwrap(), dest.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     assert_eq!(std::fs::read(dest.join("mine")).unwrap(), b"keep");
     // A destination whose parent is missing is a mistyped path (exit 1), nothing is created.
     let deep = dir.path().join("no/such/dir");
-    let o = cli::omnibus(&["backup", path.to_str().unwrap(), deep.to_str().unwrap()]);
+    let o = cli::omnibus_after_close(&["backup", path.to_str().unwrap(), deep.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     assert!(!dir.path().join("no").exists());
     let o = cli::omnibus(&[

@@ -364,7 +364,8 @@ fn a_database_open_elsewhere_is_named_once() {
         assert_eq!(err, want, "{args:?}");
     }
     held.close().unwrap();
-    assert_eq!(ok(&["get", dbs, "k"]), "v");
+    let o = cli_common::omnibus_after_close(&["get", dbs, "k"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "v", "{o:?}");
 }
 
 #[test]

@@ -89,7 +89,8 @@ fn key_commands_use_a_plain_storage_as_it_is() {
         s.close().unwrap();
     }
     let p = path.to_str().unwrap();
-    assert_eq!(ok(&["get", p, "a"]), "1");
+    let o = cli_common::omnibus_after_close(&["get", p, "a"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "1", "{o:?}");
     assert_eq!(ok(&["scan", p]), "a\t1\nb\t2\n");
     ok(&["put", p, "c", "3"]);
     assert_eq!(ok(&["delete", p, "a"]).trim(), "deleted");

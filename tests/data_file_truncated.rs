@@ -102,7 +102,7 @@ fn a_database_with_a_truncated_branch_lists_it_damaged_and_refuses_writes() {
             Err(Error::DatabaseDamaged { .. })
         ));
     }
-    let o = cli::omnibus(&["put", path.to_str().unwrap(), "doc", "v"]);
+    let o = cli::omnibus_after_close(&["put", path.to_str().unwrap(), "doc", "v"]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     let o = cli::omnibus(&["check", path.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
