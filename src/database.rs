@@ -220,12 +220,15 @@ impl Database {
                 let len = data.len()?;
                 // The same rule as `Storage::open` (this path creates the root itself).
                 let journals = path.join(JOURNALS_DIR);
-                if len == 0 && crate::storage::journal_files_exist(&*env, &journals)? {
-                    return Err(crate::storage::damaged_data_file(
+                if len == 0 {
+                    if let Some(e) = crate::storage::damage_next_to_journals(
+                        &*env,
                         &data_path,
                         &journals,
                         "the data file is empty",
-                    ));
+                    )? {
+                        return Err(e);
+                    }
                 }
                 // A new root, or one whose creation crashed before anything was committed.
                 if len == 0

@@ -735,8 +735,6 @@ impl Inner {
         };
         let names = env.list_dir(&path)?;
         let has_data = names.iter().any(|n| n == DATA_FILE);
-        let journaled = || journal_files_exist(&*env, &journals_dir);
-        let damaged = |what: &str| damaged_data_file(&data_path, &journals_dir, what);
         if !has_data {
             if let Some(e) = unfinished_backup(&path, &names) {
                 return Err(e);
@@ -781,8 +779,19 @@ impl Inner {
             tracing::warn!(path = %path.display(), "creation crashed before the header pages were durable: creating again");
             len = 0;
         }
-        if len == 0 && journaled()? {
-            return Err(damaged("the data file is empty"));
+        // `Journals/` is created only after a new storage's header pages are durable
+        // (`init_files`), so next to it, journal files or not, a data file that is empty,
+        // shorter than two pages or without a header lost them: damage, never a storage to
+        // create again.
+        //
+        // Regression (fresh-user trial, 2026-12-02): a backup's branch (its `Journals/` empty,
+        // as after any clean close) with `data.pages` cut to 0 or 16,384 bytes was re-created
+        // empty by `omnibus put` (exit 0), and 19,777 keys were gone without an error.
+        let existed = |what: &str| damage_next_to_journals(&*env, &data_path, &journals_dir, what);
+        if len == 0 {
+            if let Some(e) = existed("the data file is empty")? {
+                return Err(e);
+            }
         }
         if len == 0 {
             if opts.read_only {
@@ -796,10 +805,10 @@ impl Inner {
             len = 2 * PAGE_SIZE as u64;
         }
         if len < 2 * PAGE_SIZE as u64 {
-            if journaled()? {
-                return Err(damaged(&format!(
-                    "the data file is {len} bytes, shorter than its two header pages"
-                )));
+            if let Some(e) = existed(&format!(
+                "the data file is {len} bytes, shorter than its two header pages"
+            ))? {
+                return Err(e);
             }
             return Err(Error::NotAStorage {
                 path,
@@ -807,8 +816,9 @@ impl Inner {
             });
         }
         let (hdr, slot) = match read_header(&*data, &data_path) {
-            Err(Error::NotAStorage { .. }) if journaled()? => {
-                return Err(damaged("neither header page is an omnibus header"))
+            Err(Error::NotAStorage { reason, .. }) => {
+                return Err(existed("neither header page is an omnibus header")?
+                    .unwrap_or(Error::NotAStorage { path, reason }))
             }
             r => r?,
         };
@@ -1319,10 +1329,10 @@ impl Inner {
 
 /// True when the data file is what a creation that crashed before its header pages were durable
 /// leaves behind (a power loss may keep any part of the two unsynced header writes): at most two
-/// pages long, each slot zeros, cut off, or an omnibus header page (whole or torn), and no journal
-/// file (the first is created only after the header pages are synced, and a storage that ever
-/// committed is longer than two pages), and no header stating a started journal file. Anything
-/// else is left to the header checks.
+/// pages long, each slot zeros, cut off, or an omnibus header page (whole or torn) of an empty
+/// storage (no header stating a started journal file, commits or pages in use), and no
+/// `Journals/` directory (creation makes it only after the header pages are synced). Anything
+/// else is left to the header checks, which report a cut file as damage.
 pub(crate) fn unfinished_creation(
     env: &dyn StorageEnv,
     data: &dyn EnvFile,
@@ -1344,6 +1354,10 @@ pub(crate) fn unfinished_creation(
             // still there is recovery's question (the fresh-user trial of 2026-12-02: such a
             // root was re-created over a deleted journal file).
             header::Slot::Valid(h) if h.journal_started != 0 => return Ok(false),
+            // A header that states pages or commits is no creation's: the file was cut.
+            header::Slot::Valid(h) if h.flushed_txn != 0 || h.next_page > 2 || h.entries != 0 => {
+                return Ok(false)
+            }
             header::Slot::Valid(_) | header::Slot::Damaged => true,
             header::Slot::Foreign => pg.iter().all(|&b| b == 0),
             header::Slot::OtherVersion(_) => false,
@@ -1352,7 +1366,9 @@ pub(crate) fn unfinished_creation(
             return Ok(false);
         }
     }
-    Ok(!env.exists(journals_dir) || recovery::list(env, journals_dir)?.is_empty())
+    // `Journals/` is made after the header pages are durable (`init_files`): with it there,
+    // the creation finished, and headers cut or torn since are damage.
+    Ok(!env.exists(journals_dir))
 }
 
 /// Writes the two header pages of a new storage (random storage id, empty tree), syncs the
@@ -1417,6 +1433,33 @@ pub(crate) fn unfinished_backup(path: &Path, names: &[String]) -> Option<Error> 
         reason: format!(
             "an unfinished backup: the backup writing it stopped before it completed ({BACKUP_MARKER} is there and no {DATA_FILE}); delete it and back up again"
         ),
+    })
+}
+
+/// `Some(Error::Corruption)` saying `what` is wrong with the data file when the storage
+/// existed: `journals_dir` holds journal files, or exists at all (creation makes it only after
+/// the header pages are durable, [`init_files`]). `None` when neither: what a creation that
+/// crashed early leaves.
+pub(crate) fn damage_next_to_journals(
+    env: &dyn StorageEnv,
+    data_path: &Path,
+    journals_dir: &Path,
+    what: &str,
+) -> Result<Option<Error>> {
+    Ok(if journal_files_exist(env, journals_dir)? {
+        Some(damaged_data_file(data_path, journals_dir, what))
+    } else if env.exists(journals_dir) {
+        Some(Error::corruption(
+            data_path,
+            None,
+            None,
+            format!(
+                "{what}, but {} exists (it is made after the header pages are durable)",
+                journals_dir.display()
+            ),
+        ))
+    } else {
+        None
     })
 }
 

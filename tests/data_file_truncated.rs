@@ -107,3 +107,96 @@ fn a_database_with_a_truncated_branch_lists_it_damaged_and_refuses_writes() {
     let o = cli::omnibus(&["check", path.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
 }
+
+/// Regression (second fresh-user trial, 2026-12-02): a storage whose `Journals/` was empty (as
+/// after any clean close, or in a fresh backup) with `data.pages` cut to two pages or less was
+/// taken for a creation that crashed before its header pages were durable, and re-created
+/// empty by a read-write open (`omnibus put` exited 0; 19,777 keys of a branch, 44,660
+/// documents of a root gone). `Journals/` is made only after the header pages are durable, and
+/// a header that states pages in use is no creation's: both make it damage.
+#[test]
+fn a_storage_cut_to_two_pages_or_less_is_never_created_again() {
+    for cut in [0u64, 8_192, 12_000, 16_384] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        {
+            let src = Storage::open(dir.path().join("src"), Options::default()).unwrap();
+            fill(&src, 3_000);
+            // A backup: its `Journals/` is empty and its header states no journal file.
+            src.backup(&path).unwrap();
+        }
+        assert!(
+            std::fs::read_dir(path.join("Journals"))
+                .unwrap()
+                .next()
+                .is_none(),
+            "a backup's Journals/ is empty"
+        );
+        let data = path.join("data.pages");
+        truncate(&data, cut);
+        for read_only in [false, true] {
+            let o = Options {
+                read_only,
+                ..Options::default()
+            };
+            match Storage::open(&path, o) {
+                Err(Error::Corruption(c)) => assert_eq!(c.file, data, "cut {cut}: {c}"),
+                Err(e) => panic!("cut {cut}, read_only {read_only}: not corruption: {e:?}"),
+                Ok(s) => panic!(
+                    "cut {cut}, read_only {read_only}: opened with {} keys",
+                    s.begin_read().unwrap().len()
+                ),
+            }
+        }
+        assert_eq!(
+            std::fs::metadata(&data).unwrap().len(),
+            cut,
+            "an open rewrote it"
+        );
+    }
+}
+
+#[test]
+fn a_database_whose_root_or_branch_was_cut_to_two_pages_is_damaged_not_recreated() {
+    for (victim, cut) in [
+        ("Indexes/idx/data.pages", 0u64),
+        ("Indexes/idx/data.pages", 16_384),
+        ("data.pages", 16_384),
+        ("data.pages", 0),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        {
+            // A backup: every `Journals/` in it is empty (as a branch's after a clean close).
+            let db = Database::open(dir.path().join("src"), Options::default()).unwrap();
+            fill(&db.root(), 3_000);
+            fill(&db.create_storage("idx").unwrap(), 3_000);
+            db.backup(&path).unwrap();
+        }
+        truncate(&path.join(victim), cut);
+        match Database::open(&path, Options::default()) {
+            Ok(db) => {
+                assert!(
+                    victim.starts_with("Indexes"),
+                    "{victim} {cut}: the root opened"
+                );
+                let damaged = db.damaged();
+                assert_eq!(damaged.len(), 1, "{victim} {cut}: {damaged:?}");
+                assert!(matches!(damaged[0].1, Error::Corruption(_)), "{damaged:?}");
+                assert!(matches!(
+                    db.root().begin_write(),
+                    Err(Error::DatabaseDamaged { .. })
+                ));
+            }
+            Err(Error::Corruption(c)) => {
+                assert_eq!(victim, "data.pages", "{c}");
+            }
+            Err(e) => panic!("{victim} {cut}: {e:?}"),
+        }
+        assert_eq!(
+            std::fs::metadata(path.join(victim)).unwrap().len(),
+            cut,
+            "{victim}: an open rewrote it"
+        );
+    }
+}
