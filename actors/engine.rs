@@ -163,6 +163,48 @@ enum Queue {
 /// The switch costs one `io_uring_enter` (a few µs), 200 times a second at most.
 const PREEMPT_TIMER: Duration = Duration::from_millis(5);
 
+/// How often the keepalive thread (`omnibus-keepalive`) wakes every executor from outside.
+///
+/// Why: glommio 0.9 can park an executor that has work or a timer due, and sleep until some
+/// other event arrives. Seen three times in `bench shop`'s separate mode on this 2-core VM:
+/// both executors asleep in `io_uring_enter` (no CPU, no I/O) for 12 minutes, then 167 s, with
+/// the flushers' tick timers pending, until a debugger's attach woke them. glommio 0.9 sleeps
+/// on its main ring with the latency ring (where timers live) linked to it, the design its
+/// maintainers replaced to fix such hangs (glommio PR 552, not in 0.9); the community fork
+/// also fixed a park with a runnable task queue (glommio/glommio PR 53). A foreign wake
+/// writes the executor's eventfd, which wakes that sleep reliably, and the executor's next
+/// turn fires due timers and runs ready queues: a lost wake-up costs at most this long. It
+/// costs an idle engine 10 wake-ups a second per executor; a busy executor is not asleep, so
+/// a poke is a `try_send`.
+const KEEPALIVE: Duration = Duration::from_millis(100);
+
+/// The keepalive thread: every [`KEEPALIVE`], one poke to each executor's keepalive task (a
+/// bounded(1) channel: a poke not taken yet is not doubled). Ends once `stop` is set or every
+/// executor's task is gone.
+fn start_keepalive(pokes: Vec<flume::Sender<()>>, stop: Arc<std::sync::atomic::AtomicBool>) {
+    let spawned = std::thread::Builder::new()
+        .name("omnibus-keepalive".into())
+        .spawn(move || {
+            // Bounded: ends when stopped or when no executor is left.
+            while !stop.load(Ordering::Acquire) {
+                std::thread::sleep(KEEPALIVE);
+                let mut alive = false;
+                for p in &pokes {
+                    match p.try_send(()) {
+                        Ok(()) | Err(flume::TrySendError::Full(())) => alive = true,
+                        Err(flume::TrySendError::Disconnected(())) => {}
+                    }
+                }
+                if !alive {
+                    break;
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start the executor keepalive thread: an executor that misses a wake-up may sleep until its next event");
+    }
+}
+
 struct Executor {
     spawn: flume::Sender<(Queue, Spawn)>,
     flusher: flume::Sender<FlusherMsg>,
@@ -180,6 +222,10 @@ struct EngineInner {
     background: IoLane,
     databases: Mutex<Vec<DatabaseHandle>>,
     down: std::sync::atomic::AtomicBool,
+    /// Stops the keepalive thread (set by shutdown).
+    keepalive_stop: Arc<std::sync::atomic::AtomicBool>,
+    /// Pokes the executors' keepalive tasks took (see [`KEEPALIVE`]).
+    keepalive_wakes: Arc<AtomicU64>,
 }
 
 /// Most pages one transaction of an index batch copies (1/16 of the memory budget, at least
@@ -326,6 +372,8 @@ impl Engine {
         // Each executor says it runs; one that dies first (a glommio panic) drops its sender.
         let (up_tx, up_rx) = flume::bounded::<()>(cpus.len());
         let mut executors = Vec::new();
+        let mut pokes = Vec::new();
+        let keepalive_wakes = Arc::new(AtomicU64::new(0));
         // One memory budget for the whole engine (see `flusher.rs`).
         let budget: flusher::Pressure = Arc::new(flusher::Budget::new(opts.memory_budget_bytes));
         for (i, cpu) in cpus.iter().enumerate() {
@@ -338,6 +386,9 @@ impl Engine {
             let pressure = budget.clone();
             let flag = budget.clone();
             let up = up_tx.clone();
+            let (poke_tx, poke_rx) = flume::bounded::<()>(1);
+            pokes.push(poke_tx);
+            let woken = keepalive_wakes.clone();
             let handle = LocalExecutorBuilder::new(Placement::Fixed(*cpu))
                 .name(&format!("omnibus-exec-{i}"))
                 .io_memory(GLOMMIO_IO_MEMORY)
@@ -348,6 +399,13 @@ impl Engine {
                     // Any blocking disk call on this thread is a bug (checked by the core's
                     // default environment).
                     crate::env::mark_executor_thread();
+                    glommio::spawn_local(async move {
+                        // Each poke is a foreign wake of this executor (see KEEPALIVE).
+                        while poke_rx.recv_async().await.is_ok() {
+                            woken.fetch_add(1, Ordering::Relaxed);
+                        }
+                    })
+                    .detach();
                     glommio::spawn_local(reader_pool::run(readers)).detach();
                     glommio::spawn_local(flusher::run(frx, lane, tick, share, flag)).detach();
                     // The documents' queue: picked before the default queue whenever it has a
@@ -406,8 +464,12 @@ impl Engine {
                 ));
             }
         }
+        let keepalive_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        start_keepalive(pokes, keepalive_stop.clone());
         Ok(Engine {
             inner: Arc::new(EngineInner {
+                keepalive_stop,
+                keepalive_wakes,
                 n: executors.len(),
                 executors: Mutex::new(executors),
                 opts,
@@ -436,6 +498,14 @@ impl Engine {
             .pressure(0)
             .overruns
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Times an executor took a poke from the keepalive thread, which wakes every executor
+    /// every 100 ms from outside so that a wake-up glommio 0.9 loses costs at most that long
+    /// (see `KEEPALIVE` in `actors/engine.rs`). Grows by about 10 a second per executor while
+    /// the engine runs.
+    pub fn executor_keepalive_wakes(&self) -> u64 {
+        self.inner.keepalive_wakes.load(Ordering::Relaxed)
     }
 
     /// Opens (or creates) the database at `path` and starts its actors. The storages are opened
@@ -626,6 +696,7 @@ impl EngineInner {
         if self.down.swap(true, std::sync::atomic::Ordering::AcqRel) {
             return Ok(());
         }
+        self.keepalive_stop.store(true, Ordering::Release);
         let mut first: Result<()> = Ok(());
         let dbs = std::mem::take(&mut *self.databases.lock().unwrap_or_else(|e| e.into_inner()));
         for db in &dbs {
