@@ -149,6 +149,14 @@ fn a_database_branch_with_a_damaged_map_is_backed_up_whole() {
             Err(Error::DatabaseDamaged { .. })
         ));
     }
+    // A write to the damaged branch names the damage (exit 2), not "no storage `idx`" with a
+    // `put --create` hint (second trial).
+    let o =
+        cli::omnibus_after_close(&["put", path.to_str().unwrap(), "--storage", "idx", "a", "b"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("storage `idx` is damaged"), "{err}");
+    assert!(!err.contains("--create"), "{err}");
     // Read-only: every storage opens and the backup holds all of them.
     let copy = dir.path().join("copy");
     let o = cli::omnibus_after_close(&[

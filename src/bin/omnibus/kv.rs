@@ -178,6 +178,11 @@ fn storage_of(db: &Database, t: &StorageArg, create: bool, hint: &str) -> CliRes
     let Some(name) = &t.storage else {
         return Ok(db.root());
     };
+    // A damaged branch is not among the storages: say so, not "no storage" (whose hint,
+    // `put --create`, would then fail on the damage anyway).
+    if let Some((_, e)) = db.damaged().into_iter().find(|(n, _)| n == name) {
+        return Err(Fail::from(e).context(format_args!("storage `{name}` is damaged")));
+    }
     if !create && !db.storages().contains(name) {
         let all = db.storages();
         return Err(Fail::input(format!(
