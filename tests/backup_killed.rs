@@ -107,6 +107,26 @@ fn open_copy(dest: &Path, read_only: bool) -> Option<DbContents> {
     }
 }
 
+/// Arms a crash after the `k`-th durable operation from now, runs `backup`, and crashes now
+/// if the backup finished first (so the destination is always what a crash leaves). Returns
+/// whether the backup finished.
+fn cut_backup<T: std::fmt::Debug>(
+    pl: &PowerLossEnv,
+    k: u64,
+    lose: bool,
+    backup: impl FnOnce() -> omnibus::Result<T>,
+) -> bool {
+    pl.crash_after(pl.durable_ops() + k, mode(k), lose, k)
+        .unwrap();
+    let r = backup();
+    assert!(r.is_ok() || pl.is_crashed(), "k {k}: {r:?}");
+    let done = !pl.is_crashed();
+    if done {
+        pl.crash(mode(k), lose, k).unwrap();
+    }
+    done
+}
+
 #[test]
 fn a_database_backup_cut_at_any_durable_operation_is_whole_or_refused() {
     let (mut whole, mut refused) = (0, 0);
@@ -115,7 +135,7 @@ fn a_database_backup_cut_at_any_durable_operation_is_whole_or_refused() {
         let pl = Arc::new(PowerLossEnv::new(default_env(), dir.path()).with_real_sync(false));
         let src = dir.path().join("db");
         let dest = dir.path().join("copy");
-        let expected = {
+        let (expected, done) = {
             let db = Database::open(&src, opts(pl.clone())).unwrap();
             fill(&db.root(), 300, "doc");
             for (i, b) in BRANCHES.iter().enumerate() {
@@ -123,16 +143,8 @@ fn a_database_backup_cut_at_any_durable_operation_is_whole_or_refused() {
             }
             db.flush().unwrap();
             let expected = db_contents(&db);
-            pl.crash_after(pl.durable_ops() + k, mode(k), lose, k)
-                .unwrap();
-            let r = db.backup(&dest);
-            assert!(r.is_ok() || pl.is_crashed(), "k {k}: {r:?}");
-            expected
+            (expected, cut_backup(&pl, k, lose, || db.backup(&dest)))
         };
-        let done = !pl.is_crashed();
-        if done {
-            pl.crash(mode(k), lose, k).unwrap();
-        }
         for read_only in [true, false] {
             match open_copy(&dest, read_only) {
                 Some(got) => {
@@ -168,21 +180,13 @@ fn a_storage_backup_cut_at_any_durable_operation_is_whole_or_refused() {
         let pl = Arc::new(PowerLossEnv::new(default_env(), dir.path()).with_real_sync(false));
         let src = dir.path().join("s");
         let dest = dir.path().join("copy");
-        let expected = {
+        let (expected, done) = {
             let s = Storage::open(&src, opts(pl.clone())).unwrap();
             fill(&s, 2_000, "k");
             s.flush().unwrap();
             let expected = contents(&s);
-            pl.crash_after(pl.durable_ops() + k, mode(k), lose, k)
-                .unwrap();
-            let r = s.backup(&dest);
-            assert!(r.is_ok() || pl.is_crashed(), "k {k}: {r:?}");
-            expected
+            (expected, cut_backup(&pl, k, lose, || s.backup(&dest)))
         };
-        let done = !pl.is_crashed();
-        if done {
-            pl.crash(mode(k), lose, k).unwrap();
-        }
         for read_only in [true, false] {
             let o = Options {
                 read_only,

@@ -10,7 +10,7 @@
 #[path = "common/cli.rs"]
 mod cli;
 
-use omnibus::{Database, Error, Options, Storage};
+use omnibus::{Corruption, Database, Error, Options, Storage};
 
 fn truncate(file: &std::path::Path, len: u64) {
     std::fs::OpenOptions::new()
@@ -27,6 +27,23 @@ fn fill(s: &Storage, n: usize) {
         w.put(format!("key{i:06}"), [7u8; 100]).unwrap();
     }
     w.commit().unwrap();
+}
+
+/// Opens the storage at `path` (read-only or not) and returns the corruption it must fail
+/// with.
+fn open_fails_as_corruption(path: &std::path::Path, read_only: bool, what: &str) -> Corruption {
+    let o = Options {
+        read_only,
+        ..Options::default()
+    };
+    match Storage::open(path, o) {
+        Err(Error::Corruption(c)) => c,
+        Err(e) => panic!("{what}, read_only {read_only}: not corruption: {e:?}"),
+        Ok(s) => panic!(
+            "{what}, read_only {read_only}: opened with {} keys",
+            s.begin_read().unwrap().len()
+        ),
+    }
 }
 
 #[test]
@@ -48,19 +65,10 @@ fn a_truncated_storage_is_refused_on_every_open() {
     for cut in [full - 1, 100_000] {
         truncate(&data, cut);
         for read_only in [false, true] {
-            let o = Options {
-                read_only,
-                ..Options::default()
-            };
-            match Storage::open(&path, o) {
-                Err(Error::Corruption(c)) => {
-                    assert_eq!(c.file, data);
-                    assert!(c.to_string().contains("truncated"), "{c}");
-                    assert!(c.to_string().contains(&format!("{cut} bytes")), "{c}");
-                }
-                Err(e) => panic!("cut {cut}, read_only {read_only}: not corruption: {e:?}"),
-                Ok(_) => panic!("cut {cut}, read_only {read_only}: a truncated storage opened"),
-            }
+            let c = open_fails_as_corruption(&path, read_only, &format!("cut {cut}"));
+            assert_eq!(c.file, data);
+            assert!(c.to_string().contains("truncated"), "{c}");
+            assert!(c.to_string().contains(&format!("{cut} bytes")), "{c}");
         }
     }
     assert_eq!(
@@ -135,18 +143,8 @@ fn a_storage_cut_to_two_pages_or_less_is_never_created_again() {
         let data = path.join("data.pages");
         truncate(&data, cut);
         for read_only in [false, true] {
-            let o = Options {
-                read_only,
-                ..Options::default()
-            };
-            match Storage::open(&path, o) {
-                Err(Error::Corruption(c)) => assert_eq!(c.file, data, "cut {cut}: {c}"),
-                Err(e) => panic!("cut {cut}, read_only {read_only}: not corruption: {e:?}"),
-                Ok(s) => panic!(
-                    "cut {cut}, read_only {read_only}: opened with {} keys",
-                    s.begin_read().unwrap().len()
-                ),
-            }
+            let c = open_fails_as_corruption(&path, read_only, &format!("cut {cut}"));
+            assert_eq!(c.file, data, "cut {cut}: {c}");
         }
         assert_eq!(
             std::fs::metadata(&data).unwrap().len(),
