@@ -166,9 +166,11 @@ const PREEMPT_TIMER: Duration = Duration::from_millis(5);
 /// How often the keepalive thread (`omnibus-keepalive`) wakes every executor from outside.
 ///
 /// Why: glommio 0.9 can park an executor that has work or a timer due, and sleep until some
-/// other event arrives. Seen three times in `bench shop`'s separate mode on this 2-core VM:
-/// both executors asleep in `io_uring_enter` (no CPU, no I/O) for 12 minutes, then 167 s, with
-/// the flushers' tick timers pending, until a debugger's attach woke them. glommio 0.9 sleeps
+/// other event arrives. Seen four times in `bench shop`'s separate mode on this 2-core VM:
+/// both executors asleep in `io_uring_enter` (no CPU, no I/O) for 12 minutes, 167 s and 9
+/// minutes, with the flushers' tick timers pending, until something outside woke them: a
+/// debugger's attach, or (2026-12-02, the build before this thread) `SIGSTOP` + `SIGCONT`,
+/// after which the run finished within seconds. glommio 0.9 sleeps
 /// on its main ring with the latency ring (where timers live) linked to it, the design its
 /// maintainers replaced to fix such hangs (glommio PR 552, not in 0.9); the community fork
 /// also fixed a park with a runnable task queue (glommio/glommio PR 53). A foreign wake
