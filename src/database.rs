@@ -241,7 +241,8 @@ impl Database {
                 {
                     init_files(&*env, &path, &*data, created)?;
                 }
-                let (hdr, _) = read_header(&*data, &data_path)?;
+                let (hdr, _) =
+                    crate::storage::read_header_or_damage(&*env, &*data, &data_path, &journals)?;
                 drop(data);
                 // Names of journal files lost while another name of the file holds records not
                 // flushed yet: linked back before anything is recovered, flushed or released.

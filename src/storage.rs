@@ -739,8 +739,6 @@ impl Inner {
             if let Some(e) = unfinished_backup(&path, &names) {
                 return Err(e);
             }
-        }
-        if !has_data {
             if let Some(e) = missing_data_file_is_damage(&*env, &path, &data_path)? {
                 return Err(e);
             }
@@ -792,8 +790,6 @@ impl Inner {
             if let Some(e) = existed("the data file is empty")? {
                 return Err(e);
             }
-        }
-        if len == 0 {
             if opts.read_only {
                 return Err(Error::NotAStorage {
                     path,
@@ -815,13 +811,7 @@ impl Inner {
                 reason: format!("{DATA_FILE} is {len} bytes, shorter than its two header pages"),
             });
         }
-        let (hdr, slot) = match read_header(&*data, &data_path) {
-            Err(Error::NotAStorage { reason, .. }) => {
-                return Err(existed("neither header page is an omnibus header")?
-                    .unwrap_or(Error::NotAStorage { path, reason }))
-            }
-            r => r?,
-        };
+        let (hdr, slot) = read_header_or_damage(&*env, &*data, &data_path, &journals_dir)?;
         // Every page below the durable header's `next_page` was in the file when that header
         // was written (the file grows before pages are allocated past its end, the flush syncs
         // the data file before the header, and `trim_tail` never cuts below `next_page`): a
@@ -1548,6 +1538,26 @@ pub(crate) fn read_header_pages(data: &dyn EnvFile, data_path: &Path) -> Result<
 }
 
 /// Reads both header pages of `data` and returns the newest valid header and its slot.
+/// [`read_header`], where a data file with no omnibus header next to `journals_dir` is
+/// `Error::Corruption` ([`damage_next_to_journals`]), not `NotAStorage`: the storage existed.
+pub(crate) fn read_header_or_damage(
+    env: &dyn StorageEnv,
+    data: &dyn EnvFile,
+    data_path: &Path,
+    journals_dir: &Path,
+) -> Result<(Header, u64)> {
+    match read_header(data, data_path) {
+        Err(Error::NotAStorage { path, reason }) => Err(damage_next_to_journals(
+            env,
+            data_path,
+            journals_dir,
+            "neither header page is an omnibus header",
+        )?
+        .unwrap_or(Error::NotAStorage { path, reason })),
+        r => r,
+    }
+}
+
 pub(crate) fn read_header(data: &dyn EnvFile, data_path: &Path) -> Result<(Header, u64)> {
     let [p0, p1] = read_header_pages(data, data_path)?;
     header::choose(&p0, &p1, data_path)

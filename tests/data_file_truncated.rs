@@ -198,3 +198,34 @@ fn a_database_whose_root_or_branch_was_cut_to_two_pages_is_damaged_not_recreated
         );
     }
 }
+
+#[test]
+fn a_database_root_whose_header_pages_were_zeroed_is_damage() {
+    // A headerless root next to `Journals/` is corruption, not "not a storage" (and never a
+    // crashed creation to redo): the database path reads the root's header itself.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    {
+        let db = Database::open(dir.path().join("src"), Options::default()).unwrap();
+        fill(&db.root(), 3_000);
+        db.backup(&path).unwrap();
+    }
+    std::fs::write(path.join("data.pages"), vec![0u8; 16_384]).unwrap();
+    for read_only in [false, true] {
+        let o = Options {
+            read_only,
+            ..Options::default()
+        };
+        match Database::open(&path, o) {
+            Err(Error::Corruption(c)) => {
+                assert!(c.to_string().contains("header"), "{c}")
+            }
+            Err(e) => panic!("read_only {read_only}: {e:?}"),
+            Ok(_) => panic!("read_only {read_only}: a headerless root opened"),
+        }
+    }
+    assert_eq!(
+        std::fs::read(path.join("data.pages")).unwrap(),
+        vec![0u8; 16_384]
+    );
+}
