@@ -277,6 +277,12 @@ pub struct DatabaseHandle {
     inner: Arc<DbInner>,
 }
 
+impl std::fmt::Debug for DatabaseHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DatabaseHandle({})", self.inner.db.path().display())
+    }
+}
+
 fn online_cpus() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
@@ -824,6 +830,8 @@ impl DatabaseHandle {
     /// [`Error::Closed`] after shutdown.
     pub async fn storage(&self, name: &str) -> Result<StorageHandle> {
         if let Some(h) = self.cached(name) {
+            // Ready without awaiting: charged to the thread's budget as a get is (`coop.rs`).
+            super::coop::consume(1).await;
             return Ok(h);
         }
         let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;

@@ -3,7 +3,9 @@
 //!
 //! An index is an [`IndexDefinition`]: a name (its branch storage) and a map function giving
 //! the *terms* of a document (`Fn(document key, document value) -> Vec<term>`). Its storage
-//! holds one entry per (term, document): key `term ++ 0x00 ++ document key`, empty value, plus
+//! holds one entry per (term, document): key `escape(term) ++ 0x00 ++ document key`
+//! (`index_key.rs`: the escaped term holds no 0x00, so no term's entries are another's), empty
+//! value, plus
 //! one reserved entry, [`INDEX_APPLIED_KEY`] (the single byte `0x00`, which no entry can be:
 //! document keys are at least one byte, so every entry key is at least two bytes long), whose
 //! value records the root txn id the index has applied up to ([`index_applied_txn`]). That
@@ -86,22 +88,28 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use super::index_key;
 use super::io_lane::IoLane;
 use super::storage::{StorageHandle, StorageMsg};
 use crate::error::{Error, IndexFailure, Result};
 use crate::txn::ReadTransaction;
-use crate::{Storage, MAX_KEY_LEN};
+use crate::Storage;
 
 /// The reserved key of an index storage holding the root txn id the index has applied up to:
-/// the single byte `0x00`. Entry keys (`term ++ 0x00 ++ document key`, document keys at least 1
-/// byte) are at least 2 bytes, so it is never an entry; skip it when reading an index storage
+/// the single byte `0x00`. Entry keys ([`super::index_entry_key`]: `escape(term) ++ 0x00 ++
+/// document key`, document keys at least 1 byte) are at least 2 bytes, so it is never an entry; skip it when reading an index storage
 /// directly: it is the storage's first key, counted by `ReadTransaction::len` and returned by
 /// `iter` and `first` (the entries are `range(&[0u8, 0][..]..)`).
 pub const INDEX_APPLIED_KEY: &[u8] = &[0];
 
 /// The first 8 bytes of the value at [`INDEX_APPLIED_KEY`]; the next 8 are the txn id,
 /// little-endian.
-const APPLIED_MAGIC: &[u8; 8] = b"omniIDX1";
+/// Version 2: entry keys with escaped terms (`index_key.rs`). A version-1 record (terms stored
+/// as they were) reads as no record, so that the index is reconciled once into escaped keys.
+const APPLIED_MAGIC: &[u8; 8] = b"omniIDX2";
+
+/// The applied record's magic before terms were escaped.
+const APPLIED_MAGIC_V1: &[u8; 8] = b"omniIDX1";
 
 /// Documents a build scans per job on the background lane.
 const SCAN_CHUNK: usize = 4096;
@@ -126,10 +134,12 @@ pub type MapFn = dyn Fn(&[u8], &[u8]) -> Vec<Vec<u8>> + Send + Sync + 'static;
 /// An index: a branch storage kept by the engine from the documents' change feed.
 ///
 /// `name` is the branch storage (`Indexes/NAME`); `map` gives a document's terms. For each term
-/// `t` of document `k`, the index holds the key `t ++ 0x00 ++ k` with an empty value: a prefix
-/// scan for `t ++ 0x00` lists the documents whose terms include `t` (exactly those, if no term
-/// holds a 0x00 byte). A term whose key would pass [`crate::MAX_KEY_LEN`] (1,024) bytes is
-/// skipped and counted ([`IndexStats::skipped_terms`]). The map function must be deterministic
+/// `t` of document `k`, the index holds the key [`super::index_entry_key`]`(t, k)` =
+/// `escape(t) ++ 0x00 ++ k` with an empty value (the escape turns 0x00 into `01 01` and 0x01
+/// into `01 02`; any other byte is kept, so most terms are stored as they are): a prefix scan
+/// for [`super::index_term_prefix`]`(t)` lists exactly the documents whose terms include `t`,
+/// whatever bytes the terms hold. A term whose key would pass [`crate::MAX_KEY_LEN`] (1,024)
+/// bytes is skipped and counted ([`IndexStats::skipped_terms`]). The map function must be deterministic
 /// (the same terms for the same document, in every process): entries are removed by mapping the
 /// old value again, and the index is resumed without rebuilding when the same name is defined
 /// after a reopen. If it changes, define the index with [`IndexDefinition::rebuild`].
@@ -257,6 +267,8 @@ impl IndexDefinition {
 pub fn index_applied_txn(index: &ReadTransaction) -> Result<Option<u64>> {
     match index.get(INDEX_APPLIED_KEY)? {
         None => Ok(None),
+        // Built before terms were escaped: to be reconciled, as an index never built.
+        Some(v) if is_applied_v1(v) => Ok(None),
         Some(v) => decode_applied(v).map(Some).ok_or_else(|| {
             Error::corruption(
                 "",
@@ -282,6 +294,11 @@ fn decode_applied(v: &[u8]) -> Option<u64> {
         return None;
     }
     Some(u64::from_le_bytes(v[8..16].try_into().ok()?))
+}
+
+/// Whether `v` is an applied record of the first version (entries with unescaped terms).
+fn is_applied_v1(v: &[u8]) -> bool {
+    v.len() == 16 && &v[..8] == APPLIED_MAGIC_V1
 }
 
 fn applied_record(txn: u64) -> [u8; 16] {
@@ -728,17 +745,14 @@ impl Ops {
         &self.arena[o.start..o.start + o.len as usize]
     }
 
-    /// Adds the entry of `term` for document `doc`; false (nothing added) when its key would
-    /// pass [`MAX_KEY_LEN`].
+    /// Adds the entry of `term` for document `doc` (`index_key.rs`); false (nothing added)
+    /// when its key would pass [`crate::MAX_KEY_LEN`].
     fn push_entry(&mut self, term: &[u8], doc: &[u8], put: bool) -> bool {
-        let len = term.len() + 1 + doc.len();
-        if len > MAX_KEY_LEN {
+        let Some(len) = index_key::entry_len(term, doc) else {
             return false;
-        }
+        };
         let start = self.arena.len();
-        self.arena.extend_from_slice(term);
-        self.arena.push(0);
-        self.arena.extend_from_slice(doc);
+        index_key::push_entry_key(&mut self.arena, term, doc);
         self.ops.push(Op {
             prefix: key_prefix(&self.arena[start..]),
             start,
@@ -1131,15 +1145,12 @@ impl Expected {
     }
 
     fn add(&mut self, term: &[u8], doc: &[u8]) {
-        let len = term.len() + 1 + doc.len();
-        if len > MAX_KEY_LEN {
+        let Some(len) = index_key::entry_len(term, doc) else {
             self.skipped += u64::from(self.count_skipped);
             return;
-        }
+        };
         let start = self.arena.len();
-        self.arena.extend_from_slice(term);
-        self.arena.push(0);
-        self.arena.extend_from_slice(doc);
+        index_key::push_entry_key(&mut self.arena, term, doc);
         let k = &self.arena[start..];
         if self.lo.as_deref().is_some_and(|lo| k < lo)
             || self.cutoff.as_deref().is_some_and(|c| k >= c)
@@ -1397,6 +1408,7 @@ async fn reconcile(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::MAX_KEY_LEN;
 
     #[test]
     fn the_rest_doubles_when_batches_copy_many_pages_per_entry_and_halves_when_few() {

@@ -7,24 +7,25 @@
 //! kind). Memory is one document's terms at a time.
 //!
 //! 1. The documents in key order: map each one, and look each of its entry keys
-//!    (`term ++ 0x00 ++ document key`, terms deduplicated, keys over [`crate::MAX_KEY_LEN`]
-//!    skipped as the index actor skips them) up in the index: found, or a *missing entry*.
-//! 2. The index in key order (the applied record at [`super::INDEX_APPLIED_KEY`] skipped): for
-//!    each entry, the documents it may name (the bytes after each 0x00 byte, since terms may hold
-//!    0x00 themselves) are looked up: none exists, an *entry without document*; otherwise the
-//!    entry names a document, and the entries naming a document beyond the ones found in step 1
-//!    are *stale entries* (their document's current terms do not give them): the count is exact
-//!    without mapping again.
+//!    (`escape(term) ++ 0x00 ++ document key`, `index_key.rs`; terms deduplicated, keys over
+//!    [`crate::MAX_KEY_LEN`] skipped as the index actor skips them) up in the index: found, or a
+//!    *missing entry*.
+//! 2. The index in key order (the applied record at [`super::INDEX_APPLIED_KEY`] skipped): the
+//!    document each entry names (after the first 0x00 byte, which ends the escaped term) is
+//!    looked up: none exists (or the key is no entry key at all), an *entry without document*;
+//!    otherwise the entry names a document, and the entries naming a document beyond the ones
+//!    found in step 1 are *stale entries* (their document's current terms do not give them):
+//!    the count is exact without mapping again.
 //! 3. Only when there are stale entries and examples are wanted: the index again, mapping the
 //!    named document of each entry, until enough examples are found.
 //!
 //! Cost: one map call per document (plus step 3), one index lookup per expected entry and one
-//! document lookup per index entry (more for entries whose term holds 0x00 bytes).
+//! document lookup per index entry.
 
 use super::index::{call_map, IndexDefinition, INDEX_APPLIED_KEY};
+use super::index_key::{decode_index_entry, entry_len, push_entry_key};
 use crate::error::{Error, Result};
 use crate::txn::ReadTransaction;
-use crate::MAX_KEY_LEN;
 
 /// What [`check_index`] found, for one index.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -80,16 +81,6 @@ impl IndexCheckReport {
     }
 }
 
-/// The document keys that index entry `entry` may name: the bytes after each 0x00 byte that
-/// are not empty, longest first (a term itself may hold 0x00 bytes).
-fn named_documents(entry: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
-    entry
-        .iter()
-        .enumerate()
-        .filter(|&(i, &b)| b == 0 && i + 1 < entry.len())
-        .map(move |(i, _)| (&entry[..i], &entry[i + 1..]))
-}
-
 fn failed(def: &IndexDefinition, f: crate::error::IndexFailure) -> Error {
     Error::IndexPoisoned {
         index: def.name.clone(),
@@ -99,9 +90,8 @@ fn failed(def: &IndexDefinition, f: crate::error::IndexFailure) -> Error {
 
 /// Cross-checks the index storage snapshot `index` of `def` against the documents snapshot
 /// `documents` (the root storage): entries missing for a document, entries naming no document,
-/// entries a document's current terms no longer give. Counts are exact (but for terms holding
-/// 0x00 bytes that make two documents' entry keys equal); up to `max_examples` entry keys of
-/// each kind are kept. The entries' values are not compared.
+/// entries a document's current terms no longer give. Counts are exact; up to `max_examples`
+/// entry keys of each kind are kept. The entries' values are not compared.
 ///
 /// Walks both snapshots in key order with point lookups into the other (see the module docs):
 /// memory is bounded by one document's terms and the examples, whatever the database's size.
@@ -137,14 +127,12 @@ pub fn check_index(
         terms.dedup();
         let mut missing = false;
         for t in &terms {
-            if t.len() + 1 + doc.len() > MAX_KEY_LEN {
+            if entry_len(t, doc).is_none() {
                 r.skipped_terms += 1;
                 continue;
             }
             key.clear();
-            key.extend_from_slice(t);
-            key.push(0);
-            key.extend_from_slice(doc);
+            push_entry_key(&mut key, t, doc);
             r.expected_entries += 1;
             if index.get(&key)?.is_some() {
                 found += 1;
@@ -166,13 +154,10 @@ pub fn check_index(
             continue;
         }
         r.entries += 1;
-        let mut names = false;
-        for (_, doc) in named_documents(entry) {
-            if documents.get(doc)?.is_some() {
-                names = true;
-                break;
-            }
-        }
+        let names = match decode_index_entry(entry) {
+            Some((_, doc)) => documents.get(doc)?.is_some(),
+            None => false,
+        };
         if names {
             naming += 1;
         } else {
@@ -191,20 +176,14 @@ pub fn check_index(
             if entry == INDEX_APPLIED_KEY {
                 continue;
             }
-            let mut named = false;
-            let mut given = false;
-            for (term, doc) in named_documents(entry) {
-                let Some(value) = documents.get(doc)? else {
-                    continue;
-                };
-                named = true;
-                let terms = call_map(map, doc, value).map_err(|f| failed(def, f))?;
-                if terms.iter().any(|t| t.as_slice() == term) {
-                    given = true;
-                    break;
-                }
-            }
-            if named && !given {
+            let Some((term, doc)) = decode_index_entry(entry) else {
+                continue;
+            };
+            let Some(value) = documents.get(doc)? else {
+                continue;
+            };
+            let terms = call_map(map, doc, value).map_err(|f| failed(def, f))?;
+            if !terms.contains(&term) {
                 r.stale_examples.push(entry.to_vec());
                 if r.stale_examples.len() >= want {
                     break;
@@ -213,21 +192,4 @@ pub fn check_index(
         }
     }
     Ok(r)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_entry_may_name_every_suffix_after_a_zero_byte() {
-        let e = b"a\0b\0doc";
-        let v: Vec<(&[u8], &[u8])> = named_documents(e).collect();
-        assert_eq!(
-            v,
-            vec![(&b"a"[..], &b"b\0doc"[..]), (&b"a\0b"[..], &b"doc"[..])]
-        );
-        assert_eq!(named_documents(b"term\0").count(), 0);
-        assert_eq!(named_documents(b"noterm").count(), 0);
-    }
 }

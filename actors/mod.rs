@@ -30,10 +30,12 @@
 //! of the read-only map (readers on executors may wait for a page to come in: the pool's, and
 //! callers' point reads made from an executor) and waits for a lock held across I/O.
 
+mod coop;
 mod engine;
 mod flusher;
 mod index;
 mod index_check;
+mod index_key;
 mod io_lane;
 mod journal_writer;
 mod reader_pool;
@@ -45,4 +47,7 @@ pub use index::{
     INDEX_APPLIED_KEY,
 };
 pub use index_check::{check_index, IndexCheckReport};
+pub use index_key::{
+    decode_index_entry, index_entry_key, index_term_prefix, index_terms_starting_with,
+};
 pub use storage::{StorageHandle, WriteBatch, WriteOp};

@@ -52,6 +52,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::coop;
 use super::engine::ReadPath;
 use super::index::{DocumentChange, IndexMsg, RootCommit, RootFeed};
 use super::io_lane::IoLane;
@@ -493,15 +494,19 @@ impl StorageHandle {
     /// The value of `key` in the storage's last published commit (every write acknowledged
     /// before the call is seen). With [`ReadPath::Caller`] (the default) it is read on the
     /// caller's thread from a snapshot, with no message and nothing awaited (the future is
-    /// ready at its first poll); with [`ReadPath::Pool`] by the reader pool.
+    /// ready at its first poll, except once every `coop::BUDGET` = 128 such reads of a thread:
+    /// then it returns `Pending` once, waking itself, so that a loop of gets never starves the
+    /// other tasks of the caller's runtime); with [`ReadPath::Pool`] by the reader pool.
     ///
     /// Errors: [`Error::Corruption`] when a page on the path fails its checksum or is
     /// malformed; [`Error::Closed`] after shutdown (the storage is closed, or the pool gone).
     pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
         let key = key.as_ref();
         if self.reads == ReadPath::Caller {
-            // Caught as the pool catches a reader's panic: answered as an error.
-            return guarded(|| Ok(self.storage.begin_read()?.get(key)?.map(|v| v.to_vec())));
+            // Gives the runtime back now and then (`coop.rs`): a loop of ready gets would
+            // otherwise starve every other task of this thread.
+            coop::consume(1).await;
+            return self.get_here(key);
         }
         let (tx, rx) = flume::bounded(1);
         let m = ReadMsg::Get {
@@ -551,7 +556,8 @@ impl StorageHandle {
     /// lookup fails.
     pub async fn multi_get<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Vec<u8>>>> {
         if self.reads == ReadPath::Caller {
-            return guarded(|| snapshot_multi_get(&self.storage.begin_read()?, keys));
+            coop::consume(keys.len()).await;
+            return self.multi_get_here(keys);
         }
         let (tx, rx) = flume::bounded(1);
         let m = ReadMsg::MultiGet {
@@ -584,6 +590,9 @@ impl StorageHandle {
     /// Blocking [`StorageHandle::get`] (with [`ReadPath::Caller`] it never blocks on a
     /// channel: the read runs right here).
     pub fn blocking_get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        if self.reads == ReadPath::Caller {
+            return self.get_here(key.as_ref());
+        }
         block_on(self.get(key))
     }
 
@@ -598,7 +607,21 @@ impl StorageHandle {
 
     /// Blocking [`StorageHandle::multi_get`].
     pub fn blocking_multi_get<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Vec<u8>>>> {
+        if self.reads == ReadPath::Caller {
+            return self.multi_get_here(keys);
+        }
         block_on(self.multi_get(keys))
+    }
+
+    /// A get on the caller's thread ([`ReadPath::Caller`]); a reader's panic is answered as an
+    /// error, as the pool answers it.
+    fn get_here(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        guarded(|| Ok(self.storage.begin_read()?.get(key)?.map(|v| v.to_vec())))
+    }
+
+    /// A multi_get on the caller's thread ([`ReadPath::Caller`]), as [`Self::get_here`].
+    fn multi_get_here<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Vec<u8>>>> {
+        guarded(|| snapshot_multi_get(&self.storage.begin_read()?, keys))
     }
 
     /// A snapshot read on the caller's own thread, with no hand-off: the fastest read path.

@@ -29,7 +29,8 @@ use crate::journal::record::RecordKind;
 use crate::journal::{recovery, Journal, JournalConfig, JournalStats};
 use crate::options::{JournalMode, Options};
 use crate::storage::{
-    init_files, lock, read_header, take_lock, Binding, Storage, DATA_FILE, JOURNALS_DIR,
+    classify_data_file, init_files, lock, read_header, take_lock, Binding, DataFile, Storage,
+    DATA_FILE, JOURNALS_DIR,
 };
 
 use crate::storage::INDEXES_DIR;
@@ -150,8 +151,8 @@ impl Database {
         // INFO: opening and recovering (the root, then every branch) is not steady state.
         let _span = tracing::info_span!("open database", path = %path.as_ref().display()).entered();
         let r = Database::open_inner(path.as_ref(), opts);
-        if matches!(r, Err(Error::NotAStorage { .. })) && !lock_existed && !read_only {
-            // Leave a directory that is not a database as it was.
+        if r.is_err() && !lock_existed && !read_only {
+            // A refused open creates nothing: leave the directory as it was.
             let _ = std::fs::remove_file(&lock_path);
         }
         r
@@ -205,6 +206,21 @@ impl Database {
                     reason: "no Indexes directory".into(),
                 });
             }
+            if !fresh {
+                // Nothing is added to a directory before its data file is known to be a
+                // storage's (regression: a refused open of a directory holding someone else's
+                // `data.pages` left an `Indexes/` directory in it).
+                let data = env.open(&data_path, OpenMode::ReadOnly)?;
+                let len = data.len()?;
+                if classify_data_file(&*env, &path, &*data, len, false)? == DataFile::Existing {
+                    crate::storage::read_header_or_damage(
+                        &*env,
+                        &*data,
+                        &data_path,
+                        &path.join(JOURNALS_DIR),
+                    )?;
+                }
+            }
             env.create_dir(&indexes)?;
             env.sync_dir(&indexes)?;
             env.sync_dir(&path)?;
@@ -218,27 +234,10 @@ impl Database {
             JournalMode::Shared if !opts.read_only => {
                 let data = env.open(&data_path, OpenMode::Create)?;
                 let len = data.len()?;
-                // The same rule as `Storage::open` (this path creates the root itself).
+                // The same classification as `Storage::open` (this path creates the root itself).
                 let journals = path.join(JOURNALS_DIR);
-                if len == 0 {
-                    if let Some(e) = crate::storage::damage_next_to_journals(
-                        &*env,
-                        &data_path,
-                        &journals,
-                        "the data file is empty",
-                    )? {
-                        return Err(e);
-                    }
-                }
                 // A new root, or one whose creation crashed before anything was committed.
-                if len == 0
-                    || crate::storage::unfinished_creation(
-                        &*env,
-                        &*data,
-                        len,
-                        &path.join(JOURNALS_DIR),
-                    )?
-                {
+                if classify_data_file(&*env, &path, &*data, len, false)? == DataFile::Create {
                     init_files(&*env, &path, &*data, created)?;
                 }
                 let (hdr, _) =

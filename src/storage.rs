@@ -674,7 +674,13 @@ impl Inner {
         flush_hooks: &'static FlushHooks,
     ) -> Result<Arc<Inner>> {
         let lock_path = path.join(LOCK_FILE);
-        let lock_existed = lock_path.exists();
+        // Only a LOCK this open creates itself is removed again when it fails (one a database
+        // holds for its storage stays with the database).
+        let takes_lock = matches!(
+            binding,
+            Binding::Own { lock: None, .. } | Binding::Shared { lock: None, .. }
+        );
+        let lock_existed = !takes_lock || lock_path.exists();
         // Built once per process, here rather than inside the first commit.
         crate::page::init_seal_tables();
         let read_only = opts.read_only;
@@ -682,8 +688,8 @@ impl Inner {
         let _span = tracing::info_span!("open storage", path = %path.display()).entered();
         let timed = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);
         let r = Inner::open_inner(path, opts, binding, flush_hooks);
-        if matches!(r, Err(Error::NotAStorage { .. })) && !lock_existed && !read_only {
-            // Leave a directory that is not a storage as it was.
+        if r.is_err() && !lock_existed && !read_only {
+            // A refused open creates nothing: leave the directory as it was.
             let _ = std::fs::remove_file(&lock_path);
         }
         if let (Some(t), Ok(inner)) = (timed, &r) {
@@ -773,43 +779,10 @@ impl Inner {
             },
         )?;
         let mut len = data.len()?;
-        if !opts.read_only && unfinished_creation(&*env, &*data, len, &journals_dir)? {
-            tracing::warn!(path = %path.display(), "creation crashed before the header pages were durable: creating again");
-            len = 0;
-        }
-        // `Journals/` is created only after a new storage's header pages are durable
-        // (`init_files`), so next to it, journal files or not, a data file that is empty,
-        // shorter than two pages or without a header lost them: damage, never a storage to
-        // create again.
-        //
-        // Regression (fresh-user trial, 2026-12-02): a backup's branch (its `Journals/` empty,
-        // as after any clean close) with `data.pages` cut to 0 or 16,384 bytes was re-created
-        // empty by `omnibus put` (exit 0), and 19,777 keys were gone without an error.
-        let existed = |what: &str| damage_next_to_journals(&*env, &data_path, &journals_dir, what);
-        if len == 0 {
-            if let Some(e) = existed("the data file is empty")? {
-                return Err(e);
-            }
-            if opts.read_only {
-                return Err(Error::NotAStorage {
-                    path,
-                    reason: "empty data file".into(),
-                });
-            }
+        if classify_data_file(&*env, &path, &*data, len, opts.read_only)? == DataFile::Create {
             // A new storage (or a creation that crashed before its header was durable).
             init_files(&*env, &path, &*data, created_dir)?;
             len = 2 * PAGE_SIZE as u64;
-        }
-        if len < 2 * PAGE_SIZE as u64 {
-            if let Some(e) = existed(&format!(
-                "the data file is {len} bytes, shorter than its two header pages"
-            ))? {
-                return Err(e);
-            }
-            return Err(Error::NotAStorage {
-                path,
-                reason: format!("{DATA_FILE} is {len} bytes, shorter than its two header pages"),
-            });
         }
         let (hdr, slot) = read_header_or_damage(&*env, &*data, &data_path, &journals_dir)?;
         // Every page below the durable header's `next_page` was in the file when that header
@@ -1359,6 +1332,73 @@ pub(crate) fn unfinished_creation(
     // `Journals/` is made after the header pages are durable (`init_files`): with it there,
     // the creation finished, and headers cut or torn since are damage.
     Ok(!env.exists(journals_dir))
+}
+
+/// What an open does with a storage directory's data file, by [`classify_data_file`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DataFile {
+    /// Empty, or what a creation that crashed before its header pages were durable leaves
+    /// ([`unfinished_creation`]): the open creates the storage ([`init_files`]).
+    Create,
+    /// At least its two header pages long: the open reads its header next
+    /// ([`read_header_or_damage`]).
+    Existing,
+}
+
+/// The one classification of the data file `data` (`len` bytes) of the storage directory
+/// `dir`, before anything is written: every open (a storage's, a database root's, read-only or
+/// not) and every command goes through it, so one directory gets one verdict everywhere.
+///
+/// `Journals/` is created only after a new storage's header pages are durable
+/// ([`init_files`]), so next to it, journal files or not, a data file that is empty, shorter
+/// than two pages or without a header lost them: damage ([`Error::Corruption`]), never a
+/// storage to create again. Without `Journals/`, a file shorter than two pages that is not what
+/// a crashed creation leaves is somebody else's: [`Error::NotAStorage`].
+///
+/// Regression (fresh-user trial, 2026-12-02): a backup's branch (its `Journals/` empty, as
+/// after any clean close) with `data.pages` cut to 0 or 16,384 bytes was re-created empty by
+/// `omnibus put` (exit 0), and 19,777 keys were gone without an error. Regression: a 9-byte
+/// text file as `data.pages` was "not an omnibus storage" to `Storage::open` but "corruption:
+/// cut short" to a database's read-write open (another exit code for the same directory).
+pub(crate) fn classify_data_file(
+    env: &dyn StorageEnv,
+    dir: &Path,
+    data: &dyn EnvFile,
+    len: u64,
+    read_only: bool,
+) -> Result<DataFile> {
+    let journals_dir = dir.join(JOURNALS_DIR);
+    let data_path = dir.join(DATA_FILE);
+    let mut len = len;
+    if !read_only && unfinished_creation(env, data, len, &journals_dir)? {
+        tracing::warn!(path = %dir.display(), "creation crashed before the header pages were durable: creating again");
+        len = 0;
+    }
+    let existed = |what: &str| damage_next_to_journals(env, &data_path, &journals_dir, what);
+    if len == 0 {
+        if let Some(e) = existed("the data file is empty")? {
+            return Err(e);
+        }
+        if read_only {
+            return Err(Error::NotAStorage {
+                path: dir.to_path_buf(),
+                reason: "empty data file".into(),
+            });
+        }
+        return Ok(DataFile::Create);
+    }
+    if len < 2 * PAGE_SIZE as u64 {
+        if let Some(e) = existed(&format!(
+            "the data file is {len} bytes, shorter than its two header pages"
+        ))? {
+            return Err(e);
+        }
+        return Err(Error::NotAStorage {
+            path: dir.to_path_buf(),
+            reason: format!("{DATA_FILE} is {len} bytes, shorter than its two header pages"),
+        });
+    }
+    Ok(DataFile::Existing)
 }
 
 /// Writes the two header pages of a new storage (random storage id, empty tree), syncs the

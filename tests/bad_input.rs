@@ -273,3 +273,98 @@ fn a_database_root_without_its_data_file_is_corruption() {
         "the open re-created the root"
     );
 }
+
+/// Every file under `dir` (relative path) with its bytes; directories as empty entries.
+fn tree(dir: &Path) -> std::collections::BTreeMap<String, Option<Vec<u8>>> {
+    fn walk(root: &Path, d: &Path, out: &mut std::collections::BTreeMap<String, Option<Vec<u8>>>) {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            if p.is_dir() {
+                out.insert(rel + "/", None);
+                walk(root, &p, out);
+            } else {
+                out.insert(rel, Some(std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+// Regression: a directory holding someone else's `data.pages` was "not an omnibus storage" to
+// `Storage::open`, but a database's read-write open (`Database::open`, the engine's, the CLI's
+// `ingest`) left `Indexes/` (and, for a 9-byte file, `LOCK`) behind, and called the 9-byte
+// file "corruption: cut short". Every open now gives the same verdict and creates nothing.
+#[test]
+fn every_open_refuses_a_foreign_data_file_the_same_way_and_creates_nothing() {
+    use omnibus::actors::{Engine, EngineOptions};
+    use omnibus::{Database, JournalMode};
+    let dir = tempfile::tempdir().unwrap();
+    let mut random = vec![0u8; 65536];
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for b in random.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    let contents: [(&str, Vec<u8>); 4] = [
+        ("notes", b"my notes\n".to_vec()),
+        ("nine-random", random[..9].to_vec()),
+        ("random-64k", random.clone()),
+        ("two-zero-pages-and-text", {
+            let mut v = vec![0u8; 2 * PAGE];
+            v.extend_from_slice(b"some text");
+            v
+        }),
+    ];
+    let engine = Engine::start(EngineOptions {
+        executors: Some(1),
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    for (name, bytes) in contents {
+        let path = dir.path().join(name);
+        std::fs::create_dir(&path).unwrap();
+        std::fs::write(path.join("data.pages"), &bytes).unwrap();
+        let before = tree(&path);
+        let ro = Options {
+            read_only: true,
+            ..opts()
+        };
+        let separate = Options {
+            journal_mode: JournalMode::Separate,
+            ..opts()
+        };
+        let results: Vec<(&str, omnibus::Error)> = vec![
+            ("Storage::open", Storage::open(&path, opts()).unwrap_err()),
+            (
+                "Storage::open read-only",
+                Storage::open(&path, ro.clone()).unwrap_err(),
+            ),
+            ("Database::open", Database::open(&path, opts()).unwrap_err()),
+            (
+                "Database::open separate",
+                Database::open(&path, separate).unwrap_err(),
+            ),
+            (
+                "Database::open read-only",
+                Database::open(&path, ro).unwrap_err(),
+            ),
+            (
+                "Engine::open_database",
+                engine.blocking_open_database(&path, opts()).unwrap_err(),
+            ),
+        ];
+        for (what, e) in results {
+            assert!(
+                matches!(e, Error::NotAStorage { .. }),
+                "{name}: {what}: expected NotAStorage, got {e}"
+            );
+            assert_eq!(tree(&path), before, "{name}: {what} changed the directory");
+        }
+    }
+    engine.shutdown().unwrap();
+}

@@ -117,3 +117,40 @@ fn key_commands_use_a_plain_storage_as_it_is() {
     assert_eq!(r.get(b"c").unwrap(), Some(&b"3"[..]));
     assert_eq!(r.get(b"a").unwrap(), None);
 }
+
+#[test]
+fn ingest_refuses_a_plain_storage() {
+    // Regression: `ingest COPY --input x.jsonl --index type` on a copy of a storage made by
+    // `Storage::open` exited 0 and `stat` then said "database (3 storages)".
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plain");
+    {
+        let s = Storage::open(&path, Options::default()).unwrap();
+        let mut w = s.begin_write().unwrap();
+        w.put(b"a", b"1").unwrap();
+        w.commit().unwrap();
+        s.close().unwrap();
+    }
+    let input = dir.path().join("x.jsonl");
+    std::fs::write(&input, "{\"id\":\"d1\",\"type\":\"x\"}\n").unwrap();
+    let before = snapshot(&path);
+    let p = path.to_str().unwrap();
+    let o = cli_common::omnibus_after_close(&[
+        "ingest",
+        p,
+        "--input",
+        input.to_str().unwrap(),
+        "--index",
+        "type",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("plain storage"),
+        "{o:?}"
+    );
+    assert_eq!(
+        snapshot(&path),
+        before,
+        "the refused ingest changed the storage"
+    );
+}

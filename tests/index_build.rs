@@ -97,3 +97,110 @@ fn defining_over_existing_documents_builds_the_index() {
     drop((root, tags, db));
     engine.shutdown().unwrap();
 }
+
+/// The terms of a document `a|b|...`: its `|`-separated parts, as they are (NUL bytes too).
+fn map_parts(_k: &[u8], v: &[u8]) -> Vec<Vec<u8>> {
+    v.split(|&b| b == b'|').map(<[u8]>::to_vec).collect()
+}
+
+/// The documents of an index's entries of term `t`, found by the prefix scan the docs give.
+fn docs_of_term(index: &omnibus::Storage, t: &[u8]) -> Vec<Vec<u8>> {
+    let r = index.begin_read().unwrap();
+    let prefix = omnibus::actors::index_term_prefix(t);
+    r.prefix(&prefix[..])
+        .unwrap()
+        .map(|e| {
+            let (k, _) = e.unwrap();
+            let (term, doc) = omnibus::actors::decode_index_entry(k).unwrap();
+            assert_eq!(term, t);
+            doc.to_vec()
+        })
+        .collect()
+}
+
+// Regression: a term `a\0b` was stored as is, and the prefix scan for the term `a` (`a` 0x00)
+// returned that document too.
+#[test]
+fn terms_holding_nul_bytes_never_collide() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, db) = index_common::open_engine(dir.path().join("db"));
+    db.blocking_define_index(IndexDefinition::new("parts", map_parts))
+        .unwrap();
+    let root = db.root();
+    root.blocking_put("d1", "a").unwrap();
+    root.blocking_put("d2", "a\0b").unwrap();
+    root.blocking_put("d3", "a\0|a\x01|\x01").unwrap();
+    root.blocking_put("d4", "ab|a").unwrap();
+    db.blocking_wait_for_indexes().unwrap();
+    let index = db.blocking_storage("parts").unwrap();
+    let s = index.storage();
+    assert_eq!(docs_of_term(s, b"a"), vec![b"d1".to_vec(), b"d4".to_vec()]);
+    assert_eq!(docs_of_term(s, b"a\0b"), vec![b"d2".to_vec()]);
+    assert_eq!(docs_of_term(s, b"a\0"), vec![b"d3".to_vec()]);
+    assert_eq!(docs_of_term(s, b"a\x01"), vec![b"d3".to_vec()]);
+    assert_eq!(docs_of_term(s, b"\x01"), vec![b"d3".to_vec()]);
+    assert_eq!(docs_of_term(s, b"\0"), Vec::<Vec<u8>>::new());
+    // Moving a document off a term with NUL bytes removes its entry.
+    root.blocking_put("d2", "c").unwrap();
+    db.blocking_wait_for_indexes().unwrap();
+    assert_eq!(docs_of_term(s, b"a\0b"), Vec::<Vec<u8>>::new());
+    let docs = documents(&root.snapshot().unwrap());
+    let want = expected(docs.iter().map(|(k, v)| (&k[..], &v[..])), map_parts);
+    assert_eq!(entries(s), want);
+    // The cross-check agrees, term by term.
+    let report = omnibus::actors::check_index(
+        &root.snapshot().unwrap(),
+        &s.begin_read().unwrap(),
+        &IndexDefinition::new("parts", map_parts),
+        5,
+    )
+    .unwrap();
+    assert_eq!(report.differences(), 0, "{report:?}");
+    assert_eq!(report.expected_entries, want.len() as u64);
+    drop(index);
+    drop(db);
+    engine.shutdown().unwrap();
+}
+
+/// An index written before terms were escaped (its applied record of version 1, its entries'
+/// terms as they were) is reconciled into escaped keys at its next definition.
+#[test]
+fn an_index_of_unescaped_terms_is_rebuilt_at_its_next_definition() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    {
+        let (engine, db) = index_common::open_engine(&path);
+        let root = db.root();
+        root.blocking_put("d1", "x\0y|z").unwrap();
+        root.blocking_put("d2", "x").unwrap();
+        // The index as the earlier format wrote it, current with the documents.
+        let old = db.blocking_create_storage("parts").unwrap();
+        let txn = root.storage().stats().last_committed_txn;
+        let mut b = WriteBatch::new();
+        let mut record = b"omniIDX1".to_vec();
+        record.extend_from_slice(&txn.to_le_bytes());
+        b.put(vec![0u8], record);
+        for (t, d) in [(&b"x\0y"[..], "d1"), (b"z", "d1"), (b"x", "d2")] {
+            b.put([t, b"\0", d.as_bytes()].concat(), Vec::new());
+        }
+        old.blocking_write(b).unwrap();
+        drop(old);
+        drop(db);
+        engine.shutdown().unwrap();
+    }
+    let (engine, db) = index_common::open_engine(&path);
+    db.blocking_define_index(IndexDefinition::new("parts", map_parts))
+        .unwrap();
+    db.blocking_wait_for_indexes().unwrap();
+    let st = db.index_stats();
+    assert!(st[0].reconciles > 0, "{st:?}");
+    let index = db.blocking_storage("parts").unwrap();
+    let root = db.root();
+    let docs = documents(&root.snapshot().unwrap());
+    let want = expected(docs.iter().map(|(k, v)| (&k[..], &v[..])), map_parts);
+    assert_eq!(entries(index.storage()), want);
+    assert_eq!(docs_of_term(index.storage(), b"x"), vec![b"d2".to_vec()]);
+    drop(index);
+    drop(db);
+    engine.shutdown().unwrap();
+}

@@ -427,3 +427,59 @@ fn read_only_open_while_a_writer_holds_it() {
     drop(writer_store);
     read_all(&db, &store);
 }
+
+// Regression: `check` of a database whose root data file its user may not read (`chmod 000`,
+// EACCES) printed `(root): CORRUPT (does not open)`. The cause is an I/O error: it is named,
+// with the I/O exit code (2), and nothing is called corrupt. Run as nobody when the test runs
+// as root (root reads any file).
+#[test]
+fn check_names_a_permission_error_not_corruption() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (db, _) = populate(dir.path());
+    let bin = dir.path().join("omnibus");
+    std::fs::copy(env!("CARGO_BIN_EXE_omnibus"), &bin).unwrap();
+    let st = Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::set_permissions(
+        db.join("data.pages"),
+        std::fs::Permissions::from_mode(0o000),
+    )
+    .unwrap();
+    // SAFETY: geteuid has no preconditions.
+    let wrap: &[&str] = if unsafe { libc::geteuid() } == 0 {
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ]
+    } else {
+        &[]
+    };
+    let mut cmd = Command::new(wrap.first().map(Path::new).unwrap_or(&bin));
+    if !wrap.is_empty() {
+        cmd.args(&wrap[1..]).arg(&bin);
+    }
+    let o = cmd.args(["check", db.to_str().unwrap()]).output().unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(2), "{out}\n{err}");
+    assert!(!out.contains("CORRUPT"), "{out}\n{err}");
+    assert!(
+        out.contains("(root): UNREADABLE (does not open)"),
+        "{out}\n{err}"
+    );
+    assert!(err.contains("Permission denied"), "{out}\n{err}");
+    std::fs::set_permissions(
+        db.join("data.pages"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+}

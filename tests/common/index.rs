@@ -110,10 +110,7 @@ pub fn expected<'a>(
     let mut out = BTreeSet::new();
     for (k, v) in docs {
         for t in map(k, v) {
-            let mut e = t;
-            e.push(0);
-            e.extend_from_slice(k);
-            out.insert(e);
+            out.insert(omnibus::actors::index_entry_key(&t, k));
         }
     }
     out

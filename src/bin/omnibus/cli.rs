@@ -147,10 +147,13 @@ actor merges them into few transactions.
 
 Each --index SPEC (a field name, or several joined by `,`, e.g. `country,admin1`) is defined as an \
 engine index kept in its own branch storage named SPEC. An entry's key is the field values joined by a \
-0x00 byte, then 0x00, then the document id; its value is empty. So `scan --storage country --prefix 'AD\\x00'` lists \
-the documents whose country is AD. Field values: a string as is, a number in serde_json's text form (as ids), a boolean as \
-true or false, an array or object as compact JSON; a missing or null field, or a value holding a NUL byte \
-(its key would be ambiguous), leaves the document out of that index. A dotted name (`a.b`) reaches into nested objects when no top-level field has that name. \
+0x00 byte (the term), escaped so that it holds no 0x00 (0x00 becomes \\x01\\x01, 0x01 becomes \\x01\\x02, every other \
+byte stays as it is), then 0x00, then the document id; its value is empty. So `scan --storage country --term AD` \
+(the same as `--prefix 'AD\\x00'`) lists the documents whose country is AD, and `scan --storage country,admin1 \
+--term AD --term 03` (`--prefix 'AD\\x01\\x0103\\x00'`) those in AD and 03. Field values: a string as is, a number in \
+serde_json's text form (as ids), a boolean as true or false, an array or object as compact JSON; a missing or null \
+field leaves the document out of that index; in a compound index a value holding a NUL byte (it would blur the \
+fields) makes the line a bad line. A dotted name (`a.b`) reaches into nested objects when no top-level field has that name. \
 The engine keeps the indexes from the documents' change feed (every acknowledged commit of the root \
 storage goes to each index, which applies what is pending as one batch, deleting the entries of \
 changed and deleted documents); the command returns when every index has caught up.
@@ -292,6 +295,8 @@ const SCAN_LONG: &str = "List entries in key order, one a line: the key, a tab, 
 UTF-8 are shown as they are, except that a backslash is written \\\\, a tab \\t, a newline \\n, a carriage \
 return \\r; every other byte that is not part of valid UTF-8, and every other control character, is \
 written \\xHH. --prefix takes the same escapes (e.g. 'AD\\x00' for the exact country AD in an index). \
+--term T lists an index's entries of the term T (its key prefix, with the term's 0x00 and 0x01 bytes \
+escaped as the index stores them); repeated, the fields of a compound index's term. \
 An index storage's applied-txn record (the key 0x00) is not listed.";
 
 #[derive(Debug, Args)]
@@ -301,6 +306,16 @@ pub struct ScanArgs {
     /// Only keys starting with P (escapes as in the output).
     #[arg(long, short)]
     pub prefix: Option<String>,
+    /// On an index storage: only the entries whose term is T (escapes as in the output). Give
+    /// it once per field for a compound index (`--term AD --term 03` on `country,admin1`), or
+    /// fewer times for the entries whose leading fields are those.
+    #[arg(
+        long = "term",
+        short = 't',
+        value_name = "T",
+        conflicts_with = "prefix"
+    )]
+    pub terms: Vec<String>,
     /// At most N entries.
     #[arg(long, short)]
     pub limit: Option<u64>,

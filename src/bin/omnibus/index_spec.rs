@@ -4,8 +4,8 @@
 use omnibus::actors::IndexDefinition;
 use serde_json::{Map, Value};
 
-/// Separator between the field values of an index term, and (added by the engine) before the
-/// document id.
+/// Separator between the field values of a compound index's term (the engine escapes it in the
+/// entry key, as every 0x00 byte of a term, and ends the term with a plain 0x00).
 pub const SEP: u8 = 0;
 
 /// `--index SPEC`: a field name, or several joined by `,`; the storage is named SPEC.
@@ -31,28 +31,37 @@ impl IndexSpec {
         })
     }
 
-    /// The index term of document `doc`: the field values joined by [`SEP`]. `None` when a
-    /// field is missing or null, or when a value holds a NUL byte: its entry would be ambiguous
-    /// (a prefix scan for `x` + 0x00 would also list the value `x\0y`), so such a document is
-    /// left out of that index.
-    pub fn term(&self, doc: &Map<String, Value>) -> Option<Vec<u8>> {
+    /// The index term of document `doc`: the field values joined by [`SEP`] (the engine escapes
+    /// the term in the entry key, so any bytes are fine: `omnibus::actors::index_entry_key`).
+    /// `Ok(None)` when a field is missing or null. Errors: a field of a compound index whose
+    /// value holds a NUL byte, which would make the fields ambiguous (`("x\0y", "z")` and
+    /// `("x", "y\0z")` would give the same term).
+    pub fn term(&self, doc: &Map<String, Value>) -> Result<Option<Vec<u8>>, String> {
         let mut k = Vec::new();
         for (i, f) in self.fields.iter().enumerate() {
-            let v = field_bytes(doc, f)?;
-            if v.contains(&SEP) {
-                return None;
+            let Some(v) = field_bytes(doc, f) else {
+                return Ok(None);
+            };
+            if self.fields.len() > 1 && v.contains(&SEP) {
+                return Err(format!(
+                    "index `{}`: field `{f}` holds a NUL byte, which separates the fields of a compound index's terms",
+                    self.name
+                ));
             }
             if i > 0 {
                 k.push(SEP);
             }
             k.extend_from_slice(&v);
         }
-        Some(k)
+        Ok(Some(k))
     }
 
-    /// The length of the entry key of `doc` with id `id` (term, 0x00, id), if it has one.
-    pub fn key_len(&self, doc: &Map<String, Value>, id: &[u8]) -> Option<usize> {
-        self.term(doc).map(|t| t.len() + 1 + id.len())
+    /// The length of the entry key of `doc` with id `id`, if it has one (errors as
+    /// [`IndexSpec::term`]).
+    pub fn key_len(&self, doc: &Map<String, Value>, id: &[u8]) -> Result<Option<usize>, String> {
+        Ok(self
+            .term(doc)?
+            .map(|t| omnibus::actors::index_entry_key(&t, id).len()))
     }
 
     /// The engine's definition of this index: the map function parses the stored document
@@ -61,7 +70,9 @@ impl IndexSpec {
         let spec = self.clone();
         IndexDefinition::new(self.name.clone(), move |_id: &[u8], doc: &[u8]| {
             match serde_json::from_slice::<Value>(doc) {
-                Ok(Value::Object(o)) => spec.term(&o).into_iter().collect(),
+                // A document `ingest` refused is never here; one written otherwise whose
+                // compound term would be ambiguous stays out of the index.
+                Ok(Value::Object(o)) => spec.term(&o).ok().flatten().into_iter().collect(),
                 _ => Vec::new(),
             }
         })
@@ -150,19 +161,25 @@ pub fn record(db: &std::path::Path, names: &[String]) -> Result<(), String> {
 mod nul_tests {
     use super::*;
 
-    // Regression: a fresh user found that a value holding a NUL byte ("x\u0000y") was listed by
-    // the documented prefix scan for the value "x" ("x" + 0x00). Such values now stay out of the
-    // index instead of giving a wrong scan result.
+    // Regression: a value holding a NUL byte ("x\u0000y") was left out of the index without a
+    // word. A single field's value is now indexed as it is (the engine escapes it); in a
+    // compound index it would blur the fields, so such a document is refused.
     #[test]
-    fn values_with_nul_are_left_out() {
+    fn values_with_nul_are_indexed_or_refused_never_dropped() {
         let spec = IndexSpec::parse("a").unwrap();
         let doc: Map<String, Value> = serde_json::from_str(r#"{"a":"x\u0000y"}"#).unwrap();
-        assert_eq!(spec.term(&doc), None);
+        assert_eq!(spec.term(&doc), Ok(Some(b"x\0y".to_vec())));
+        assert_eq!(spec.key_len(&doc, b"id"), Ok(Some(7)));
         let ok: Map<String, Value> = serde_json::from_str(r#"{"a":"x"}"#).unwrap();
-        assert_eq!(spec.term(&ok), Some(vec![b'x']));
+        assert_eq!(spec.term(&ok), Ok(Some(vec![b'x'])));
         let two = IndexSpec::parse("a,b").unwrap();
         let d: Map<String, Value> = serde_json::from_str(r#"{"a":"x","b":2}"#).unwrap();
-        assert_eq!(two.term(&d), Some(b"x\x002".to_vec()));
-        assert_eq!(two.key_len(&d, b"id"), Some(6));
+        assert_eq!(two.term(&d), Ok(Some(b"x\x002".to_vec())));
+        // x, 01 01 (the separator, escaped), 2, 00, id.
+        assert_eq!(two.key_len(&d, b"id"), Ok(Some(7)));
+        let nul: Map<String, Value> = serde_json::from_str(r#"{"a":"x\u0000","b":2}"#).unwrap();
+        assert!(two.term(&nul).unwrap_err().contains("NUL"));
+        let missing: Map<String, Value> = serde_json::from_str(r#"{"a":"x"}"#).unwrap();
+        assert_eq!(two.term(&missing), Ok(None));
     }
 }

@@ -116,7 +116,7 @@ fn parse_line(
     let id = doc_id(&obj, id_field, line)?;
     // An entry the engine could not store (it would skip it) is refused here, with its line.
     for s in specs {
-        if let Some(n) = s.key_len(&obj, &id) {
+        if let Some(n) = s.key_len(&obj, &id)? {
             if n > MAX_KEY_LEN {
                 return Err(format!(
                     "index `{}` key is {n} bytes: keys are 1..={MAX_KEY_LEN} bytes",
@@ -485,6 +485,16 @@ pub fn run(a: IngestArgs) -> CliResult {
     }
     crate::check_cores(a.cores)?;
     db_dir(&a.db)?;
+    // Regression: `ingest` into a plain storage (made by `Storage::open`) exited 0 and turned
+    // it into a database (`Indexes/` and index storages created in it).
+    if crate::kv::is_plain_storage(&a.db) {
+        // Someone else's `data.pages` is "not an omnibus storage", as every command says.
+        crate::kv::open_plain(&a.db).map_err(|e| Fail::opening(e, &a.db))?;
+        return Err(Fail::input(format!(
+            "{}: a plain storage (made by `Storage::open`, not a database): `ingest` writes documents and indexes into a database, and no command turns a plain storage into one (`put` writes its keys)",
+            a.db.display()
+        )));
+    }
     let (input, input_len) = open_input(&a)?;
     let pb = if std::io::stderr().is_terminal() {
         let pb = match input_len {

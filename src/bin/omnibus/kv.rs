@@ -39,12 +39,12 @@ fn open_write(db: &Path, create: bool) -> CliResult<Database> {
 /// Whether `dir` holds a plain storage (one made by `Storage::open`: a data file and no
 /// `Indexes/` directory) rather than a database: `stat` and `check` then open it as a storage,
 /// read-only, and never turn it into a database.
-fn is_plain_storage(dir: &Path) -> bool {
+pub(crate) fn is_plain_storage(dir: &Path) -> bool {
     Storage::exists(dir) && !Database::exists(dir)
 }
 
 /// Opens the plain storage at `dir` read-only (nothing is written).
-fn open_plain(dir: &Path) -> Result<Storage, omnibus::Error> {
+pub(crate) fn open_plain(dir: &Path) -> Result<Storage, omnibus::Error> {
     let opts = Options {
         read_only: true,
         create: false,
@@ -421,11 +421,11 @@ pub fn delete(a: DeleteArgs) -> CliResult {
 }
 
 pub fn scan(a: ScanArgs) -> CliResult {
-    let prefix = a
-        .prefix
-        .as_deref()
-        .map(|p| arg_bytes("--prefix", p))
-        .transpose()?;
+    let prefix = match (&a.prefix, a.terms.is_empty()) {
+        (Some(p), _) => Some(arg_bytes("--prefix", p)?),
+        (None, false) => Some(term_prefix(&a)?),
+        (None, true) => None,
+    };
     let (t, _) = Target::open(&a.target, false, false, false, "")?;
     let r = t.storage().begin_read()?;
     // An index storage's applied record is not an entry.
@@ -472,6 +472,31 @@ pub fn scan(a: ScanArgs) -> CliResult {
         }
     }
     flush_out(&mut o)
+}
+
+/// The key prefix of `scan --term T...` on an index storage: the terms joined as a compound
+/// index joins its fields (0x00), then the entry prefix of that term; with fewer terms than the
+/// index's name has fields (`country,admin1`), the prefix of every term that starts with them.
+fn term_prefix(a: &ScanArgs) -> CliResult<Vec<u8>> {
+    let Some(name) = a.target.storage.as_deref().filter(|n| *n != "(root)") else {
+        return Err(Fail::input(
+            "--term lists an index's entries: give the index with --storage NAME",
+        ));
+    };
+    let mut joined = Vec::new();
+    for (i, t) in a.terms.iter().enumerate() {
+        if i > 0 {
+            joined.push(crate::index_spec::SEP);
+        }
+        joined.extend_from_slice(&arg_bytes("--term", t)?);
+    }
+    let fields = name.split(',').count();
+    Ok(if a.terms.len() < fields {
+        joined.push(crate::index_spec::SEP);
+        omnibus::actors::index_terms_starting_with(&joined)
+    } else {
+        omnibus::actors::index_term_prefix(&joined)
+    })
 }
 
 #[derive(Serialize)]
@@ -712,16 +737,28 @@ pub fn check(a: CheckArgs) -> CliResult {
     }
     for (name, s) in storages {
         let s = match s {
+            // A directory that is not a storage at all is the same input error (exit 1) for
+            // `check` as for `get`, `stat` and `put`: there is nothing of omnibus to check.
+            // Regression: a directory holding someone else's `data.pages` was "CORRUPT" (exit
+            // 2) to `check` and "not an omnibus storage" (exit 1) to the other commands.
+            Err(e @ omnibus::Error::NotAStorage { .. })
+                if name == PLAIN_STORAGE || (name == "(root)" && db_error.is_some()) =>
+            {
+                return Err(Fail::opening(e, &a.db));
+            }
             Ok(s) => s,
             Err(e) => {
+                // Regression: a data file the user may not read (EACCES) was "CORRUPT (does not
+                // open)"; the cause is named, and only damage is called corrupt.
+                let verdict = open_failure_verdict(&e);
                 let f = Fail::from(e);
                 eprintln!("omnibus: storage `{name}`: {}", f.msg);
                 bad_storages += 1;
                 problems += 1;
                 if a.json {
-                    reports.push(json!({ "storage": name, "ok": false, "open_error": f.msg }));
+                    reports.push(json!({ "storage": name, "ok": false, "open_error": f.msg, "cause": verdict }));
                 } else {
-                    println!("{name}: CORRUPT (does not open)");
+                    println!("{name}: {} (does not open)", verdict.to_uppercase());
                 }
                 continue;
             }
@@ -844,6 +881,20 @@ pub fn check(a: CheckArgs) -> CliResult {
         )));
     }
     Ok(())
+}
+
+/// What `check` calls a storage that does not open, by the error's kind: `corrupt` (damage
+/// found in its files), `unreadable` (an I/O error: no permission, a failing device),
+/// `not a storage` (a branch directory whose files are not omnibus's), or `failed` (anything
+/// else, e.g. a version this build does not read).
+fn open_failure_verdict(e: &omnibus::Error) -> &'static str {
+    use omnibus::Error as E;
+    match e {
+        E::Corruption(_) => "corrupt",
+        E::Io { .. } => "unreadable",
+        E::NotAStorage { .. } => "not a storage",
+        _ => "failed",
+    }
 }
 
 /// Examples of each kind of index difference that `check` prints.
