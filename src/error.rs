@@ -182,6 +182,23 @@ pub enum Error {
         /// What stopped it.
         cause: IndexFailure,
     },
+    /// A read-write open found the file system full where it needs new space: opening starts
+    /// a new journal file (recovery never writes after an older file's last batch, which a
+    /// crash may have torn) and pre-zeroes its first bytes. Nothing was changed (the new file is
+    /// removed again). Free at least `needed` bytes on the file system of `path` and open again;
+    /// a read-only open ([`crate::Options::read_only`]) needs no space, so reads and backups
+    /// work meanwhile. [`Error::is_no_space`] is true.
+    #[error("{path}: the file system is full: {what} needs {needed} bytes free ({available} available); free space and open again (a read-only open needs none)")]
+    NoSpace {
+        /// The file that could not be written.
+        path: PathBuf,
+        /// What needed the space, in words.
+        what: &'static str,
+        /// Bytes needed at least.
+        needed: u64,
+        /// Bytes available to this user on that file system when it failed (`statvfs`).
+        available: u64,
+    },
     /// A file operation failed.
     #[error("{op} {path}: {source}")]
     Io {
@@ -232,6 +249,7 @@ impl Error {
     pub fn is_no_space(&self) -> bool {
         match self {
             Error::Io { source, .. } => source.raw_os_error() == Some(libc::ENOSPC),
+            Error::NoSpace { .. } => true,
             // The cause is the failed operation's error as displayed, whose OS error std
             // prints as "(os error N)".
             Error::Poisoned { cause } => cause.contains(&format!("(os error {})", libc::ENOSPC)),
@@ -327,6 +345,17 @@ impl Clone for Error {
                 reason,
             },
             Error::CrossDevice { path } => Error::CrossDevice { path: path.clone() },
+            Error::NoSpace {
+                path,
+                what,
+                needed,
+                available,
+            } => Error::NoSpace {
+                path: path.clone(),
+                what,
+                needed: *needed,
+                available: *available,
+            },
             Error::ResourceLimit(s) => Error::ResourceLimit(s.clone()),
             Error::IndexPoisoned { index, cause } => Error::IndexPoisoned {
                 index: index.clone(),

@@ -159,3 +159,71 @@ fn an_idle_storage_does_not_pin_old_journal_files() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+// Regression: after a crash on a full file system, every read-write open failed with a bare
+// `pwrite ... No space left on device` while starting its journal file, and left one more
+// empty journal file behind per try. Now the open says that space is needed and how much
+// (`Error::NoSpace`), leaves the directory as it was, a read-only open reads everything, and
+// once there is space the read-write open recovers every commit.
+#[test]
+fn an_open_on_a_full_file_system_names_the_space_needed_and_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let hooked = Arc::new(HookedEnv::new(Arc::new(DefaultEnv::new())));
+    let opts = Options {
+        env: hooked.clone(),
+        flush_mode: FlushMode::Manual,
+        flush_on_close: false,
+        ..Options::default()
+    };
+    {
+        // Commits left in the journal only, as a crash leaves them.
+        let db = Database::open(&path, opts.clone()).unwrap();
+        let idx = db.create_storage("idx").unwrap();
+        for i in 0..20u32 {
+            for s in [db.root(), idx.clone()] {
+                let mut w = s.begin_write().unwrap();
+                w.put(format!("k{i:03}").as_bytes(), b"value").unwrap();
+                w.commit().unwrap();
+            }
+        }
+    }
+    let journals = path.join("Journals");
+    let listing = || {
+        let mut v: Vec<String> = std::fs::read_dir(&journals)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let before = listing();
+    hooked.fail_always(OpKind::Write, ".journal", Fault::Enospc);
+    for _ in 0..3 {
+        let e = Database::open(&path, opts.clone()).unwrap_err();
+        assert!(e.is_no_space(), "{e}");
+        match &e {
+            Error::NoSpace { needed, .. } => assert!(*needed > 0, "{e}"),
+            other => panic!("expected NoSpace, got {other}"),
+        }
+        assert!(e.to_string().contains("needs"), "{e}");
+        assert_eq!(listing(), before, "a failed open left a journal file: {e}");
+    }
+    // A read-only open needs no space and reads every commit.
+    {
+        let ro = Database::open(
+            &path,
+            Options {
+                read_only: true,
+                ..opts.clone()
+            },
+        )
+        .unwrap();
+        assert_eq!(ro.root().begin_read().unwrap().len(), 20);
+        assert_eq!(ro.storage("idx").unwrap().begin_read().unwrap().len(), 20);
+    }
+    hooked.clear();
+    let db = Database::open(&path, opts).unwrap();
+    assert_eq!(db.root().begin_read().unwrap().len(), 20);
+    assert_eq!(db.storage("idx").unwrap().begin_read().unwrap().len(), 20);
+}

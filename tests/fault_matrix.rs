@@ -234,6 +234,7 @@ fn typed(e: &Error, errno: i32) -> bool {
                 || (errno == libc::EXDEV && cause.contains("on another file system"))
         }
         Error::CrossDevice { .. } => errno == libc::EXDEV,
+        Error::NoSpace { .. } => errno == libc::ENOSPC,
         _ => false,
     }
 }

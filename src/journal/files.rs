@@ -35,7 +35,7 @@ use super::record::{
 use super::writer::{Journal, Waiting};
 use super::Prezero;
 use crate::env::{EnvFile, OpenMode};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// A storage whose records this journal carries.
 #[derive(Debug, Clone)]
@@ -241,8 +241,25 @@ impl Journal {
                     Prezero::Off => 0,
                 };
                 let first = first.div_ceil(BATCH_ALIGN) * BATCH_ALIGN;
-                write_zeros(&*f, 0, first)?;
-                f.sync_data()?;
+                let zeroed = write_zeros(&*f, 0, first).and_then(|()| Ok(f.sync_data()?));
+                if let Err(e) = zeroed {
+                    drop(f);
+                    // Nothing states this file yet (no header, no start record): removing it
+                    // leaves the journal as it was, and a failed open leaves no new file.
+                    let _ = self.env.remove_file(&path);
+                    if prev.is_none() && e.is_no_space() {
+                        // The open's first file: say what is needed (regression: every open
+                        // of a full file system after a crash failed with a bare `pwrite
+                        // ENOSPC` and left one more empty journal file behind).
+                        return Err(Error::NoSpace {
+                            available: available_bytes(&self.dir),
+                            path,
+                            what: "starting a journal file",
+                            needed: first,
+                        });
+                    }
+                    return Err(e);
+                }
                 self.fdatasyncs.fetch_add(1, Ordering::Relaxed);
                 (f, first)
             }
@@ -534,6 +551,14 @@ impl EnvFile for NoFile {
     fn raw_fd(&self) -> std::os::fd::RawFd {
         -1
     }
+}
+
+/// Bytes available to this user on the file system of `dir` (`statvfs`: free blocks for
+/// unprivileged users times the fragment size); 0 when it cannot be told.
+fn available_bytes(dir: &Path) -> u64 {
+    rustix::fs::statvfs(dir)
+        .map(|v| v.f_bavail.saturating_mul(v.f_frsize))
+        .unwrap_or(0)
 }
 
 fn no_file() -> crate::env::EnvError {

@@ -66,6 +66,7 @@ impl Fail {
                 | E::Corruption(_)
                 | E::AlreadyOpen { .. }
                 | E::CrossDevice { .. }
+                | E::NoSpace { .. }
                 | E::Io { .. }
         );
         let f = Fail::from(e);
@@ -179,6 +180,7 @@ impl From<omnibus::Error> for Fail {
             | E::Poisoned { .. }
             | E::FormatVersion { .. }
             | E::DatabaseDamaged { .. }
+            | E::NoSpace { .. }
             | E::IndexPoisoned { .. } => 2,
             _ => 1,
         };
