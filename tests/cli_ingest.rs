@@ -427,3 +427,80 @@ fn an_index_no_document_fills_is_named_in_a_warning() {
     );
     assert!(!err.contains("index `name`"), "{err}");
 }
+
+// Regression: duplicate ids in the input were silently last-wins: the summary said "5 stored"
+// while the root held 4. They are counted, and `--on-duplicate last|first|error` says what
+// happens to them.
+#[test]
+fn duplicate_ids_are_counted_and_follow_on_duplicate() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("dup.jsonl");
+    std::fs::write(
+        &input,
+        concat!(
+            "{\"id\":\"a\",\"t\":\"x\"}\n",
+            "{\"id\":\"b\",\"t\":\"y\"}\n",
+            "{\"id\":\"a\",\"t\":\"z\"}\n",
+            "{\"id\":\"c\",\"t\":\"x\"}\n",
+            "{\"id\":\"a\",\"t\":\"z\"}\n",
+        ),
+    )
+    .unwrap();
+    // (mode, stored, unchanged, kept, bad lines, a's value's t, a's index term)
+    let cases = [
+        ("last", 4, 1, 0, 0, "z"),
+        ("first", 3, 0, 2, 0, "x"),
+        ("error", 3, 0, 0, 2, "x"),
+    ];
+    for (mode, stored, unchanged, kept, bad, t) in cases {
+        let db_path = dir.path().join(format!("db-{mode}"));
+        let db = db_path.to_str().unwrap();
+        let o = omnibus(&[
+            "ingest",
+            db,
+            "--input",
+            input.to_str().unwrap(),
+            "--id-field",
+            "id",
+            "--index",
+            "t",
+            "--on-duplicate",
+            mode,
+            "--json",
+        ]);
+        assert!(o.status.success(), "{mode}: {o:?}");
+        let s: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(s["duplicates"], 2, "{mode}: {s}");
+        assert_eq!(s["stored"], stored, "{mode}: {s}");
+        assert_eq!(s["unchanged"], unchanged, "{mode}: {s}");
+        assert_eq!(s["kept"], kept, "{mode}: {s}");
+        assert_eq!(s["bad_lines"], bad, "{mode}: {s}");
+        assert_eq!(s["root_entries"], 3, "{mode}: {s}");
+        assert_eq!(s["on_duplicate"], mode, "{mode}: {s}");
+        let a: Value = serde_json::from_str(&ok(&["get", db, "a"])).unwrap();
+        assert_eq!(a["t"], t, "{mode}");
+        assert_eq!(
+            term_ids(db, "t", &[t]).first().map(String::as_str),
+            Some("a")
+        );
+        if mode == "error" {
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(err.contains("line 3: id a is already stored"), "{err}");
+        }
+    }
+    // The text summary says it too.
+    let out = ok(&[
+        "ingest",
+        dir.path().join("db-text").to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--id-field",
+        "id",
+    ]);
+    assert!(
+        out.contains(
+            "duplicate ids    2 (1 replaced, 1 unchanged, 0 kept, 0 refused; --on-duplicate last)"
+        ),
+        "{out}"
+    );
+}

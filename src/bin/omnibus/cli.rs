@@ -136,6 +136,18 @@ pub enum OnError {
     Abort,
 }
 
+/// What `ingest` does with a document whose id the database already holds (from an earlier
+/// line of the input, or stored before the run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnDuplicate {
+    /// The later line wins: it replaces the stored document (counted as replaced).
+    Last,
+    /// The stored document stays: the later line is not stored (counted as kept).
+    First,
+    /// The later line is a bad line (see --on-error), the stored document stays.
+    Error,
+}
+
 const INGEST_LONG: &str = "Load JSON Lines (one JSON object a line) into the database DB, through the actor runtime.
 
 Each document is stored in the root storage under its id: the value of --id-field (a string, or a \
@@ -212,6 +224,10 @@ pub struct IngestArgs {
     /// What a bad input line does.
     #[arg(long, value_enum, default_value_t = OnError::Skip)]
     pub on_error: OnError,
+    /// What a document whose id is already stored (by an earlier line, or before this run)
+    /// does; the summary counts them either way.
+    #[arg(long, value_enum, default_value_t = OnDuplicate::Last)]
+    pub on_duplicate: OnDuplicate,
     /// With --on-error skip: stop after more than N bad lines (what was read before is
     /// committed and indexed; a summary is printed; exit code 1).
     #[arg(long, default_value_t = 100, value_name = "N")]

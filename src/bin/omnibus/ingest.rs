@@ -26,7 +26,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use crate::cli::{IngestArgs, OnError};
+use crate::cli::{IngestArgs, OnDuplicate, OnError};
 use crate::index_spec::IndexSpec;
 use crate::lines::{read_line_capped, Line};
 use crate::{db_dir, fmt, CliResult, Fail};
@@ -175,8 +175,10 @@ fn read_input(
 }
 
 enum Outcome {
+    /// A new id, stored.
     Stored,
-    Unchanged,
+    /// An id already stored with other bytes, replaced (`--on-duplicate last`).
+    Replaced,
 }
 
 struct Done {
@@ -192,29 +194,24 @@ fn doc_failed(line: u64, f: Fail) -> Fail {
     f.context(format_args!("line {line}"))
 }
 
-/// One document: compare with the stored version, put if it differs (the engine updates the
-/// indexes from the put). Its errors do not name the line (see [`doc_failed`]).
-async fn ingest_doc(root: StorageHandle, d: Doc) -> (Option<u64>, Result<Outcome, Fail>) {
-    let same = match root
-        .snapshot()
-        .and_then(|s| Ok(s.get(&d.id)? == Some(&d.value[..])))
-    {
-        Ok(same) => same,
-        Err(e) => {
-            return (
-                None,
-                Err(Fail::from(e).context("reading its stored version")),
-            )
-        }
-    };
-    if same {
-        return (None, Ok(Outcome::Unchanged));
-    }
+/// One document the dispatcher decided to store: put it (the engine updates the indexes from
+/// the put). Its errors do not name the line (see [`doc_failed`]).
+async fn ingest_doc(
+    root: StorageHandle,
+    d: Doc,
+    outcome: Outcome,
+) -> (Option<u64>, Result<Outcome, Fail>) {
     let t = Instant::now();
     if let Err(e) = root.put(d.id, d.value).await {
         return (None, Err(Fail::from(e).context("storing the document")));
     }
-    (Some(t.elapsed().as_micros() as u64), Ok(Outcome::Stored))
+    (Some(t.elapsed().as_micros() as u64), Ok(outcome))
+}
+
+/// What the root holds at the id of `d` now: `None` (a new id), `Some(true)` (the same bytes),
+/// `Some(false)` (another document).
+fn stored_version(root: &StorageHandle, d: &Doc) -> omnibus::Result<Option<bool>> {
+    Ok(root.snapshot()?.get(&d.id)?.map(|v| v == &d.value[..]))
 }
 
 #[derive(Debug, Serialize)]
@@ -238,8 +235,15 @@ struct Summary {
     input: String,
     journal: &'static str,
     documents: u64,
+    /// Documents written (new ids and replaced ones).
     stored: u64,
     unchanged: u64,
+    /// Documents whose id the root already held when their line was reached (an earlier line,
+    /// or stored before the run): replaced, unchanged, kept or refused as `on_duplicate` says.
+    duplicates: u64,
+    replaced: u64,
+    kept: u64,
+    on_duplicate: &'static str,
     bad_lines: u64,
     seconds: f64,
     documents_per_s: f64,
@@ -269,7 +273,13 @@ struct Summary {
 struct Counts {
     documents: u64,
     stored: u64,
+    /// Stored over a document with the same id and other bytes (`--on-duplicate last`).
+    replaced: u64,
+    /// Not stored: the id was held with other bytes (`--on-duplicate first`).
+    kept: u64,
     unchanged: u64,
+    /// Documents whose id the root already held when their line was reached.
+    duplicates: u64,
     bad: u64,
     latency: Histogram<u64>,
     aborted_at: Option<u64>,
@@ -309,12 +319,42 @@ fn catch_interrupt() {
 /// How often the dispatcher looks for a Ctrl-C while it waits for input.
 const INTERRUPT_POLL: Duration = Duration::from_millis(50);
 
+/// Counts bad input line `line` (`msg` says why) and reports it; returns whether the run
+/// stops there (`--on-error abort`, or more than `--max-errors` bad lines).
+fn bad_line(
+    c: &mut Counts,
+    line: u64,
+    msg: &str,
+    on_error: OnError,
+    max_errors: u64,
+    pb: &ProgressBar,
+) -> bool {
+    c.bad += 1;
+    match on_error {
+        OnError::Skip if c.bad > max_errors => {
+            pb.suspend(|| eprintln!("omnibus: line {line}: {msg}"));
+            c.too_many_errors_at = Some(line);
+            true
+        }
+        OnError::Skip => {
+            pb.suspend(|| eprintln!("omnibus: line {line}: {msg} (skipped)"));
+            false
+        }
+        OnError::Abort => {
+            pb.suspend(|| eprintln!("omnibus: line {line}: {msg}"));
+            c.aborted_at = Some(line);
+            true
+        }
+    }
+}
+
 /// The dispatcher: keeps up to `window` puts in flight, one per id at a time.
 async fn dispatch(
     mut items: mpsc::Receiver<Item>,
     root: StorageHandle,
     window: usize,
     on_error: OnError,
+    on_duplicate: OnDuplicate,
     max_errors: u64,
     pb: ProgressBar,
     failed: Arc<AtomicBool>,
@@ -322,7 +362,10 @@ async fn dispatch(
     let mut c = Counts {
         documents: 0,
         stored: 0,
+        replaced: 0,
+        kept: 0,
         unchanged: 0,
+        duplicates: 0,
         bad: 0,
         latency: crate::fmt::histogram(),
         aborted_at: None,
@@ -340,9 +383,9 @@ async fn dispatch(
         match d.result {
             Ok(o) => {
                 c.documents += 1;
-                match o {
-                    Outcome::Stored => c.stored += 1,
-                    Outcome::Unchanged => c.unchanged += 1,
+                c.stored += 1;
+                if let Outcome::Replaced = o {
+                    c.replaced += 1;
                 }
             }
             Err(f) => {
@@ -387,22 +430,9 @@ async fn dispatch(
                 break;
             }
             Item::Bad { line, msg } => {
-                c.bad += 1;
                 last_line = line;
-                match on_error {
-                    OnError::Skip if c.bad > max_errors => {
-                        pb.suspend(|| eprintln!("omnibus: line {line}: {msg}"));
-                        c.too_many_errors_at = Some(line);
-                        break;
-                    }
-                    OnError::Skip => {
-                        pb.suspend(|| eprintln!("omnibus: line {line}: {msg} (skipped)"))
-                    }
-                    OnError::Abort => {
-                        pb.suspend(|| eprintln!("omnibus: line {line}: {msg}"));
-                        c.aborted_at = Some(line);
-                        break;
-                    }
+                if bad_line(&mut c, line, &msg, on_error, max_errors, &pb) {
+                    break;
                 }
             }
             Item::Doc(d) => {
@@ -416,11 +446,51 @@ async fn dispatch(
                 if c.fatal.is_some() {
                     break;
                 }
+                // Every earlier line with this id is stored by now (one put per id in flight),
+                // so the root's snapshot tells whether the id is a duplicate.
+                // Regression: duplicate ids were silently last-wins (the summary said "5
+                // stored" while the root held 4).
+                let outcome = match stored_version(&root, &d) {
+                    Err(e) => {
+                        c.fatal = Some(doc_failed(
+                            d.line,
+                            Fail::from(e).context("reading its stored version"),
+                        ));
+                        break;
+                    }
+                    Ok(None) => Outcome::Stored,
+                    Ok(Some(same)) => {
+                        c.duplicates += 1;
+                        match on_duplicate {
+                            OnDuplicate::Error => {
+                                let msg = format!(
+                                    "id {} is already stored (--on-duplicate error)",
+                                    fmt::escape(&d.id)
+                                );
+                                if bad_line(&mut c, d.line, &msg, on_error, max_errors, &pb) {
+                                    break;
+                                }
+                                continue;
+                            }
+                            _ if same => {
+                                c.documents += 1;
+                                c.unchanged += 1;
+                                continue;
+                            }
+                            OnDuplicate::First => {
+                                c.documents += 1;
+                                c.kept += 1;
+                                continue;
+                            }
+                            OnDuplicate::Last => Outcome::Replaced,
+                        }
+                    }
+                };
                 in_flight.insert(d.id.clone());
                 let (root, tx) = (root.clone(), done_tx.clone());
                 tokio::spawn(async move {
                     let (id, line) = (d.id.clone(), d.line);
-                    let (latency_us, result) = ingest_doc(root, d).await;
+                    let (latency_us, result) = ingest_doc(root, d, outcome).await;
                     let _ = tx.send(Done {
                         id,
                         line,
@@ -574,6 +644,7 @@ pub fn run(a: IngestArgs) -> CliResult {
             root.clone(),
             a.window as usize,
             a.on_error,
+            a.on_duplicate,
             a.max_errors,
             pb.clone(),
             failed.clone(),
@@ -634,6 +705,14 @@ pub fn run(a: IngestArgs) -> CliResult {
         documents: counts.documents,
         stored: counts.stored,
         unchanged: counts.unchanged,
+        duplicates: counts.duplicates,
+        replaced: counts.replaced,
+        kept: counts.kept,
+        on_duplicate: match a.on_duplicate {
+            OnDuplicate::Last => "last",
+            OnDuplicate::First => "first",
+            OnDuplicate::Error => "error",
+        },
         bad_lines: counts.bad,
         seconds,
         documents_per_s: counts.documents as f64 / seconds.max(1e-9),
@@ -722,9 +801,21 @@ fn print_summary(s: &Summary, json: bool) {
     if let Some(why) = &s.stopped {
         println!("stopped          {why}");
     }
+    let kept = if s.kept > 0 {
+        format!(", {} kept", s.kept)
+    } else {
+        String::new()
+    };
     println!(
-        "documents        {} ({} stored, {} unchanged; {} bad lines; root holds {})",
+        "documents        {} ({} stored, {} unchanged{kept}; {} bad lines; root holds {})",
         s.documents, s.stored, s.unchanged, s.bad_lines, s.root_entries
+    );
+    let refused = s
+        .duplicates
+        .saturating_sub(s.replaced + s.unchanged + s.kept);
+    println!(
+        "duplicate ids    {} ({} replaced, {} unchanged, {} kept, {} refused; --on-duplicate {})",
+        s.duplicates, s.replaced, s.unchanged, s.kept, refused, s.on_duplicate
     );
     println!("seconds          {:.2}", s.seconds);
     println!("documents/s      {:.0}", s.documents_per_s);
