@@ -2,7 +2,9 @@
 //! root's handle, wait for the index, and read it with a prefix scan. Run with
 //! `cargo run --example indexes`.
 
-use omnibus::actors::{Engine, EngineOptions, IndexDefinition, IndexState};
+use omnibus::actors::{
+    decode_index_entry, index_term_prefix, Engine, EngineOptions, IndexDefinition, IndexState,
+};
 use omnibus::{Options, Result};
 
 fn main() -> Result<()> {
@@ -29,11 +31,17 @@ fn main() -> Result<()> {
     root.blocking_put("apple", "color=green")?; // moves apple in the index
     db.blocking_wait_for_indexes()?; // every put above is in the index now
 
-    // Entries are the term, 0x00, the document key; a prefix scan lists a term's documents.
+    // Entries are the term (its 0x00 and 0x01 bytes escaped), 0x00, the document key; a prefix
+    // scan for `index_term_prefix(term)` lists exactly that term's documents.
     let index = db.blocking_storage("by_color")?.snapshot()?;
     let green: Vec<String> = index
-        .prefix(b"green\x00")?
-        .map(|e| e.map(|(k, _)| String::from_utf8_lossy(&k[6..]).into_owned()))
+        .prefix(&index_term_prefix(b"green")[..])?
+        .map(|e| {
+            e.map(|(k, _)| {
+                let (_term, doc) = decode_index_entry(k).expect("an entry key");
+                String::from_utf8_lossy(doc).into_owned()
+            })
+        })
         .collect::<Result<_>>()?;
     assert_eq!(green, ["apple", "leek"]);
     println!("green: {green:?}");
