@@ -189,6 +189,8 @@ fn no_internal_module_or_export_is_public() {
                 "pub use index::{ index_applied_txn, BuildProgress, IndexDefinition, IndexState, \
                  IndexStats, LagStats, MapFn, INDEX_APPLIED_KEY, };",
                 "pub use index_check::{check_index, IndexCheckReport};",
+                "pub use index_key::{ decode_index_entry, index_entry_key, index_term_prefix, \
+                 index_terms_starting_with, };",
                 "pub use storage::{StorageHandle, WriteBatch, WriteOp};",
             ],
         ),
