@@ -1097,6 +1097,8 @@ impl DatabaseHandle {
     /// Errors: [`Error::IndexPoisoned`] when an index is poisoned (at once, or when it fails
     /// while waited for); [`Error::Closed`] when an index stops first (shutdown, dropped).
     pub async fn wait_for_indexes(&self) -> Result<()> {
+        // Ready at once when every index is current (or none is defined): charged as a get.
+        super::coop::consume(1).await;
         for w in self.index_waiters(None)? {
             w.recv_async().await.map_err(|_| Error::Closed)??;
         }
@@ -1112,6 +1114,8 @@ impl DatabaseHandle {
     /// index while another one is poisoned. Errors: as `wait_for_indexes` for that index, and
     /// [`Error::InvalidOptions`] when no index of that name is defined.
     pub async fn wait_for_index(&self, name: &str) -> Result<()> {
+        // Ready at once when every index is current (or none is defined): charged as a get.
+        super::coop::consume(1).await;
         for w in self.index_waiters(Some(name))? {
             w.recv_async().await.map_err(|_| Error::Closed)??;
         }

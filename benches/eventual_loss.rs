@@ -94,7 +94,8 @@ fn probe_sync(dir: &Path, busy: bool, secs: f64) -> Histogram<u64> {
     let mut i = 0u64;
     while t0.elapsed().as_secs_f64() < secs {
         let t = Instant::now();
-        f.write_all_at(&page, (i % 256) * 4096).expect("probe write");
+        f.write_all_at(&page, (i % 256) * 4096)
+            .expect("probe write");
         f.sync_data().expect("probe fdatasync");
         h.saturating_record(t.elapsed().as_micros() as u64);
         i += 1;
@@ -144,7 +145,10 @@ fn round(base: &Path, busy: bool, seed: u64) -> Outcome {
     // The kill comes 1.5 to 3 s after the first acknowledgement.
     let start = Instant::now();
     while acks.lock().unwrap().len() < 2 {
-        assert!(start.elapsed() < Duration::from_secs(60), "the child never committed");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the child never committed"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     std::thread::sleep(Duration::from_millis(1500 + seed % 1500));

@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 
 #[path = "common/damage.rs"]
 mod damage;
+#[path = "common/tree.rs"]
+mod tree;
+use tree::tree;
 
 use omnibus::testing::page::header::{decode, Slot};
 use omnibus::{Error, FlushMode, Options, Storage};
@@ -272,25 +275,6 @@ fn a_database_root_without_its_data_file_is_corruption() {
         !path.join("data.pages").exists(),
         "the open re-created the root"
     );
-}
-
-/// Every file under `dir` (relative path) with its bytes; directories as empty entries.
-fn tree(dir: &Path) -> std::collections::BTreeMap<String, Option<Vec<u8>>> {
-    fn walk(root: &Path, d: &Path, out: &mut std::collections::BTreeMap<String, Option<Vec<u8>>>) {
-        for e in std::fs::read_dir(d).unwrap() {
-            let p = e.unwrap().path();
-            let rel = p.strip_prefix(root).unwrap().display().to_string();
-            if p.is_dir() {
-                out.insert(rel + "/", None);
-                walk(root, &p, out);
-            } else {
-                out.insert(rel, Some(std::fs::read(&p).unwrap()));
-            }
-        }
-    }
-    let mut out = std::collections::BTreeMap::new();
-    walk(dir, dir, &mut out);
-    out
 }
 
 // Regression: a directory holding someone else's `data.pages` was "not an omnibus storage" to

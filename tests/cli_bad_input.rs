@@ -32,18 +32,7 @@ fn keys(db: &str, storage: Option<&str>) -> Vec<String> {
 }
 
 fn ingest(db: &str, input: &Path, extra: &[&str]) -> Output {
-    let mut args = vec![
-        "ingest",
-        db,
-        "--input",
-        input.to_str().unwrap(),
-        "--id-field",
-        "id",
-        "--index",
-        "v",
-    ];
-    args.extend(extra);
-    omnibus(&args)
+    cli_common::ingest_v(db, input, extra)
 }
 
 const GOOD_A: &[u8] = b"{\"id\":\"a\",\"v\":1}\n";

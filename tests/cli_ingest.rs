@@ -438,11 +438,11 @@ fn duplicate_ids_are_counted_and_follow_on_duplicate() {
     std::fs::write(
         &input,
         concat!(
-            "{\"id\":\"a\",\"t\":\"x\"}\n",
-            "{\"id\":\"b\",\"t\":\"y\"}\n",
-            "{\"id\":\"a\",\"t\":\"z\"}\n",
-            "{\"id\":\"c\",\"t\":\"x\"}\n",
-            "{\"id\":\"a\",\"t\":\"z\"}\n",
+            "{\"id\":\"a\",\"v\":\"x\"}\n",
+            "{\"id\":\"b\",\"v\":\"y\"}\n",
+            "{\"id\":\"a\",\"v\":\"z\"}\n",
+            "{\"id\":\"c\",\"v\":\"x\"}\n",
+            "{\"id\":\"a\",\"v\":\"z\"}\n",
         ),
     )
     .unwrap();
@@ -455,19 +455,7 @@ fn duplicate_ids_are_counted_and_follow_on_duplicate() {
     for (mode, stored, unchanged, kept, bad, t) in cases {
         let db_path = dir.path().join(format!("db-{mode}"));
         let db = db_path.to_str().unwrap();
-        let o = omnibus(&[
-            "ingest",
-            db,
-            "--input",
-            input.to_str().unwrap(),
-            "--id-field",
-            "id",
-            "--index",
-            "t",
-            "--on-duplicate",
-            mode,
-            "--json",
-        ]);
+        let o = cli_common::ingest_v(db, &input, &["--on-duplicate", mode, "--json"]);
         assert!(o.status.success(), "{mode}: {o:?}");
         let s: Value = serde_json::from_slice(&o.stdout).unwrap();
         assert_eq!(s["duplicates"], 2, "{mode}: {s}");
@@ -489,14 +477,8 @@ fn duplicate_ids_are_counted_and_follow_on_duplicate() {
         }
     }
     // The text summary says it too.
-    let out = ok(&[
-        "ingest",
-        dir.path().join("db-text").to_str().unwrap(),
-        "--input",
-        input.to_str().unwrap(),
-        "--id-field",
-        "id",
-    ]);
+    let o = cli_common::ingest_v(dir.path().join("db-text").to_str().unwrap(), &input, &[]);
+    let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         out.contains(
             "duplicate ids    2 (1 replaced, 1 unchanged, 0 kept, 0 refused; --on-duplicate last)"

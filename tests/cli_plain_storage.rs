@@ -10,25 +10,12 @@ use serde_json::Value;
 
 #[path = "common/cli.rs"]
 mod cli_common;
+#[path = "common/tree.rs"]
+mod tree;
 use cli_common::ok;
 
-/// Every file under `dir` (relative path) with its bytes; directories as empty entries.
 fn snapshot(dir: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
-    fn walk(root: &Path, d: &Path, out: &mut BTreeMap<String, Option<Vec<u8>>>) {
-        for e in std::fs::read_dir(d).unwrap() {
-            let p = e.unwrap().path();
-            let rel = p.strip_prefix(root).unwrap().display().to_string();
-            if p.is_dir() {
-                out.insert(rel + "/", None);
-                walk(root, &p, out);
-            } else {
-                out.insert(rel, Some(std::fs::read(&p).unwrap()));
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(dir, dir, &mut out);
-    out
+    tree::tree(dir)
 }
 
 #[test]

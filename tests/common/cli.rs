@@ -60,3 +60,21 @@ pub fn ingest_lines(db: &std::path::Path, lines: &[String], indexes: &[&str]) ->
     }
     ok(&args)
 }
+
+/// Runs `omnibus ingest DB --input INPUT --id-field id --index v` followed by `extra`, and
+/// returns its output (any exit code).
+#[allow(dead_code)] // not every command-line test needs it
+pub fn ingest_v(db: &str, input: &std::path::Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "ingest",
+        db,
+        "--input",
+        input.to_str().expect("utf-8 path"),
+        "--id-field",
+        "id",
+        "--index",
+        "v",
+    ];
+    args.extend(extra);
+    omnibus(&args)
+}
