@@ -11,8 +11,9 @@
 //!
 //! Why threads and not glommio's file API: the core (`src/`) is synchronous and goes through
 //! the `StorageEnv` trait (default, power-loss, hooked environments), which glommio's DMA files
-//! cannot wrap; a thread lane keeps one code path for tests and production. An io_uring lane
-//! can replace it behind the same interface.
+//! cannot wrap; a thread lane keeps one code path for tests and production. Where io_uring is
+//! available, the default environment (`env/uring.rs`) does the lane's writes and syncs
+//! through rings of its own beneath this interface.
 //!
 //! Messages in: boxed jobs, over one bounded flume channel per lane (capacity 1,024: a full lane
 //! makes the submitting actor wait: back-pressure). Out: each job's result on its own

@@ -15,9 +15,10 @@
 //! [`Range`]s (ordinary range syntax over byte strings, double-ended) and prefixes. The commits
 //! of all storages that arrive while a journal batch is being written go into the next batch:
 //! one write and one `fdatasync` for all of them. A [`Storage`] also opens on its own
-//! ([`Storage::open`]: one directory, its own journal). [`Options`] says how (durability
-//! default, flush thresholds and [`FlushMode`], [`JournalMode`], [`WriteMode`], the storage
-//! environment); [`Storage::flush`], [`Storage::backup`], [`Storage::compact`] and
+//! ([`Storage::open`]: one directory, its own journal). [`Options`] says how (read-only or
+//! not, flush thresholds and [`FlushMode`], [`JournalMode`], [`WriteMode`], the eventual-sync
+//! interval, the storage environment; durability is chosen per transaction,
+//! [`WriteTransaction::set_durability`]); [`Storage::flush`], [`Storage::backup`], [`Storage::compact`] and
 //! [`Storage::check`] are the maintenance calls, each with its report.
 //!
 //! ## Embedding: threads, tokio, glommio

@@ -10,8 +10,9 @@ use crate::journal::Prezero;
 /// When flushes run for a storage opened with [`crate::Storage::open`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FlushMode {
-    /// A background thread per storage flushes when the scratch table passes
-    /// [`Options::flush_scratch_bytes`] or its oldest commit passes [`Options::flush_max_age`].
+    /// The process's one flush-service thread (`omnibus-flush`, serving every such storage)
+    /// flushes the storage when its scratch table passes [`Options::flush_scratch_bytes`] or
+    /// its oldest commit passes [`Options::flush_max_age`].
     #[default]
     Background,
     /// The committing thread flushes right after a commit that crosses a threshold (tests,
@@ -57,7 +58,9 @@ pub enum JournalMode {
 /// Options for opening a storage. `Options::default()` suits most uses.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// The storage environment every file operation goes through. Default: [`crate::env::DefaultEnv`].
+    /// The storage environment every file operation goes through. Default:
+    /// [`crate::env::default_env`] ([`crate::env::UringEnv`] where io_uring can be set up, else
+    /// [`crate::env::DefaultEnv`]).
     pub env: Arc<dyn StorageEnv>,
     /// Create the storage when the directory is missing or empty. Default `true`; when `false`,
     /// opening a missing storage fails with [`Error::NotAStorage`].

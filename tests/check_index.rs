@@ -26,9 +26,9 @@ fn doc(i: u32) -> String {
     format!("color=c{};tags=t{},u{};n={i}", i % 3, i % 5, i % 7)
 }
 
-/// The applied record (documented layout: `omniIDX1`, then the txn id, little-endian).
+/// The applied record (documented layout: `omniIDX2`, then the txn id, little-endian).
 fn applied(txn: u64) -> Vec<u8> {
-    let mut v = b"omniIDX1".to_vec();
+    let mut v = b"omniIDX2".to_vec();
     v.extend_from_slice(&txn.to_le_bytes());
     v
 }

@@ -175,8 +175,11 @@ the documents if it is behind them (a crash before it caught up, `put`/`delete` 
 work outside the engine and do not update indexes, or an earlier ingest without it), or resumed. \
 Index storages not listed are left untouched (and go stale if documents change).
 
-Re-running an ingest stores no duplicates: a document already stored with the same bytes is not \
-written again, and one whose indexed fields changed has its old index entries deleted.
+A document whose id the database already holds when its line is reached (an earlier line, or a \
+document stored before the run) is a duplicate: --on-duplicate last (the default) stores it over the \
+older one (whose old index entries are deleted), first keeps the older one, error makes it a bad \
+line. The same bytes again are not written (counted as unchanged), but under error. The summary \
+counts duplicate ids: replaced, unchanged, kept and refused.
 
 Input errors (reported as `line N: ...` on stderr; skipped or fatal per --on-error):
   not valid UTF-8 (byte offset K)          the line is not UTF-8
@@ -187,6 +190,8 @@ Input errors (reported as `line N: ...` on stderr; skipped or fatal per --on-err
   document is B bytes: the value limit is 134217728 bytes
   no id field `F` / id field `F` is not a string or a number / id is B bytes: keys are 1..=1024 bytes
   index `S` key is B bytes: keys are 1..=1024 bytes
+  index `S`: field `F` holds a NUL byte, which separates the fields of a compound index's terms
+  id X is already stored (--on-duplicate error)
 Blank lines are ignored. With --on-error skip the exit code is 0 when nothing else failed (the \
 summary counts the skipped lines), but 1 after more than --max-errors bad lines (default 100: the run \
 stops there) and 1 when the input had lines and none of them was a document; with abort it is 1. \
