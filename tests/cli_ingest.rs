@@ -466,9 +466,9 @@ fn duplicate_ids_are_counted_and_follow_on_duplicate() {
         assert_eq!(s["root_entries"], 3, "{mode}: {s}");
         assert_eq!(s["on_duplicate"], mode, "{mode}: {s}");
         let a: Value = serde_json::from_str(&ok(&["get", db, "a"])).unwrap();
-        assert_eq!(a["t"], t, "{mode}");
+        assert_eq!(a["v"], t, "{mode}");
         assert_eq!(
-            term_ids(db, "t", &[t]).first().map(String::as_str),
+            term_ids(db, "v", &[t]).first().map(String::as_str),
             Some("a")
         );
         if mode == "error" {
