@@ -319,19 +319,22 @@ fn catch_interrupt() {
 /// How often the dispatcher looks for a Ctrl-C while it waits for input.
 const INTERRUPT_POLL: Duration = Duration::from_millis(50);
 
-/// Counts bad input line `line` (`msg` says why) and reports it; returns whether the run
-/// stops there (`--on-error abort`, or more than `--max-errors` bad lines).
-fn bad_line(
-    c: &mut Counts,
-    line: u64,
-    msg: &str,
+/// The run's rules from the command line: `--window`, `--on-error`, `--max-errors`,
+/// `--on-duplicate`.
+#[derive(Debug, Clone, Copy)]
+struct Rules {
+    window: usize,
     on_error: OnError,
     max_errors: u64,
-    pb: &ProgressBar,
-) -> bool {
+    on_duplicate: OnDuplicate,
+}
+
+/// Counts bad input line `line` (`msg` says why) and reports it; returns whether the run
+/// stops there (`--on-error abort`, or more than `--max-errors` bad lines).
+fn bad_line(c: &mut Counts, line: u64, msg: &str, rules: Rules, pb: &ProgressBar) -> bool {
     c.bad += 1;
-    match on_error {
-        OnError::Skip if c.bad > max_errors => {
+    match rules.on_error {
+        OnError::Skip if c.bad > rules.max_errors => {
             pb.suspend(|| eprintln!("omnibus: line {line}: {msg}"));
             c.too_many_errors_at = Some(line);
             true
@@ -352,10 +355,7 @@ fn bad_line(
 async fn dispatch(
     mut items: mpsc::Receiver<Item>,
     root: StorageHandle,
-    window: usize,
-    on_error: OnError,
-    on_duplicate: OnDuplicate,
-    max_errors: u64,
+    rules: Rules,
     pb: ProgressBar,
     failed: Arc<AtomicBool>,
 ) -> Counts {
@@ -431,13 +431,13 @@ async fn dispatch(
             }
             Item::Bad { line, msg } => {
                 last_line = line;
-                if bad_line(&mut c, line, &msg, on_error, max_errors, &pb) {
+                if bad_line(&mut c, line, &msg, rules, &pb) {
                     break;
                 }
             }
             Item::Doc(d) => {
                 last_line = d.line;
-                while in_flight.len() >= window || in_flight.contains(&d.id) {
+                while in_flight.len() >= rules.window || in_flight.contains(&d.id) {
                     let Some(done) = done_rx.recv().await else {
                         break;
                     };
@@ -461,13 +461,13 @@ async fn dispatch(
                     Ok(None) => Outcome::Stored,
                     Ok(Some(same)) => {
                         c.duplicates += 1;
-                        match on_duplicate {
+                        match rules.on_duplicate {
                             OnDuplicate::Error => {
                                 let msg = format!(
                                     "id {} is already stored (--on-duplicate error)",
                                     fmt::escape(&d.id)
                                 );
-                                if bad_line(&mut c, d.line, &msg, on_error, max_errors, &pb) {
+                                if bad_line(&mut c, d.line, &msg, rules, &pb) {
                                     break;
                                 }
                                 continue;
@@ -642,10 +642,12 @@ pub fn run(a: IngestArgs) -> CliResult {
         let counts = dispatch(
             item_rx,
             root.clone(),
-            a.window as usize,
-            a.on_error,
-            a.on_duplicate,
-            a.max_errors,
+            Rules {
+                window: a.window as usize,
+                on_error: a.on_error,
+                max_errors: a.max_errors,
+                on_duplicate: a.on_duplicate,
+            },
             pb.clone(),
             failed.clone(),
         )
