@@ -68,7 +68,7 @@
 //!
 //! Queue bounds: the mailbox holds at most `index_queue_capacity` root commits; when it is full
 //! the root's storage actor waits before answering its writers (back-pressure on the documents,
-//! DESIGN invariant 10). So while an index builds, the documents accept that many commits and
+//! design.md invariant I10). So while an index builds, the documents accept that many commits and
 //! then wait for the build. At most one build per executor runs at a time (a shared pool of
 //! slots), so builds hold at most that many expected-entry buffers.
 //!

@@ -14,7 +14,7 @@
 //! Loop: wait for a commit, then take every commit already queued (up to [`MAX_BATCH`] records
 //! or 64 MiB), write them as one batch (one `pwritev`, one `fdatasync`), and answer each.
 //! Commits arriving meanwhile queue up for the next batch (group commit).
-//! Invariant: no reply before the batch's `fdatasync` returned (DESIGN invariant 1), except
+//! Invariant: no reply before the batch's `fdatasync` returned (design.md invariant I1), except
 //! for a batch whose every commit is [`Durability::Eventual`]: it is queued in the journal
 //! ([`Journal::write_records`]: no I/O) and answered at once; the journal writes it, in order,
 //! before the next batch's records, or its sync thread does within `eventual_sync_ms`.

@@ -43,7 +43,7 @@
 //!
 //! Failure: a panic while building a transaction or an I/O failure poisons the database; every
 //! request of that transaction and every later one gets an error ([`Error::Poisoned`]).
-//! A full mailbox makes callers wait (back-pressure, DESIGN invariant 10); so does a full index
+//! A full mailbox makes callers wait (back-pressure, design.md invariant I10); so does a full index
 //! feed (the root waits before answering its writers). A feed whose index actor is gone is
 //! dropped.
 

@@ -1,5 +1,5 @@
 //! End-to-end core benchmark: omnibus measured side by side with its reference points in one
-//! run, with ratios (DESIGN section 9).
+//! run, with ratios (docs/BENCHMARKS.md).
 //!
 //! 1. `get`: in-cache random point gets in one snapshot, omnibus vs LMDB (heed) on the same keys
 //!    (16-byte keys, 100-byte values, loaded in large transactions, same random lookup sequence).

@@ -7,7 +7,7 @@
 //!
 //! 1. Walk the tree reachable from the snapshot's root (branch, leaf and overflow pages), read
 //!    each page through the snapshot (the scratch table first, then the map) and verify its
-//!    checksum. A live snapshot's pages are never overwritten or reused (DESIGN invariants 3
+//!    checksum. A live snapshot's pages are never overwritten or reused (design.md invariants I3
 //!    and 4), so this reads exactly the snapshot while commits and flushes continue.
 //! 2. Write them at their own page numbers into a new `data.pages` (pages between them stay
 //!    holes: the file is sparse), then a new free-space map after the highest tree page: a

@@ -248,7 +248,7 @@ impl Database {
                 let files = survey(&*env, &path, hdr.storage_id, &names)?;
                 let missing = missing_names(&*env, &path, &files, &hdr, &names);
                 relink(&*env, &path, &missing)?;
-                // Every link made in earlier sessions becomes durable now (DESIGN invariant 5).
+                // Every link made in earlier sessions becomes durable now (design.md invariant I5).
                 let mut first_no = max_journal_no(&*env, &path.join(JOURNALS_DIR))?;
                 for n in &names {
                     let j = indexes.join(n).join(JOURNALS_DIR);
@@ -847,7 +847,7 @@ fn survey(
 }
 
 /// A name of a journal file that a storage's `Journals/` lacks although the file holds its
-/// records (DESIGN invariant 7): re-created by a read-write open, read through by a read-only
+/// records (design.md invariant I7): re-created by a read-write open, read through by a read-only
 /// one.
 struct Missing {
     /// The journal number.
@@ -952,8 +952,7 @@ fn borrowed_names(env: &dyn StorageEnv, root: &Path, names: &[String]) -> Result
     Ok(out)
 }
 
-/// Read-write: re-creates every `missing` name as a hard link to the same file (DESIGN
-/// invariant 7), then syncs each directory it linked into, before any storage recovers.
+/// Read-write: re-creates every `missing` name as a hard link to the same file (design.md invariant I7), then syncs each directory it linked into, before any storage recovers.
 fn relink(env: &dyn StorageEnv, root: &Path, missing: &[Missing]) -> Result<()> {
     let mut synced: Vec<PathBuf> = Vec::new();
     for m in missing {

@@ -1,5 +1,5 @@
-//! The flush: writing committed pages from the scratch table into the data file (DESIGN
-//! section 6 and invariant 4).
+//! The flush: writing committed pages from the scratch table into the data file (design.md
+//! section 5 and invariant I4).
 //!
 //! 1. Target: the oldest live snapshot's state, or the current one (all published states are
 //!    durable). The flush holds that state, so no page it writes can be reused meanwhile.
@@ -8,12 +8,12 @@
 //! 3. `fdatasync` the data file; write the alternate header page; `fdatasync` again.
 //! 4. Publish a state without the flushed scratch entries (and a new map if the file grew).
 //! 5. Punch the aligned 1 MiB runs that the target's free-space map marks wholly free
-//!    (DESIGN invariant 12: the durable header now records them free, no snapshot reads them),
+//!    (design.md invariant I12: the durable header now records them free, no snapshot reads them),
 //!    except the lowest ones that the next commits are expected to reuse (at most 1/32 of
 //!    the pages in use; none when the storage is closing, see [`punch_slack_runs`]).
 //! 6. Delete journal files that hold nothing unflushed.
 //!
-//! Any failed write or sync poisons the storage (DESIGN invariant 2).
+//! Any failed write or sync poisons the storage (design.md invariant I2).
 //!
 //! Background flushes ([`crate::FlushMode::Background`]) run on one flush-service thread per
 //! process (`omnibus-flush`, I/O priority best-effort 7) that serves every such storage, not a

@@ -31,7 +31,7 @@ pub enum FlushMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub enum Durability {
     /// Acknowledged once the commit's journal record is covered by a successful `fdatasync`
-    /// (DESIGN invariant 1). The default.
+    /// (design.md invariant I1). The default.
     #[default]
     Immediate,
     /// Acknowledged once the record is queued for the journal, before any write (redb's

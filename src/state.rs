@@ -4,7 +4,7 @@
 //! high-water page count, the scratch table (pages committed to the journal but not yet flushed)
 //! and the read-only map of the data file. Readers `load_full()` it from an `ArcSwap` (no lock)
 //! and keep it alive for as long as their snapshot lives; an old map and old scratch pages are
-//! freed when the last `Arc<State>` that holds them is dropped (DESIGN invariant 3).
+//! freed when the last `Arc<State>` that holds them is dropped (design.md invariant I3).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -69,7 +69,7 @@ impl Mapping {
             // `end`, below which every read stays (`page`), and (b) by compaction, only above the
             // next page of every live state (no snapshot can reach a page there:
             // `Storage::compact`); the only writer (the flush) never writes a page that a live
-            // snapshot can read from the map (DESIGN invariants 3, 4 and 12), so no reader
+            // snapshot can read from the map (design.md invariants I3, I4 and I12), so no reader
             // observes bytes changing, or vanishing, under a `&[u8]` it holds.
             let m = unsafe { MmapOptions::new().len(len as usize).map(file.raw_fd()) }.map_err(
                 |e| Error::Io {

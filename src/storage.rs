@@ -6,7 +6,7 @@
 //! <dir>/Journals/     numbered journal files
 //! ```
 //! Open: take the lock, read the newest valid header, replay the journal records after its
-//! flushed txn id into the scratch table (DESIGN invariant 7), start a fresh journal file,
+//! flushed txn id into the scratch table (design.md invariant I7), start a fresh journal file,
 //! flush what was replayed, and delete journal files that hold nothing unflushed.
 //!
 //! `flush.rs` builds on this module, never the other way (docs/ARCHITECTURE.md): a storage
@@ -78,7 +78,7 @@ pub(crate) enum Binding {
 /// What one flush did ([`Storage::flush`], [`crate::Database::flush`]). Page counts are 8 KiB
 /// pages (an overflow run counts its pages), sizes are bytes.
 ///
-/// A flush writes only up to the oldest live snapshot (DESIGN invariant 4): with an older
+/// A flush writes only up to the oldest live snapshot (design.md invariant I4): with an older
 /// snapshot held, the pages committed after it stay in the scratch table (memory, and the
 /// journal) until it ends, and are counted in [`FlushReport::pages_held_back`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -127,7 +127,7 @@ pub(crate) struct FlushHooks {
     /// and joins the background flush service ([`FlushMode::Background`], setting
     /// `Inner::flusher`).
     pub opened: fn(&Arc<Inner>) -> Result<()>,
-    /// Flushes the storage up to its oldest live snapshot (DESIGN section 6).
+    /// Flushes the storage up to its oldest live snapshot (design.md 5).
     pub flush: fn(&Inner) -> Result<FlushReport>,
     /// Wakes the background flush service: a commit crossed a flush threshold.
     pub signal: fn(),
@@ -219,7 +219,7 @@ pub struct StorageStats {
     /// Page images journaled by commits since open (a run of overflow pages counts once).
     pub pages_journaled: u64,
     /// Of [`StorageStats::pages_journaled`], those written as a page diff instead of a full
-    /// image (DESIGN invariant 9): a tree page against the page it was copied from, a
+    /// image (design.md invariant I9): a tree page against the page it was copied from, a
     /// free-space bitmap page against its own previous version.
     pub pages_journaled_as_diffs: u64,
     /// The journal writer's counters (commits, batches, fdatasyncs, ...).
@@ -386,8 +386,8 @@ impl Storage {
     }
 
     /// Writes every committed page to the data file, advances the header, punches free 1 MiB
-    /// runs and deletes journal files that hold nothing unflushed (DESIGN section 6). Pages that
-    /// an older live snapshot still reads are held back until it ends (DESIGN invariant 4).
+    /// runs and deletes journal files that hold nothing unflushed (design.md 5). Pages that
+    /// an older live snapshot still reads are held back until it ends (design.md invariant I4).
     ///
     /// Returns what it did ([`FlushReport`]): pages and bytes written, and, when
     /// an older snapshot held it back, that snapshot's txn id and the pages kept in the scratch
@@ -935,7 +935,7 @@ impl Inner {
             .or_else(|| self.journal.poisoned())
     }
 
-    /// Marks the storage failed (fail-stop, DESIGN invariant 2).
+    /// Marks the storage failed (fail-stop, design.md invariant I2).
     pub fn poison(&self, e: &Error) {
         let mut p = lock(&self.poisoned);
         if p.is_none() {
@@ -999,7 +999,7 @@ impl Inner {
         }
         // Pages freed by transaction t are reused once no live snapshot predates t and a
         // durable header reaches t: until then t's journal record may name them as the base
-        // of a page diff, which recovery reads from the data file (DESIGN invariant 9). Pages
+        // of a page diff, which recovery reads from the data file (design.md invariant I9). Pages
         // whose freed version never reached the data file wait for the snapshots only
         // (`Allocator::early`).
         if let Some(oldest) = self.registry.oldest_live() {
@@ -1091,7 +1091,7 @@ impl Inner {
         }
     }
 
-    /// Publishes the state after a durable commit (DESIGN invariant 3: one pointer swap).
+    /// Publishes the state after a durable commit (design.md invariant I3: one pointer swap).
     pub fn publish_commit(
         &self,
         txn: u64,
@@ -1605,7 +1605,7 @@ pub(crate) fn read_header(data: &dyn EnvFile, data_path: &Path) -> Result<(Heade
 
 /// The `flock` an open storage holds on its `LOCK` file, released when dropped. `None`: a
 /// read-only open where `LOCK` could not be opened (missing, not readable, on read-only media
-/// without one), which proceeds without a lock (DESIGN section "Read-only opens").
+/// without one), which proceeds without a lock (design.md 6.2).
 #[derive(Debug)]
 pub(crate) struct Lock(#[allow(dead_code)] Option<File>);
 
@@ -1770,7 +1770,7 @@ fn build_allocator(s: &State) -> Result<Allocator> {
 }
 
 /// Replays the commit records of the storage of header `hdr` after `state.flushed_txn` into
-/// the scratch table (DESIGN invariant 7) and returns, per journal file, the highest txn id of
+/// the scratch table (design.md invariant I7) and returns, per journal file, the highest txn id of
 /// each storage. The files are those of `dir` and, where `dir` lacks their number, `borrowed`
 /// ones. Then checks the journal's start statements (`check_started`).
 fn recover(

@@ -1,5 +1,5 @@
 //! A journal of N records followed by 4 MiB of pre-zeroed tail recovers exactly N records
-//! (no run of zeros parses as a record, DESIGN invariant 8), and later commits come after them.
+//! (no run of zeros parses as a record, design.md invariant I8), and later commits come after them.
 
 use omnibus::testing::journal::recovery;
 use omnibus::testing::journal::RecordKind;

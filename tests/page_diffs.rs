@@ -1,4 +1,4 @@
-//! Page diffs (DESIGN invariant 9): a page copied from a committed page is journaled as the
+//! Page diffs (design.md invariant I9): a page copied from a committed page is journaled as the
 //! byte ranges that differ from it, and recovery rebuilds it from that base.
 
 use std::sync::Arc;

@@ -1,5 +1,5 @@
 //! A torn data page (first 4 KiB new, second 4 KiB old) left by a flush that never reached its
-//! header is repaired from the journal's full page images on recovery (DESIGN invariant 9).
+//! header is repaired from the journal's full page images on recovery (design.md invariant I9).
 
 use std::sync::Arc;
 

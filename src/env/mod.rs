@@ -81,7 +81,7 @@ pub enum OpenMode {
     CreateNew,
 }
 
-/// How a flush writes pages into a data file (DESIGN section 1, as RavenDB Voron's write modes).
+/// How a flush writes pages into a data file (as RavenDB Voron's write modes; design.md 5).
 /// [`EnvFile::write_runs`] carries it out; `Options::write_mode` chooses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WriteMode {
@@ -166,7 +166,7 @@ pub trait EnvFile: Send + Sync + std::fmt::Debug {
     /// on its critical lane.
     ///
     /// Errors: the write's or the sync's; after an error nothing of `bufs` may be assumed
-    /// durable (and the caller must not retry the sync into success, DESIGN invariant 2).
+    /// durable (and the caller must not retry the sync into success, design.md invariant I2).
     fn write_vectored_and_sync(&self, bufs: &[IoSlice<'_>], offset: u64) -> EnvResult<()> {
         write_vectored_chunks(self, bufs, offset)?;
         self.sync_data()

@@ -8,7 +8,7 @@
 //! Policy: an operation failing with `EINTR` (a signal arrived before it completed) or `EAGAIN`
 //! (the resource was momentarily unavailable) is called again, at most [`MAX_RETRIES`] times;
 //! after that its last error is returned (and handled like any other: a failed write or sync
-//! poisons). Every other error is returned at once. This holds for syncs too: DESIGN invariant 2
+//! poisons). Every other error is returned at once. This holds for syncs too: design.md invariant I2
 //! forbids retrying a *failed* `fdatasync` into success, because the kernel may have dropped the
 //! dirty pages it could not write; `EINTR`/`EAGAIN` say the call did not complete its work, and
 //! a writeback failure stays reported to the next `fdatasync` of every descriptor open at the

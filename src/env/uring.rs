@@ -15,7 +15,7 @@
 //!   data files: flush writes, header writes, `fallocate` (growth and `PUNCH_HOLE`),
 //!   `sync_file_range` and `fdatasync`.
 //!
-//! A file's lane follows its role, which the layout of DESIGN section 2 gives by name: files
+//! A file's lane follows its role, which the storage layout (design.md 1) gives by name: files
 //! ending in `.journal` or `.zeroed` are journal files (critical lane; their plain writes, the
 //! pre-zeroing's, stay on the writing thread), every other file is a data file (background lane).
 //! Reads, `ftruncate` and `fstat` run on the caller's thread through the [`DefaultEnv`] file the
@@ -46,7 +46,7 @@
 //! - A full submission queue: submit, then push the rest; linked pairs are pushed together.
 //! - Any other error of a write, `fallocate` or `sync_file_range` is the operation's error; a
 //!   failed sync is the operation's error and is **never** retried into success (fsyncgate,
-//!   DESIGN invariant 2): the journal poisons itself on it as on any failed sync.
+//!   design.md invariant I2): the journal poisons itself on it as on any failed sync.
 //! - The ring thread dying (a panic): the thread first waits for every SQE still in the kernel
 //!   (their buffers belong to callers that are blocked until then), then every waiter, queued
 //!   or in flight, gets an error and later calls fail at once; the journal then poisons the
@@ -1107,7 +1107,7 @@ impl RingThread {
                     sh.syncs_redone.fetch_add(1, Ordering::Relaxed);
                 }
                 e if e == -libc::EAGAIN || e == -libc::EINTR => retry = retry.or(Some(-e)),
-                // Never retried into success (fsyncgate, DESIGN invariant 2).
+                // Never retried into success (fsyncgate, design.md invariant I2).
                 e => failure = Some(("io_uring fsync(DATASYNC)", io::Error::from_raw_os_error(-e))),
             }
         }

@@ -3,7 +3,7 @@
 //!
 //! - Creating the next file (`Journal::new_file`): a pre-zeroed file from the pool renamed into
 //!   place, or a new file zeroed and synced here; then the journal directory is fsynced before
-//!   any record in the file is acknowledged (DESIGN invariant 6).
+//!   any record in the file is acknowledged (design.md invariant I6).
 //! - Registering the storages whose records the journal carries, with the files their
 //!   `Journals/` hold (`Journal::register`, `Journal::unregister`).
 //! - Shared journal: the first record of a branch storage in a file hard-links the file into the
@@ -11,7 +11,7 @@
 //!   stands in for a directory fsync (recovery re-creates a missing link from its record).
 //! - Retention (`Journal::release`): a storage's entry for a file is removed once the storage
 //!   has flushed every record it has in it; before that, every directory that got a link to the
-//!   file since its last fsync is fsynced (DESIGN invariant 5, one fsync covering every link made
+//!   file since its last fsync is fsynced (design.md invariant I5, one fsync covering every link made
 //!   before it), and before a released file is recycled into the pool, every branch `Journals/`
 //!   whose entry for it was removed since its last fsync is fsynced too, so a power loss cannot
 //!   bring back a name for the file's new contents. Only files this journal created in this
@@ -367,7 +367,7 @@ impl Journal {
     /// Storage `sid` has flushed every transaction up to `flushed`: removes its directory
     /// entry of every journal file (but the current one) whose records of `sid` are all at or
     /// below it. Before removing an entry, every directory that got a link to that file since
-    /// its last fsync is fsynced (DESIGN invariant 5), so no storage that still needs the file
+    /// its last fsync is fsynced (design.md invariant I5), so no storage that still needs the file
     /// can lose it to a power loss. Returns the journal numbers removed for `sid`.
     pub fn release(&self, sid: u64, flushed: u64) -> Result<Vec<u64>> {
         let mut io = lock(&self.io);
@@ -490,7 +490,7 @@ impl Journal {
     }
 
     /// True when storage `sid` still has an entry for a journal file older than the current
-    /// one: flushing it lets that file go (bounded retention, DESIGN invariant 11).
+    /// one: flushing it lets that file go (bounded retention, design.md invariant I11).
     pub fn pins_old_file(&self, sid: u64) -> bool {
         let io = lock(&self.io);
         if sid == self.owner && io.stated.0 != 0 {

@@ -3,15 +3,14 @@
 //! - [`record`]: the byte layout of records.
 //! - [`writer`]: [`Journal`], the group-commit writer: every commit that arrives while a batch
 //!   is being written joins the next batch; one `pwritev` and one `fdatasync` per batch; no
-//!   commit is acknowledged before the sync that covers it (DESIGN invariant 1).
+//!   commit is acknowledged before the sync that covers it (design.md invariant I1).
 //! - `files`: the journal file lifecycle: the next file, hard links and link records for branch
-//!   storages, per-file retention (`release`), recycling, and the directory syncs of DESIGN
-//!   invariants 5 and 6.
+//!   storages, per-file retention (`release`), recycling, and the directory syncs of design.md invariants I5 and I6.
 //! - `pool`: whole pre-zeroed files prepared in the background.
 //! - `prezero`: zeros ahead of the write position ([`Prezero`]) and the process's background
 //!   pre-zeroing thread.
 //! - `activity`: whether a batch is being written now (flushes yield the disk to it).
-//! - [`recovery`]: reading a storage's `Journals/` back on open (DESIGN invariant 7).
+//! - [`recovery`]: reading a storage's `Journals/` back on open (design.md invariant I7).
 
 pub(crate) mod activity;
 mod cut;

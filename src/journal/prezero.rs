@@ -26,7 +26,7 @@
 //! `run_zero_service`). Whole pre-zeroed files are the pool's (`pool.rs`).
 //!
 //! Failures: a failed background `fdatasync` poisons the journal (the next batch returns that
-//! error; DESIGN invariant 2). A failed background zero *write* (or open) published nothing:
+//! error; design.md invariant I2). A failed background zero *write* (or open) published nothing:
 //! background zeroing stops for that file and commits zero inline, so the commit that needs the
 //! room gets the error itself (ENOSPC on a full disk, as [`crate::Error::is_no_space`]).
 
@@ -156,7 +156,7 @@ const PREZERO_THREAD: &str = "omnibus-prezero";
 /// that overlap, and each chunk is usable as soon as it is synced.
 const ZERO_CHUNK: u64 = 256 << 10;
 
-/// Most journals queued for the pre-zeroing thread at once (DESIGN invariant 10). Each journal
+/// Most journals queued for the pre-zeroing thread at once (design.md invariant I10). Each journal
 /// is queued at most once; a request that finds the queue full is queued again by its writer's
 /// next batch, and a writer that catches up meanwhile zeroes inline.
 const MAX_ZERO_QUEUE: usize = 4096;

@@ -6,7 +6,7 @@
 //! ```
 //! `magic` is `"OMJR"`, `header crc` is the crc32 of bytes `0..44`, `body len >= 1`. A run of
 //! zero bytes has the wrong magic and a wrong header checksum, so a pre-zeroed tail always reads
-//! as the end of the journal (DESIGN invariant 8). `journal no` is the number of the file the
+//! as the end of the journal (design.md invariant I8). `journal no` is the number of the file the
 //! record was written to, so records left in a recycled file are never taken for new ones.
 //!
 //! Commit body (kind 1):
@@ -19,7 +19,7 @@
 //! ```
 //! The second form is a whole single page whose bytes `a..b` are zeros (the free middle of a
 //! leaf or branch page, the unused tail of a bitmap page): still a full image, with the zeros
-//! left out. The third is a page diff (DESIGN invariant 9): the page is the image of `base page`
+//! left out. The third is a page diff (design.md invariant I9): the page is the image of `base page`
 //! (the page it was copied from, as of the transaction before this one) with the `n` byte
 //! ranges replaced. Its base is a committed page that this transaction frees and that stays
 //! unwritten until a durable header passes this transaction (the allocator defers its reuse),

@@ -1,4 +1,4 @@
-//! Reading journal files back: the scan every open runs (DESIGN invariant 7).
+//! Reading journal files back: the scan every open runs (design.md invariant I7).
 //!
 //! A file is read record by record from offset 0. The first record whose header does not
 //! decode (zeros, torn, another file's number) or whose body fails its checksum ends that

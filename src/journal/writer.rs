@@ -26,7 +26,7 @@
 //! `prezero.rs` (zeros ahead of the write position, [`Prezero`]).
 //!
 //! Fail-stop: a failed write or sync poisons the journal; that batch and every later commit get
-//! an error, and a failed `fdatasync` is never retried (DESIGN invariant 2). A failed background
+//! an error, and a failed `fdatasync` is never retried (design.md invariant I2). A failed background
 //! `fdatasync` of pre-zeroed space poisons the journal the same way (see `prezero.rs`).
 //!
 //! Only the journal's modules write or sync journal files (architecture invariant): the batch
@@ -209,7 +209,7 @@ impl Journal {
     /// Starts a journal in `<owner_dir>/Journals` owned by storage `owner`, with a new file
     /// numbered `first_no` (always a fresh file after open, so bytes after a torn tail of an
     /// older file are never overwritten and re-read). The file is pre-zeroed, synced, and the
-    /// directory synced before this returns (DESIGN invariant 6).
+    /// directory synced before this returns (design.md invariant I6).
     pub fn open(
         env: Arc<dyn StorageEnv>,
         owner: u64,

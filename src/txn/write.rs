@@ -1539,7 +1539,7 @@ impl WriteTransaction {
     }
 
     /// Makes every change durable and visible: returns once the journal record is covered by a
-    /// successful `fdatasync` (DESIGN invariant 1); new snapshots then see the changes. With
+    /// successful `fdatasync` (design.md invariant I1); new snapshots then see the changes. With
     /// [`Durability::Eventual`] ([`WriteTransaction::set_durability`]) it returns once the
     /// record is queued for the journal, visible but not yet durable; a later failure to write
     /// it poisons the storage and names it in the cause.
