@@ -232,7 +232,7 @@ struct EngineInner {
 
 /// Most pages one transaction of an index batch copies (1/16 of the memory budget, at least
 /// 64 pages): with many indexes written at once, no single batch holds a large part of the
-/// budget in dirty pages (issue 10).
+/// budget in dirty pages.
 fn index_batch_pages(budget: u64) -> usize {
     usize::try_from(budget / 16 / crate::page::PAGE_SIZE as u64)
         .unwrap_or(usize::MAX)
@@ -363,7 +363,7 @@ impl Engine {
         ensure_memlock(cpus.len())?;
         // glommio's executors run on io_uring and panic on their own thread where it cannot be
         // set up (seccomp, containers, kernel.io_uring_disabled): say so here instead.
-        // Regression (fresh-user trial): with io_uring blocked, `ingest` and `bench shop`
+        // Regression: with io_uring blocked, `ingest` and `bench shop`
         // panicked on the executor threads and then waited forever.
         if let Err(e) = io_uring::IoUring::new(2) {
             return Err(Error::ResourceLimit(format!(

@@ -20,7 +20,7 @@
 //! What is counted: the scratch tables are not all the memory page images take. Images
 //! superseded by a later commit stay alive while a flush in progress, a snapshot, or any older
 //! state holds them; commits in flight hold theirs; a write transaction holds its dirty pages
-//! (an index batch over scattered terms copies most of its tree). Issue 10's 600 s `bench shop`
+//! (an index batch over scattered terms copies most of its tree). A 600 s `bench shop`
 //! grew to 3.97 GB of anonymous memory under a 512 MiB budget that way. So the budget is held
 //! on [`crate::live_image_bytes`], every page image alive in the process ([`crate::page::Image`],
 //! counted from creation to the drop of its last holder): while it exceeds the budget, the

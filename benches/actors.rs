@@ -159,7 +159,7 @@ fn per_get(keys: &[String], mut f: impl FnMut(&str)) -> (f64, u64, u64) {
     )
 }
 
-/// The reader path (issue 14): a get on a snapshot on the caller's thread vs a get through the
+/// The reader path: a get on a snapshot on the caller's thread vs a get through the
 /// handles, async and blocking, on each `ReadPath`, side by side on one database (tmpfs), one
 /// client thread, keys in random order. The handles' engines run one after the other on the
 /// same database.

@@ -1429,7 +1429,7 @@ fn main() {
     if let Some(c) = &commit {
         let (o, r) = (&c.omnibus, &c.raw);
         let (mean, med) = (o.rate() / r.rate(), o.rate_p50() / r.rate_p50());
-        // The target is the rate (commits per second, issue 2); the ratio at the median latency
+        // The target is the rate (commits per second); the ratio at the median latency
         // is printed beside it because a fixed CPU cost weighs more against a fast disk.
         println!(
             "  commit:  omnibus {:.0}/s (p50 {}) vs raw pwrite+fdatasync of {} B {:.0}/s (p50 {}) = {:.2} of the raw rate (commits/s; target >= 0.8): {}; at the median latency {:.2}",

@@ -1,4 +1,4 @@
-//! MultiGet benchmark (issue 14): `ReadTransaction::multi_get` of a batch of random keys vs one
+//! MultiGet benchmark: `ReadTransaction::multi_get` of a batch of random keys vs one
 //! `get` per key of the same batch, side by side in one run, batches of 16 and 64 keys, over a
 //! data file several times larger than what one cold round reads.
 //!

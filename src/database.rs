@@ -265,8 +265,8 @@ impl Database {
                 };
                 // Never below the header's start statement: the journal opens before the root
                 // recovers, and a new file that took the number of a stated file whose every
-                // name was deleted would pass the statement's check in its place (a fresh-user
-                // trial: a read-write open then dropped every unflushed commit silently).
+                // name was deleted would pass the statement's check in its place (a read-write
+                // open then dropped every unflushed commit silently).
                 first_no = first_no.max(hdr.journal_started);
                 let journal = Journal::open(env.clone(), hdr.storage_id, &path, first_no + 1, cfg)?;
                 let root = open_storage(
@@ -705,7 +705,7 @@ fn open_branch(
 }
 
 /// False when `a` and `b` are known to lie on different mounts (`statx` mount ids, Linux 5.8
-/// and later). Regression (issue 12, fault kinds): a branch directory bind-mounted from the
+/// and later). Regression: a branch directory bind-mounted from the
 /// root's own file system has the root's device number, so the device check let it open; the
 /// first commit's hard link into it then failed with `EXDEV` (links never cross mounts, even of
 /// one file system), failing the batch and poisoning the whole database. `true` when either

@@ -244,7 +244,7 @@ impl std::fmt::Display for IndexFailure {
 impl Error {
     /// True when this is an I/O error with `ENOSPC` (the file system is full), or
     /// [`Error::Poisoned`] by one (a later commit after a batch failed on a full disk: free
-    /// space, then close and reopen). Regression (fresh-user trial): the poisoned commits after a
+    /// space, then close and reopen). Regression: the poisoned commits after a
     /// full disk said `false`, so a program could not tell a full disk from a broken one.
     pub fn is_no_space(&self) -> bool {
         match self {

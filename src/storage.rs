@@ -1314,8 +1314,8 @@ pub(crate) fn unfinished_creation(
             // statement is written after the header pages are durable) and a journal file was
             // made durable (design.md 3.8), though no commit may have grown the data file yet
             // (a database's root whose commits all went to branches). Whether that file is
-            // still there is recovery's question (the fresh-user trial of 2026-12-02: such a
-            // root was re-created over a deleted journal file).
+            // still there is recovery's question (such a root was
+            // once re-created over a deleted journal file).
             header::Slot::Valid(h) if h.journal_started != 0 => return Ok(false),
             // A header that states pages or commits is no creation's: the file was cut.
             header::Slot::Valid(h) if h.flushed_txn != 0 || h.next_page > 2 || h.entries != 0 => {
@@ -1355,7 +1355,7 @@ pub(crate) enum DataFile {
 /// storage to create again. Without `Journals/`, a file shorter than two pages that is not what
 /// a crashed creation leaves is somebody else's: [`Error::NotAStorage`].
 ///
-/// Regression (fresh-user trial, 2026-12-02): a backup's branch (its `Journals/` empty, as
+/// Regression: a backup's branch (its `Journals/` empty, as
 /// after any clean close) with `data.pages` cut to 0 or 16,384 bytes was re-created empty by
 /// `omnibus put` (exit 0), and 19,777 keys were gone without an error. Regression: a 9-byte
 /// text file as `data.pages` was "not an omnibus storage" to `Storage::open` but "corruption:
@@ -1454,7 +1454,7 @@ pub(crate) fn journal_files_exist(env: &dyn StorageEnv, journals_dir: &Path) -> 
 /// when it is an unfinished backup ([`BACKUP_MARKER`] is there: a backup stopped before its
 /// last step; design.md 12).
 ///
-/// Regression (fresh-user trial): a SIGKILLed `omnibus backup` left a copy whose root and one
+/// Regression: a SIGKILLed `omnibus backup` left a copy whose root and one
 /// branch were whole and another branch an empty directory; the copy opened, `check` passed,
 /// and the branch was silently missing.
 pub(crate) fn unfinished_backup(path: &Path, names: &[String]) -> Option<Error> {
@@ -1556,7 +1556,7 @@ pub(crate) fn missing_data_file_is_damage(
 /// open, the first flush's mirroring and `check` all go through it.
 ///
 /// Errors: [`Error::Corruption`] when the file ends inside its header pages (it was cut short;
-/// regression from a fresh-user trial: a database's read-write open of a data file cut to 8 KiB
+/// regression: a database's read-write open of a data file cut to 8 KiB
 /// failed with `pread ...: failed to fill whole buffer`, an I/O error, where `check` reported
 /// corruption); other read errors as I/O errors with the operation and path.
 pub(crate) fn read_header_pages(data: &dyn EnvFile, data_path: &Path) -> Result<[Box<[u8]>; 2]> {

@@ -5,7 +5,7 @@
 //! leads its own batch) runs entirely on it; the pre-zeroing thread's allocations are not.
 //!
 //! The bounds are what the engine does now plus a little headroom; the comments say what the
-//! code did before the allocation work of issue 10.
+//! code did before the allocation work.
 
 #[path = "common/alloc.rs"]
 mod alloc;

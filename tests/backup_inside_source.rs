@@ -1,6 +1,6 @@
 //! A backup written inside the directory it copies is refused.
 //!
-//! The story: a fresh-user trial called `db.backup("<db>/Indexes/bk")`; it succeeded, and the
+//! The story: a user called `db.backup("<db>/Indexes/bk")`; it succeeded, and the
 //! copy then showed up as a branch storage `bk` of the very database it was taken from (in
 //! `check`, in `scan --storage bk`). A copy inside a storage's own directory would be read back
 //! the same way. Both backups now return `Error::DestinationInsideSource` and write nothing.

@@ -2,7 +2,7 @@
 //! either opens as the whole copy or does not open at all: never a copy with a storage missing
 //! or empty.
 //!
-//! The story (fresh-user trial, 2026-12-02): `omnibus backup dbA kb` killed with SIGKILL after
+//! The story: `omnibus backup dbA kb` killed with SIGKILL after
 //! 161 ms left `kb` with the root and one branch whole and the other branch an empty
 //! directory. The copy opened, `check` passed, and the branch was silently gone (a branch
 //! directory without a data file reads as a creation that crashed before it made one). Copies

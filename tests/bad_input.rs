@@ -249,7 +249,7 @@ fn missing_empty_or_short_data_file_next_to_journals_is_corruption() {
     }
 }
 
-// Second fresh-user trial: with the root's data.pages and journal removed from a database
+// Regression: with the root's data.pages and journal removed from a database
 // whose indexes held 171,075 entries, `omnibus put` created an empty root and exited 0.
 #[test]
 fn a_database_root_without_its_data_file_is_corruption() {

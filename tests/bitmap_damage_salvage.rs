@@ -1,7 +1,7 @@
 //! A damaged free-space bitmap page loses no data: the tree stays readable through a
 //! read-only open, and a backup rebuilds the map (the salvage, as LMDB's `mdb_copy -c`).
 //!
-//! The story (fresh-user trial, 2026-12-02): one flipped byte in a storage's live bitmap page
+//! The story: one flipped byte in a storage's live bitmap page
 //! made every open fail, `get` and `check` included, because each open built the writer's
 //! allocator from the map; the tree was never looked at and nothing could be read out, though
 //! the map is derived data (every page not reachable from the root is free). A read-only open
@@ -150,7 +150,7 @@ fn a_database_branch_with_a_damaged_map_is_backed_up_whole() {
         ));
     }
     // A write to the damaged branch names the damage (exit 2), not "no storage `idx`" with a
-    // `put --create` hint (second trial).
+    // `put --create` hint.
     let o =
         cli::omnibus_after_close(&["put", path.to_str().unwrap(), "--storage", "idx", "a", "b"]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");

@@ -7,7 +7,7 @@
 //! bitmap page has no long zero run to leave out: a one-put commit journaled about 8 KiB per
 //! bitmap page it touched (16.4 KB records at 2.5 million keys against 4.3 KB on an empty
 //! storage), and its checksum and zero-run scan were a third of the commit's instructions
-//! (docs/BENCHMARKS.md, issue 10). A diff of the page against itself needs its base at
+//! (docs/BENCHMARKS.md). A diff of the page against itself needs its base at
 //! recovery, and the data file's copy is the one a torn flush may have mixed with a newer
 //! version: these tests pin both the small records and the repair.
 

@@ -1,4 +1,4 @@
-// Regression (issue 12, item 4): a fresh user deleted `Indexes/idx/data.pages` of a database
+// Regression: a fresh user deleted `Indexes/idx/data.pages` of a database
 // whose index was flushed (its `Journals/` empty after a clean close); `omnibus check` passed and
 // listed nothing, and the index was silently gone: a branch directory without a data file was
 // taken for a creation that crashed before it made its data file, and skipped. Creation now

@@ -1,6 +1,6 @@
 //! `check` says when a header page is damaged.
 //!
-//! The story (fresh-user trial): flipping a byte at offset 0, 8, 40, 100 or 8192 + 100 of
+//! The story: flipping a byte at offset 0, 8, 40, 100 or 8192 + 100 of
 //! `data.pages` left `omnibus check` printing "ok" with `problems: []`; only a later read-write
 //! open logged that it rewrote the slot from its twin. Nothing was lost (the twin holds the same
 //! header), but a check that sees nothing is no check. `CheckReport::header_slots_damaged` now

@@ -1,7 +1,7 @@
 //! `omnibus backup DB DEST` of a database built by `ingest --index`: the copy holds every
 //! storage, opens writable, and `check` cross-checks its indexes as it does the source's.
 //!
-//! The story (fresh-user trial, 2026-12-02): the copy had no `cli-indexes` file, so `check` on
+//! The story: the copy had no `cli-indexes` file, so `check` on
 //! it listed the index as "not cross-checked (not defined by `ingest --index`)".
 
 #[path = "common/cli.rs"]

@@ -247,7 +247,7 @@ fn input_that_is_a_directory_is_an_input_error() {
     assert!(!db.exists(), "no database is made for a bad --input");
 }
 
-// Regression (fresh-user trial): an invalid OMNIBUS_WRITE_MODE was silently ignored (the
+// Regression: an invalid OMNIBUS_WRITE_MODE was silently ignored (the
 // library's warning goes to `tracing`, which the command line does not print), so a user who
 // typed `MMAP` believed mmap was in use.
 #[test]

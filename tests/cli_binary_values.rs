@@ -41,7 +41,7 @@ fn get_raw(db: &str, key: &str) -> Vec<u8> {
 
 #[test]
 fn binary_values_round_trip_through_pipes_and_json() {
-    // Regression (fresh-user trial): `get db img > img.png` appended a newline to the value,
+    // Regression: `get db img > img.png` appended a newline to the value,
     // corrupting every binary file taken out that way; `put` could only take the value as
     // an escaped argument; and `scan --json` put the text escapes (`\xff`) inside JSON
     // strings, so a consumer could not tell them from those four characters.

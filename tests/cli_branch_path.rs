@@ -1,7 +1,7 @@
 //! A branch storage's own path (`DB/Indexes/NAME`) is refused by every command, naming the
 //! database and `--storage NAME`.
 //!
-//! Regression (fresh-user trial, 2026-12-02): `ingest` killed with SIGKILL left unflushed index
+//! Regression: `ingest` killed with SIGKILL left unflushed index
 //! entries in the shared journal; the journal file was then cut to zero. `check DB` reported
 //! the damage (exit 2), but `check DB/Indexes/c` opened the branch on its own, without the
 //! root's statement of the journal's files, and printed "ok (0 entries)" with exit 0, and

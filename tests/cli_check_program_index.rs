@@ -2,7 +2,7 @@
 //! defined; an index a program defined keeps its own map function, which the command line
 //! cannot run, and is listed as not cross-checked.
 //!
-//! Story: the fresh-user trial defined indexes `tags` and `first` from a program
+//! Story: a user defined indexes `tags` and `first` from a program
 //! (`examples/indexes.rs`), then ran `omnibus check`: it read each name as an `--index` spec
 //! (the JSON field of that name), found "59419 stale entries" in a healthy database and exited
 //! 2. `ingest` now records the specs it defines in the database's `cli-indexes` file, and

@@ -1,6 +1,6 @@
 //! `omnibus check --storage NAME` checks one storage of a database (and cross-checks it when it
 //! is an index), so a user of a database with many indexes need not wait for all of them.
-//! Story: the fresh-user trial found no way to check one storage: `check` of a database read
+//! Story: a user found no way to check one storage: `check` of a database read
 //! the pages of every index to look at one.
 
 #[path = "common/cli.rs"]

@@ -8,7 +8,7 @@ use cli_common::{ok, omnibus};
 
 #[test]
 fn missing_key_cores_and_storage_help() {
-    // Regression (fresh-user trial): `get` of a missing key exited 1 but `delete` of one
+    // Regression: `get` of a missing key exited 1 but `delete` of one
     // printed `not found` and exited 0; `ingest --cores 64` on a 2-CPU machine started 64
     // executors on 2 CPUs; `--storage` help said `Indexes/NAME`, a path it does not accept.
     let dir = tempfile::tempdir().unwrap();

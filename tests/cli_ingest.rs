@@ -168,7 +168,7 @@ fn ingest_cities_with_two_indexes() {
         "{}",
         String::from_utf8_lossy(&check.stderr)
     );
-    // Regression (fresh-user trial): `check` counted an index's applied-txn record as an entry,
+    // Regression: `check` counted an index's applied-txn record as an entry,
     // one more than `stat` and `ingest` report. Every document has a country: as many entries.
     let text = String::from_utf8_lossy(&check.stdout);
     let line = text
@@ -399,7 +399,7 @@ fn a_write_failure_names_the_line_once() {
     assert!(rest.starts_with("storing the document: "), "{err}");
 }
 
-/// Regression (fresh-user trial): `--index nosuchfield` exited 0 and silently created an empty
+/// Regression: `--index nosuchfield` exited 0 and silently created an empty
 /// index storage. It is still created (a spec may match later documents), but a warning names
 /// it; an index that got entries is not named.
 #[test]

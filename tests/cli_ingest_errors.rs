@@ -9,7 +9,7 @@ use cli_common::{ok, omnibus};
 
 #[test]
 fn max_errors_and_nothing_stored_exit_1_with_a_summary() {
-    // Regression (fresh-user trial): a wrong file (every line bad) skipped line after line,
+    // Regression: a wrong file (every line bad) skipped line after line,
     // stored nothing and exited 0, and a failing run printed no summary of what it stored.
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.jsonl");

@@ -12,7 +12,7 @@ use cli_common::ok;
 
 #[test]
 fn sigint_stops_the_ingest_with_indexes_current_and_a_summary() {
-    // Regression (fresh-user trial): Ctrl-C on a long ingest killed it with no summary, so
+    // Regression: Ctrl-C on a long ingest killed it with no summary, so
     // the user could not tell what was stored, and the indexes were left behind the
     // documents until the next `ingest --index`.
     let dir = tempfile::tempdir().unwrap();

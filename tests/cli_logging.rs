@@ -22,7 +22,7 @@ fn put(db: &str, key: &str, log_level: Option<&str>, rust_log: Option<&str>) -> 
 
 #[test]
 fn log_level_and_rust_log_choose_what_stderr_shows() {
-    // Regression (fresh-user trial): the command line printed WARN and above whatever the
+    // Regression: the command line printed WARN and above whatever the
     // user asked, and the library had no spans: a slow commit could not be looked into.
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");

@@ -20,7 +20,7 @@ fn snapshot(dir: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
 
 #[test]
 fn stat_and_check_read_a_plain_storage_without_changing_it() {
-    // Regression (fresh-user trial): `stat` and `check` refused a storage made with
+    // Regression: `stat` and `check` refused a storage made with
     // `Storage::open` ("no Indexes directory"), and a database open of it in write mode would
     // have turned it into a database (an Indexes/ directory created in it).
     let dir = tempfile::tempdir().unwrap();
@@ -62,7 +62,7 @@ fn stat_and_check_read_a_plain_storage_without_changing_it() {
 
 #[test]
 fn key_commands_use_a_plain_storage_as_it_is() {
-    // Regression (fresh-user trial, 2026-12-02): `get` and `scan` refused a plain storage ("no
+    // Regression: `get` and `scan` refused a plain storage ("no
     // Indexes directory") while `check`, `stat` and `backup` read it, and `put` on one
     // silently made it a database (it created `Indexes/`).
     let dir = tempfile::tempdir().unwrap();

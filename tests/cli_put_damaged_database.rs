@@ -1,7 +1,7 @@
 //! A write to a database with a damaged storage is refused with exit code 2 (damage), as the
 //! README lists, not 1 (usage or input).
 //!
-//! Story: the fresh-user trial deleted a branch's `data.pages`; `omnibus put DB x y` printed
+//! Story: a user deleted a branch's `data.pages`; `omnibus put DB x y` printed
 //! "writes refused: the database has damaged storages" and exited 1, the code for a mistyped
 //! command, so a script could not tell damage from its own mistake.
 

@@ -1,7 +1,7 @@
 //! A write command's input is checked before anything is created, and an index storage's
 //! applied record cannot be written from the command line.
 //!
-//! The story (fresh-user trial): `put fresh '' v` and `put fresh --storage .. --create k v`
+//! The story: `put fresh '' v` and `put fresh --storage .. --create k v`
 //! exited 1, yet left a new empty database `fresh` behind, because the engine refused the key
 //! or the name only after the database was opened with `create`. And `put DB --storage color
 //! '\x00' garbage` exited 0, overwriting the index's applied record (its key is the single byte

@@ -590,10 +590,9 @@ fn open_recreates_a_storage_whose_creation_crashed() {
         std::fs::write(path.join("data.pages"), bytes).unwrap();
         if i % 2 == 0 {
             // `Journals/` is made only after the header pages are durable (`init_files`), so
-            // next to it the same bytes are damage: a file cut since (the second fresh-user
-            // trial of 2026-12-02 had backups' branches, whose `Journals/` is empty, re-created
-            // empty after `data.pages` was cut to two pages). `crash_at_every_durable_operation`
-            // shows no crash leaves this.
+            // next to it the same bytes are damage: a file cut since (backups' branches, whose
+            // `Journals/` is empty, were once re-created empty after `data.pages` was cut to two
+            // pages). `crash_at_every_durable_operation` shows no crash leaves this.
             std::fs::create_dir(path.join("Journals")).unwrap();
             match Storage::open(&path, recovery_opts()) {
                 Err(e) => assert!(e.is_corruption(), "{what}: {e}"),

@@ -1,5 +1,5 @@
 //! A branch storage on another file system, or another mount of the same one, gets
-//! `Error::CrossDevice`, and the database stays usable (issue 12, "Fault kinds").
+//! `Error::CrossDevice`, and the database stays usable.
 //!
 //! The story: a shared journal hard-links its files into each branch's `Journals/`, and hard
 //! links cannot cross file systems, nor mounts (`link(2)` returns `EXDEV` across two mounts of

@@ -1,4 +1,4 @@
-//! Regression (issue 12, item 3): one damaged storage took the whole database down. A new user
+//! Regression: one damaged storage took the whole database down. A new user
 //! truncated one index's `data.pages` (a disk full while copying, a bad restore) and
 //! `Database::open` failed, read-only too, so the documents and every healthy index became
 //! unreadable. Now the database opens without the damaged branch, reports it

@@ -1,6 +1,6 @@
 //! A data file cut inside its header pages is corruption, not an I/O error.
 //!
-//! The story (fresh-user trial): with a database's root `data.pages` cut to 8,192 bytes,
+//! The story: with a database's root `data.pages` cut to 8,192 bytes,
 //! `omnibus check` reported a typed corruption, but a read-write `put` failed with `pread
 //! .../data.pages: failed to fill whole buffer`, an I/O error: the database's open reads the
 //! root's header pages (`read_header`) before the storage's own length checks. Damage is

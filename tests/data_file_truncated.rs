@@ -1,6 +1,6 @@
 //! A data file shorter than its header's pages in use is refused at open as corruption.
 //!
-//! The story (fresh-user trial, 2026-12-02): a branch whose `data.pages` was truncated to
+//! The story: a branch whose `data.pages` was truncated to
 //! 100,000 bytes (12 of its pages) still opened, so `omnibus put` on the database exited 0 and
 //! only `check` saw the damage; a read of a page past the cut would have failed only when a
 //! lookup reached it. The durable header names `next_page`, and every page below it was in the
@@ -116,7 +116,7 @@ fn a_database_with_a_truncated_branch_lists_it_damaged_and_refuses_writes() {
     assert_eq!(o.status.code(), Some(2), "{o:?}");
 }
 
-/// Regression (second fresh-user trial, 2026-12-02): a storage whose `Journals/` was empty (as
+/// Regression: a storage whose `Journals/` was empty (as
 /// after any clean close, or in a fresh backup) with `data.pages` cut to two pages or less was
 /// taken for a creation that crashed before its header pages were durable, and re-created
 /// empty by a read-write open (`omnibus put` exited 0; 19,777 keys of a branch, 44,660

@@ -4,7 +4,7 @@
 //! kills it with SIGKILL at random moments (24 times); after each kill it reopens the database
 //! and checks every printed key in its storage, and `check()` on every storage. The rounds
 //! rotate the child's flush write mode (`OMNIBUS_WRITE_MODE`: mmap, file_io, vectored_file_io,
-//! io_ring), so every mode is killed mid-flush in CI (issue 11: the crash suites run with each
+//! io_ring), so every mode is killed mid-flush in CI (the crash suites run with each
 //! write mode; the journal goes through the io_uring lane, the default path, in every round).
 
 use std::io::Write;

@@ -1,6 +1,6 @@
 //! Regression: a small storage kept a 50 MiB data file on disk for 0.4 MB of data.
 //!
-//! The story (issue 13, measured by a user): 2,000 keys of 200 B over 287 small commits gave a
+//! The story: 2,000 keys of 200 B over 287 small commits gave a
 //! 50 MiB data file with 6,161 of 6,271 pages free and no hole punched, 55 MiB on disk in all.
 //! The flush left unpunched as many of the lowest free pages as the commits since the last
 //! flush had allocated (the "punch slack"), which was the whole file, even when the storage

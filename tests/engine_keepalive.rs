@@ -2,7 +2,7 @@
 //! glommio 0.9 loses costs at most that long.
 //!
 //! The story: `bench shop` in separate mode stalled three times on the 2-core VM (12 minutes,
-//! then 167 s in a fresh-user trial on 2026-12-02), every thread asleep, both executors in
+//! then 167 s), every thread asleep, both executors in
 //! `io_uring_enter` with their flushers' tick timers pending, until a debugger's attach woke
 //! them. The lost wake-up is inside glommio (see `KEEPALIVE` in `actors/engine.rs`); what this
 //! asserts is the bound: an idle executor is woken from outside, about 10 times a second, and

@@ -1,4 +1,4 @@
-//! Every fault kind on every file operation (issue 12, "Fault kinds, on every file operation").
+//! Every fault kind on every file operation.
 //!
 //! For each (operation kind, fault) pair, a small database workload (the root and a branch
 //! storage: commits, a large commit that rotates the journal, flushes, a delete whose flush

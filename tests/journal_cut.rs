@@ -1,4 +1,4 @@
-// Regression (issue 12, item 4): a fresh user cut a journal file short (`truncate -s`) in front
+// Regression: a fresh user cut a journal file short (`truncate -s`) in front
 // of its last 30 batches; the next open took the end of the file for the torn tail of a crash,
 // replayed the 20 commits before the cut and exited 0: 30 acknowledged commits gone without an
 // error. A journal file is pre-zeroed (a new file's first window, the background's windows, or

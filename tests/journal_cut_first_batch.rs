@@ -1,4 +1,4 @@
-// Regression (issue 12, item 4, the last gap): a fresh user cut a database's current journal
+// Regression: a fresh user cut a database's current journal
 // file, which held 400 unflushed documents, to between 0 and 4,095 bytes; `omnibus check` exited
 // 0 and showed the 3,000 flushed documents. The length check of `tests/journal_cut.rs` lives in
 // each batch's padding record, inside the file: a cut that removes the first batch (and with

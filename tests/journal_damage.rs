@@ -80,7 +80,7 @@ fn a_damaged_last_batch_reads_as_a_torn_tail() {
 #[test]
 fn a_zeroed_record_header_before_synced_batches_is_corruption() {
     // Zeros are the normal end of a journal; zeros in place of a record with later batches
-    // behind it are not (second fresh-user trial: 64 zeroed bytes at a record start dropped
+    // behind it are not (64 zeroed bytes at a record start dropped
     // 105,516 documents silently).
     let dir = tempfile::tempdir().unwrap();
     let (path, journal, starts) = journaled(dir.path());
@@ -115,7 +115,7 @@ fn put(s: &Storage, key: &str, value: &[u8]) {
 
 #[test]
 fn damage_to_the_first_record_of_the_newest_file_is_corruption() {
-    // Regression (third fresh-user trial): the check compared later records only with the ones
+    // Regression: the check compared later records only with the ones
     // read before the damage in the same file, so a damaged *first* record of a file (its
     // storage's txn t+1, after t in the file before) let the open drop every later synced
     // commit of the file without an error. The txn each storage reached in earlier files now
@@ -145,7 +145,7 @@ fn damage_to_the_first_record_of_the_newest_file_is_corruption() {
 
 #[test]
 fn a_damaged_record_larger_than_the_lookahead_is_corruption() {
-    // Regression (third fresh-user trial): the search for later batches went 4 MiB past the
+    // Regression: the search for later batches went 4 MiB past the
     // damaged record; a bit flipped inside a 6 MB value's record dropped that commit and the 10
     // synced after it. A record whose header is intact is now searched past its claimed end.
     let dir = tempfile::tempdir().unwrap();
@@ -172,7 +172,7 @@ fn a_damaged_record_larger_than_the_lookahead_is_corruption() {
 
 #[test]
 fn in_a_shared_journal_one_later_commit_per_storage_proves_the_damage() {
-    // Regression (fourth fresh-user trial): in a database's shared journal, storage s1's commit
+    // Regression: in a database's shared journal, storage s1's commit
     // was damaged and s2 made one commit after it, in the next batch. The check looked for a
     // storage whose txn skipped one past its last good record, so one later commit per storage
     // read as a torn tail: both acknowledged commits were dropped without an error. A valid

@@ -1,4 +1,4 @@
-// Regression (issue 12, item 4, the last gap): a journal file whose every name was deleted (the
+// Regression: a journal file whose every name was deleted (the
 // storage's own name, and in a database the root's name and every branch's hard link) took its
 // unflushed commits with it, and the next open returned the flushed state with no error: nothing
 // outside the file said it existed. Recovery found a missing file only when a later file held
@@ -103,7 +103,7 @@ fn opens_as_corruption(path: &std::path::Path, name: &str, branch_only: bool) {
 
 #[test]
 fn a_new_database_whose_only_journal_file_is_deleted_is_corruption_read_write_too() {
-    // Regression (fresh-user trial, 2026-12-02): `omnibus ingest` into a new database, killed
+    // Regression: `omnibus ingest` into a new database, killed
     // with SIGKILL before any flush, then every journal name deleted. `check` (read-only)
     // said Corruption, but `put` (read-write) opened the database, silently fell back to the
     // root's flushed state and re-created the never-flushed index storages empty ("creation

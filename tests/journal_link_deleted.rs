@@ -1,4 +1,4 @@
-// Regression (issue 12, item 4): in a database, the shared journal file lives in the root's
+// Regression: in a database, the shared journal file lives in the root's
 // `Journals/` and is hard-linked into every branch that has a record in it. A fresh user
 // deleted one of those names:
 // - the root's: the root recovered without the file and lost its unflushed documents without an

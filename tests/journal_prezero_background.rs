@@ -346,7 +346,7 @@ fn failed_background_zero_write_falls_back_to_inline_zeroing() {
 
 #[test]
 fn a_full_disk_reaches_the_committer_as_no_space() {
-    // Regression (fresh-user trial): with background pre-zeroing, ENOSPC from the zero writes
+    // Regression: with background pre-zeroing, ENOSPC from the zero writes
     // poisoned the journal from the background thread, and every caller got `Poisoned` with
     // the error as text: `is_no_space()` was false everywhere. The journal file's writes past
     // 256 KiB fail with ENOSPC on any thread, as on a full disk.
@@ -421,7 +421,7 @@ fn dropping_the_storage_waits_out_background_zeroing() {
 
 #[test]
 fn a_window_larger_than_a_journal_file_is_capped_at_the_file() {
-    // Fresh-user trial: `Ahead(1 GiB)` with 1 MiB journal files zeroed every new file to
+    // Regression: `Ahead(1 GiB)` with 1 MiB journal files zeroed every new file to
     // 1 GiB, inside the commit that started it. A window is capped at one file: every journal
     // file stays within two file sizes (a batch may end a window past the file's nominal end).
     let dir = tempfile::tempdir().unwrap();

@@ -3,7 +3,7 @@
 //! free space, journal, storage environments) never names the flush, the database, the actors
 //! or glommio; the flush never names the database or the actors.
 //!
-//! The story (issue 11): `storage.rs` imported the flush service and `database.rs`'s
+//! The story: `storage.rs` imported the flush service and `database.rs`'s
 //! `INDEXES_DIR`, a circle, and later still named `crate::flush::FlushReport` in its
 //! signatures; the report now lives with `Storage::flush` in `storage.rs`.
 

@@ -1,4 +1,4 @@
-//! Issue 10: the engine's memory budget holds. A 600 s `bench shop` grew to 3.97 GB of
+//! The engine's memory budget holds. A 600 s `bench shop` grew to 3.97 GB of
 //! anonymous memory under the default 512 MiB budget: the flushers kept only the *current*
 //! scratch tables within the budget, while page images superseded by later commits but still
 //! held (by a flush's captured state, a snapshot) and the dirty pages of index batches in

@@ -1,4 +1,4 @@
-//! Regression (issue 12, item 1): on a file system without `fallocate` (FUSE, some network and
+//! Regression: on a file system without `fallocate` (FUSE, some network and
 //! overlay file systems answer EOPNOTSUPP) every commit failed once the data file had to grow:
 //! growth had no fallback, only hole punching had one. Now growth extends the file and writes
 //! zeros (the blocks are allocated, so a full disk is still ENOSPC at commit time), warns once,

@@ -1,7 +1,6 @@
 //! The public surface (docs/ARCHITECTURE.md, "Public surface"), pinned from both sides.
 //!
-//! Story: until issue 13 every module of the crate was public, so page layouts, journal
-//! records, recovery, `PreparedCommit`, `Storage::poison`, `seal`, ... were public API
+//! Story: every module of the crate was once public, so page layouts, journal records, recovery, `PreparedCommit`, `Storage::poison`, `seal`, ... were public API
 //! (168 items in 22 public modules by rustdoc's count) that users could come to rely on and
 //! that could not change without breaking them. Internals are now crate-private, the test
 //! storage environments sit behind the `testing` feature, and this file keeps it that way:

@@ -281,7 +281,7 @@ pub fn zeroed_shared(pages: usize) -> SharedImage {
 /// dropped: [`live_image_bytes`]. Every image the engine keeps in memory is one: the dirty
 /// pages of a write transaction, the page images of a commit on their way to the journal, and
 /// the images of every scratch table, current or still held by a snapshot or a flush. So the
-/// count is what the engine's page images really cost the heap (issue 10: the scratch tables
+/// count is what the engine's page images really cost the heap (the scratch tables
 /// alone miss superseded images still held and the transactions in progress).
 ///
 /// The counter costs one relaxed atomic add (and one `fetch_max` for the peak) when an image

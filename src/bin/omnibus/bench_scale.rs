@@ -1,4 +1,4 @@
-//! `omnibus bench scale`: the large-machine scaling benchmark (issue 14). For each executor
+//! `omnibus bench scale`: the large-machine scaling benchmark. For each executor
 //! count it runs four workloads through the actor runtime, one after the other:
 //!
 //! - `get`: random point reads of a storage of `--keys` keys through a [`StorageHandle`], from

@@ -783,7 +783,7 @@ pub fn run(a: IngestArgs) -> CliResult {
             ),
         });
     }
-    // Regression (fresh-user trial): a file of nothing but bad lines stored nothing and
+    // Regression: a file of nothing but bad lines stored nothing and
     // exited 0, which a script took for success.
     if counts.documents == 0 && counts.bad > 0 {
         return Err(Fail::input(format!(

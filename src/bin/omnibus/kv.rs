@@ -83,7 +83,7 @@ fn json_entry(k: &[u8], v: &[u8]) -> String {
 /// plain storage (made by `Storage::open`), which is used as it is and never turned into a
 /// database.
 ///
-/// Regression (fresh-user trial, 2026-12-02): `get` and `scan` refused a plain storage ("no
+/// Regression: `get` and `scan` refused a plain storage ("no
 /// Indexes directory") while `check`, `stat` and `backup` read it, and `put` on one silently
 /// made it a database (it created `Indexes/`).
 enum Target {
@@ -250,7 +250,7 @@ pub fn get(a: GetArgs) -> CliResult {
         return Err(Fail::input(format!("{}: not found", fmt::escape(&key))));
     };
     let stdout = std::io::stdout();
-    // Regression (fresh-user trial): `get db img > img.png` appended a newline and corrupted
+    // Regression: `get db img > img.png` appended a newline and corrupted
     // binary values: the newline is only for a terminal.
     let newline = stdout.is_terminal();
     let mut o = stdout.lock();
@@ -304,7 +304,7 @@ fn put_value(a: &PutArgs) -> CliResult<Vec<u8>> {
 
 /// Checks a write's key, value and storage name before anything is opened or created.
 ///
-/// Regression (fresh-user trial): `put fresh '' v` and `put fresh --storage .. --create k v`
+/// Regression: `put fresh '' v` and `put fresh --storage .. --create k v`
 /// exited 1, the engine refusing the empty key or the name at commit, but only after the
 /// database had been created: a rejected command left a new empty database behind.
 fn check_write_input(a: &StorageArg, key: &[u8], value: Option<&[u8]>) -> CliResult {
@@ -333,7 +333,7 @@ fn check_write_input(a: &StorageArg, key: &[u8], value: Option<&[u8]>) -> CliRes
 
 /// Refuses a write of an index storage's reserved key, its applied record.
 ///
-/// Regression (fresh-user trial): `put DB --storage color '\x00' garbage` (and `delete`)
+/// Regression: `put DB --storage color '\x00' garbage` (and `delete`)
 /// exited 0 and overwrote the index's applied record; `check` then dropped that index's
 /// cross-check without a word and `stat` counted the record as an entry.
 fn check_not_reserved(a: &StorageArg, t: &Target, key: &[u8]) -> CliResult {
@@ -413,7 +413,7 @@ pub fn delete(a: DeleteArgs) -> CliResult {
     } else if found {
         println!("deleted");
     }
-    // Regression (fresh-user trial): a missing key exited 0 here but 1 for `get`.
+    // Regression: a missing key exited 0 here but 1 for `get`.
     if !found {
         return Err(Fail::input(format!("{}: not found", fmt::escape(&key))));
     }
@@ -434,7 +434,7 @@ pub fn scan(a: ScanArgs) -> CliResult {
     let mut o = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     let mut n = 0u64;
     let mut emit = |k: &[u8], v: &[u8]| -> CliResult<bool> {
-        // Regression (fresh-user trial): --json printed the text escapes (`\xff`) inside
+        // Regression: --json printed the text escapes (`\xff`) inside
         // JSON strings, so a consumer could not tell them from the four characters themselves.
         let line = if a.json {
             json_entry(k, v)
@@ -616,7 +616,7 @@ fn print_storage_stat(s: &StorageStat) {
 
 pub fn stat(a: StatArgs) -> CliResult {
     crate::not_a_branch(&a.db)?;
-    // Regression (fresh-user trial): a plain storage was refused ("no Indexes directory").
+    // Regression: a plain storage was refused ("no Indexes directory").
     if is_plain_storage(&a.db) {
         return stat_plain(&a);
     }
@@ -692,7 +692,7 @@ pub fn check(a: CheckArgs) -> CliResult {
     // Why the database as a whole did not open, if it did not.
     let mut db_error = None;
     let storages: Vec<(String, Result<Storage, omnibus::Error>)> = if is_plain_storage(&a.db) {
-        // Regression (fresh-user trial): a plain storage was refused ("no Indexes directory").
+        // Regression: a plain storage was refused ("no Indexes directory").
         // It is checked as it is: opened read-only, never made a database.
         vec![(PLAIN_STORAGE.to_string(), open_plain(&a.db))]
     } else {
@@ -793,7 +793,7 @@ pub fn check(a: CheckArgs) -> CliResult {
                 eprintln!("omnibus: storage `{name}`: {h}");
             }
         }
-        // Regression (fresh-user trial): a flipped byte in a header page printed "ok" and
+        // Regression: a flipped byte in a header page printed "ok" and
         // nothing else. Its twin holds the same header, so nothing is lost and the exit code
         // stays 0 (a crash during a flush can tear a slot too), but it is said.
         for slot in &r.header_slots_damaged {
@@ -828,7 +828,7 @@ pub fn check(a: CheckArgs) -> CliResult {
                 match (r.is_ok(), db_error.is_some()) {
                     (false, _) => "CORRUPT",
                     (true, false) => "ok",
-                    // Regression (fresh-user trial): with the shared journal cut, the database
+                    // Regression: with the shared journal cut, the database
                     // failed and each branch opened on its own said plain "ok", although its
                     // unflushed commits were in the damaged file. Alone, it cannot know.
                     (true, true) => "ok by its own files (opened alone: the database does not open, see the error on stderr; if that damage is in the shared journal, it may hide this storage's unflushed commits)",
@@ -924,7 +924,7 @@ fn check_indexes(
         if applied_record(&index).is_none() {
             continue; // not an index
         }
-        // Regression (fresh-user trial): indexes a program defined (`tags`, with its own map
+        // Regression: indexes a program defined (`tags`, with its own map
         // function) were cross-checked as the command line's `--index tags`, and a healthy
         // database failed with thousands of "stale entries".
         if !cli.contains(name) {

@@ -102,7 +102,7 @@ pub fn db_dir(db: &Path) -> CliResult<bool> {
 /// Refuses a path that is a branch storage of a database (`DB/Indexes/NAME`), naming the
 /// database and the `--storage` form to use instead.
 ///
-/// Regression (fresh-user trial): with the shared journal file cut to zero after unflushed
+/// Regression: with the shared journal file cut to zero after unflushed
 /// writes, `check DB` failed (exit 2) but `check DB/Indexes/c` opened the branch on its own,
 /// without the root's statement of the journal files (design.md 3.8), and said "ok (0
 /// entries)"; `put DB/Indexes/c k v` then wrote into it, made the loss permanent and created an
@@ -227,7 +227,7 @@ fn main() -> ExitCode {
         }
     };
     // The library warns through `tracing`: print its warnings and errors on stderr.
-    // Regression (fresh-user trial): an invalid OMNIBUS_WRITE_MODE, the io_uring fallback and
+    // Regression: an invalid OMNIBUS_WRITE_MODE, the io_uring fallback and
     // every other library warning were silent, since nothing printed `tracing` events.
     init_logging(cli.log_level);
     let r = match cli.command {

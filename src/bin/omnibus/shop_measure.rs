@@ -165,7 +165,7 @@ impl Drop for Timeline {
 /// `fdatasync` pairs on a pre-allocated file (deleted afterwards).
 pub fn probe_synced_writes(dir: &Path, count: u32) -> CliResult<f64> {
     let path = dir.join(format!(".omnibus-probe-{}", std::process::id()));
-    // Regression (a fresh-user trial of `cli_bench_measures`): a SIGTERM while this probe ran
+    // Regression: a SIGTERM while this probe ran
     // left the file behind in the user's --dir.
     remove_on_interrupt(&path);
     let r = (|| -> std::io::Result<f64> {
