@@ -624,6 +624,13 @@ impl StorageHandle {
         guarded(|| snapshot_multi_get(&self.storage.begin_read()?, keys))
     }
 
+    /// Requests queued in the storage actor's mailbox now (at most
+    /// [`crate::actors::EngineOptions::mailbox_capacity`]), for tests of back-pressure.
+    #[cfg(feature = "testing")]
+    pub fn mailbox_len(&self) -> usize {
+        self.tx.len()
+    }
+
     /// A snapshot read on the caller's own thread, with no hand-off: the fastest read path.
     pub fn snapshot(&self) -> Result<ReadTransaction> {
         self.storage.begin_read()

@@ -1,6 +1,7 @@
-//! Back-pressure: with every journal fdatasync delayed by 50 ms, 10,000 queued puts complete and
-//! the process's resident memory grows by less than 128 MiB (bounded mailboxes make the clients
-//! wait instead of queueing without limit).
+//! Back-pressure: with every journal fdatasync delayed by 50 ms, 10,000 puts sent at once (each
+//! its own task, none waiting for another) complete; the storage actor's mailbox never holds more
+//! than its capacity (64: the senders wait instead of queueing without limit), and the process's
+//! resident memory grows by less than 128 MiB.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,24 +49,27 @@ fn slow_fdatasync_slows_clients_instead_of_growing_memory() {
         .build()
         .unwrap();
     let peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let p2 = peak.clone();
+    let depth = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (p2, d2, h2, done2) = (peak.clone(), depth.clone(), h.clone(), done.clone());
     let sampler = std::thread::spawn(move || {
-        for _ in 0..400 {
+        while !done2.load(std::sync::atomic::Ordering::Relaxed) {
             p2.fetch_max(rss_bytes(), std::sync::atomic::Ordering::Relaxed);
-            std::thread::sleep(Duration::from_millis(25));
+            d2.fetch_max(h2.mailbox_len(), std::sync::atomic::Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(1));
         }
     });
     rt.block_on(async {
         let mut tasks = Vec::new();
         for t in 0..500u32 {
-            let h = h.clone();
-            tasks.push(tokio::spawn(async move {
-                for i in 0..20u32 {
+            for i in 0..20u32 {
+                let h = h.clone();
+                tasks.push(tokio::spawn(async move {
                     h.put(format!("k{t:03}-{i:02}"), vec![7u8; 1024])
                         .await
                         .unwrap();
-                }
-            }));
+                }));
+            }
         }
         for t in tasks {
             tokio::time::timeout(Duration::from_secs(120), t)
@@ -74,7 +78,16 @@ fn slow_fdatasync_slows_clients_instead_of_growing_memory() {
                 .unwrap();
         }
     });
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    sampler.join().unwrap();
     peak.fetch_max(rss_bytes(), std::sync::atomic::Ordering::Relaxed);
+    let deepest = depth.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        deepest <= 64,
+        "the mailbox held {deepest} requests, over its capacity of 64"
+    );
+    // The senders outran the actor: the mailbox filled (so the bound, not the senders, held it).
+    assert!(deepest >= 32, "the mailbox never filled: {deepest}");
     let grew = peak
         .load(std::sync::atomic::Ordering::Relaxed)
         .saturating_sub(before);
@@ -92,5 +105,4 @@ fn slow_fdatasync_slows_clients_instead_of_growing_memory() {
     env.clear();
     drop(db);
     engine.shutdown().unwrap();
-    drop(sampler);
 }

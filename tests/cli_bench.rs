@@ -5,6 +5,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
+#[path = "common/requires.rs"]
+mod requires;
+
 #[test]
 fn bench_shop_tiny_runs_both_modes() {
     let dir = tempfile::tempdir().unwrap();
@@ -193,7 +196,7 @@ fn disk_tempdir() -> tempfile::TempDir {
 fn bench_shop_without_dir_works_under_the_current_directory() {
     let shm = std::path::Path::new("/dev/shm");
     if !shm.is_dir() || !is_tmpfs(shm) {
-        eprintln!("skipped: no tmpfs at /dev/shm");
+        requires::cannot_run("no tmpfs at /dev/shm");
         return;
     }
     let cwd = disk_tempdir();
@@ -228,7 +231,7 @@ fn bench_shop_without_dir_works_under_the_current_directory() {
 fn bench_shop_refuses_a_tmpfs_naming_dir_only_when_given() {
     let shm = std::path::Path::new("/dev/shm");
     if !shm.is_dir() || !is_tmpfs(shm) {
-        eprintln!("skipped: no tmpfs at /dev/shm");
+        requires::cannot_run("no tmpfs at /dev/shm");
         return;
     }
     // The current directory on a tmpfs, no --dir: refused, without naming --dir.

@@ -18,6 +18,8 @@ use omnibus::{Database, Error, FlushMode, Options, Storage};
 
 #[path = "common/cli.rs"]
 mod cli_common;
+#[path = "common/requires.rs"]
+mod requires;
 use cli_common::ok;
 
 // The tests of this file run one at a time. A flaky failure told the story:
@@ -215,7 +217,7 @@ fn read_only_open_on_a_read_only_bind_mount() {
     let _mount = match mount_read_only(&src, &mnt) {
         Ok(m) => m,
         Err(why) => {
-            println!("SKIPPED: cannot make a read-only bind mount: {why}");
+            requires::cannot_run(&format!("cannot make a read-only bind mount: {why}"));
             return;
         }
     };
@@ -256,11 +258,11 @@ fn read_only_commands_as_a_user_without_write_permission() {
     let _serial = serial();
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        println!("SKIPPED: not root, cannot run as another user");
+        requires::cannot_run("not root, cannot run as another user");
         return;
     }
     if Command::new("setpriv").arg("--version").output().is_err() {
-        println!("SKIPPED: no setpriv");
+        requires::cannot_run("no setpriv");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
