@@ -39,8 +39,8 @@ static FIRST: Mutex<Option<String>> = Mutex::new(None);
 
 /// Marks the calling thread as an executor (a thread running async tasks that must never wait
 /// for the disk) for the rest of its life. The actor runtime calls it first thing on each
-/// executor thread it starts; an application running its own executor may call it on that
-/// executor's thread to have omnibus check that it never blocks there. Cannot fail.
+/// executor thread it starts (crate-internal: applications cannot mark their own threads).
+/// Cannot fail.
 pub fn mark_executor_thread() {
     ON_EXECUTOR.with(|f| f.set(true));
 }

@@ -85,8 +85,9 @@ pub enum OpenMode {
 /// [`EnvFile::write_runs`] carries it out; `Options::write_mode` chooses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WriteMode {
-    /// Measure at open and pick the cheapest of the others for the file system (the
-    /// default; see `crate::write_mode`).
+    /// Measure (a short probe at the first flush that writes pages, once per device in the
+    /// process) and pick the cheapest of the others for the file system (the default; see
+    /// `crate::write_mode`).
     Auto,
     /// Copy the pages into a writable shared map of the file; each run's range is
     /// re-allocated (`fallocate`) first, so a punched range on a full disk is `ENOSPC`, never

@@ -1,6 +1,7 @@
-//! The io_uring storage environment: journal batches and data-file I/O through one global ring
-//! per *lane*, each ring owned by one dedicated thread (RavenDB Voron 7.1's global ring: one ring
-//! per lane for all files, rather than one per file, so the kernel's io-wq workers are shared).
+//! The io_uring storage environment: journal batches through a ring of the thread that writes
+//! them (one per writing thread), everything else through one global ring per *lane*, each owned
+//! by one dedicated thread (RavenDB Voron 7.1's global ring: one ring per lane for all files,
+//! rather than one per file, so the kernel's io-wq workers are shared).
 //!
 //! - The **critical lane** carries the journal: a batch is one `IORING_OP_WRITEV` linked
 //!   (`IOSQE_IO_LINK`) to one `IORING_OP_FSYNC` with `IORING_FSYNC_DATASYNC`, and the journal

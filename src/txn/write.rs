@@ -1,8 +1,10 @@
 //! The write transaction: copy-on-write updates of the B+tree and the free-space map.
 //!
-//! A page is never modified in place: the first change to a page in a transaction allocates a
-//! new page, decodes the old one into a [`Node`] and frees the old number (it stays readable by
-//! older snapshots until they end). Splits happen when a node outgrows a page; a node below a
+//! A committed page is never modified in place: the first change to a page in a transaction
+//! allocates a new page, copies the old image into it and frees the old number (it stays
+//! readable by older snapshots until they end). The copy is edited in place while the edit fits
+//! (`leaf_put_in_place`, `branch_insert_in_place`); an edit that needs more decodes it into a
+//! [`Node`]. Splits happen when a node outgrows a page; a node below a
 //! quarter page is merged with a sibling when both fit in one page. Commit encodes every dirty
 //! node, overflow run and free-space page into sealed images, hands one journal record to the
 //! journal writer, and publishes the new state once the record is durable.
