@@ -53,3 +53,73 @@ fn missing_key_cores_and_storage_help() {
         assert!(help.contains("--storage <NAME>"), "{cmd}: {help}");
     }
 }
+
+// Regression: a directory holding someone else's `data.pages` got different verdicts: `get`,
+// `stat` and `put` said "not an omnibus storage" (exit 1), `ingest` "corruption ... cut short"
+// (exit 2) and left `Indexes/` and `LOCK` behind, `check` "CORRUPT" (exit 2). Every command now
+// says "not an omnibus storage", exits 1, and leaves the directory as it was.
+#[test]
+fn every_command_gives_a_foreign_directory_one_verdict_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, "{\"id\":\"a\",\"v\":1}\n").unwrap();
+    let input = input.to_str().unwrap();
+    let mut random = vec![0u8; 65536];
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    for b in random.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    for (name, bytes) in [
+        ("notes", b"my notes\n".to_vec()),
+        ("nine", random[..9].to_vec()),
+        ("random", random.clone()),
+    ] {
+        let g = dir.path().join(name);
+        std::fs::create_dir(&g).unwrap();
+        std::fs::write(g.join("data.pages"), &bytes).unwrap();
+        let g = g.to_str().unwrap();
+        let backup = dir.path().join(format!("{name}-backup"));
+        let backup = backup.to_str().unwrap();
+        for args in [
+            vec![
+                "ingest",
+                g,
+                "--input",
+                input,
+                "--id-field",
+                "id",
+                "--index",
+                "v",
+            ],
+            vec!["get", g, "k"],
+            vec!["put", g, "k", "v"],
+            vec!["delete", g, "k"],
+            vec!["scan", g],
+            vec!["stat", g],
+            vec!["check", g],
+            vec!["backup", g, backup],
+        ] {
+            let o = omnibus(&args);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{name}: {args:?}: {err}");
+            assert!(
+                err.contains("not an omnibus storage"),
+                "{name}: {args:?}: {err}"
+            );
+            let left: Vec<String> = std::fs::read_dir(g)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(left, ["data.pages"], "{name}: {args:?} left files");
+            assert_eq!(
+                std::fs::read(std::path::Path::new(g).join("data.pages")).unwrap(),
+                bytes,
+                "{name}: {args:?} changed data.pages"
+            );
+            assert!(!std::path::Path::new(backup).exists(), "{name}: {args:?}");
+        }
+    }
+}
