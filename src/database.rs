@@ -198,21 +198,24 @@ impl Database {
                     reason: format!("no {DATA_FILE}, and the directory holds other files ({n})"),
                 });
             }
-        }
-        if !env.exists(&indexes) {
-            if opts.read_only {
+            if !opts.create || opts.read_only {
                 return Err(Error::NotAStorage {
                     path,
-                    reason: "no Indexes directory".into(),
+                    reason: format!("no {DATA_FILE}"),
                 });
             }
+        }
+        if !env.exists(&indexes) {
             if !fresh {
                 // Nothing is added to a directory before its data file is known to be a
                 // storage's (regression: a refused open of a directory holding someone else's
-                // `data.pages` left an `Indexes/` directory in it).
+                // `data.pages` left an `Indexes/` directory in it), and a read-only open says
+                // what is wrong with a data file that is no storage's before anything else.
                 let data = env.open(&data_path, OpenMode::ReadOnly)?;
                 let len = data.len()?;
-                if classify_data_file(&*env, &path, &*data, len, false)? == DataFile::Existing {
+                let class =
+                    classify_data_file(&*env, &path, &*data, len, opts.read_only, opts.create)?;
+                if class == DataFile::Existing {
                     crate::storage::read_header_or_damage(
                         &*env,
                         &*data,
@@ -220,6 +223,12 @@ impl Database {
                         &path.join(JOURNALS_DIR),
                     )?;
                 }
+            }
+            if opts.read_only {
+                return Err(Error::NotAStorage {
+                    path,
+                    reason: "no Indexes directory".into(),
+                });
             }
             env.create_dir(&indexes)?;
             env.sync_dir(&indexes)?;
@@ -237,7 +246,9 @@ impl Database {
                 // The same classification as `Storage::open` (this path creates the root itself).
                 let journals = path.join(JOURNALS_DIR);
                 // A new root, or one whose creation crashed before anything was committed.
-                if classify_data_file(&*env, &path, &*data, len, false)? == DataFile::Create {
+                if classify_data_file(&*env, &path, &*data, len, false, opts.create)?
+                    == DataFile::Create
+                {
                     init_files(&*env, &path, &*data, created)?;
                 }
                 let (hdr, _) =
@@ -314,7 +325,11 @@ impl Database {
                         Ok(s) => {
                             branches.insert(n, s);
                         }
-                        Err(e) if is_damage(&e) => {
+                        // Read-only, a branch this user cannot read (EACCES, a failing device)
+                        // is left out as a damaged one is: the documents and the other indexes
+                        // stay readable (regression: `scan` of the root failed on an index's
+                        // unreadable data file). Read-write, it fails the open.
+                        Err(e) if is_damage(&e) || (opts.read_only && is_io(&e)) => {
                             damaged.insert(n, e);
                         }
                         Err(e) => return Err(e),
@@ -466,7 +481,9 @@ impl Database {
 
     /// The branch storages that failed to open because they are damaged, with the error each
     /// gave ([`Error::Corruption`] or [`Error::NotAStorage`]: a truncated or foreign data file,
-    /// both header pages bad, a journal whose txn ids are not contiguous...), in name order.
+    /// both header pages bad, a journal whose txn ids are not contiguous...), in name order. A
+    /// read-only open also leaves out, and lists here, a branch it cannot read ([`Error::Io`],
+    /// e.g. `EACCES`), so that the other storages can be read; a read-write open fails then.
     /// The rest of the database opened; [`Database::storage`] returns that error for these
     /// names, and until they are repaired or dropped every write fails with
     /// [`Error::DatabaseDamaged`] unless [`Options::write_with_damaged_storages`] is set.
@@ -658,6 +675,11 @@ fn published_state(
 
 /// Errors that mean a branch storage itself is damaged (the database opens without it), as
 /// opposed to errors of the environment or the caller (which fail the open).
+/// Whether `e` is an I/O error (the storage's files could not be read), not damage.
+fn is_io(e: &Error) -> bool {
+    matches!(e, Error::Io { .. })
+}
+
 fn is_damage(e: &Error) -> bool {
     matches!(
         e,

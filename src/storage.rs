@@ -779,7 +779,9 @@ impl Inner {
             },
         )?;
         let mut len = data.len()?;
-        if classify_data_file(&*env, &path, &*data, len, opts.read_only)? == DataFile::Create {
+        if classify_data_file(&*env, &path, &*data, len, opts.read_only, opts.create)?
+            == DataFile::Create
+        {
             // A new storage (or a creation that crashed before its header was durable).
             init_files(&*env, &path, &*data, created_dir)?;
             len = 2 * PAGE_SIZE as u64;
@@ -1366,12 +1368,14 @@ pub(crate) fn classify_data_file(
     data: &dyn EnvFile,
     len: u64,
     read_only: bool,
+    create: bool,
 ) -> Result<DataFile> {
     let journals_dir = dir.join(JOURNALS_DIR);
     let data_path = dir.join(DATA_FILE);
     let mut len = len;
+    let mut crashed = false;
     if !read_only && unfinished_creation(env, data, len, &journals_dir)? {
-        tracing::warn!(path = %dir.display(), "creation crashed before the header pages were durable: creating again");
+        crashed = true;
         len = 0;
     }
     let existed = |what: &str| damage_next_to_journals(env, &data_path, &journals_dir, what);
@@ -1379,11 +1383,20 @@ pub(crate) fn classify_data_file(
         if let Some(e) = existed("the data file is empty")? {
             return Err(e);
         }
-        if read_only {
+        // Not a storage yet (its header pages were never durable): only an open that may
+        // create one makes it one, as for a missing directory.
+        if read_only || !create {
             return Err(Error::NotAStorage {
                 path: dir.to_path_buf(),
-                reason: "empty data file".into(),
+                reason: if crashed {
+                    "the data file holds no header yet (a creation that did not finish; an open with `create` finishes it)".into()
+                } else {
+                    "empty data file".into()
+                },
             });
+        }
+        if crashed {
+            tracing::warn!(path = %dir.display(), "creation crashed before the header pages were durable: creating again");
         }
         return Ok(DataFile::Create);
     }

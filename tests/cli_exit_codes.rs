@@ -123,3 +123,130 @@ fn every_command_gives_a_foreign_directory_one_verdict_and_changes_nothing() {
         }
     }
 }
+
+// Regression: a directory holding only an empty or all-zero `data.pages` (what a creation that
+// crashed before its header was durable leaves, or someone's empty file) was "not an omnibus
+// storage" to `get`, `scan`, `stat`, `check` and `backup`, while `put` and `delete` made it a
+// plain storage. Now it is no storage for every command that does not create one (`delete`
+// included), and `put` creates a database in it, as in an empty directory.
+#[test]
+fn an_empty_or_zero_data_file_is_no_storage_until_put_creates_one() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, bytes) in [("empty", Vec::new()), ("zeros", vec![0u8; 16384])] {
+        let g = dir.path().join(name);
+        std::fs::create_dir(&g).unwrap();
+        std::fs::write(g.join("data.pages"), &bytes).unwrap();
+        let gs = g.to_str().unwrap();
+        let backup = dir.path().join(format!("{name}-backup"));
+        for args in [
+            vec!["get", gs, "k"],
+            vec!["delete", gs, "k"],
+            vec!["scan", gs],
+            vec!["scan", gs, "--storage", "x"],
+            vec!["stat", gs],
+            vec!["check", gs],
+            vec!["backup", gs, backup.to_str().unwrap()],
+        ] {
+            let o = omnibus(&args);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{name}: {args:?}: {err}");
+            assert!(
+                err.contains("not an omnibus storage"),
+                "{name}: {args:?}: {err}"
+            );
+            let left: Vec<String> = std::fs::read_dir(&g)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(left, ["data.pages"], "{name}: {args:?} left files");
+        }
+        ok(&["put", gs, "k", "v"]);
+        assert!(g.join("Indexes").is_dir(), "{name}: put made a database");
+        assert_eq!(ok(&["get", gs, "k"]), "v");
+    }
+}
+
+// Regression: junk was called "a plain storage (made by `Storage::open`) [that] has no storage
+// `x`" when `--storage x` was given; `scan --term` with more terms than the index has fields, or
+// on a branch that is no index, printed nothing and exited 0; `--storage (root)`, the name
+// `stat` and `check` give the root, was "no storage".
+#[test]
+fn storage_and_term_arguments_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk");
+    std::fs::create_dir(&junk).unwrap();
+    std::fs::write(junk.join("data.pages"), vec![0x5au8; 65536]).unwrap();
+    let junk = junk.to_str().unwrap();
+    for args in [
+        vec!["get", junk, "k", "--storage", "x"],
+        vec!["scan", junk, "--storage", "x"],
+        vec!["check", junk, "--storage", "x"],
+    ] {
+        let o = omnibus(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("not an omnibus storage"), "{args:?}: {err}");
+    }
+
+    let db = dir.path().join("db");
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, "{\"id\":\"a\",\"v\":1,\"w\":2}\n").unwrap();
+    let db = db.to_str().unwrap();
+    let input = input.to_str().unwrap();
+    ok(&[
+        "ingest",
+        db,
+        "--input",
+        input,
+        "--id-field",
+        "id",
+        "--index",
+        "v",
+        "--index",
+        "v,w",
+    ]);
+    ok(&["put", db, "--storage", "plain", "--create", "k", "x"]);
+    for (args, want) in [
+        (
+            vec!["--storage", "v", "--term", "1", "--term", "2"],
+            "has 1 field",
+        ),
+        (
+            vec![
+                "--storage",
+                "v,w",
+                "--term",
+                "1",
+                "--term",
+                "2",
+                "--term",
+                "3",
+            ],
+            "has 2 fields",
+        ),
+        (vec!["--storage", "plain", "--term", "x"], "is not an index"),
+        (vec!["--term", "x"], "give the index with --storage"),
+    ] {
+        let mut all = vec!["scan", db];
+        all.extend(&args);
+        let o = omnibus(&all);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{all:?}: {err}");
+        assert!(err.contains(want), "{all:?}: {err}");
+    }
+    assert_eq!(
+        ok(&["scan", db, "--storage", "v,w", "--term", "1", "--term", "2"])
+            .lines()
+            .count(),
+        1
+    );
+    assert_eq!(ok(&["scan", db, "--storage", "(root)"]).lines().count(), 1);
+    assert_eq!(
+        ok(&["get", db, "a", "--storage", "(root)"]),
+        "{\"id\":\"a\",\"v\":1,\"w\":2}"
+    );
+    // Names are quoted in lists: an index's name may hold commas.
+    let o = omnibus(&["scan", db, "--storage", "nosuch"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("(storages: `plain`, `v`, `v,w`)"), "{err}");
+}

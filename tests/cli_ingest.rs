@@ -465,6 +465,7 @@ fn duplicate_ids_are_counted_and_follow_on_duplicate() {
         assert_eq!(s["bad_lines"], bad, "{mode}: {s}");
         assert_eq!(s["root_entries"], 3, "{mode}: {s}");
         assert_eq!(s["on_duplicate"], mode, "{mode}: {s}");
+        assert_eq!(s["refused"], bad, "{mode}: {s}");
         let a: Value = serde_json::from_str(&ok(&["get", db, "a"])).unwrap();
         assert_eq!(a["v"], t, "{mode}");
         assert_eq!(

@@ -484,4 +484,29 @@ fn check_names_a_permission_error_not_corruption() {
         std::fs::Permissions::from_mode(0o644),
     )
     .unwrap();
+
+    // Regression: with a branch's data file unreadable, reading the root failed too (`scan`
+    // exited 2 on the index's EACCES). A read-only open leaves that branch out: the root reads,
+    // and `check` names the branch UNREADABLE.
+    let branch = db.join("Indexes/idx/data.pages");
+    std::fs::set_permissions(&branch, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let run = |args: &[&str]| {
+        let mut cmd = Command::new(wrap.first().map(Path::new).unwrap_or(&bin));
+        if !wrap.is_empty() {
+            cmd.args(&wrap[1..]).arg(&bin);
+        }
+        cmd.args(args).output().unwrap()
+    };
+    let o = run(&["scan", db.to_str().unwrap()]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "flushed\troot 1\nunflushed\troot 2\n"
+    );
+    let o = run(&["check", db.to_str().unwrap()]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(out.contains("idx: UNREADABLE (does not open)"), "{o:?}");
+    assert!(out.contains("(root): ok"), "{o:?}");
+    std::fs::set_permissions(&branch, std::fs::Permissions::from_mode(0o644)).unwrap();
 }

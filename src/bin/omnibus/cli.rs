@@ -9,9 +9,10 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 ///
 /// Exit codes: 0 success; 1 usage or input error (bad arguments, a bad input line with
 /// `--on-error abort`, a missing key for `get` and `delete`, a missing storage, a database path
-/// that is not a directory, a database held by another process); 2 corruption or I/O failure;
+/// that is not a directory, a directory that is not an omnibus storage, a database held by
+/// another process); 2 corruption or I/O failure (a permission error, a full file system);
 /// 130 an `ingest` interrupted by Ctrl-C (after its summary). Every failure prints a message on
-/// stderr.
+/// stderr, and a refused command leaves the directory as it was.
 ///
 /// Logs (the library's `tracing` spans and events) go to stderr: warnings and errors by default,
 /// `RUST_LOG` (e.g. `RUST_LOG=omnibus=debug`) or `--log-level` (which wins) for more.

@@ -243,6 +243,8 @@ struct Summary {
     duplicates: u64,
     replaced: u64,
     kept: u64,
+    /// Duplicates made bad lines (`--on-duplicate error`).
+    refused: u64,
     on_duplicate: &'static str,
     bad_lines: u64,
     seconds: f64,
@@ -710,6 +712,9 @@ pub fn run(a: IngestArgs) -> CliResult {
         duplicates: counts.duplicates,
         replaced: counts.replaced,
         kept: counts.kept,
+        refused: counts
+            .duplicates
+            .saturating_sub(counts.replaced + counts.unchanged + counts.kept),
         on_duplicate: match a.on_duplicate {
             OnDuplicate::Last => "last",
             OnDuplicate::First => "first",
@@ -812,12 +817,9 @@ fn print_summary(s: &Summary, json: bool) {
         "documents        {} ({} stored, {} unchanged{kept}; {} bad lines; root holds {})",
         s.documents, s.stored, s.unchanged, s.bad_lines, s.root_entries
     );
-    let refused = s
-        .duplicates
-        .saturating_sub(s.replaced + s.unchanged + s.kept);
     println!(
         "duplicate ids    {} ({} replaced, {} unchanged, {} kept, {} refused; --on-duplicate {})",
-        s.duplicates, s.replaced, s.unchanged, s.kept, refused, s.on_duplicate
+        s.duplicates, s.replaced, s.unchanged, s.kept, s.refused, s.on_duplicate
     );
     println!("seconds          {:.2}", s.seconds);
     println!("documents/s      {:.0}", s.documents_per_s);

@@ -38,9 +38,16 @@ fn open_write(db: &Path, create: bool) -> CliResult<Database> {
 
 /// Whether `dir` holds a plain storage (one made by `Storage::open`: a data file and no
 /// `Indexes/` directory) rather than a database: `stat` and `check` then open it as a storage,
-/// read-only, and never turn it into a database.
+/// read-only, and never turn it into a database. A data file of at most two pages without a
+/// `Journals/` directory is no storage yet (what a creation that crashed leaves, or someone
+/// else's small file): it goes to the database's open, which classifies it as every open does
+/// (regression: `put` and `delete` made a directory holding an empty `data.pages` a plain
+/// storage, where `get` called it "not an omnibus storage").
 pub(crate) fn is_plain_storage(dir: &Path) -> bool {
-    Storage::exists(dir) && !Database::exists(dir)
+    let created = dir.join("Journals").is_dir()
+        || std::fs::metadata(dir.join("data.pages"))
+            .is_ok_and(|m| m.len() > 2 * omnibus::PAGE_SIZE as u64);
+    Storage::exists(dir) && !Database::exists(dir) && created
 }
 
 /// Opens the plain storage at `dir` read-only (nothing is written).
@@ -107,6 +114,9 @@ impl Target {
         crate::not_a_branch(&t.db)?;
         if is_plain_storage(&t.db) {
             if let Some(n) = t.storage.as_deref().filter(|n| *n != PLAIN_STORAGE) {
+                // A directory that is no storage at all says so first (regression: junk was
+                // called "a plain storage" when `--storage` was given).
+                drop(open_plain(&t.db).map_err(|e| Fail::opening(e, &t.db))?);
                 return Err(Fail::input(format!(
                     "{}: a plain storage (made by `Storage::open`, not a database) has no storage `{n}`",
                     t.db.display()
@@ -136,7 +146,7 @@ impl Target {
         let created = create_branch
             && t.storage
                 .as_ref()
-                .is_some_and(|n| !db.storages().contains(n));
+                .is_some_and(|n| n != ROOT && !db.storages().contains(n));
         let s = storage_of(&db, t, create_branch, hint)?;
         Ok((Target::Db(db, s), created))
     }
@@ -150,7 +160,7 @@ impl Target {
     /// Whether this is a branch storage of a database (where key 0x00 may be an index's
     /// applied record).
     fn is_branch(&self, t: &StorageArg) -> bool {
-        matches!(self, Target::Db(..)) && t.storage.is_some()
+        matches!(self, Target::Db(..)) && t.storage.as_deref().is_some_and(|n| n != ROOT)
     }
 
     /// Ends a write command: closes the database or the storage (flushing it).
@@ -167,15 +177,29 @@ impl Target {
 /// The name `stat` and `check` give a plain storage.
 const PLAIN_STORAGE: &str = "(storage)";
 
+/// The name `stat` and `check` give a database's root (accepted by `--storage`).
+const ROOT: &str = "(root)";
+
+/// Storage names for a message, each in backquotes (an index's name may hold commas:
+/// `a`, `a,b`).
+fn quoted<S: AsRef<str>>(names: &[S]) -> String {
+    names
+        .iter()
+        .map(|n| format!("`{}`", n.as_ref()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `--storage` for the JSON output: the name, or `(root)` as in `stat` and `check`.
 fn storage_name(t: &StorageArg) -> &str {
-    t.storage.as_deref().unwrap_or("(root)")
+    t.storage.as_deref().unwrap_or(ROOT)
 }
 
 /// The storage `t` names: the root, or a branch storage. A branch storage that does not exist
 /// is refused (exit 1) unless `create`; `hint` ends that message (how to create one, if any).
 fn storage_of(db: &Database, t: &StorageArg, create: bool, hint: &str) -> CliResult<Storage> {
-    let Some(name) = &t.storage else {
+    // `(root)` is how `stat` and `check` name the root: accepted here too.
+    let Some(name) = t.storage.as_ref().filter(|n| *n != ROOT) else {
         return Ok(db.root());
     };
     // A damaged branch is not among the storages: say so, not "no storage" (whose hint,
@@ -191,7 +215,7 @@ fn storage_of(db: &Database, t: &StorageArg, create: bool, hint: &str) -> CliRes
             if all.is_empty() {
                 "none besides the root".to_string()
             } else {
-                all.join(", ")
+                quoted(&all)
             }
         )));
     }
@@ -430,6 +454,12 @@ pub fn scan(a: ScanArgs) -> CliResult {
     let r = t.storage().begin_read()?;
     // An index storage's applied record is not an entry.
     let skip_record = t.is_branch(&a.target) && applied_record(&r).is_some();
+    if !a.terms.is_empty() && !skip_record {
+        return Err(Fail::input(format!(
+            "--term: storage `{}` is not an index (it has no applied-txn record); use --prefix",
+            storage_name(&a.target)
+        )));
+    }
     let limit = a.limit.unwrap_or(u64::MAX);
     let mut o = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     let mut n = 0u64;
@@ -478,7 +508,7 @@ pub fn scan(a: ScanArgs) -> CliResult {
 /// index joins its fields (0x00), then the entry prefix of that term; with fewer terms than the
 /// index's name has fields (`country,admin1`), the prefix of every term that starts with them.
 fn term_prefix(a: &ScanArgs) -> CliResult<Vec<u8>> {
-    let Some(name) = a.target.storage.as_deref().filter(|n| *n != "(root)") else {
+    let Some(name) = a.target.storage.as_deref().filter(|n| *n != ROOT) else {
         return Err(Fail::input(
             "--term lists an index's entries: give the index with --storage NAME",
         ));
@@ -491,6 +521,13 @@ fn term_prefix(a: &ScanArgs) -> CliResult<Vec<u8>> {
         joined.extend_from_slice(&arg_bytes("--term", t)?);
     }
     let fields = name.split(',').count();
+    if a.terms.len() > fields {
+        return Err(Fail::input(format!(
+            "--term given {} times, but the index `{name}` has {fields} field{}",
+            a.terms.len(),
+            if fields == 1 { "" } else { "s" }
+        )));
+    }
     Ok(if a.terms.len() < fields {
         joined.push(crate::index_spec::SEP);
         omnibus::actors::index_terms_starting_with(&joined)
@@ -553,7 +590,7 @@ fn storage_stat(name: &str, s: &Storage, branch: bool) -> StorageStat {
 }
 
 fn named_storages(db: &Database) -> CliResult<Vec<(String, Storage)>> {
-    let mut v = vec![("(root)".to_string(), db.root())];
+    let mut v = vec![(ROOT.to_string(), db.root())];
     for n in db.storages() {
         let s = db
             .storage(&n)
@@ -676,7 +713,7 @@ fn open_each(db: &Path) -> CliResult<Vec<(String, Result<Storage, omnibus::Error
         create: false,
         ..Options::default()
     };
-    let mut v = vec![("(root)".to_string(), Storage::open(db, opts.clone()))];
+    let mut v = vec![(ROOT.to_string(), Storage::open(db, opts.clone()))];
     for (n, dir) in Database::branch_dirs(db)? {
         let s = Storage::open(dir, opts.clone());
         v.push((n, s));
@@ -714,22 +751,32 @@ pub fn check(a: CheckArgs) -> CliResult {
             Err(f) => return Err(f),
         }
     };
+    // A plain storage's directory that is no storage at all: the same input error as for
+    // every other command, before `--storage` is looked at.
+    let mut storages = storages;
+    if matches!(
+        storages.as_slice(),
+        [(n, Err(omnibus::Error::NotAStorage { .. }))] if n == PLAIN_STORAGE
+    ) {
+        if let Some((_, Err(e))) = storages.pop() {
+            return Err(Fail::opening(e, &a.db));
+        }
+    }
     // Storages whose check found nothing: the index cross-check reads them.
     let mut sound: Vec<(String, Storage)> = Vec::new();
-    let mut storages = storages;
     if let Some(only) = &a.storage {
         if !storages.iter().any(|(n, _)| n == only) {
             let names: Vec<&str> = storages.iter().map(|(n, _)| n.as_str()).collect();
             return Err(Fail::input(format!(
                 "no storage named `{only}` in {}; its storages: {}",
                 a.db.display(),
-                names.join(", ")
+                quoted(&names)
             )));
         }
         // The documents stay at hand, unchecked, for the cross-check of a named index.
         let (keep, rest): (Vec<_>, Vec<_>) = storages.into_iter().partition(|(n, _)| n == only);
-        if only != "(root)" {
-            if let Some((n, Ok(root))) = rest.into_iter().find(|(n, _)| n == "(root)") {
+        if only != ROOT {
+            if let Some((n, Ok(root))) = rest.into_iter().find(|(n, _)| n == ROOT) {
                 sound.push((n, root));
             }
         }
@@ -742,7 +789,7 @@ pub fn check(a: CheckArgs) -> CliResult {
             // Regression: a directory holding someone else's `data.pages` was "CORRUPT" (exit
             // 2) to `check` and "not an omnibus storage" (exit 1) to the other commands.
             Err(e @ omnibus::Error::NotAStorage { .. })
-                if name == PLAIN_STORAGE || (name == "(root)" && db_error.is_some()) =>
+                if name == PLAIN_STORAGE || (name == ROOT && db_error.is_some()) =>
             {
                 return Err(Fail::opening(e, &a.db));
             }
@@ -767,7 +814,7 @@ pub fn check(a: CheckArgs) -> CliResult {
             .check()
             .map_err(|e| Fail::from(e).context(format_args!("checking storage `{name}`")))?;
         // An index's applied-txn record is not an entry (as in `stat` and `ingest`).
-        if name != "(root)"
+        if name != ROOT
             && s.begin_read()
                 .ok()
                 .as_ref()
@@ -914,10 +961,10 @@ fn check_indexes(
     problems: &mut usize,
 ) {
     let cli = crate::index_spec::recorded(db);
-    let Some((_, root)) = sound.iter().find(|(n, _)| n == "(root)") else {
+    let Some((_, root)) = sound.iter().find(|(n, _)| n == ROOT) else {
         return;
     };
-    for (name, s) in sound.iter().filter(|(n, _)| n != "(root)") {
+    for (name, s) in sound.iter().filter(|(n, _)| n != ROOT) {
         let (Ok(docs), Ok(index)) = (root.begin_read(), s.begin_read()) else {
             continue;
         };
