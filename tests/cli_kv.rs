@@ -230,12 +230,12 @@ fn put_creates_a_storage_only_with_create() {
     let (c, err) = code(&["put", db, "--storage", "idxx", "k", "v"]);
     assert_eq!(c, Some(1), "{err}");
     assert!(
-        err.contains("no storage `idxx` (storages: idx); `put --create` creates it"),
+        err.contains("no storage `idxx` (storages: `idx`); `put --create` creates it"),
         "{err}"
     );
     let (c, err) = code(&["delete", db, "--storage", "idxx", "k"]);
     assert_eq!(c, Some(1), "{err}");
-    assert!(err.contains("no storage `idxx` (storages: idx)"), "{err}");
+    assert!(err.contains("no storage `idxx` (storages: `idx`)"), "{err}");
     assert_eq!(storages(db), ["(root)", "idx"]);
 
     // No database there: neither the database nor the storage is made without --create.
