@@ -24,7 +24,7 @@ pub const WORDS: usize = BODY_LEN / 8;
 /// Pages in one aligned 1 MiB run (the hole-punching unit).
 pub const RUN_PAGES: u64 = 128;
 
-const _: () = assert!(BITS_PER_BITMAP % RUN_PAGES == 0);
+const _: () = assert!(BITS_PER_BITMAP.is_multiple_of(RUN_PAGES));
 const _: () = assert!(WORDS * 8 + HEADER_LEN == crate::page::PAGE_SIZE);
 
 /// Extents of pages: start -> length, non-overlapping, coalesced.

@@ -373,7 +373,7 @@ fn verify(dir: &Path, expects: &[&Expect], index: usize) -> Result<bool, String>
     if !report.is_ok() {
         return Err(format!("check() after recovery: {:?}", report.problems));
     }
-    if index % 4 == 0 {
+    if index.is_multiple_of(4) {
         // The recovered storage takes new commits and keeps them.
         let mut w = s.begin_write().map_err(|e| e.to_string())?;
         w.put(b"after-crash", b"ok").map_err(|e| e.to_string())?;

@@ -27,7 +27,7 @@ fn every_index_entry_in_a_database_copy_has_its_document() {
                 let mut w = idx.begin_write().unwrap();
                 w.put(format!("term\x00{doc}"), "").unwrap();
                 w.commit().unwrap();
-                if i % 3 == 0 && i > 0 {
+                if i.is_multiple_of(3) && i > 0 {
                     // Removal: the entry first, then the document.
                     let old = format!("doc{:08}", i - 1);
                     let mut w = idx.begin_write().unwrap();

@@ -1012,7 +1012,12 @@ fn run_points(base: &Path, points: &[(Workload, Crash)], commit_every: usize) ->
             sc.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 let Some((w, cr)) = points.get(i) else { return };
-                let r = run_point(base, w, *cr, commit_every > 0 && i % commit_every == 0);
+                let r = run_point(
+                    base,
+                    w,
+                    *cr,
+                    commit_every > 0 && i.is_multiple_of(commit_every),
+                );
                 let mut s = sum.lock().unwrap();
                 match r {
                     Ok(Ran::Skipped) => s.skipped += 1,
@@ -1501,7 +1506,7 @@ fn crash_during_recovery() {
                 let out = crashed(dir.path()).expect("the first crash fired");
                 let pl = PowerLossEnv::new(default_env(), dir.path());
                 let mode = MODES[(k as usize + li + before as usize) % 4];
-                let lose = (k + before as u64) % 3 != 0;
+                let lose = !(k + before as u64).is_multiple_of(3);
                 let trigger = if before {
                     Trigger::BeforeDurable(k)
                 } else {

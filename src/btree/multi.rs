@@ -167,7 +167,7 @@ mod tests {
     }
 
     fn val(i: u32) -> Vec<u8> {
-        let len = if i % 97 == 0 { 20_000 } else { 100 };
+        let len = if i.is_multiple_of(97) { 20_000 } else { 100 };
         (0..len).map(|j| (i as usize + j) as u8).collect()
     }
 

@@ -223,7 +223,7 @@ impl EnvFile for DefaultFile {
         self.blocking("pwrite (O_DIRECT zeros)");
         let block = DIRECT_ZEROS.0.len() as u64;
         // O_DIRECT needs block-aligned offsets and lengths; the pool's files are whole MiBs.
-        let direct = offset % 4096 == 0 && len % 4096 == 0;
+        let direct = offset.is_multiple_of(4096) && len.is_multiple_of(4096);
         let f = direct
             .then(|| {
                 OpenOptions::new()

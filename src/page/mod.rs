@@ -246,7 +246,7 @@ pub fn verify_checksum(image: &[u8]) -> bool {
 /// own number, and length (`run_pages * 8192`). Returns its header.
 pub fn check_image(image: &[u8], page_number: u64, file: &Path) -> Result<PageHeader> {
     let bad = |what: &str| Err(Error::corruption(file, Some(page_number), None, what));
-    if image.len() < PAGE_SIZE || image.len() % PAGE_SIZE != 0 {
+    if image.len() < PAGE_SIZE || !image.len().is_multiple_of(PAGE_SIZE) {
         return bad("page image has a bad length");
     }
     if !verify_checksum(image) {

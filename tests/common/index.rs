@@ -59,7 +59,7 @@ pub fn map_even(_key: &[u8], doc: &[u8]) -> Vec<Vec<u8>> {
     let n: u64 = field(doc, "n")
         .and_then(|n| std::str::from_utf8(n).ok()?.parse().ok())
         .unwrap_or(1);
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         vec![b"even".to_vec()]
     } else {
         Vec::new()

@@ -138,7 +138,7 @@ impl Image {
         if len < self.len {
             let first_dropped = len.div_ceil(SECTOR_SIZE);
             self.pages.retain(|&idx, _| idx < first_dropped);
-            if len % SECTOR_SIZE != 0 {
+            if !len.is_multiple_of(SECTOR_SIZE) {
                 if let Some(page) = self.pages.get_mut(&(len / SECTOR_SIZE)) {
                     Arc::make_mut(page)[(len % SECTOR_SIZE) as usize..].fill(0);
                 }
