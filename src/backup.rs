@@ -38,7 +38,7 @@ use crate::page::header::Header;
 use crate::page::node::{BranchView, LeafView, ValRef};
 use crate::page::{self, PageHeader, PageKind, HEADER_LEN, PAGE_SIZE};
 use crate::state::State;
-use crate::storage::{BACKUP_MARKER, DATA_FILE, JOURNALS_DIR, PARTIAL_DATA_FILE};
+use crate::layout::{BACKUP_MARKER, DATA_FILE, JOURNALS_DIR, PARTIAL_DATA_FILE};
 
 /// What a backup wrote ([`crate::Storage::backup`], [`crate::Database::backup`]). For a
 /// database, the sums over its storages, and the root's txn id.
@@ -350,7 +350,7 @@ pub(crate) fn write_copy(env: &dyn StorageEnv, state: &State, dir: &Path) -> Res
     data.sync_data()?;
     let h = Header {
         sequence: 1,
-        storage_id: crate::storage::random_id(),
+        storage_id: crate::layout::random_id(),
         flushed_txn: txn,
         root: state.root,
         freedir: dir_page,
@@ -401,7 +401,7 @@ pub(crate) fn backup_database(
     dest: &Path,
 ) -> Result<BackupReport> {
     let cleanup = Cleanup::prepare(env, dest)?;
-    let indexes = dest.join(crate::storage::INDEXES_DIR);
+    let indexes = dest.join(crate::layout::INDEXES_DIR);
     env.create_dir(&indexes)?;
     let mut report = BackupReport::default();
     for (name, state) in branches {

@@ -28,12 +28,11 @@ use crate::flush::open_storage;
 use crate::journal::record::RecordKind;
 use crate::journal::{recovery, Journal, JournalConfig, JournalStats};
 use crate::options::{JournalMode, Options};
+use crate::layout::{DATA_FILE, INDEXES_DIR, JOURNALS_DIR};
 use crate::storage::{
     classify_data_file, init_files, lock, read_header, take_lock, Binding, DataFile, Storage,
-    DATA_FILE, JOURNALS_DIR,
 };
 
-use crate::storage::INDEXES_DIR;
 const DROPPED_PREFIX: &str = ".dropped-";
 
 /// Checks a storage name: 1..=255 bytes of UTF-8, no `/`, `\` or NUL, not `.` or `..`, and not
@@ -145,7 +144,7 @@ impl Database {
     /// Errors: as [`Storage::open`]; [`Error::CrossDevice`] when a branch directory is on
     /// another file system than the root in shared mode (hard links cannot cross it).
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Database> {
-        let lock_path = path.as_ref().join(crate::storage::LOCK_FILE);
+        let lock_path = path.as_ref().join(crate::layout::LOCK_FILE);
         let lock_existed = lock_path.exists();
         let read_only = opts.read_only;
         // INFO: opening and recovering (the root, then every branch) is not steady state.

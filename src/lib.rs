@@ -146,6 +146,7 @@ mod freespace;
 #[doc(hidden)]
 pub mod fuzzing;
 mod journal;
+mod layout;
 mod options;
 mod page;
 mod state;

@@ -36,20 +36,9 @@ use crate::page::{self, PageKind, HEADER_LEN, PAGE_SIZE};
 use crate::state::{Mapping, Scratch, ScratchPage, SnapshotRegistry, State};
 use crate::txn::{ReadTransaction, WriteTransaction};
 
-/// Name of the data file in a storage directory.
-pub const DATA_FILE: &str = "data.pages";
-/// Name of the lock file in a storage directory.
-pub const LOCK_FILE: &str = "LOCK";
-/// Name of the journal directory in a storage directory.
-pub const JOURNALS_DIR: &str = "Journals";
-/// Name of the directory of the branch storages in a database's root storage directory.
-pub const INDEXES_DIR: &str = "Indexes";
-/// A file a backup creates in its destination first and removes last (design.md 12): a
-/// directory holding it and no data file is an unfinished backup, never opened as a storage.
-pub const BACKUP_MARKER: &str = "backup-in-progress";
-/// The name a backup writes a copy's data file under, renamed to [`DATA_FILE`] once the copy
-/// is complete and durable.
-pub const PARTIAL_DATA_FILE: &str = "data.pages.partial";
+use crate::layout::{
+    random_id, BACKUP_MARKER, DATA_FILE, INDEXES_DIR, JOURNALS_DIR, LOCK_FILE,
+};
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -311,15 +300,6 @@ impl Drop for LastHandle {
     fn drop(&mut self) {
         self.0.shutdown();
     }
-}
-
-pub(crate) fn random_id() -> u64 {
-    use rand::RngCore;
-    let mut id = 0;
-    while id == 0 {
-        id = rand::rng().next_u64();
-    }
-    id
 }
 
 fn env_err(op: &'static str, path: &Path, e: std::io::Error) -> Error {

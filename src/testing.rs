@@ -40,7 +40,7 @@ pub mod journal {
 /// Names in a storage's directory (docs/design.md, section 1): the data file, the lock file,
 /// the journal directory and a database's directory of branch storages.
 pub mod layout {
-    pub use crate::storage::{
+    pub use crate::layout::{
         BACKUP_MARKER, DATA_FILE, INDEXES_DIR, JOURNALS_DIR, LOCK_FILE, PARTIAL_DATA_FILE,
     };
 }

@@ -168,11 +168,21 @@ fn probe(env: &dyn StorageEnv, dir: &Path) -> crate::Result<(WriteMode, String)>
     result
 }
 
-/// The mode a writable open of the storage in `dir` would use, for read-only reports
-/// (`omnibus stat`), without writing anything anywhere: an explicit `OMNIBUS_WRITE_MODE`, or
-/// `Auto`'s result if this process already probed the device, else `None` with the reason
-/// (`Auto` probes at the first flush that writes pages).
-pub fn describe(dir: &Path) -> (Option<WriteMode>, String) {
+impl WriteMode {
+    /// The mode a writable open of the storage in `dir` would use, and why, for read-only
+    /// reports (`omnibus stat`), without writing anything anywhere: an explicit
+    /// `OMNIBUS_WRITE_MODE`, or what [`WriteMode::Auto`] measured on that device if this
+    /// process already probed it, else `None` with the reason ([`WriteMode::Auto`] probes at
+    /// the first flush that writes pages). An open storage says what it uses in
+    /// [`crate::Storage::write_mode`]. (Defined here, beside the probe's cache it reads, so
+    /// that `env` never names this module.)
+    pub fn describe(dir: &Path) -> (Option<WriteMode>, String) {
+        describe(dir)
+    }
+}
+
+/// [`WriteMode::describe`].
+fn describe(dir: &Path) -> (Option<WriteMode>, String) {
     if let Some(m) = std::env::var("OMNIBUS_WRITE_MODE")
         .ok()
         .and_then(|v| WriteMode::parse(&v))

@@ -130,16 +130,6 @@ impl WriteMode {
             .chain(WriteMode::CONCRETE)
             .find(|m| m.name() == s.trim())
     }
-
-    /// The mode a writable open of the storage in `dir` would use, and why, for read-only
-    /// reports (`omnibus stat`), without writing anything anywhere: an explicit
-    /// `OMNIBUS_WRITE_MODE`, or what [`WriteMode::Auto`] measured on that device if this
-    /// process already probed it, else `None` with the reason ([`WriteMode::Auto`] probes at
-    /// the first flush that writes pages). An open storage says what it uses in
-    /// [`crate::Storage::write_mode`].
-    pub fn describe(dir: &Path) -> (Option<WriteMode>, String) {
-        crate::write_mode::describe(dir)
-    }
 }
 
 /// One run of a flush: the byte offset where it starts and its pages back to back.

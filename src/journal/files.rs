@@ -180,7 +180,7 @@ impl Journal {
                 continue;
             };
             let name = name.get_or_insert_with(|| super::file_name(no));
-            let to = sd.dir.join(crate::storage::JOURNALS_DIR).join(&*name);
+            let to = sd.dir.join(crate::layout::JOURNALS_DIR).join(&*name);
             match self.env.link(&self.dir.join(&*name), &to) {
                 Ok(()) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
@@ -396,7 +396,7 @@ impl Journal {
             };
             let path = sd
                 .dir
-                .join(crate::storage::JOURNALS_DIR)
+                .join(crate::layout::JOURNALS_DIR)
                 .join(super::file_name(*no));
             let last = io.entries.get(no).map(|p| p.len() == 1).unwrap_or(true);
             // Recycle only a file this journal created in this session whose only name is the
@@ -480,7 +480,7 @@ impl Journal {
                 continue;
             };
             self.env
-                .sync_dir(&sd.dir.join(crate::storage::JOURNALS_DIR))?;
+                .sync_dir(&sd.dir.join(crate::layout::JOURNALS_DIR))?;
             self.dir_syncs.fetch_add(1, Ordering::Relaxed);
             let seq = io.seq;
             io.seq += 1;

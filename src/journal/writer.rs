@@ -240,7 +240,7 @@ impl Journal {
         let zero = Arc::new(ZeroCtl::new(env.clone(), cfg.prezero, cfg.file_size));
         Journal {
             env,
-            dir: owner_dir.join(crate::storage::JOURNALS_DIR),
+            dir: owner_dir.join(crate::layout::JOURNALS_DIR),
             owner,
             file_size: cfg.file_size,
             prezero: cfg.prezero,
@@ -821,7 +821,7 @@ mod tests {
     const OWNER: u64 = 0x0123_4567_89ab_cdef;
 
     fn journal(dir: &Path) -> Arc<Journal> {
-        std::fs::create_dir_all(dir.join(crate::storage::JOURNALS_DIR)).unwrap();
+        std::fs::create_dir_all(dir.join(crate::layout::JOURNALS_DIR)).unwrap();
         let cfg = JournalConfig {
             file_size: 1 << 20,
             prezero: Prezero::Off,
@@ -912,7 +912,7 @@ mod tests {
         j.commit_with(record(1, 100), Durability::Eventual).unwrap();
         let path = dir
             .path()
-            .join(crate::storage::JOURNALS_DIR)
+            .join(crate::layout::JOURNALS_DIR)
             .join(super::super::file_name(1));
         drop(j);
         // The record is in the file: its first bytes are no longer zeros.
