@@ -30,14 +30,13 @@ use std::time::Duration;
 use glommio::{LocalExecutorBuilder, Placement};
 
 use super::flusher::{self, FlusherMsg};
-use super::index::{
-    self, BuildSlots, IndexActor, IndexDefinition, IndexMsg, IndexShared, IndexStats, RootFeed,
-};
+use super::index::{self, BuildSlots, IndexActor, IndexDefinition, IndexShared, IndexStats};
 use super::index_check::{check_index, IndexCheckReport};
 use super::io_lane::IoLane;
 use super::journal_writer::{self, JournalMsg};
+use super::messages::{IndexMsg, ReadPath, RootFeed, StorageMsg};
 use super::reader_pool::{self, ReadMsg};
-use super::storage::{self as storage_actor, StorageHandle, StorageMsg};
+use super::storage::{self as storage_actor, StorageHandle};
 use futures_lite::future::block_on;
 
 use crate::error::{Error, Result};
@@ -102,30 +101,6 @@ pub struct EngineOptions {
     /// Where [`StorageHandle::get`] and [`StorageHandle::multi_get`] run. Default
     /// [`ReadPath::Caller`] (about 0.3 µs a get, no message; see [`ReadPath`]).
     pub reads: ReadPath,
-}
-
-/// Where the actors' handles run point reads ([`StorageHandle::get`],
-/// [`StorageHandle::multi_get`] and their `blocking_` twins). Range reads always go to the
-/// reader pool.
-///
-/// Either way a read sees the storage's last published commit: every write acknowledged to
-/// any caller before the read began (the storage actor publishes a commit before it answers
-/// its writers), and nothing that is not yet durable (or, for an eventual batch, queued in the
-/// journal).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ReadPath {
-    /// On the caller's thread, as LMDB readers do: take a snapshot of the storage's last
-    /// published commit (one atomic load of its `ArcSwap`d state, no lock, no message) and
-    /// read it. No hand-off, no wake-up: measured about 0.3 µs a get against about 12 µs
-    /// through the pool (docs/BENCHMARKS.md). The caller's thread does the work, page faults
-    /// of the read-only map included (a page not in the page cache blocks the caller, an async
-    /// task's executor thread with it, as with [`StorageHandle::snapshot`]). The default.
-    #[default]
-    Caller,
-    /// Sent to the reader pool (one reader task per executor, one shared bounded mailbox), one
-    /// one-shot reply channel per request: the caller's thread never touches a page, at the
-    /// cost of two cross-thread hand-offs per read.
-    Pool,
 }
 
 impl Default for EngineOptions {

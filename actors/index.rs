@@ -82,7 +82,7 @@
 
 use std::cmp::Ordering;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -90,7 +90,8 @@ use hdrhistogram::Histogram;
 
 use super::index_key;
 use super::io_lane::IoLane;
-use super::storage::{StorageHandle, StorageMsg};
+use super::messages::{ApplyJob, DocumentChange, IndexMsg, RootCommit, RootFeed, StorageMsg};
+use super::storage::StorageHandle;
 use crate::error::{Error, IndexFailure, Result};
 use crate::txn::ReadTransaction;
 use crate::Storage;
@@ -385,41 +386,6 @@ pub struct IndexStats {
     pub max_lag_txns: u64,
     /// Lag of the applied changes.
     pub apply_lag: LagStats,
-}
-
-/// One document's change in a root transaction.
-#[derive(Debug)]
-pub(crate) struct DocumentChange {
-    pub key: Vec<u8>,
-    /// The value before the transaction (`None`: absent).
-    pub old: Option<Vec<u8>>,
-    /// The value after it (`None`: deleted).
-    pub new: Option<Vec<u8>>,
-}
-
-/// A durable root transaction's document changes, shared by every index's feed.
-#[derive(Debug)]
-pub(crate) struct RootCommit {
-    pub txn: u64,
-    /// When it was durable and published.
-    pub acked: Instant,
-    pub changes: Vec<DocumentChange>,
-}
-
-/// The root storage actor's side of the feed, shared with the database handle.
-#[derive(Debug)]
-pub(crate) struct RootFeed {
-    /// The last root txn id acknowledged through the engine; stored after its changes were sent
-    /// to every index and before its writers are answered.
-    pub acked_txn: AtomicU64,
-}
-
-/// The index actor's API.
-pub(crate) enum IndexMsg {
-    /// A durable root commit.
-    Commit(Arc<RootCommit>),
-    /// Apply everything queued before it, record the applied txn, answer, exit.
-    Stop { reply: flume::Sender<()> },
 }
 
 /// A pool of build slots (one per executor), shared by the indexes of a database.
@@ -866,7 +832,7 @@ async fn write_ops(
         let progress = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
         let seen = progress.clone();
         let job_ops = ops.clone();
-        let job: super::storage::ApplyJob = Box::new(move |w| {
+        let job: ApplyJob = Box::new(move |w| {
             let mut next = from;
             for o in &job_ops.ops[from..] {
                 let k = job_ops.key(o);

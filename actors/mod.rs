@@ -38,10 +38,11 @@ mod index_check;
 mod index_key;
 mod io_lane;
 mod journal_writer;
+mod messages;
 mod reader_pool;
 mod storage;
 
-pub use engine::{DatabaseHandle, Engine, EngineOptions, ReadPath, MEMLOCK_PER_EXECUTOR};
+pub use engine::{DatabaseHandle, Engine, EngineOptions, MEMLOCK_PER_EXECUTOR};
 pub use index::{
     index_applied_txn, BuildProgress, IndexDefinition, IndexState, IndexStats, LagStats, MapFn,
     INDEX_APPLIED_KEY,
@@ -50,4 +51,5 @@ pub use index_check::{check_index, IndexCheckReport};
 pub use index_key::{
     decode_index_entry, index_entry_key, index_term_prefix, index_terms_starting_with,
 };
-pub use storage::{StorageHandle, WriteBatch, WriteOp};
+pub use messages::{ReadPath, WriteBatch, WriteOp};
+pub use storage::StorageHandle;

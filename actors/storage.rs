@@ -53,127 +53,19 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::coop;
-use super::engine::ReadPath;
-use super::index::{DocumentChange, IndexMsg, RootCommit, RootFeed};
 use super::io_lane::IoLane;
 use super::journal_writer::{self, JournalMsg};
+use super::messages::{
+    ApplyJob, DocumentChange, IndexMsg, ReadPath, RootCommit, RootFeed, StorageMsg, WriteBatch,
+    WriteOp,
+};
 use super::reader_pool::{guarded, snapshot_multi_get, ReadMsg};
 use futures_lite::future::block_on;
 
 use crate::btree::KeyRange;
 use crate::error::{Error, Result};
-use crate::txn::{ReadTransaction, WriteTransaction};
+use crate::txn::ReadTransaction;
 use crate::{Durability, Storage};
-
-/// One operation of a [`WriteBatch`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WriteOp {
-    /// Insert or replace.
-    Put(Vec<u8>, Vec<u8>),
-    /// Remove (absent keys are fine).
-    Delete(Vec<u8>),
-}
-
-/// Operations applied atomically, in order, by [`StorageHandle::write`], with a
-/// [`Durability`] ([`WriteBatch::set_durability`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct WriteBatch {
-    ops: Vec<WriteOp>,
-    durability: Durability,
-}
-
-impl WriteBatch {
-    /// An empty batch.
-    pub fn new() -> WriteBatch {
-        WriteBatch::default()
-    }
-
-    /// Adds a put.
-    pub fn put(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> &mut WriteBatch {
-        self.ops.push(WriteOp::Put(key.into(), value.into()));
-        self
-    }
-
-    /// Adds a delete.
-    pub fn delete(&mut self, key: impl Into<Vec<u8>>) -> &mut WriteBatch {
-        self.ops.push(WriteOp::Delete(key.into()));
-        self
-    }
-
-    /// Sets when [`StorageHandle::write`] answers: [`Durability::Immediate`] (the default)
-    /// once the batch's transaction is durable, [`Durability::Eventual`] once its journal
-    /// record is queued (durable with the next journal batch or within
-    /// [`crate::Options::eventual_sync_ms`]; a crash may lose it, never part of it). The
-    /// storage actor merges queued requests into one transaction: it is eventual only when
-    /// every request merged into it is an eventual batch (an immediate request in it makes the
-    /// eventual ones durable before anyone is answered).
-    pub fn set_durability(&mut self, durability: Durability) -> &mut WriteBatch {
-        self.durability = durability;
-        self
-    }
-
-    /// The batch's durability ([`WriteBatch::set_durability`]).
-    pub fn durability(&self) -> Durability {
-        self.durability
-    }
-
-    /// Operations in the batch.
-    pub fn len(&self) -> usize {
-        self.ops.len()
-    }
-
-    /// True when the batch has no operation.
-    pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
-    }
-
-    /// The operations.
-    pub fn ops(&self) -> &[WriteOp] {
-        &self.ops
-    }
-
-    /// Checks every key and value against the limits (the same errors as
-    /// [`crate::WriteTransaction::put`]), so a bad batch fails before it reaches the actor.
-    pub fn validate(&self) -> Result<()> {
-        for op in &self.ops {
-            match op {
-                WriteOp::Put(k, v) => crate::txn::check_put(k, v)?,
-                WriteOp::Delete(k) => crate::txn::check_put(k, &[])?,
-            }
-        }
-        Ok(())
-    }
-}
-
-/// A job run inside a storage actor's write transaction (engine-internal: the index actors
-/// write their storages this way, so that a storage's write side stays with its actor).
-pub(crate) type ApplyJob = Box<dyn FnOnce(&mut WriteTransaction) -> Result<()> + Send>;
-
-/// The storage actor's API.
-pub(crate) enum StorageMsg {
-    /// Apply `batch` atomically; answer with one bool per operation (`Delete`: whether the key
-    /// was present; `Put`: true) once durable.
-    Write {
-        batch: WriteBatch,
-        reply: flume::Sender<Result<Vec<bool>>>,
-    },
-    /// Run `job` in the next write transaction (merged with the other queued requests); answer
-    /// once durable. An error from `job` fails the whole transaction.
-    Apply {
-        job: ApplyJob,
-        reply: flume::Sender<Result<()>>,
-    },
-    /// Root storage only: send every later commit's document changes to `port`, and answer
-    /// with a snapshot of the last commit before it (every earlier commit is published, and
-    /// every later one will be sent: an index built from the snapshot and fed from the port
-    /// misses nothing).
-    AddFeed {
-        port: flume::Sender<IndexMsg>,
-        reply: flume::Sender<Result<ReadTransaction>>,
-    },
-    /// Finish the queued requests, answer, exit.
-    Stop { reply: flume::Sender<()> },
-}
 
 /// A queued request's payload, in the order of the mailbox.
 enum Payload {

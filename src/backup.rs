@@ -34,11 +34,11 @@ use std::sync::Arc;
 use crate::env::{EnvFile, OpenMode, StorageEnv};
 use crate::error::{Error, Result};
 use crate::freespace::{BITS_PER_BITMAP, DIR_CAPACITY};
+use crate::layout::{BACKUP_MARKER, DATA_FILE, JOURNALS_DIR, PARTIAL_DATA_FILE};
 use crate::page::header::Header;
 use crate::page::node::{BranchView, LeafView, ValRef};
 use crate::page::{self, PageHeader, PageKind, HEADER_LEN, PAGE_SIZE};
 use crate::state::State;
-use crate::layout::{BACKUP_MARKER, DATA_FILE, JOURNALS_DIR, PARTIAL_DATA_FILE};
 
 /// What a backup wrote ([`crate::Storage::backup`], [`crate::Database::backup`]). For a
 /// database, the sums over its storages, and the root's txn id.

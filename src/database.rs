@@ -27,8 +27,8 @@ use crate::error::{Error, Result};
 use crate::flush::open_storage;
 use crate::journal::record::RecordKind;
 use crate::journal::{recovery, Journal, JournalConfig, JournalStats};
-use crate::options::{JournalMode, Options};
 use crate::layout::{DATA_FILE, INDEXES_DIR, JOURNALS_DIR};
+use crate::options::{JournalMode, Options};
 use crate::storage::{
     classify_data_file, init_files, lock, read_header, take_lock, Binding, DataFile, Storage,
 };

@@ -36,9 +36,7 @@ use crate::page::{self, PageKind, HEADER_LEN, PAGE_SIZE};
 use crate::state::{Mapping, Scratch, ScratchPage, SnapshotRegistry, State};
 use crate::txn::{ReadTransaction, WriteTransaction};
 
-use crate::layout::{
-    random_id, BACKUP_MARKER, DATA_FILE, INDEXES_DIR, JOURNALS_DIR, LOCK_FILE,
-};
+use crate::layout::{random_id, BACKUP_MARKER, DATA_FILE, INDEXES_DIR, JOURNALS_DIR, LOCK_FILE};
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())

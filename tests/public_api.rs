@@ -184,13 +184,14 @@ fn no_internal_module_or_export_is_public() {
         (
             "actors/mod.rs",
             &[
-                "pub use engine::{DatabaseHandle, Engine, EngineOptions, ReadPath, MEMLOCK_PER_EXECUTOR};",
+                "pub use engine::{DatabaseHandle, Engine, EngineOptions, MEMLOCK_PER_EXECUTOR};",
                 "pub use index::{ index_applied_txn, BuildProgress, IndexDefinition, IndexState, \
                  IndexStats, LagStats, MapFn, INDEX_APPLIED_KEY, };",
                 "pub use index_check::{check_index, IndexCheckReport};",
                 "pub use index_key::{ decode_index_entry, index_entry_key, index_term_prefix, \
                  index_terms_starting_with, };",
-                "pub use storage::{StorageHandle, WriteBatch, WriteOp};",
+                "pub use messages::{ReadPath, WriteBatch, WriteOp};",
+                "pub use storage::StorageHandle;",
             ],
         ),
     ];

@@ -1,0 +1,183 @@
+//! The messages and payloads the actors exchange, in one place: what a handle sends a storage
+//! actor ([`StorageMsg`], carrying a [`WriteBatch`] of [`WriteOp`]s or an [`ApplyJob`]), what
+//! the root's storage actor feeds the index actors ([`IndexMsg`] with an `Arc` of a
+//! [`RootCommit`] and its [`DocumentChange`]s; [`RootFeed`] is its shared counter), and where
+//! point reads run ([`ReadPath`]). Every actor file depends on this one and this one on none of
+//! them, so the actors import no circle (engine -> index -> storage -> engine once did).
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::error::Result;
+use crate::txn::{ReadTransaction, WriteTransaction};
+use crate::Durability;
+
+/// Where the actors' handles run point reads ([`crate::actors::StorageHandle::get`],
+/// [`crate::actors::StorageHandle::multi_get`] and their `blocking_` twins). Range reads always go to the
+/// reader pool.
+///
+/// Either way a read sees the storage's last published commit: every write acknowledged to
+/// any caller before the read began (the storage actor publishes a commit before it answers
+/// its writers), and nothing that is not yet durable (or, for an eventual batch, queued in the
+/// journal).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ReadPath {
+    /// On the caller's thread, as LMDB readers do: take a snapshot of the storage's last
+    /// published commit (one atomic load of its `ArcSwap`d state, no lock, no message) and
+    /// read it. No hand-off, no wake-up: measured about 0.3 µs a get against about 12 µs
+    /// through the pool (docs/BENCHMARKS.md). The caller's thread does the work, page faults
+    /// of the read-only map included (a page not in the page cache blocks the caller, an async
+    /// task's executor thread with it, as with [`crate::actors::StorageHandle::snapshot`]). The default.
+    #[default]
+    Caller,
+    /// Sent to the reader pool (one reader task per executor, one shared bounded mailbox), one
+    /// one-shot reply channel per request: the caller's thread never touches a page, at the
+    /// cost of two cross-thread hand-offs per read.
+    Pool,
+}
+
+/// One operation of a [`WriteBatch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteOp {
+    /// Insert or replace.
+    Put(Vec<u8>, Vec<u8>),
+    /// Remove (absent keys are fine).
+    Delete(Vec<u8>),
+}
+
+/// Operations applied atomically, in order, by [`crate::actors::StorageHandle::write`], with a
+/// [`Durability`] ([`WriteBatch::set_durability`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteBatch {
+    pub(crate) ops: Vec<WriteOp>,
+    pub(crate) durability: Durability,
+}
+
+impl WriteBatch {
+    /// An empty batch.
+    pub fn new() -> WriteBatch {
+        WriteBatch::default()
+    }
+
+    /// Adds a put.
+    pub fn put(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> &mut WriteBatch {
+        self.ops.push(WriteOp::Put(key.into(), value.into()));
+        self
+    }
+
+    /// Adds a delete.
+    pub fn delete(&mut self, key: impl Into<Vec<u8>>) -> &mut WriteBatch {
+        self.ops.push(WriteOp::Delete(key.into()));
+        self
+    }
+
+    /// Sets when [`crate::actors::StorageHandle::write`] answers: [`Durability::Immediate`] (the default)
+    /// once the batch's transaction is durable, [`Durability::Eventual`] once its journal
+    /// record is queued (durable with the next journal batch or within
+    /// [`crate::Options::eventual_sync_ms`]; a crash may lose it, never part of it). The
+    /// storage actor merges queued requests into one transaction: it is eventual only when
+    /// every request merged into it is an eventual batch (an immediate request in it makes the
+    /// eventual ones durable before anyone is answered).
+    pub fn set_durability(&mut self, durability: Durability) -> &mut WriteBatch {
+        self.durability = durability;
+        self
+    }
+
+    /// The batch's durability ([`WriteBatch::set_durability`]).
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// Operations in the batch.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// True when the batch has no operation.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// The operations.
+    pub fn ops(&self) -> &[WriteOp] {
+        &self.ops
+    }
+
+    /// Checks every key and value against the limits (the same errors as
+    /// [`crate::WriteTransaction::put`]), so a bad batch fails before it reaches the actor.
+    pub fn validate(&self) -> Result<()> {
+        for op in &self.ops {
+            match op {
+                WriteOp::Put(k, v) => crate::txn::check_put(k, v)?,
+                WriteOp::Delete(k) => crate::txn::check_put(k, &[])?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A job run inside a storage actor's write transaction (engine-internal: the index actors
+/// write their storages this way, so that a storage's write side stays with its actor).
+pub(crate) type ApplyJob = Box<dyn FnOnce(&mut WriteTransaction) -> Result<()> + Send>;
+
+/// The storage actor's API.
+pub(crate) enum StorageMsg {
+    /// Apply `batch` atomically; answer with one bool per operation (`Delete`: whether the key
+    /// was present; `Put`: true) once durable.
+    Write {
+        batch: WriteBatch,
+        reply: flume::Sender<Result<Vec<bool>>>,
+    },
+    /// Run `job` in the next write transaction (merged with the other queued requests); answer
+    /// once durable. An error from `job` fails the whole transaction.
+    Apply {
+        job: ApplyJob,
+        reply: flume::Sender<Result<()>>,
+    },
+    /// Root storage only: send every later commit's document changes to `port`, and answer
+    /// with a snapshot of the last commit before it (every earlier commit is published, and
+    /// every later one will be sent: an index built from the snapshot and fed from the port
+    /// misses nothing).
+    AddFeed {
+        port: flume::Sender<IndexMsg>,
+        reply: flume::Sender<Result<ReadTransaction>>,
+    },
+    /// Finish the queued requests, answer, exit.
+    Stop { reply: flume::Sender<()> },
+}
+
+/// One document's change in a root transaction.
+#[derive(Debug)]
+pub(crate) struct DocumentChange {
+    pub key: Vec<u8>,
+    /// The value before the transaction (`None`: absent).
+    pub old: Option<Vec<u8>>,
+    /// The value after it (`None`: deleted).
+    pub new: Option<Vec<u8>>,
+}
+
+/// A durable root transaction's document changes, shared by every index's feed.
+#[derive(Debug)]
+pub(crate) struct RootCommit {
+    pub txn: u64,
+    /// When it was durable and published.
+    pub acked: Instant,
+    pub changes: Vec<DocumentChange>,
+}
+
+/// The root storage actor's side of the feed, shared with the database handle.
+#[derive(Debug)]
+pub(crate) struct RootFeed {
+    /// The last root txn id acknowledged through the engine; stored after its changes were sent
+    /// to every index and before its writers are answered.
+    pub acked_txn: AtomicU64,
+}
+
+/// The index actor's API.
+pub(crate) enum IndexMsg {
+    /// A durable root commit.
+    Commit(Arc<RootCommit>),
+    /// Apply everything queued before it, record the applied txn, answer, exit.
+    Stop { reply: flume::Sender<()> },
+}
