@@ -20,9 +20,9 @@
 //! Apart from this module, only `database.rs` creates or removes journal file names (see
 //! `docs/ARCHITECTURE.md`).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::io::IoSlice;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -32,59 +32,10 @@ use super::prezero::write_zeros;
 use super::record::{
     padding_for, start_body, OutRecord, RecordKind, BATCH_ALIGN, RECORD_HEADER_LEN,
 };
-use super::writer::{Journal, Waiting};
 use super::Prezero;
+use super::{Io, Journal, StorageDir, Waiting};
 use crate::env::{EnvFile, OpenMode};
 use crate::error::{Error, Result};
-
-/// A storage whose records this journal carries.
-#[derive(Debug, Clone)]
-struct StorageDir {
-    /// The storage directory (absolute or as given to open).
-    dir: PathBuf,
-    /// Its path relative to the journal owner's directory, written in link records.
-    rel: String,
-}
-
-/// The journal's files, under its `io` lock (held by the batch writer for a whole batch).
-pub(super) struct Io {
-    /// The current file.
-    pub(super) file: Arc<dyn EnvFile>,
-    /// Its journal number.
-    pub(super) no: u64,
-    /// The write position in it: where the next batch starts (4 KiB-aligned).
-    pub(super) pos: u64,
-    /// Journal number -> storage id -> highest txn id of that storage in the file, for every
-    /// storage whose directory holds an entry (the owner's name or a hard link) for the file.
-    pub(super) entries: BTreeMap<u64, HashMap<u64, u64>>,
-    /// Storages registered with this journal.
-    storages: HashMap<u64, StorageDir>,
-    /// Journal number -> links made to it in this session: (storage id, sequence when made).
-    links: HashMap<u64, Vec<(u64, u64)>>,
-    /// Journal number -> entries of it removed from branch storages' `Journals/` in this
-    /// session: (storage id, sequence when removed). Until that directory is fsynced, a power
-    /// loss can bring the entry back, so the file is not recycled before (its new contents would
-    /// be read under the old name).
-    unlinked: HashMap<u64, Vec<(u64, u64)>>,
-    /// Storage id -> sequence of the last `fsync` of its `Journals/` directory.
-    dir_synced: HashMap<u64, u64>,
-    /// Orders links and directory syncs (invariant 5: a sync covers the links made before it).
-    seq: u64,
-    /// Journal files this journal created (or took from its pool) in this session.
-    created: HashSet<u64>,
-    /// Journal number -> the durable length it was started with (its synced zeros), for every
-    /// file started in this session: the length its start statement gives.
-    pub(super) started: BTreeMap<u64, u64>,
-    /// The start statement `(file, length)` of the owner's durable header (docs/design.md 3.8):
-    /// the owner's names of files numbered at or above `stated.0` are never released, so the
-    /// statement and the start records that follow it name files that exist. `(0, 0)` until the
-    /// owner's first flush of the session writes one.
-    pub(super) stated: (u64, u64),
-    /// The owner's closing flush flushed every record it has and its durable header carries no
-    /// statement (see [`Journal::start_statement`]): the journal's drop may empty the current
-    /// file.
-    pub(super) closed_clean: bool,
-}
 
 impl Io {
     /// Before the first file: storage `owner` in `owner_dir` registered, no file yet.

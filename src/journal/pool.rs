@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use super::lock;
-use super::writer::Journal;
+use super::Journal;
 use crate::env::{OpenMode, StorageEnv};
 use crate::error::{Error, Result};
 

@@ -35,10 +35,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 
-use super::files::Io;
 use super::lock;
 use super::record::BATCH_ALIGN;
-use super::writer::Journal;
+use super::Io;
+use super::Journal;
 use crate::env::{EnvFile, OpenMode, StorageEnv};
 use crate::error::{Error, Result};
 

@@ -41,11 +41,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use super::files::Io;
 use super::lock;
 use super::pool::{start_pool, Pool};
 use super::prezero::ZeroCtl;
 use super::record::{padding_for, OutRecord, BATCH_ALIGN, RECORD_HEADER_LEN};
+use super::{Io, Journal, Shared, Waiting};
 use crate::env::StorageEnv;
 use crate::error::{Error, Result};
 use crate::options::Durability;
@@ -101,94 +101,6 @@ pub struct JournalStats {
     /// a 4 KiB batch of its own in the previous file with one `fdatasync` (counted in
     /// `fdatasyncs`; docs/design.md 3.8).
     pub start_records: u64,
-}
-
-/// A record waiting in a batch (and, with [`Journal::commit_with`], its committer).
-pub(super) struct Waiting {
-    ticket: u64,
-    pub(super) record: OutRecord,
-    /// The committer's own condition variable (used with `Journal::shared`): the leader wakes
-    /// exactly the committers of the batch it wrote, and the first queued one to lead next,
-    /// instead of every waiting thread. `None` for an eventual record: nobody waits for it.
-    wake: Option<Arc<Condvar>>,
-}
-
-impl Waiting {
-    /// True for an eventual record (acknowledged when queued).
-    fn eventual(&self) -> bool {
-        self.wake.is_none()
-    }
-}
-
-/// The group-commit queue, under the `shared` lock.
-#[derive(Default)]
-struct Shared {
-    queue: Vec<Waiting>,
-    /// Callers of [`Journal::sync_queued`] waiting for everything queued before them: the next
-    /// batch takes them with the queue (ticket, wake-up).
-    syncs: Vec<(u64, Arc<Condvar>)>,
-    leader: bool,
-    next_ticket: u64,
-    done: HashMap<u64, Result<u64>>,
-    poisoned: Option<String>,
-    /// When the oldest eventual record in `queue` was queued; `None` when none is.
-    eventual_since: Option<Instant>,
-    /// Bytes of the eventual records in `queue`.
-    eventual_bytes: u64,
-    /// The sync thread was started (by the first eventual commit).
-    sync_thread: bool,
-    /// Set by the journal's drop: the sync thread exits.
-    stop: bool,
-    /// The batch being written holds eventual records.
-    writing_eventual: bool,
-}
-
-/// A group-commit journal writer over the numbered files of one `Journals/` directory: a
-/// storage's own journal, or the shared journal of a database, whose files are hard-linked
-/// into the `Journals/` of every branch storage that has a record in them.
-pub struct Journal {
-    pub(super) env: Arc<dyn StorageEnv>,
-    pub(super) dir: PathBuf,
-    pub(super) owner: u64,
-    pub(super) file_size: u64,
-    pub(super) prezero: Prezero,
-    /// The group-commit queue (shared with the sync thread, which must not keep the journal
-    /// alive: it holds this and a `Weak` of the journal).
-    shared: Arc<Mutex<Shared>>,
-    /// The sync thread's wake-up: an eventual record queued into an empty queue, a batch done.
-    sync_cv: Arc<Condvar>,
-    /// Longest wait of a queued eventual record ([`JournalConfig::eventual_sync`]).
-    eventual_sync: Duration,
-    /// This journal, for the sync thread.
-    me: Weak<Journal>,
-    pub(super) io: Mutex<Io>,
-    pub(super) pool: Arc<Pool>,
-    /// The zeroed end of the current file and the background pre-zeroing of it.
-    pub(super) zero: Arc<ZeroCtl>,
-    commits: AtomicU64,
-    batches: AtomicU64,
-    bytes: AtomicU64,
-    pub(super) fdatasyncs: AtomicU64,
-    pub(super) dir_syncs: AtomicU64,
-    pub(super) files_created: AtomicU64,
-    pub(super) links_made: AtomicU64,
-    pub(super) files_recycled: AtomicU64,
-    pub(super) inline_zero_bytes: AtomicU64,
-    pub(super) inline_zeroings: AtomicU64,
-    pub(super) zeroing_waits: AtomicU64,
-    /// Storage id -> highest txn id it has flushed (`Journal::note_flushed`): on drop, a current
-    /// file whose records are all flushed is emptied.
-    pub(super) flushed: Mutex<HashMap<u64, u64>>,
-    /// Start records written (one per file started after the session's first).
-    pub(super) start_records: AtomicU64,
-    eventual_commits: AtomicU64,
-    eventual_lost: AtomicU64,
-}
-
-impl std::fmt::Debug for Journal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Journal({})", self.dir.display())
-    }
 }
 
 /// Options of a journal (from [`crate::Options`]).
