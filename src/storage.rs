@@ -26,9 +26,8 @@ use crate::btree::CheckReport;
 use crate::env::{EnvFile, OpenMode, StorageEnv};
 use crate::error::{Error, Result};
 use crate::freespace::{Allocator, BITS_PER_BITMAP, WORDS};
-use crate::journal::record::{
-    apply_ranges, decode_commit, decode_start, CommitMeta, PageRecord, RecordKind,
-};
+use crate::journal::diff::apply_ranges;
+use crate::journal::record::{decode_commit, decode_start, CommitMeta, PageRecord, RecordKind};
 use crate::journal::{recovery, Journal, JournalConfig, JournalStats};
 use crate::options::{FlushMode, Options};
 use crate::page::header::{self, Header};

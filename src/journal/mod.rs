@@ -14,6 +14,7 @@
 
 pub(crate) mod activity;
 mod cut;
+pub(crate) mod diff;
 mod files;
 mod pool;
 mod prezero;

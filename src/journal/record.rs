@@ -42,6 +42,10 @@
 //! file: the statement outside the new file that it exists and how long it is at least (a cut
 //! that removes a file's first batch leaves no padding record in it to say so).
 
+use super::diff::{
+    apply_ranges, diff_len, diff_ranges, longest_zero_run, written_ranges, MAX_DIFF_RANGES,
+    MIN_TRIM,
+};
 use crate::page::{rd_u32, rd_u64, wr_u32, wr_u64, PAGE_SIZE};
 
 /// Bytes of a record header.
@@ -182,143 +186,6 @@ const COMMIT_FIXED: usize = 8 * 4 + 4;
 const TRIMMED: u32 = 0x8000_0000;
 /// Run-pages value of a single page stored as a diff of a base page.
 const DIFF: u32 = 0x8000_0002;
-/// Most ranges in one page diff.
-const MAX_DIFF_RANGES: usize = u16::MAX as usize;
-
-/// The byte ranges `(start, end)` where `new` differs from `base` (two single pages), found a
-/// word (8 bytes) at a time, so a range may include a few equal bytes at its edges.
-pub fn diff_ranges(base: &[u8], new: &[u8]) -> Vec<(usize, usize)> {
-    debug_assert!(base.len() == PAGE_SIZE && new.len() == PAGE_SIZE);
-    // Three levels: 512-byte spans compared with one `memcmp` each (most of a page is
-    // unchanged), then 64-byte blocks (the XOR of their words folded with OR, vector code), then
-    // words. A range stays open across unequal spans and blocks and closes at the first equal
-    // word, span or block, so the result is the word-level answer.
-    const SPAN: usize = 512;
-    const BLOCK: usize = 64;
-    let word = |c: &[u8]| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8]));
-    let mut out: Vec<(usize, usize)> = Vec::new();
-    let mut open: Option<usize> = None;
-    let len = base.len().min(new.len()) / SPAN * SPAN;
-    for (s, (sa, sb)) in base[..len]
-        .chunks_exact(SPAN)
-        .zip(new[..len].chunks_exact(SPAN))
-        .enumerate()
-    {
-        if sa == sb {
-            if let Some(o) = open.take() {
-                out.push((o, s * SPAN));
-            }
-            continue;
-        }
-        for (i, (a, b)) in sa
-            .chunks_exact(BLOCK)
-            .zip(sb.chunks_exact(BLOCK))
-            .enumerate()
-        {
-            let at_block = s * SPAN + i * BLOCK;
-            let differs = a
-                .chunks_exact(8)
-                .zip(b.chunks_exact(8))
-                .fold(0u64, |acc, (x, y)| acc | (word(x) ^ word(y)));
-            if differs == 0 {
-                if let Some(o) = open.take() {
-                    out.push((o, at_block));
-                }
-                continue;
-            }
-            for (j, (x, y)) in a.chunks_exact(8).zip(b.chunks_exact(8)).enumerate() {
-                let at = at_block + j * 8;
-                match (word(x) == word(y), open) {
-                    (false, None) => open = Some(at),
-                    (true, Some(o)) => {
-                        out.push((o, at));
-                        open = None;
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-    if let Some(o) = open {
-        out.push((o, len));
-    }
-    out
-}
-
-/// Bytes a page diff with `ranges` takes in a record (after the 12-byte page prefix).
-fn diff_len(ranges: &[(usize, usize)]) -> usize {
-    8 + 2 + ranges.iter().map(|(a, b)| 4 + b - a).sum::<usize>()
-}
-/// Zero runs shorter than this are kept (not worth 4 bytes of offsets).
-const MIN_TRIM: usize = 64;
-
-/// The longest run of zero 8-byte words in `img[HEADER_LEN..]`, as a byte range `(start, end)`
-/// (word-aligned: a few zero bytes at its edges may stay in; the first of equal runs wins).
-/// One pass builds a bit mask of the zero words, 8 words at a time (a block of zeros is one
-/// vector OR-fold), a second walks the mask's runs with `trailing_zeros`.
-fn longest_zero_run(img: &[u8]) -> (usize, usize) {
-    const MAX_WORDS: usize = PAGE_SIZE / 8;
-    let base = crate::page::HEADER_LEN;
-    let words = (img.len().saturating_sub(base) / 8).min(MAX_WORDS);
-    let body = &img[base..base + words * 8];
-    let word = |c: &[u8]| u64::from_ne_bytes(c.try_into().unwrap_or([1; 8]));
-    let mut mask = [0u64; MAX_WORDS / 64];
-    let mut blocks = body.chunks_exact(64);
-    for (k, block) in blocks.by_ref().enumerate() {
-        let bits: u64 = if block.chunks_exact(8).fold(0u64, |acc, c| acc | word(c)) == 0 {
-            0xff
-        } else {
-            block
-                .chunks_exact(8)
-                .enumerate()
-                .fold(0u64, |acc, (j, c)| acc | (((word(c) == 0) as u64) << j))
-        };
-        mask[k / 8] |= bits << ((k % 8) * 8);
-    }
-    let done = words / 8 * 8;
-    for (j, c) in blocks.remainder().chunks_exact(8).enumerate() {
-        let i = done + j;
-        mask[i / 64] |= ((word(c) == 0) as u64) << (i % 64);
-    }
-    // The next word index at or after `i` whose mask bit equals `bit` (or `words`).
-    let next = |i: usize, bit: bool| -> usize {
-        let pick = |w: usize| match mask.get(w) {
-            Some(&v) if bit => v,
-            Some(&v) => !v,
-            None => 0,
-        };
-        let mut w = i / 64;
-        let mut m = pick(w) & (u64::MAX << (i % 64));
-        // Bounded: `w` advances to the end of the mask.
-        while w < mask.len() {
-            if m != 0 {
-                return (w * 64 + m.trailing_zeros() as usize).min(words);
-            }
-            w += 1;
-            m = pick(w);
-        }
-        words
-    };
-    let mut best = (0usize, 0usize);
-    let mut i = 0;
-    // Bounded: `i` strictly advances each turn (a run ends after it starts).
-    while i < words {
-        let start = next(i, true);
-        if start >= words {
-            break;
-        }
-        let end = next(start, false);
-        if end - start > best.1 - best.0 {
-            best = (start, end);
-        }
-        i = end;
-    }
-    if best.1 == best.0 {
-        return (0, 0);
-    }
-    (base + best.0 * 8, base + best.1 * 8)
-}
-
 /// One piece of a record body: a shared page image (written by `pwritev` without copying), bytes
 /// owned by the record (headers of diffs, trimmed pages), or zeros (padding).
 #[derive(Debug, Clone)]
@@ -435,62 +302,6 @@ pub struct DiffBase<'b> {
     pub written: Option<&'b [(u16, u16)]>,
 }
 
-/// Most ranges [`written_ranges`] returns (no allocation).
-const MAX_WRITTEN: usize = 16;
-
-/// Sorted, disjoint byte ranges `(start, end)` held inline (see [`written_ranges`]).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct WrittenRanges {
-    r: [(usize, usize); MAX_WRITTEN],
-    n: usize,
-}
-
-impl std::ops::Deref for WrittenRanges {
-    type Target = [(usize, usize)];
-    fn deref(&self) -> &[(usize, usize)] {
-        &self.r[..self.n]
-    }
-}
-
-/// The diff ranges of a page whose edits were tracked: the header (rewritten at every commit)
-/// and the written `(start, end)` ranges, sorted, clamped to the page, and merged where they
-/// overlap or lie within 4 bytes (a range's own cost in the record). More ranges than fit
-/// inline are covered by one span from the first written byte to the last.
-pub(crate) fn written_ranges(written: &[(u16, u16)]) -> WrittenRanges {
-    let mut rs = WrittenRanges {
-        r: [(0, 0); MAX_WRITTEN],
-        n: 1,
-    };
-    rs.r[0] = (0, crate::page::HEADER_LEN);
-    let clamped = written
-        .iter()
-        .map(|&(a, b)| ((a as usize).min(PAGE_SIZE), (b as usize).min(PAGE_SIZE)))
-        .filter(|(a, b)| a < b);
-    if written.len() < MAX_WRITTEN {
-        for r in clamped {
-            rs.r[rs.n] = r;
-            rs.n += 1;
-        }
-    } else if let Some(span) = clamped.reduce(|x, y| (x.0.min(y.0), x.1.max(y.1))) {
-        rs.r[1] = span;
-        rs.n = 2;
-    }
-    rs.r[..rs.n].sort_unstable();
-    // Merged in place: `n` ranges kept so far.
-    let mut n = 0;
-    for k in 0..rs.n {
-        let (a, b) = rs.r[k];
-        if n > 0 && a <= rs.r[n - 1].1 + 4 {
-            rs.r[n - 1].1 = rs.r[n - 1].1.max(b);
-        } else {
-            rs.r[n] = (a, b);
-            n += 1;
-        }
-    }
-    rs.n = n;
-    rs
-}
-
 /// Builds a commit record from its meta and sealed page images `(page number, image)`.
 /// `base_of(p)` names the page that page `p` was copied from, when the transaction freed it
 /// (see the module doc): the page is then journaled as a diff against it when that is smaller
@@ -589,17 +400,6 @@ pub fn commit_record<'b>(
     rec.pages = images.len() as u32;
     rec.page_diffs = page_diffs;
     rec
-}
-
-/// Replaces the `(offset, bytes)` ranges of a page diff in `img`, in order; `None` when one
-/// does not fit the image (nothing past it is written).
-pub fn apply_ranges<B: AsRef<[u8]>>(img: &mut [u8], ranges: &[(usize, B)]) -> Option<()> {
-    for (at, bytes) in ranges {
-        let bytes = bytes.as_ref();
-        img.get_mut(*at..at.checked_add(bytes.len())?)?
-            .copy_from_slice(bytes);
-    }
-    Some(())
 }
 
 /// One page of a decoded commit body.
@@ -837,29 +637,6 @@ mod tests {
     }
 
     #[test]
-    fn written_ranges_add_the_header_and_merge_close_ranges() {
-        // Out of order, overlapping, 4 bytes apart (merged), 5 apart (kept apart), empty, and
-        // past the page end (clamped).
-        let w = [
-            (100, 110),
-            (40, 50),
-            (45, 60),
-            (64, 70),
-            (75, 80),
-            (200, 200),
-            (8180, 9000),
-        ];
-        assert_eq!(
-            &*written_ranges(&w),
-            &[(0, 32), (40, 70), (75, 80), (100, 110), (8180, PAGE_SIZE)]
-        );
-        assert_eq!(&*written_ranges(&[]), &[(0, 32)]);
-        assert_eq!(&*written_ranges(&[(20, 40), (36, 38)]), &[(0, 40)]);
-        let many: Vec<(u16, u16)> = (0..20).map(|i| (100 + 10 * i, 101 + 10 * i)).collect();
-        assert_eq!(&*written_ranges(&many), &[(0, 32), (100, 291)]);
-    }
-
-    #[test]
     fn page_diff_roundtrip_is_small_and_needs_its_base() {
         use crate::page::node::{LeafEntry, Node, Val};
         let entry = |i: u32| LeafEntry {
@@ -915,91 +692,6 @@ mod tests {
         // A missing base, or one that is not a page, rebuilds nothing.
         assert!(r.clone().rebuild(|_| None).is_none());
         assert!(r.rebuild(|_| Some(&other[..100])).is_none());
-    }
-
-    #[test]
-    fn diff_ranges_cover_exactly_the_changed_words() {
-        // Deterministic edits at word edges, block edges and the page ends.
-        let base: Vec<u8> = (0..PAGE_SIZE).map(|i| (i * 7 % 251) as u8).collect();
-        for edits in [
-            vec![],
-            vec![0],
-            vec![PAGE_SIZE - 1],
-            vec![63, 64],
-            vec![7, 8, 100, 4095, 4096, 8000],
-            (0..PAGE_SIZE).step_by(9).collect(),
-            // Across 512-byte span edges, and a range over whole spans.
-            vec![504, 511, 512, 1023, 1024, 1535],
-            (500..1700).collect(),
-        ] {
-            let mut new = base.clone();
-            for &at in &edits {
-                new[at] ^= 0x5a;
-            }
-            let ranges = diff_ranges(&base, &new);
-            let mut rebuilt = base.clone();
-            for &(s, e) in &ranges {
-                assert!(s < e && e <= PAGE_SIZE && s % 8 == 0 && e % 8 == 0);
-                rebuilt[s..e].copy_from_slice(&new[s..e]);
-            }
-            assert_eq!(rebuilt, new, "edits {edits:?}");
-            // Each range starts and ends on a changed word: no equal word at either edge.
-            for &(s, e) in &ranges {
-                assert_ne!(base[s..s + 8], new[s..s + 8]);
-                assert_ne!(base[e - 8..e], new[e - 8..e]);
-            }
-            assert_eq!(ranges.is_empty(), edits.is_empty());
-            // Ranges are in order and maximal: an equal word separates two of them.
-            for w in ranges.windows(2) {
-                assert!(w[0].1 < w[1].0, "{ranges:?}");
-            }
-        }
-    }
-
-    #[test]
-    fn longest_zero_run_matches_a_word_by_word_reference() {
-        let reference = |img: &[u8]| {
-            let (mut best, mut cur) = ((0usize, 0usize), None::<usize>);
-            let base = crate::page::HEADER_LEN;
-            let end = base + (img.len() - base) / 8 * 8;
-            for i in (base..end).step_by(8) {
-                let zero = img[i..i + 8].iter().all(|&b| b == 0);
-                match (zero, cur) {
-                    (true, None) => cur = Some(i),
-                    (false, Some(s)) => {
-                        if i - s > best.1 - best.0 {
-                            best = (s, i);
-                        }
-                        cur = None;
-                    }
-                    _ => {}
-                }
-            }
-            if let Some(s) = cur {
-                if end - s > best.1 - best.0 {
-                    best = (s, end);
-                }
-            }
-            best
-        };
-        for marks in [
-            vec![],
-            vec![40],
-            vec![100, 5000],
-            vec![63, 64, 65, 200, 8191],
-            (0..PAGE_SIZE).step_by(700).collect(),
-            (32..PAGE_SIZE).step_by(8).collect(),
-            (100..PAGE_SIZE).step_by(977).chain(3000..3100).collect(),
-            vec![PAGE_SIZE - 8, PAGE_SIZE - 1],
-            (0..64).map(|i| 48 + i * 129).collect(),
-        ] {
-            let mut img = vec![0u8; PAGE_SIZE];
-            img[..32].fill(0xff);
-            for &m in &marks {
-                img[m] = 1;
-            }
-            assert_eq!(longest_zero_run(&img), reference(&img), "marks {marks:?}");
-        }
     }
 
     #[test]

@@ -1640,7 +1640,7 @@ impl WriteTransaction {
                 // Edited only in place: it differs from its (checked) base only in the
                 // header and the written ranges, so its checksum follows from the base's.
                 if let Some(w) = written {
-                    seal_base = Some((base_img, crate::journal::record::written_ranges(w)));
+                    seal_base = Some((base_img, crate::journal::diff::written_ranges(w)));
                 }
             }
             let Some(img) = Arc::get_mut(&mut image) else {
@@ -1672,7 +1672,7 @@ impl WriteTransaction {
                     bitmap_touched.push((p, t));
                     Some((
                         base_state.page(p)?.0,
-                        crate::journal::record::written_ranges(t.as_slice()),
+                        crate::journal::diff::written_ranges(t.as_slice()),
                     ))
                 }
                 None => None,
