@@ -47,6 +47,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+#[path = "common/mod.rs"]
+mod common;
+use common::{batch_key, key, splitmix, value};
+
 use omnibus::{Durability, FlushMode, Options, Prezero, Storage};
 
 // ---------------------------------------------------------------------------------------------
@@ -140,31 +144,6 @@ impl Config {
 
 // ---------------------------------------------------------------------------------------------
 // Data: deterministic keys and values
-
-fn splitmix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
-
-/// Key `i`: 8 pseudo-random bytes then `i`, both big-endian: unique, in random order.
-fn key(i: u64) -> [u8; 16] {
-    let mut k = [0u8; 16];
-    k[..8].copy_from_slice(&splitmix64(i).to_be_bytes());
-    k[8..].copy_from_slice(&i.to_be_bytes());
-    k
-}
-
-/// Value `i`: 100 bytes derived from `i`.
-fn value(i: u64) -> [u8; 100] {
-    let mut v = [0u8; 100];
-    for (c, chunk) in v.chunks_mut(8).enumerate() {
-        let w = splitmix64(i ^ ((c as u64) << 56)).to_le_bytes();
-        chunk.copy_from_slice(&w[..chunk.len()]);
-    }
-    v
-}
 
 // ---------------------------------------------------------------------------------------------
 // Formatting helpers
@@ -336,7 +315,7 @@ fn queries(cfg: &Config) -> Vec<[u8; 16]> {
     let mut x = 0x5EED_u64;
     (0..cfg.gets)
         .map(|_| {
-            x = splitmix64(x);
+            x = splitmix(x);
             key(x % cfg.keys as u64)
         })
         .collect()
@@ -1054,15 +1033,6 @@ impl Spent {
 
 // ---------------------------------------------------------------------------------------------
 // 4. Random batches (the index storages' write pattern)
-
-/// Index-like key `i` of a random batch: 24 pseudo-random bytes.
-fn batch_key(i: u64) -> [u8; 24] {
-    let mut k = [0u8; 24];
-    k[..8].copy_from_slice(&splitmix64(i).to_be_bytes());
-    k[8..16].copy_from_slice(&splitmix64(i ^ 0x5555).to_be_bytes());
-    k[16..].copy_from_slice(&i.to_be_bytes());
-    k
-}
 
 const BATCH_VALUE: [u8; 150] = [0x42; 150];
 

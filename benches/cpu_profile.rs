@@ -23,41 +23,11 @@
 use std::path::Path;
 use std::time::Instant;
 
+#[path = "common/mod.rs"]
+mod common;
+use common::{batch_key, key, value};
+
 use omnibus::{FlushMode, Options, Storage};
-
-fn splitmix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
-
-/// benches/core.rs `key`: 8 pseudo-random bytes then `i`.
-fn key(i: u64) -> [u8; 16] {
-    let mut k = [0u8; 16];
-    k[..8].copy_from_slice(&splitmix64(i).to_be_bytes());
-    k[8..].copy_from_slice(&i.to_be_bytes());
-    k
-}
-
-/// benches/core.rs `value`: 100 bytes derived from `i`.
-fn value(i: u64) -> [u8; 100] {
-    let mut v = [0u8; 100];
-    for (c, chunk) in v.chunks_mut(8).enumerate() {
-        let w = splitmix64(i ^ ((c as u64) << 56)).to_le_bytes();
-        chunk.copy_from_slice(&w[..chunk.len()]);
-    }
-    v
-}
-
-/// benches/core.rs `batch_key`: 24 pseudo-random bytes.
-fn batch_key(i: u64) -> [u8; 24] {
-    let mut k = [0u8; 24];
-    k[..8].copy_from_slice(&splitmix64(i).to_be_bytes());
-    k[8..16].copy_from_slice(&splitmix64(i ^ 0x5555).to_be_bytes());
-    k[16..].copy_from_slice(&i.to_be_bytes());
-    k
-}
 
 const BATCH_VALUE: [u8; 150] = [0x42; 150];
 
