@@ -1,0 +1,257 @@
+//! Journal replay at open (design.md 6, step 7): a storage's own records after its durable
+//! header, in txn order across files, rebuilt into the scratch table, and the start statements
+//! checked (design.md 3.8).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use crate::env::StorageEnv;
+use crate::error::{Error, Result};
+use crate::journal::diff::apply_ranges;
+use crate::journal::record::{decode_commit, decode_start, PageRecord, RecordKind};
+use crate::journal::recovery;
+use crate::page::header::Header;
+use crate::page::{self, PAGE_SIZE};
+use crate::state::{ScratchPage, State};
+
+/// Replays the commit records of the storage of header `hdr` after `state.flushed_txn` into
+/// the scratch table (design.md invariant I7) and returns, per journal file, the highest txn id of
+/// each storage. The files are those of `dir` and, where `dir` lacks their number, `borrowed`
+/// ones. Then checks the journal's start statements (`check_started`).
+pub(super) fn recover(
+    env: &dyn StorageEnv,
+    dir: &Path,
+    borrowed: &[(u64, PathBuf)],
+    hdr: &Header,
+    state: &mut State,
+) -> Result<BTreeMap<u64, HashMap<u64, u64>>> {
+    let storage_id = hdr.storage_id;
+    let mut files = BTreeMap::new();
+    // Journal number -> (path, length) of every file scanned, and the start records this
+    // storage's own journal wrote: (file started, its durable length).
+    let mut lens: BTreeMap<u64, (PathBuf, u64)> = BTreeMap::new();
+    let mut starts: Vec<(u64, u64)> = Vec::new();
+    let data_path = state.path().to_path_buf();
+    let mut list = recovery::list(env, dir)?;
+    for (no, path) in borrowed {
+        if !list.iter().any(|(n, _)| n == no) {
+            tracing::info!(file = %path.display(), storage = %dir.display(), "reading a journal file through another name: the storage's own is missing");
+            list.push((*no, path.clone()));
+        }
+    }
+    list.sort();
+    // Free-space bitmap pages journaled as diffs of their own previous version (design.md 3.2)
+    // whose chain starts at the data file's copy (no replayed record holds the page): page ->
+    // its diffs `(txn, ranges)` in order. That copy may be torn by a flush whose header never
+    // became durable: a mix of the header's version and a later one, each byte from one of
+    // them. Applying every diff since the header to it still gives the exact page: a byte some
+    // later transaction changed is set by the last diff that covers it (a diff covers every
+    // byte its transaction changed), and a byte none changed is equal in every version since
+    // the header. So the chain is applied once, at the end, to the copy as it is, and only the
+    // result's checksum is checked (a damaged copy, not a torn one, still fails there).
+    let mut deferred: HashMap<u64, Vec<(u64, OwnedRanges)>> = HashMap::new();
+    for (no, path) in list {
+        let mut per: HashMap<u64, u64> = HashMap::new();
+        let known = [(storage_id, state.txn_id)];
+        let end = recovery::scan(env, &path, no, &known, |h, body, offset| {
+            if h.kind == RecordKind::Start && h.storage_id == storage_id {
+                // A start record this storage's journal wrote (another owner's, in a shared
+                // file hard-linked into a branch, says nothing about this directory).
+                match decode_start(body) {
+                    Some(s) => starts.push(s),
+                    None => {
+                        return Err(Error::corruption(
+                            &path,
+                            None,
+                            Some(offset),
+                            "malformed journal start record",
+                        ))
+                    }
+                }
+            }
+            if h.kind != RecordKind::Commit {
+                return Ok(());
+            }
+            let m = per.entry(h.storage_id).or_insert(0);
+            *m = (*m).max(h.txn_id);
+            if h.storage_id != storage_id {
+                return Ok(());
+            }
+            if h.txn_id <= state.flushed_txn {
+                return Ok(());
+            }
+            let bad = |what: String| Error::corruption(&path, None, Some(offset), what);
+            if h.txn_id != state.txn_id + 1 {
+                return Err(bad(format!(
+                    "journal txn ids are not contiguous: expected {}, found {}",
+                    state.txn_id + 1,
+                    h.txn_id
+                )));
+            }
+            let (meta, images) =
+                decode_commit(body).ok_or_else(|| bad("malformed commit record".into()))?;
+            for (p, rec) in images {
+                match &rec {
+                    PageRecord::Diff { base, ranges }
+                        if *base == p
+                            && (deferred.contains_key(&p) || !state.scratch.contains_key(&p)) =>
+                    {
+                        let owned = ranges.iter().map(|(o, b)| (*o, b.to_vec())).collect();
+                        deferred.entry(p).or_default().push((h.txn_id, owned));
+                        continue;
+                    }
+                    // A full image: whatever was deferred for the page is superseded.
+                    PageRecord::Full(_) => {
+                        deferred.remove(&p);
+                    }
+                    PageRecord::Diff { .. } => {}
+                }
+                let scratch = &state.scratch;
+                // A diff's base: its latest replayed image, else the data file as of the header
+                // (intact: its reuse waited for a durable header past this transaction).
+                let mapping = &state.mapping;
+                let mut base_err = None;
+                let img = rec
+                    .rebuild(|b| match scratch.get(&b) {
+                        Some(sp) => Some(&sp.image[..]),
+                        None => match mapping.page(b, false) {
+                            Ok((img, _)) => Some(img),
+                            Err(e) => {
+                                base_err = Some(format!("its base page {b}: {e}"));
+                                None
+                            }
+                        },
+                    })
+                    .ok_or_else(|| {
+                        let why = base_err
+                            .take()
+                            .unwrap_or_else(|| "it does not fit its base".into());
+                        bad(format!("page {p} is journaled as a page diff, and {why}"))
+                    })?;
+                page::check_image(&img, p, &data_path)?;
+                let image = crate::page::Image::copy_from(&img);
+                let run = (image.len() / PAGE_SIZE) as u64;
+                deferred.retain(|q, _| !(p + 1..p + run).contains(q));
+                put_scratch(state, p, h.txn_id, image);
+            }
+            state.txn_id = h.txn_id;
+            state.root = meta.root;
+            state.freedir = meta.freedir;
+            state.next_page = meta.next_page;
+            state.entries = meta.entries;
+            Ok(())
+        })?;
+        files.insert(no, per);
+        lens.insert(no, (path, end.len));
+    }
+    // The deferred chains, on the data file's copies (see `deferred` above).
+    let mut pending: Vec<_> = deferred.into_iter().collect();
+    pending.sort_unstable_by_key(|(p, _)| *p);
+    for (p, diffs) in pending {
+        let bad = |what: &str| Error::corruption(&data_path, Some(p), None, what);
+        let base = state
+            .mapping
+            .span(p, 1)
+            .ok_or_else(|| bad("the base of a free-space page diff is beyond the data file"))?;
+        let mut page_img = base.to_vec();
+        let mut txn = state.flushed_txn;
+        // Bounded by the records replayed.
+        for (t, ranges) in diffs {
+            apply_ranges(&mut page_img, &ranges)
+                .ok_or_else(|| bad("a page diff does not fit its page"))?;
+            txn = t;
+        }
+        page::check_image(&page_img, p, &data_path)?;
+        put_scratch(state, p, txn, crate::page::Image::copy_from(&page_img));
+    }
+    check_started(
+        dir,
+        &lens,
+        (hdr.journal_started, hdr.journal_started_len),
+        &starts,
+    )?;
+    Ok(files)
+}
+
+/// Puts the replayed image of page `p` (written by `txn`) into `state`'s scratch table, with
+/// its byte count. Replay does not know the pages each commit freed (`publish_commit` drops
+/// them from the scratch table): an older image that starts inside this run was freed since,
+/// and must go, or the flush (in page order) writes it over the run.
+fn put_scratch(state: &mut State, p: u64, txn: u64, image: crate::page::SharedImage) {
+    let run = (image.len() / PAGE_SIZE) as u64;
+    let inside: Vec<u64> = state
+        .scratch
+        .range(p + 1..p + run)
+        .map(|(q, _)| *q)
+        .collect();
+    for q in inside {
+        if let Some(old) = state.scratch.remove(&q) {
+            state.scratch_bytes -= old.image.len() as u64;
+        }
+    }
+    state.scratch_bytes += image.len() as u64;
+    if let Some(old) = state.scratch.insert(p, ScratchPage { txn, image }) {
+        state.scratch_bytes -= old.image.len() as u64;
+    }
+}
+
+/// The `(offset, bytes)` ranges of a page diff, owned (kept past their record's body).
+type OwnedRanges = Vec<(usize, Vec<u8>)>;
+
+/// Checks the start statements of the journal a storage owns (docs/design.md, 3.8 and
+/// section 6): `header` is its header's `(file, length)` (file 0: none), `starts` the
+/// `(file, length)` of the start records its journal wrote into the files scanned, `files` the
+/// path and length of every journal file found (own names and borrowed ones). Every file
+/// numbered at or above the header's must exist when a statement names it, and be at least as
+/// long as stated: the header's length for its own file (newer than any start record about it),
+/// the longest start record's for later ones. Statements about files below the header's are
+/// ignored: those files may have been released since.
+///
+/// Errors: [`Error::Corruption`] naming the missing or short file. A power loss cannot cause
+/// either: a statement is made only after its file's creation, zeros and directory entry are
+/// synced, and a file at or above the durable statement is never released.
+fn check_started(
+    dir: &Path,
+    files: &BTreeMap<u64, (PathBuf, u64)>,
+    header: (u64, u64),
+    starts: &[(u64, u64)],
+) -> Result<()> {
+    let (first, first_len) = header;
+    if first == 0 {
+        return Ok(());
+    }
+    let mut stated: BTreeMap<u64, u64> = BTreeMap::new();
+    stated.insert(first, first_len);
+    for &(no, len) in starts.iter().filter(|(no, _)| *no > first) {
+        let l = stated.entry(no).or_insert(0);
+        *l = (*l).max(len);
+    }
+    for (no, len) in stated {
+        match files.get(&no) {
+            None => {
+                return Err(Error::corruption(
+                    dir.join(crate::journal::file_name(no)),
+                    None,
+                    None,
+                    format!(
+                        "the journal file is missing (every name of it deleted): it was started \
+                         with {len} durable bytes, and unflushed commits in it are lost"
+                    ),
+                ))
+            }
+            Some((path, have)) if *have < len => {
+                return Err(Error::corruption(
+                    path,
+                    None,
+                    Some(*have),
+                    format!(
+                        "the journal file was cut short: it is {have} bytes, but it was started \
+                         with {len} durable bytes; records in it may be lost"
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
