@@ -144,7 +144,7 @@ const PREEMPT_TIMER: Duration = Duration::from_millis(5);
 /// other event arrives. Seen four times in `bench shop`'s separate mode on this 2-core VM:
 /// both executors asleep in `io_uring_enter` (no CPU, no I/O) for 12 minutes, 167 s and 9
 /// minutes, with the flushers' tick timers pending, until something outside woke them: a
-/// debugger's attach, or (2026-12-02, the build before this thread) `SIGSTOP` + `SIGCONT`,
+/// debugger's attach, or (on the build before this thread) `SIGSTOP` + `SIGCONT`,
 /// after which the run finished within seconds. glommio 0.9 sleeps
 /// on its main ring with the latency ring (where timers live) linked to it, the design its
 /// maintainers replaced to fix such hangs (glommio PR 552, not in 0.9); the community fork

@@ -696,7 +696,7 @@ mod tests {
 
     #[test]
     fn commit_bodies_out_of_range_do_not_decode() {
-        // Regression (found by the `recovery` fuzz target, 2026-12-01): a commit record whose
+        // Regression (found by the `recovery` fuzz target): a commit record whose
         // checksums hold but whose tree state is absurd was replayed as it was. Its
         // `next_page` of about 2^60 then sized `check`'s page bitmaps (the process died out of
         // memory: `rust_oom` in `btree::check`), and would have sized the data file; a page

@@ -227,7 +227,7 @@ mod tests {
 
     #[test]
     fn a_header_out_of_range_is_damaged() {
-        // Regression (with the `recovery` fuzz target's find, 2026-12-01): a header page whose
+        // Regression (found by the `recovery` fuzz target): a header page whose
         // checksum holds over an absurd tree state (written by something else, or damage that
         // kept the checksum) was taken as valid; its `next_page` sizes the data file at open
         // and `check`'s page bitmaps (out of memory for 2^60), and `next_page * 8192`

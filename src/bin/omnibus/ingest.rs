@@ -862,7 +862,7 @@ fn print_summary(s: &Summary, json: bool) {
             i.lag_ms_max
         );
         if i.applied_txn < s.root_txn {
-            // Seen 2026-12-02 (an ingest stopped by a full disk, 48 MiB tmpfs): the line above read
+            // Regression (an ingest stopped by a full disk, 48 MiB tmpfs): the line above read
             // as a finished index while it was 133 root commits behind the documents.
             println!(
                 "      {:<10} BEHIND the documents: applied root txn {} of {}; the next `ingest --index {}` catches it up",
