@@ -286,14 +286,7 @@ fn every_open_refuses_a_foreign_data_file_the_same_way_and_creates_nothing() {
     use omnibus::actors::{Engine, EngineOptions};
     use omnibus::{Database, JournalMode};
     let dir = tempfile::tempdir().unwrap();
-    let mut random = vec![0u8; 65536];
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    for b in random.iter_mut() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = x as u8;
-    }
+    let random = tree::junk(65536, 0x9E37_79B9_7F4A_7C15);
     let contents: [(&str, Vec<u8>); 4] = [
         ("notes", b"my notes\n".to_vec()),
         ("nine-random", random[..9].to_vec()),

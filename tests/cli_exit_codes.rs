@@ -4,6 +4,8 @@
 
 #[path = "common/cli.rs"]
 mod cli_common;
+#[path = "common/tree.rs"]
+mod tree;
 use cli_common::{ok, omnibus};
 
 #[test]
@@ -64,14 +66,7 @@ fn every_command_gives_a_foreign_directory_one_verdict_and_changes_nothing() {
     let input = dir.path().join("in.jsonl");
     std::fs::write(&input, "{\"id\":\"a\",\"v\":1}\n").unwrap();
     let input = input.to_str().unwrap();
-    let mut random = vec![0u8; 65536];
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
-    for b in random.iter_mut() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = x as u8;
-    }
+    let random = tree::junk(65536, 0x2545_F491_4F6C_DD1D);
     for (name, bytes) in [
         ("notes", b"my notes\n".to_vec()),
         ("nine", random[..9].to_vec()),

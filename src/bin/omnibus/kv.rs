@@ -751,8 +751,10 @@ pub fn check(a: CheckArgs) -> CliResult {
             Err(f) => return Err(f),
         }
     };
-    // A plain storage's directory that is no storage at all: the same input error as for
-    // every other command, before `--storage` is looked at.
+    // A plain storage's directory that is no storage at all is the same input error (exit 1)
+    // as for every other command, before `--storage` is looked at. Regression: a directory
+    // holding someone else's `data.pages` was "CORRUPT" (exit 2) to `check` and "not an
+    // omnibus storage" (exit 1) to the other commands.
     let mut storages = storages;
     if matches!(
         storages.as_slice(),
@@ -784,13 +786,9 @@ pub fn check(a: CheckArgs) -> CliResult {
     }
     for (name, s) in storages {
         let s = match s {
-            // A directory that is not a storage at all is the same input error (exit 1) for
-            // `check` as for `get`, `stat` and `put`: there is nothing of omnibus to check.
-            // Regression: a directory holding someone else's `data.pages` was "CORRUPT" (exit
-            // 2) to `check` and "not an omnibus storage" (exit 1) to the other commands.
-            Err(e @ omnibus::Error::NotAStorage { .. })
-                if name == PLAIN_STORAGE || (name == ROOT && db_error.is_some()) =>
-            {
+            // A root that, opened alone, is no storage at all: the input error of every
+            // command (a plain storage's directory is answered so before `--storage`).
+            Err(e @ omnibus::Error::NotAStorage { .. }) if name == ROOT && db_error.is_some() => {
                 return Err(Fail::opening(e, &a.db));
             }
             Ok(s) => s,
