@@ -4,7 +4,7 @@
 //! Each round starts this binary again as a child that opens a storage (default options:
 //! `eventual_sync_ms` 100) and commits one-put eventual transactions (8-byte sequential keys,
 //! 100-byte values) as fast as it can, writing `txn-number ack-time` to a pipe after each
-//! commit returns. On the busy disk a thread of the child writes 16 MiB at a time into a file
+//! commit returns. On the busy disk a thread of the child writes 128 MiB at a time into a file
 //! beside the storage and `fdatasync`s it, without end, so the journal's syncs queue behind it.
 //! The parent SIGKILLs the child 1.5 to 3 s after its first acknowledgement, reopens the storage
 //! and finds the last commit recovered (and checks that every commit up to it is there, none
@@ -42,7 +42,7 @@ fn mono_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Writes 16 MiB at a time into `dir/hog` and syncs it, until `stop`.
+/// Writes 128 MiB at a time into `dir/hog` and syncs it, until `stop`.
 fn hog(dir: &Path, stop: &AtomicBool) {
     let f = std::fs::File::create(dir.join("hog")).expect("create the hog file");
     let chunk = vec![0x5au8; 128 << 20];
