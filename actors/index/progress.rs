@@ -2,9 +2,8 @@
 //! ([`crate::actors::IndexStats`]), the waiters of `wait_for_indexes`, and the build slots.
 
 use super::definition::INDEX_APPLIED_KEY;
+use crate::actor_interface::{Error, IndexFailure, ReadTransaction, Result};
 use crate::actors::messages::RootCommit;
-use crate::error::{Error, IndexFailure, Result};
-use crate::txn::ReadTransaction;
 use hdrhistogram::Histogram;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
