@@ -166,7 +166,7 @@ pub(crate) async fn run(mut a: IndexActor) {
     };
     match result {
         Ok(_) => a.shared.stopped(),
-        Err(f) => a.shared.poison(f),
+        Err(f) => a.shared.poison_index(f),
     }
 }
 

@@ -317,7 +317,7 @@ fn actors_name_the_core_only_through_the_actor_interface() {
         if module.first().map(String::as_str) != Some("actors") {
             module.insert(0, "actors".into());
         }
-        // Statements may span lines: name each path at the line its statement starts on.
+        // Statements may span lines: each is scanned whole, from the line it starts on.
         let mut start = 0;
         let mut stmt = String::new();
         for (i, line) in code.iter().enumerate() {
@@ -348,10 +348,14 @@ fn actors_name_the_core_only_through_the_actor_interface() {
                     Some("actors") | Some("actor_interface")
                 );
                 if !ok {
+                    // The line that spells the path, else the statement's first.
+                    let at = (start..=i)
+                        .find(|&l| code[l].contains(p.as_str()))
+                        .unwrap_or(start);
                     bad.push(format!(
                         "{}:{}: names crate::{}",
                         f.strip_prefix(root).unwrap().display(),
-                        start + 1,
+                        at + 1,
                         abs.join("::")
                     ));
                 }
@@ -470,8 +474,6 @@ const SHARED_NAMES: &[(&str, &str)] = &[
     ("new", "std and the actors' own constructors"),
     // std's `Mutex::lock`, the actors' own `IndexShared::lock`; the core's `storage::lock`.
     ("lock", "std and the actors' own"),
-    // The actors' own `IndexShared::poison` (an index, not a storage or a journal).
-    ("poison", "the actors' own IndexShared::poison"),
     // The actors' own `Expected::add`; the core's `FlushReport::add`.
     ("add", "the actors' own Expected::add"),
     // `Database::open`, `Storage::open`; the core's `Journal::open`.

@@ -275,7 +275,7 @@ impl IndexShared {
     }
 
     /// Poisons the index with `cause`; answers every waiter with the error.
-    pub(super) fn poison(&self, cause: IndexFailure) {
+    pub(super) fn poison_index(&self, cause: IndexFailure) {
         let e = Error::IndexPoisoned {
             index: self.name.clone(),
             cause,
