@@ -64,8 +64,7 @@ pub(crate) use crate::journal::record::OutRecord;
 /// A write transaction whose journal record is built and not yet durable ([`prepare`]).
 pub(crate) use crate::txn::PreparedCommit;
 
-/// Checks a key and value against the limits as `WriteTransaction::put` does (a write batch's
-/// validation).
+/// Checks a key and value against `WriteTransaction::put`'s limits (a write batch's check).
 pub(crate) use crate::txn::check_put;
 
 /// Tree pages `txn` has copied or created so far (an index batch commits past a limit).
