@@ -39,9 +39,10 @@ use super::reader_pool::{self, ReadMsg};
 use super::storage::{self as storage_actor, StorageHandle};
 use futures_lite::future::block_on;
 
-use crate::error::{Error, Result};
-use crate::options::FlushMode;
-use crate::{Database, Options, Storage};
+use crate::actor_interface::{
+    self, BackupReport, Database, DatabaseStats, Error, FlushMode, Journal, Options,
+    ReadTransaction, Result, Storage, PAGE_SIZE,
+};
 
 /// Locked memory one executor pins (bytes): its glommio I/O buffer (64 KiB, glommio's
 /// minimum) registered with each of its three rings (main, latency, poll), as
@@ -209,7 +210,7 @@ struct EngineInner {
 /// 64 pages): with many indexes written at once, no single batch holds a large part of the
 /// budget in dirty pages.
 fn index_batch_pages(budget: u64) -> usize {
-    usize::try_from(budget / 16 / crate::page::PAGE_SIZE as u64)
+    usize::try_from(budget / 16 / PAGE_SIZE as u64)
         .unwrap_or(usize::MAX)
         .max(64)
 }
@@ -381,7 +382,7 @@ impl Engine {
                     drop(up);
                     // Any blocking disk call on this thread is a bug (checked by the core's
                     // default environment).
-                    crate::env::mark_executor_thread();
+                    actor_interface::mark_executor_thread();
                     glommio::spawn_local(async move {
                         // Each poke is a foreign wake of this executor (see KEEPALIVE).
                         while poke_rx.recv_async().await.is_ok() {
@@ -552,7 +553,7 @@ impl EngineInner {
 
     fn spawn_journal_writer(
         &self,
-        journal: Arc<crate::journal::Journal>,
+        journal: Arc<Journal>,
         exec: usize,
         queue: Queue,
     ) -> Result<flume::Sender<JournalMsg>> {
@@ -585,7 +586,11 @@ impl EngineInner {
         let journal = match shared {
             Some(j) => j.clone(),
             None => {
-                let w = self.spawn_journal_writer(storage.journal().clone(), exec, queue)?;
+                let w = self.spawn_journal_writer(
+                    actor_interface::storage_journal(&storage).clone(),
+                    exec,
+                    queue,
+                )?;
                 writers
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -624,7 +629,7 @@ impl EngineInner {
             return Err(Error::Closed);
         }
         let writers = Mutex::new(Vec::new());
-        let journal = match db.shared_journal() {
+        let journal = match actor_interface::shared_journal(&db) {
             Some(j) => {
                 let (tx, rx) = flume::bounded(journal_writer::MAILBOX);
                 let t = journal_writer::start_thread(j, rx)?;
@@ -904,7 +909,7 @@ impl DatabaseHandle {
     }
 
     /// The database's journal counters.
-    pub fn stats(&self) -> crate::DatabaseStats {
+    pub fn stats(&self) -> DatabaseStats {
         self.inner.db.stats()
     }
 
@@ -930,7 +935,7 @@ impl DatabaseHandle {
     /// time; [`Error::Closed`] after shutdown. A failure of the build itself poisons the index
     /// ([`Error::IndexPoisoned`] from `wait_for_indexes`), it is not returned here.
     pub async fn define_index(&self, def: IndexDefinition) -> Result<()> {
-        crate::database::validate_storage_name(&def.name)?;
+        Database::validate_storage_name(&def.name)?;
         let branch = self.create_storage(&def.name).await?;
         self.stop_index(&def.name).await;
         let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
@@ -961,7 +966,7 @@ impl DatabaseHandle {
         branch: StorageHandle,
         port: flume::Sender<IndexMsg>,
         rx: flume::Receiver<IndexMsg>,
-        snapshot: crate::ReadTransaction,
+        snapshot: ReadTransaction,
     ) -> Result<()> {
         // A value at the reserved key that is not an applied record counts as none: reconcile.
         let applied = index::read_applied(&branch.storage.begin_read()?)?;
@@ -1186,10 +1191,7 @@ impl DatabaseHandle {
     /// Errors: those of [`Database::backup`] ([`Error::DestinationNotEmpty`],
     /// [`Error::DestinationInsideSource`], [`Error::Closed`], [`Error::Corruption`], I/O errors
     /// with the operation and path, `ENOSPC` among them: the partial copy is removed).
-    pub async fn backup(
-        &self,
-        dest: impl AsRef<std::path::Path>,
-    ) -> Result<crate::backup::BackupReport> {
+    pub async fn backup(&self, dest: impl AsRef<std::path::Path>) -> Result<BackupReport> {
         let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
         let db = self.inner.db.clone();
         let dest = dest.as_ref().to_path_buf();
@@ -1197,10 +1199,7 @@ impl DatabaseHandle {
     }
 
     /// Blocking [`DatabaseHandle::backup`].
-    pub fn blocking_backup(
-        &self,
-        dest: impl AsRef<std::path::Path>,
-    ) -> Result<crate::backup::BackupReport> {
+    pub fn blocking_backup(&self, dest: impl AsRef<std::path::Path>) -> Result<BackupReport> {
         block_on(self.backup(dest))
     }
 

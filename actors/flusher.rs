@@ -36,7 +36,7 @@
 use std::time::Duration;
 
 use super::io_lane::IoLane;
-use crate::Storage;
+use crate::actor_interface::{live_image_bytes, Storage};
 
 /// The flusher's API.
 pub(crate) enum FlusherMsg {
@@ -105,7 +105,7 @@ impl Budget {
 
     /// Bytes of page images over the budget now (0 when within it).
     pub fn excess(&self) -> u64 {
-        crate::live_image_bytes().saturating_sub(self.bytes)
+        live_image_bytes().saturating_sub(self.bytes)
     }
 }
 
@@ -158,7 +158,7 @@ pub(crate) async fn pace(budget: &Budget) {
                     .is_ok()
             {
                 tracing::warn!(
-                    page_image_bytes = crate::live_image_bytes(),
+                    page_image_bytes = live_image_bytes(),
                     budget = budget.bytes,
                     "memory budget not held: a transaction starts over it after {} ms \
                      (a snapshot held for long, or large transactions in progress)",

@@ -87,9 +87,7 @@ use std::time::{Duration, Instant};
 use super::io_lane::IoLane;
 use super::messages::{IndexMsg, RootCommit, RootFeed};
 use super::storage::StorageHandle;
-use crate::error::IndexFailure;
-use crate::txn::ReadTransaction;
-use crate::Storage;
+use crate::actor_interface::{IndexFailure, ReadTransaction, Storage};
 
 mod batch;
 mod definition;
@@ -168,7 +166,7 @@ pub(crate) async fn run(mut a: IndexActor) {
     };
     match result {
         Ok(_) => a.shared.stopped(),
-        Err(f) => a.shared.poison(f),
+        Err(f) => a.shared.poison_index(f),
     }
 }
 
@@ -324,8 +322,8 @@ mod tests {
     use super::definition::*;
     use super::reconcile::*;
     use super::*;
+    use crate::actor_interface::MAX_KEY_LEN;
     use crate::actors::messages::DocumentChange;
-    use crate::MAX_KEY_LEN;
 
     #[test]
     fn the_rest_doubles_when_batches_copy_many_pages_per_entry_and_halves_when_few() {

@@ -24,8 +24,7 @@
 
 use super::index::{call_map, IndexDefinition, INDEX_APPLIED_KEY};
 use super::index_key::{decode_index_entry, entry_len, push_entry_key};
-use crate::error::{Error, Result};
-use crate::txn::ReadTransaction;
+use crate::actor_interface::{Error, IndexFailure, ReadTransaction, Result};
 
 /// What [`check_index`] found, for one index.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -81,7 +80,7 @@ impl IndexCheckReport {
     }
 }
 
-fn failed(def: &IndexDefinition, f: crate::error::IndexFailure) -> Error {
+fn failed(def: &IndexDefinition, f: IndexFailure) -> Error {
     Error::IndexPoisoned {
         index: def.name.clone(),
         cause: f,

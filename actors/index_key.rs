@@ -16,7 +16,7 @@
 //! 0x01 bytes is stored as it is (as in FoundationDB's tuple encoding of byte strings, with the
 //! escape byte moved to 0x01 so the terminator stays a single 0x00).
 
-use crate::MAX_KEY_LEN;
+use crate::actor_interface::MAX_KEY_LEN;
 
 /// The byte that starts an escape pair in an escaped term.
 const ESCAPE: u8 = 0x01;

@@ -21,7 +21,7 @@
 
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
+use crate::actor_interface::{Error, Result};
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -36,7 +36,7 @@ struct LaneInner {
     threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
-use crate::env::set_thread_io_priority as set_io_priority;
+use crate::actor_interface::set_thread_io_priority as set_io_priority;
 
 fn wrap<T: Send + 'static>(
     f: impl FnOnce() -> Result<T> + Send + 'static,

@@ -32,10 +32,7 @@
 use std::sync::Arc;
 
 use super::io_lane::IoLane;
-use crate::error::Result;
-use crate::journal::record::OutRecord;
-use crate::journal::Journal;
-use crate::options::Durability;
+use crate::actor_interface::{self, Durability, Error, Journal, OutRecord, Result};
 
 /// Mailbox capacity (messages).
 pub const MAILBOX: usize = 4096;
@@ -70,8 +67,8 @@ pub(crate) async fn write(
         reply: tx,
     })
     .await
-    .map_err(|_| crate::Error::Closed)?;
-    rx.recv_async().await.map_err(|_| crate::Error::Closed)?
+    .map_err(|_| Error::Closed)?;
+    rx.recv_async().await.map_err(|_| Error::Closed)?
 }
 
 /// One batch taken from the mailbox.
@@ -102,7 +99,7 @@ fn take_batch(first: JournalMsg, rx: &flume::Receiver<JournalMsg>) -> Batch {
                 durability,
                 reply,
             } => {
-                bytes += record.total_len();
+                bytes += actor_interface::record_len(&record);
                 if durability == Durability::Immediate {
                     b.durability = Durability::Immediate;
                 }
@@ -125,12 +122,12 @@ fn take_batch(first: JournalMsg, rx: &flume::Receiver<JournalMsg>) -> Batch {
 /// answered as an error (the journal is poisoned).
 fn write_batch(journal: &Journal, records: Vec<OutRecord>, durability: Durability) -> Result<u64> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        journal.write_records(records, durability)
+        actor_interface::write_records(journal, records, durability)
     }))
     .unwrap_or_else(|_| {
         let cause = "the journal writer panicked while writing a batch".to_string();
-        journal.poison(cause.clone());
-        Err(crate::Error::Poisoned { cause })
+        actor_interface::poison_journal(journal, cause.clone());
+        Err(Error::Poisoned { cause })
     })
 }
 
@@ -189,7 +186,7 @@ pub(crate) fn start_thread(
                 }
             }
         })
-        .map_err(|e| crate::Error::Io {
+        .map_err(|e| Error::Io {
             op: "spawn thread",
             path: "omnibus-journal-writer".into(),
             source: e,

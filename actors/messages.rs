@@ -9,9 +9,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::error::Result;
-use crate::txn::{ReadTransaction, WriteTransaction};
-use crate::Durability;
+use crate::actor_interface::{self, Durability, ReadTransaction, Result, WriteTransaction};
 
 /// Where the actors' handles run point reads ([`crate::actors::StorageHandle::get`],
 /// [`crate::actors::StorageHandle::multi_get`] and their `blocking_` twins). Range reads always go to the
@@ -109,8 +107,8 @@ impl WriteBatch {
     pub fn validate(&self) -> Result<()> {
         for op in &self.ops {
             match op {
-                WriteOp::Put(k, v) => crate::txn::check_put(k, v)?,
-                WriteOp::Delete(k) => crate::txn::check_put(k, &[])?,
+                WriteOp::Put(k, v) => actor_interface::check_put(k, v)?,
+                WriteOp::Delete(k) => actor_interface::check_put(k, &[])?,
             }
         }
         Ok(())

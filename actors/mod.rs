@@ -13,7 +13,8 @@
 //! flusher (per executor) ──flush──▶ background I/O lane (ioprio BE 7)
 //! root actor ──Arc<changes> per durable commit──▶ index actor (per index) ──Apply──▶ its storage actor
 //! ```
-//! Every mailbox is a bounded flume channel. The core (`src/`) never imports this module.
+//! Every mailbox is a bounded flume channel. The core (`src/`) never imports this module, and this
+//! module reaches the core only through `crate::actor_interface` (its one interface to it).
 //!
 //! Executors never block on the disk: an executor runs many actors, and a task that waits for
 //! an `fdatasync` or an `fallocate` stalls all of them. Every call that may wait for the disk

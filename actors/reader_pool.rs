@@ -21,9 +21,7 @@
 
 use std::ops::Bound;
 
-use crate::error::{Error, Result};
-use crate::txn::ReadTransaction;
-use crate::Storage;
+use crate::actor_interface::{Error, ReadTransaction, Result, Storage};
 
 /// Capacity of the shared reader mailbox (messages).
 pub const MAILBOX: usize = 4096;

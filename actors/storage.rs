@@ -62,10 +62,7 @@ use super::messages::{
 use super::reader_pool::{guarded, snapshot_multi_get, ReadMsg};
 use futures_lite::future::block_on;
 
-use crate::btree::KeyRange;
-use crate::error::{Error, Result};
-use crate::txn::ReadTransaction;
-use crate::{Durability, Storage};
+use crate::actor_interface::{self, Durability, Error, KeyRange, ReadTransaction, Result, Storage};
 
 /// A queued request's payload, in the order of the mailbox.
 enum Payload {
@@ -221,7 +218,10 @@ type Applied = (Vec<Vec<bool>>, Option<(u64, Vec<DocumentChange>)>);
 /// (and its journal) and is answered as [`Error::Poisoned`].
 fn poison_on_panic<T>(storage: &Storage, f: impl FnOnce() -> Result<T>) -> Result<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        storage.poison("a storage actor panicked while building a transaction");
+        actor_interface::poison_storage(
+            storage,
+            "a storage actor panicked while building a transaction",
+        );
         Err(Error::Poisoned {
             cause: "a storage actor panicked".into(),
         })
@@ -298,18 +298,20 @@ async fn apply(
     })?;
     // Growing the data file is a blocking `fallocate`: on the lane, while this executor serves
     // its other actors. An error (ENOSPC) fails this transaction only; nothing is lost.
-    if let Some(pages) = w.data_file_growth() {
+    if let Some(pages) = actor_interface::data_file_growth(&w) {
         let s = storage.clone();
-        lane.run(move || s.grow_data_file(pages)).await?;
+        lane.run(move || actor_interface::grow_data_file(&s, pages))
+            .await?;
     }
-    let prepared = poison_on_panic(storage, || w.prepare())?;
+    let prepared = poison_on_panic(storage, || actor_interface::prepare(w))?;
     let Some(mut p) = prepared else {
         return Ok((per, None));
     };
-    let txn = p.txn_id();
-    let record = p.take_record();
-    let written = journal_writer::write(journal, record, p.durability()).await;
-    p.finish(written)?;
+    let txn = actor_interface::prepared_txn_id(&p);
+    let record = actor_interface::take_record(&mut p);
+    let durability = actor_interface::prepared_durability(&p);
+    let written = journal_writer::write(journal, record, durability).await;
+    actor_interface::finish(p, written)?;
     Ok((per, Some((txn, changes))))
 }
 

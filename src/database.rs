@@ -37,7 +37,7 @@ const DROPPED_PREFIX: &str = ".dropped-";
 
 /// Checks a storage name: 1..=255 bytes of UTF-8, no `/`, `\` or NUL, not `.` or `..`, and not
 /// starting with `.dropped-` (reserved). Public as [`Database::validate_storage_name`].
-pub(crate) fn validate_storage_name(name: &str) -> Result<()> {
+fn validate_storage_name(name: &str) -> Result<()> {
     let bad = |reason| {
         Err(Error::InvalidStorageName {
             name: name.to_string(),

@@ -133,6 +133,7 @@
 // leaks into the public API unnoticed.
 #![warn(unnameable_types)]
 
+mod actor_interface;
 mod backup;
 mod btree;
 mod database;

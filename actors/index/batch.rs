@@ -3,10 +3,10 @@
 //! (in bounded transactions).
 
 use super::definition::{applied_record, MapFn, INDEX_APPLIED_KEY};
+use crate::actor_interface::{self, Error, IndexFailure, Result};
 use crate::actors::index_key;
 use crate::actors::messages::{ApplyJob, DocumentChange, StorageMsg};
 use crate::actors::storage::StorageHandle;
-use crate::error::{Error, IndexFailure, Result};
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
@@ -210,7 +210,7 @@ pub(super) async fn write_ops(
                     w.delete(k)?;
                 }
                 next += 1;
-                if w.dirty_pages() >= max_pages && next < job_ops.ops.len() {
+                if actor_interface::dirty_pages(w) >= max_pages && next < job_ops.ops.len() {
                     break;
                 }
             }
@@ -222,8 +222,10 @@ pub(super) async fn write_ops(
                 w.put(INDEX_APPLIED_KEY, applied_record(t))?;
             }
             seen.0.store(next, std::sync::atomic::Ordering::Relaxed);
-            seen.1
-                .store(w.dirty_pages(), std::sync::atomic::Ordering::Relaxed);
+            seen.1.store(
+                actor_interface::dirty_pages(w),
+                std::sync::atomic::Ordering::Relaxed,
+            );
             Ok(())
         });
         let (tx, rx) = flume::bounded(1);

@@ -2,8 +2,7 @@
 //! rest between batches, reconcile memory) and the reserved key 0x00 holding the root txn the
 //! index has applied (design.md 10.1).
 
-use crate::error::{Error, Result};
-use crate::txn::ReadTransaction;
+use crate::actor_interface::{Corruption, Error, ReadTransaction, Result};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -168,15 +167,15 @@ pub fn index_applied_txn(index: &ReadTransaction) -> Result<Option<u64>> {
         // Built before terms were escaped: to be reconciled, as an index never built.
         Some(v) if is_applied_v1(v) => Ok(None),
         Some(v) => decode_applied(v).map(Some).ok_or_else(|| {
-            Error::corruption(
-                "",
-                None,
-                None,
-                format!(
+            Error::Corruption(Corruption {
+                file: "".into(),
+                page: None,
+                offset: None,
+                what: format!(
                     "the reserved index key 0x00 holds {} bytes that are not an applied-txn record",
                     v.len()
                 ),
-            )
+            })
         }),
     }
 }

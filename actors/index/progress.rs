@@ -2,9 +2,8 @@
 //! ([`crate::actors::IndexStats`]), the waiters of `wait_for_indexes`, and the build slots.
 
 use super::definition::INDEX_APPLIED_KEY;
+use crate::actor_interface::{Error, IndexFailure, ReadTransaction, Result};
 use crate::actors::messages::RootCommit;
-use crate::error::{Error, IndexFailure, Result};
-use crate::txn::ReadTransaction;
 use hdrhistogram::Histogram;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -276,7 +275,7 @@ impl IndexShared {
     }
 
     /// Poisons the index with `cause`; answers every waiter with the error.
-    pub(super) fn poison(&self, cause: IndexFailure) {
+    pub(super) fn poison_index(&self, cause: IndexFailure) {
         let e = Error::IndexPoisoned {
             index: self.name.clone(),
             cause,

@@ -6,9 +6,8 @@ use super::batch::{call_map, storage_failure, write_ops, Ops};
 use super::definition::{MapFn, INDEX_APPLIED_KEY};
 use super::progress::BuildProgress;
 use super::IndexActor;
+use crate::actor_interface::{IndexFailure, ReadTransaction, Result};
 use crate::actors::index_key;
-use crate::error::{IndexFailure, Result};
-use crate::txn::ReadTransaction;
 use std::cmp::Ordering;
 use std::ops::Bound;
 

@@ -6,4 +6,5 @@ mod write;
 
 pub use read::ReadTransaction;
 pub(crate) use write::check_put;
+pub(crate) use write::PreparedCommit;
 pub use write::WriteTransaction;

@@ -49,6 +49,8 @@ mod insert;
 mod range_delete;
 mod reads;
 
+pub(crate) use commit::PreparedCommit;
+
 /// Below this many body bytes a node is merged with a sibling when both fit in one page.
 const UNDERFULL: usize = page::BODY_LEN / 4;
 

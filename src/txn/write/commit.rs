@@ -273,7 +273,7 @@ impl PreparedCommit {
     }
 
     /// The journal the record belongs in.
-    pub fn journal(&self) -> Arc<crate::journal::Journal> {
+    fn journal(&self) -> Arc<crate::journal::Journal> {
         self.txn.inner.journal.clone()
     }
 

@@ -1,0 +1,168 @@
+//! The actor runtime's whole interface to the core: every item of the crate that `actors/` may
+//! name, and nothing else.
+//!
+//! Two kinds of item:
+//! - **the public API the actors build on**, re-exported (`Storage`, `Database`, the
+//!   transactions, `Error`, the limits, ...): what any embedder of the core may use too;
+//! - **hooks**: the crate-private functions and methods the actors need and an embedder does not
+//!   get, each one a free function here (a method is wrapped, `prepare(txn)` for
+//!   `txn.prepare()`), so that this file lists them all. They split a commit into the steps an
+//!   actor runs apart ([`prepare`], the journal write, [`finish`]), grow a data file off the
+//!   executor, reach and feed a journal from a journal writer, poison after a panic, and set
+//!   up the runtime's threads.
+//!
+//! The rule: a file under `actors/` names the crate only as `crate::actors::...` and
+//! `crate::actor_interface::...`, and calls no crate-private function or method of the core
+//! except through this module. `tests/layering.rs` checks both on the source text
+//! (`actors_name_the_core_only_through_the_actor_interface`,
+//! `actors_call_crate_private_functions_only_through_the_actor_interface`). A new need of the
+//! actors is a new item here, with its one-line purpose.
+
+use std::sync::Arc;
+
+// The public API the actors build on.
+
+/// The process's page images in bytes, held under the engine's memory budget.
+pub(crate) use crate::live_image_bytes;
+/// What a database backup through a handle reports.
+pub(crate) use crate::BackupReport;
+/// Where damage was found (an index's unreadable applied record).
+pub(crate) use crate::Corruption;
+/// Opens a database of storages sharing one journal; the engine attaches it.
+pub(crate) use crate::Database;
+/// The journal counters a database handle reports.
+pub(crate) use crate::DatabaseStats;
+/// When a write batch is answered: once durable, or once queued.
+pub(crate) use crate::Durability;
+/// The one error type every actor answers with.
+pub(crate) use crate::Error;
+/// A storage's flush mode (the engine's flushers flush `Manual` storages).
+pub(crate) use crate::FlushMode;
+/// Why an index is poisoned.
+pub(crate) use crate::IndexFailure;
+/// The bounds of a range read sent to the reader pool.
+pub(crate) use crate::KeyRange;
+/// How the engine opens its databases.
+pub(crate) use crate::Options;
+/// A snapshot: the reads of handles, the reader pool and the index actors.
+pub(crate) use crate::ReadTransaction;
+/// The result type of every actor call.
+pub(crate) use crate::Result;
+/// A storage handle: what every actor writes, reads and flushes.
+pub(crate) use crate::Storage;
+/// The transaction a storage actor merges its requests into.
+pub(crate) use crate::WriteTransaction;
+/// The longest key: index entries longer than it are skipped.
+pub(crate) use crate::MAX_KEY_LEN;
+/// The page size, sizing index batches in pages.
+pub(crate) use crate::PAGE_SIZE;
+
+// Hooks: a commit in steps, on a storage actor.
+
+/// The journal record of a prepared commit, sent to the journal writer.
+pub(crate) use crate::journal::record::OutRecord;
+/// A write transaction whose journal record is built and not yet durable ([`prepare`]).
+pub(crate) use crate::txn::PreparedCommit;
+
+/// Checks a key and value against `WriteTransaction::put`'s limits (a write batch's check).
+pub(crate) use crate::txn::check_put;
+
+/// Tree pages `txn` has copied or created so far (an index batch commits past a limit).
+#[inline]
+pub(crate) fn dirty_pages(txn: &WriteTransaction) -> usize {
+    txn.dirty_pages()
+}
+
+/// The data file length in pages that `txn`'s commit needs, when the file is shorter now.
+#[inline]
+pub(crate) fn data_file_growth(txn: &WriteTransaction) -> Option<u64> {
+    txn.data_file_growth()
+}
+
+/// Grows `storage`'s data file to hold `pages` pages (a blocking `fallocate`: on an I/O lane).
+#[inline]
+pub(crate) fn grow_data_file(storage: &Storage, pages: u64) -> Result<()> {
+    storage.grow_data_file(pages)
+}
+
+/// The first half of a commit: seals `txn`'s pages and builds its record (`None`: no change).
+#[inline]
+pub(crate) fn prepare(txn: WriteTransaction) -> Result<Option<PreparedCommit>> {
+    txn.prepare()
+}
+
+/// The txn id of a prepared commit (what the root's change feed is keyed by).
+#[inline]
+pub(crate) fn prepared_txn_id(prepared: &PreparedCommit) -> u64 {
+    prepared.txn_id()
+}
+
+/// The durability a prepared commit asks of the journal writer.
+#[inline]
+pub(crate) fn prepared_durability(prepared: &PreparedCommit) -> Durability {
+    prepared.durability()
+}
+
+/// Takes a prepared commit's journal record (once).
+#[inline]
+pub(crate) fn take_record(prepared: &mut PreparedCommit) -> OutRecord {
+    prepared.take_record()
+}
+
+/// The second half of a commit: publishes it once `written` says durable, else poisons.
+#[inline]
+pub(crate) fn finish(prepared: PreparedCommit, written: Result<u64>) -> Result<()> {
+    prepared.finish(written)
+}
+
+/// Poisons `storage` and its journal (a storage actor panicked while writing it).
+#[inline]
+pub(crate) fn poison_storage(storage: &Storage, cause: &str) {
+    storage.poison(cause)
+}
+
+// Hooks: the journal writer.
+
+/// A journal: the shared one of a database, or a storage's own.
+pub(crate) use crate::journal::Journal;
+
+/// A database's shared journal (`None` with separate journals), for its writer thread.
+#[inline]
+pub(crate) fn shared_journal(db: &Database) -> Option<Arc<Journal>> {
+    db.shared_journal()
+}
+
+/// The journal `storage` commits to, for a separate journal's writer actor.
+#[inline]
+pub(crate) fn storage_journal(storage: &Storage) -> &Arc<Journal> {
+    storage.journal()
+}
+
+/// Writes and syncs `records` as one batch of `journal` (queues them, when all are eventual).
+#[inline]
+pub(crate) fn write_records(
+    journal: &Journal,
+    records: Vec<OutRecord>,
+    durability: Durability,
+) -> Result<u64> {
+    journal.write_records(records, durability)
+}
+
+/// Poisons `journal` (its writer panicked while writing a batch).
+#[inline]
+pub(crate) fn poison_journal(journal: &Journal, cause: String) {
+    journal.poison(cause)
+}
+
+/// A record's bytes on disk, header and body (a journal writer's batch is capped in bytes).
+#[inline]
+pub(crate) fn record_len(record: &OutRecord) -> u64 {
+    record.total_len()
+}
+
+// Hooks: the runtime's threads.
+
+/// Marks the calling thread as an executor: a blocking disk call on it is then a bug, counted.
+pub(crate) use crate::env::mark_executor_thread;
+/// Puts the calling thread in I/O class best effort at a level (the background lane: 7).
+pub(crate) use crate::env::set_thread_io_priority;
