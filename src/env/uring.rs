@@ -6,7 +6,8 @@
 //! - The **critical lane** carries the journal: a batch is one `IORING_OP_WRITEV` linked
 //!   (`IOSQE_IO_LINK`) to one `IORING_OP_FSYNC` with `IORING_FSYNC_DATASYNC`, and the journal
 //!   files' other syncs. These run on a ring owned by the thread that writes the batch (the
-//!   shared journal's writer thread, a separate journal's lane thread, or a standalone
+//!   shared journal's writer thread, a thread of the actor runtime's journal I/O pool for a
+//!   separate journal, or a standalone
 //!   storage's group-commit leader: one ring per thread, created on first use), which submits
 //!   and waits itself: a hand-off to a lane thread cost two thread wake-ups each way
 //!   (`Lane::call_inline`, docs/BENCHMARKS.md). The lane's own thread
@@ -21,6 +22,11 @@
 //! pre-zeroing's, stay on the writing thread), every other file is a data file (background lane).
 //! Reads, `ftruncate` and `fstat` run on the caller's thread through the [`DefaultEnv`] file the
 //! [`UringFile`] wraps.
+//!
+//! "Lane" means these two and nothing else: the actor runtime's thread pools for blocking calls
+//! are its *I/O pools* (`actors/io_pool.rs`: the journal I/O pool, `omnibus-journal-io-N`, and
+//! the background I/O pool, `omnibus-flush-io-N`), and the shared journal's writer thread
+//! (`omnibus-journal-writer`) is the *journal writer*; a job of either may write through a lane.
 //!
 //! # How a lane works
 //! Callers build a request (file descriptor, offset, the `iovec`s of their buffers, what to do),
