@@ -32,7 +32,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 use super::flusher::{self, FlusherMsg};
 use super::index::{self, BuildSlots, IndexActor, IndexDefinition, IndexShared, IndexStats};
 use super::index_check::{check_index, IndexCheckReport};
-use super::io_lane::IoLane;
+use super::io_pool::IoPool;
 use super::journal_writer::{self, JournalMsg};
 use super::messages::{IndexMsg, ReadPath, RootFeed, StorageMsg};
 use super::reader_pool::{self, ReadMsg};
@@ -48,7 +48,7 @@ use crate::actor_interface::{
 /// minimum) registered with each of its three rings (main, latency, poll), as
 /// glommio 0.9's `Reactor::new` does. Measured as `VmPin` in `/proc/self/status`: 192 KiB per
 /// executor (30 MiB with glommio's default 10 MiB buffer, which the engine never uses: its file
-/// I/O goes through the storage environment and the I/O lanes).
+/// I/O goes through the storage environment and the I/O pools).
 pub const MEMLOCK_PER_EXECUTOR: u64 = 3 * GLOMMIO_IO_MEMORY as u64;
 
 /// The I/O buffer each executor gives glommio (bytes): glommio's minimum, 64 KiB (its default
@@ -71,12 +71,17 @@ pub struct EngineOptions {
     pub mailbox_capacity: usize,
     /// Requests merged into one transaction at most. Default 1,024.
     pub max_requests_per_txn: usize,
-    /// Threads of the critical I/O lane (journal batches of separate-mode journals, which use
-    /// them concurrently, and the `fallocate` of commits that grow their data file). Default
-    /// 16. A shared journal's writer has a thread of its own.
+    /// Threads of the journal I/O pool (`omnibus-journal-io-N`): the batches of separate-mode
+    /// journals, which use them concurrently, and the `fallocate` of commits that grow their
+    /// data file. Default 16. A shared journal's writer has a thread of its own
+    /// (`omnibus-journal-writer`). The field is named after the pool's old name; it does not
+    /// size the io_uring environment's critical lane ([`crate::env::UringEnv`]), which is one
+    /// ring per process.
     pub critical_lane_threads: usize,
-    /// Threads of the background I/O lane (flushes, opening storages, index builds), low I/O
-    /// priority. Default: four per executor (each flusher runs up to four flushes at once).
+    /// Threads of the background I/O pool (`omnibus-flush-io-N`): flushes, opening storages,
+    /// index builds, checks and backups, at low I/O priority. Default: four per executor (each
+    /// flusher runs up to four flushes at once). Named after the pool's old name, as
+    /// [`EngineOptions::critical_lane_threads`].
     pub background_lane_threads: Option<usize>,
     /// How often flushers look for due flushes. Default 50 ms.
     pub flush_tick: Duration,
@@ -196,8 +201,8 @@ struct EngineInner {
     n: usize,
     opts: EngineOptions,
     readers: flume::Sender<ReadMsg>,
-    critical: IoLane,
-    background: IoLane,
+    journal_io: IoPool,
+    background_io: IoPool,
     databases: Mutex<Vec<DatabaseHandle>>,
     down: std::sync::atomic::AtomicBool,
     /// Stops the keepalive thread (set by shutdown).
@@ -346,8 +351,8 @@ impl Engine {
                 "the actor runtime needs io_uring (its glommio executors run on it) and io_uring_setup failed: {e}; the core API (Storage, Database) works without it, from plain threads"
             )));
         }
-        let critical = IoLane::start("omnibus-journal-io", opts.critical_lane_threads, false)?;
-        let background = IoLane::start(
+        let journal_io = IoPool::start("omnibus-journal-io", opts.critical_lane_threads, false)?;
+        let background_io = IoPool::start(
             "omnibus-flush-io",
             opts.background_lane_threads.unwrap_or(4 * cpus.len()),
             true,
@@ -364,7 +369,7 @@ impl Engine {
             let (stx, srx) = flume::bounded::<(Queue, Spawn)>(1024);
             let (ftx, frx) = flume::bounded::<FlusherMsg>(1024);
             let readers = rrx.clone();
-            let lane = background.clone();
+            let pool = background_io.clone();
             let tick = opts.flush_tick;
             let share = opts.memory_budget_bytes / cpus.len() as u64;
             let pressure = budget.clone();
@@ -391,7 +396,7 @@ impl Engine {
                     })
                     .detach();
                     glommio::spawn_local(reader_pool::run(readers)).detach();
-                    glommio::spawn_local(flusher::run(frx, lane, tick, share, flag)).detach();
+                    glommio::spawn_local(flusher::run(frx, pool, tick, share, flag)).detach();
                     // The documents' queue: picked before the default queue whenever it has a
                     // task (it uses little CPU, so its virtual runtime stays the lowest), so a
                     // root commit never waits behind every queued index batch, only behind
@@ -458,8 +463,8 @@ impl Engine {
                 executors: Mutex::new(executors),
                 opts,
                 readers: rtx,
-                critical,
-                background,
+                journal_io,
+                background_io,
                 databases: Mutex::new(Vec::new()),
                 down: std::sync::atomic::AtomicBool::new(false),
             }),
@@ -506,7 +511,7 @@ impl Engine {
         };
         let db = self
             .inner
-            .background
+            .background_io
             .run(move || Database::open(&p, o))
             .await?;
         self.inner.attach(db)
@@ -558,11 +563,11 @@ impl EngineInner {
         queue: Queue,
     ) -> Result<flume::Sender<JournalMsg>> {
         let (tx, rx) = flume::bounded(journal_writer::MAILBOX);
-        let lane = self.critical.clone();
+        let pool = self.journal_io.clone();
         self.spawn_in(
             exec,
             queue,
-            Box::new(move || Box::pin(journal_writer::run(journal, rx, lane))),
+            Box::new(move || Box::pin(journal_writer::run(journal, rx, pool))),
         )?;
         Ok(tx)
     }
@@ -602,7 +607,7 @@ impl EngineInner {
         let s = storage.clone();
         let links = storage_actor::Links {
             journal,
-            lane: self.critical.clone(),
+            journal_io: self.journal_io.clone(),
             max_requests: self.opts.max_requests_per_txn.max(1),
             feed,
             pressure: self.pressure(exec),
@@ -777,8 +782,8 @@ impl EngineInner {
                 }
             }
         }
-        self.critical.stop();
-        self.background.stop();
+        self.journal_io.stop();
+        self.background_io.stop();
         first
     }
 }
@@ -817,7 +822,7 @@ impl DatabaseHandle {
         let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
         let db = self.inner.db.clone();
         let n = name.to_string();
-        let s = engine.background.run(move || db.storage(&n)).await?;
+        let s = engine.background_io.run(move || db.storage(&n)).await?;
         self.install(&engine, name, s)
     }
 
@@ -826,7 +831,7 @@ impl DatabaseHandle {
         block_on(self.storage(name))
     }
 
-    /// The handle of branch storage `name`, created when missing (on the background I/O lane:
+    /// The handle of branch storage `name`, created when missing (on the background I/O pool:
     /// creating a storage syncs files and directories); its actor is placed as
     /// [`DatabaseHandle::storage`] places it.
     ///
@@ -838,7 +843,10 @@ impl DatabaseHandle {
         let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
         let db = self.inner.db.clone();
         let n = name.to_string();
-        let s = engine.background.run(move || db.create_storage(&n)).await?;
+        let s = engine
+            .background_io
+            .run(move || db.create_storage(&n))
+            .await?;
         self.install(&engine, name, s)
     }
 
@@ -900,7 +908,7 @@ impl DatabaseHandle {
         }
         let db = self.inner.db.clone();
         let n = name.to_string();
-        engine.background.run(move || db.drop_storage(&n)).await
+        engine.background_io.run(move || db.drop_storage(&n)).await
     }
 
     /// Names of the branch storages.
@@ -982,7 +990,7 @@ impl DatabaseHandle {
             applied,
             branch,
             root: self.inner.root.storage.clone(),
-            lane: engine.background.clone(),
+            pool: engine.background_io.clone(),
             slots: self.inner.slots.clone(),
             feed: self.inner.feed.clone(),
             batch_pages: index_batch_pages(engine.opts.memory_budget_bytes),
@@ -1138,7 +1146,7 @@ impl DatabaseHandle {
     /// the index's snapshot and then the documents'; when the documents' txn is the applied one,
     /// the pair is in step ([`IndexCheckReport::in_step`]). Under concurrent root writes it
     /// tries up to 5 times; a report not in step holds differences that may be unapplied
-    /// changes. The check itself runs on the background I/O lane, walking both storages in key
+    /// changes. The check itself runs on the background I/O pool, walking both storages in key
     /// order with point lookups (bounded memory: see [`check_index`]).
     ///
     /// Errors: the first index that fails: [`Error::IndexPoisoned`] (poisoned index, or its map
@@ -1169,7 +1177,7 @@ impl DatabaseHandle {
                 }
             };
             let mut r = engine
-                .background
+                .background_io
                 .run(move || check_index(&docs, &index, &def, max_examples))
                 .await?;
             r.in_step = in_step;
@@ -1185,7 +1193,7 @@ impl DatabaseHandle {
 
     /// An online backup of the whole database into `dest` while writers go on: every
     /// storage's snapshot at one point of the shared journal's order, copied on the background
-    /// I/O lane (executors never wait for it). See [`Database::backup`] for what the copy is
+    /// I/O pool (executors never wait for it). See [`Database::backup`] for what the copy is
     /// and what "consistent" means; the copy opens standalone and passes `check`.
     ///
     /// Errors: those of [`Database::backup`] ([`Error::DestinationNotEmpty`],
@@ -1195,7 +1203,7 @@ impl DatabaseHandle {
         let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
         let db = self.inner.db.clone();
         let dest = dest.as_ref().to_path_buf();
-        engine.background.run(move || db.backup(&dest)).await
+        engine.background_io.run(move || db.backup(&dest)).await
     }
 
     /// Blocking [`DatabaseHandle::backup`].

@@ -2,17 +2,17 @@
 //!
 //! Messages in ([`FlusherMsg`], bounded flume mailbox of 1,024): `Add(storage)` when a storage
 //! actor is placed on this executor, `Remove(id)` when it is dropped, `Stop { reply }` from the
-//! engine. Messages out: flush jobs to the background I/O lane, whose threads run at low I/O
+//! engine. Messages out: flush jobs to the background I/O pool, whose threads run at low I/O
 //! priority (`ioprio_set(IOPRIO_CLASS_BE, 7)`).
 //!
 //! State owned: the list of storages of this executor, and this executor's share of the
 //! engine's budget for scratch tables ([`crate::actors::EngineOptions::memory_budget_bytes`]
 //! divided by the executors); the engine's [`Budget`] is shared by every flusher and storage
-//! actor. Every tick it asks each storage, in one job on the lane (asking takes the journal's
+//! actor. Every tick it asks each storage, in one job on the pool (asking takes the journal's
 //! lock, which a batch holds across its `fdatasync`), whether a flush is due
 //! ([`crate::Storage::flush_due`]: scratch plus freed pages over the storage's threshold, age,
 //! or records in a journal file that is no longer current, which bounds journal retention) and
-//! runs the due flushes on the lane, up to four at a time; then, while the storages' scratch
+//! runs the due flushes on the pool, up to four at a time; then, while the storages' scratch
 //! tables ([`crate::Storage::scratch_bytes`]: committed pages held in memory until a flush) add
 //! up to more than its share, it flushes the largest first. So a database of 100+ storages
 //! holds one memory budget instead of 64 MiB of scratch per storage.
@@ -35,7 +35,7 @@
 
 use std::time::Duration;
 
-use super::io_lane::IoLane;
+use super::io_pool::IoPool;
 use crate::actor_interface::{live_image_bytes, Storage};
 
 /// The flusher's API.
@@ -72,7 +72,7 @@ pub(crate) fn pick(bytes: &[u64], due: &[bool], budget: u64) -> Vec<usize> {
     out
 }
 
-/// Flushes one flusher runs at the same time (on the background lane): a flush spends most of
+/// Flushes one flusher runs at the same time (on the background I/O pool): a flush spends most of
 /// its time in `fdatasync`s, which this kind of disk serves in parallel.
 const FLUSH_CONCURRENCY: usize = 4;
 
@@ -172,12 +172,12 @@ pub(crate) async fn pace(budget: &Budget) {
     }
 }
 
-/// The scratch bytes of each of `live` and whether a flush is due, asked on `lane`:
+/// The scratch bytes of each of `live` and whether a flush is due, asked on `pool`:
 /// [`Storage::flush_due`] takes the journal's lock, which a batch holds across its `pwritev`
-/// and `fdatasync`, so asking here would hold up this executor for a sync. A closed lane
+/// and `fdatasync`, so asking here would hold up this executor for a sync. A closed pool
 /// (shutdown) answers nothing due.
-async fn poll(live: Vec<Storage>, lane: &IoLane) -> (Vec<Storage>, Vec<u64>, Vec<bool>) {
-    lane.run(move || {
+async fn poll(live: Vec<Storage>, pool: &IoPool) -> (Vec<Storage>, Vec<u64>, Vec<bool>) {
+    pool.run(move || {
         let scratch = live.iter().map(Storage::scratch_bytes).collect();
         let due = live.iter().map(Storage::flush_due).collect();
         Ok((live, scratch, due))
@@ -190,7 +190,7 @@ async fn poll(live: Vec<Storage>, lane: &IoLane) -> (Vec<Storage>, Vec<u64>, Vec
 /// tables, `budget` the engine's whole budget for page images.
 pub(crate) async fn run(
     rx: flume::Receiver<FlusherMsg>,
-    lane: IoLane,
+    pool: IoPool,
     tick: Duration,
     share: u64,
     budget: Pressure,
@@ -213,7 +213,7 @@ pub(crate) async fn run(
             .filter(|s| !s.is_poisoned())
             .cloned()
             .collect();
-        let (live, scratch, due) = poll(live, &lane).await;
+        let (live, scratch, due) = poll(live, &pool).await;
         // Over the whole budget: free the excess and 1/8 of the budget more from this
         // executor's scratch tables (the images they hold are freed once no snapshot holds
         // them), so that the writers waiting can start several transactions before the count
@@ -230,10 +230,10 @@ pub(crate) async fn run(
             let tasks: Vec<_> = group
                 .iter()
                 .map(|&i| {
-                    let (st, lane) = (live[i].clone(), lane.clone());
+                    let (st, pool) = (live[i].clone(), pool.clone());
                     glommio::spawn_local(async move {
                         let path = st.path().to_path_buf();
-                        if let Err(e) = lane.run(move || st.flush()).await {
+                        if let Err(e) = pool.run(move || st.flush()).await {
                             tracing::warn!(storage = %path.display(), error = %e, "flush failed");
                         }
                     })

@@ -18,7 +18,7 @@
 //! each changed document's key, old value and new value; `Stop { reply }` from the engine.
 //! Messages out: one [`StorageMsg::Apply`] job per batch to the index storage's own storage
 //! actor (same executor: both are placed by the same hash of the name), which runs it in its
-//! write transaction; jobs for the build's scans and diffs to the background I/O lane.
+//! write transaction; jobs for the build's scans and diffs to the background I/O pool.
 //!
 //! State owned: the index's pending batch, the applied txn, and its shared progress
 //! ([`IndexShared`]: state, counters, lag histogram, and the waiters of
@@ -84,7 +84,7 @@ use batch::{diff_change, storage_failure, write_ops, Ops};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::io_lane::IoLane;
+use super::io_pool::IoPool;
 use super::messages::{IndexMsg, RootCommit, RootFeed};
 use super::storage::StorageHandle;
 use crate::actor_interface::{IndexFailure, ReadTransaction, Storage};
@@ -124,7 +124,8 @@ pub(crate) struct IndexActor {
     pub branch: StorageHandle,
     /// The root storage (for a fresh snapshot when its txn ids show a gap).
     pub root: Storage,
-    pub lane: IoLane,
+    /// The background I/O pool: the build's scans and diffs run there.
+    pub pool: IoPool,
     pub slots: BuildSlots,
     pub feed: Arc<RootFeed>,
     /// Most pages one transaction of an index batch copies before the batch goes on in another

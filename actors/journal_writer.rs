@@ -1,13 +1,16 @@
-//! The journal writer: the critical lane. In shared mode one per database, on a thread of its
-//! own (`omnibus-journal-writer`); in separate mode one actor per storage, on that storage's
-//! executor, handing each batch to the critical I/O lane.
+//! The journal writer, the one writer of a journal while the engine runs. In shared mode one
+//! per database, on a thread of its own (`omnibus-journal-writer`); in separate mode one actor
+//! per storage, on that storage's executor, handing each batch to the journal I/O pool
+//! (`io_pool.rs`, threads `omnibus-journal-io-N`). Either way the batch's write and sync go
+//! through the storage environment, on io_uring through the writing thread's own ring of the
+//! critical lane (`env/uring.rs`).
 //!
 //! Messages in ([`JournalMsg`], bounded flume mailbox of [`MAILBOX`] messages):
 //! `Commit { record, reply }` from storage actors; `Stop { reply }` from the engine.
 //! Messages out: the journal number (or the error) on each commit's one-shot reply.
 //!
 //! State owned: nothing but the mailbox; the [`Journal`] (files, positions, links) is written
-//! only by this writer (its thread, or the batch job the actor hands to the critical I/O lane,
+//! only by this writer (its thread, or the batch job the actor hands to the journal I/O pool,
 //! one batch at a time), so it is the only code that writes and syncs the journal while the
 //! engine runs.
 //!
@@ -31,7 +34,7 @@
 
 use std::sync::Arc;
 
-use super::io_lane::IoLane;
+use super::io_pool::IoPool;
 use crate::actor_interface::{self, Durability, Error, Journal, OutRecord, Result};
 
 /// Mailbox capacity (messages).
@@ -131,31 +134,31 @@ fn write_batch(journal: &Journal, records: Vec<OutRecord>, durability: Durabilit
     })
 }
 
-/// The actor's loop (separate mode): each batch runs on the critical lane.
-pub(crate) async fn run(journal: Arc<Journal>, rx: flume::Receiver<JournalMsg>, lane: IoLane) {
+/// The actor's loop (separate mode): each batch runs on the journal I/O pool.
+pub(crate) async fn run(journal: Arc<Journal>, rx: flume::Receiver<JournalMsg>, pool: IoPool) {
     while let Ok(first) = rx.recv_async().await {
         let b = take_batch(first, &rx);
         if !b.records.is_empty() {
             let j = journal.clone();
             let (records, durability) = (b.records, b.durability);
-            let r = lane.run(move || write_batch(&j, records, durability)).await;
+            let r = pool.run(move || write_batch(&j, records, durability)).await;
             for reply in b.replies {
                 let _ = reply.send(r.clone());
             }
         }
         if let Some(reply) = b.stop {
-            release(journal, &lane).await;
+            release(journal, &pool).await;
             let _ = reply.send(());
             return;
         }
     }
-    release(journal, &lane).await;
+    release(journal, &pool).await;
 }
 
-/// Drops the actor's reference to `journal` on `lane`: once its storage is dropped it is the
+/// Drops the actor's reference to `journal` on `pool`: once its storage is dropped it is the
 /// last one, and `Journal`'s drop waits for a background zero write and `fdatasync` in flight.
-async fn release(journal: Arc<Journal>, lane: &IoLane) {
-    let _ = lane
+async fn release(journal: Arc<Journal>, pool: &IoPool) {
+    let _ = pool
         .run(move || {
             drop(journal);
             Ok(())

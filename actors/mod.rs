@@ -1,6 +1,6 @@
 //! The actor runtime: per-core glommio executors, a storage actor per storage that merges
-//! requests into transactions, a journal writer per database (the critical lane: in shared
-//! mode a thread of its own, in separate mode an actor per storage over the critical I/O lane),
+//! requests into transactions, a journal writer per database (in shared mode a thread of its
+//! own, in separate mode an actor per storage whose batches run on the journal I/O pool),
 //! low-priority flusher actors, a reader pool, and async + blocking handles usable from tokio,
 //! glommio and plain threads.
 //!
@@ -10,7 +10,7 @@
 //!   └── reply ◀──── drained mailbox) ◀── durable ◀──┘
 //! client ──get/multi_get──▶ snapshot on the client's own thread (ReadPath::Caller, default)
 //! client ──range (and get with ReadPath::Pool)──▶ reader pool (shared mailbox, snapshots)
-//! flusher (per executor) ──flush──▶ background I/O lane (ioprio BE 7)
+//! flusher (per executor) ──flush──▶ background I/O pool (ioprio BE 7)
 //! root actor ──Arc<changes> per durable commit──▶ index actor (per index) ──Apply──▶ its storage actor
 //! ```
 //! Every mailbox is a bounded flume channel. The core (`src/`) never imports this module, and this
@@ -18,9 +18,9 @@
 //!
 //! Executors never block on the disk: an executor runs many actors, and a task that waits for
 //! an `fdatasync` or an `fallocate` stalls all of them. Every call that may wait for the disk
-//! runs on an I/O lane (`io_lane.rs`) or the shared journal writer's thread: journal batches;
+//! runs on an I/O pool (`io_pool.rs`) or the shared journal writer's thread: journal batches;
 //! the `fallocate` of a commit that grows the data file (the storage actor grows the file on
-//! the critical lane before it prepares the commit); flushes; opening, creating and dropping
+//! the journal I/O pool before it prepares the commit); flushes; opening, creating and dropping
 //! storages; index builds' scans; the flusher's poll, whose `Storage::flush_due` takes the
 //! journal's lock that a batch holds across its sync; and a separate journal's writer actor's
 //! last reference to its journal (`Journal`'s drop waits for a background zero write). The
@@ -37,7 +37,7 @@ mod flusher;
 mod index;
 mod index_check;
 mod index_key;
-mod io_lane;
+mod io_pool;
 mod journal_writer;
 mod messages;
 mod reader_pool;

@@ -16,7 +16,7 @@
 //!
 //! Loop: wait for a request, take every request already queued (up to
 //! [`crate::actors::EngineOptions::max_requests_per_txn`]), apply them all in one write
-//! transaction, grow the data file on the critical I/O lane when the transaction needs more
+//! transaction, grow the data file on the journal I/O pool when the transaction needs more
 //! pages than it holds (a blocking `fallocate`: never on the executor; it happens once per
 //! 1/8 of the file's size, 1 to 64 MiB), prepare the commit, send its record to the journal
 //! writer, and once it is durable publish the new state and answer every request. On the
@@ -53,7 +53,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::coop;
-use super::io_lane::IoLane;
+use super::io_pool::IoPool;
 use super::journal_writer::{self, JournalMsg};
 use super::messages::{
     ApplyJob, DocumentChange, IndexMsg, ReadPath, RootCommit, RootFeed, StorageMsg, WriteBatch,
@@ -80,8 +80,9 @@ enum Reply {
 pub(crate) struct Links {
     /// The journal writer its commits go to.
     pub journal: flume::Sender<JournalMsg>,
-    /// The lane that grows its data file (the critical lane: growth is on the commit path).
-    pub lane: IoLane,
+    /// The journal I/O pool, which grows its data file (normal I/O priority: growth is on the
+    /// commit path).
+    pub journal_io: IoPool,
     /// Requests merged into one transaction at most.
     pub max_requests: usize,
     /// Set for a database's root storage: its commits are fed to the index actors registered
@@ -95,7 +96,7 @@ pub(crate) struct Links {
 pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links: Links) {
     let Links {
         journal,
-        lane,
+        journal_io,
         max_requests,
         feed,
         pressure,
@@ -134,7 +135,7 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
         }
         if !payloads.is_empty() {
             let capture = feed.is_some() && !ports.is_empty();
-            match apply(&storage, payloads, &journal, &lane, capture).await {
+            match apply(&storage, payloads, &journal, &journal_io, capture).await {
                 Ok((per, committed)) => {
                     if let (Some(f), Some((txn, changes))) = (&feed, committed) {
                         if capture {
@@ -229,14 +230,14 @@ fn poison_on_panic<T>(storage: &Storage, f: impl FnOnce() -> Result<T>) -> Resul
 }
 
 /// Applies every request in one write transaction and commits it through the journal writer;
-/// the data file is grown on `lane` first when the transaction needs it. With `capture`, each
+/// the data file is grown on `journal_io` first when the transaction needs it. With `capture`, each
 /// put and delete also records the document's old and new value (read inside the
 /// transaction), for the index feed.
 async fn apply(
     storage: &Storage,
     payloads: Vec<Payload>,
     journal: &flume::Sender<JournalMsg>,
-    lane: &IoLane,
+    journal_io: &IoPool,
     capture: bool,
 ) -> Result<Applied> {
     // Eventual only when every request is an eventual write batch (index jobs are immediate).
@@ -296,11 +297,13 @@ async fn apply(
         }
         Ok((w, per, changes))
     })?;
-    // Growing the data file is a blocking `fallocate`: on the lane, while this executor serves
-    // its other actors. An error (ENOSPC) fails this transaction only; nothing is lost.
+    // Growing the data file is a blocking `fallocate`: on the journal I/O pool, while this
+    // executor serves its other actors. An error (ENOSPC) fails this transaction only; nothing
+    // is lost.
     if let Some(pages) = actor_interface::data_file_growth(&w) {
         let s = storage.clone();
-        lane.run(move || actor_interface::grow_data_file(&s, pages))
+        journal_io
+            .run(move || actor_interface::grow_data_file(&s, pages))
             .await?;
     }
     let prepared = poison_on_panic(storage, || actor_interface::prepare(w))?;

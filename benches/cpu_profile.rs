@@ -14,7 +14,7 @@
 //! OMNIBUS_IO_URING=0 valgrind --tool=callgrind --toggle-collect='*timed_loop*' $B commits DIR 600
 //! ```
 //!
-//! Under valgrind, set `OMNIBUS_IO_URING=0` (the pwritev lanes): valgrind does not follow
+//! Under valgrind, set `OMNIBUS_IO_URING=0` (the pwritev paths): valgrind does not follow
 //! io_uring, and the program waits forever at its first ring submission, using no CPU.
 //!
 //! `DIR` must not exist for `load` and `batch`; `commits` opens an existing storage (so a 2.5 M

@@ -146,7 +146,7 @@ fn run_with(
 /// The journal's I/O path side by side: io_uring's critical lane (one linked WRITEV +
 /// FSYNC(DATASYNC) per batch) vs plain pwritev + fdatasync on the writer's thread, shared
 /// mode, at 1 and at `a.threads` writers, each pair alternated twice.
-fn lanes(a: &Args) {
+fn io_paths(a: &Args) {
     let ring: Arc<dyn omnibus::env::StorageEnv> =
         Arc::new(omnibus::env::UringEnv::new().expect("io_uring setup"));
     let plain: Arc<dyn omnibus::env::StorageEnv> = Arc::new(omnibus::env::DefaultEnv::new());
@@ -287,5 +287,5 @@ fn main() {
         append / ahead.max(1.0),
         append / whole.max(1.0)
     );
-    lanes(&a);
+    io_paths(&a);
 }

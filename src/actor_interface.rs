@@ -79,7 +79,7 @@ pub(crate) fn data_file_growth(txn: &WriteTransaction) -> Option<u64> {
     txn.data_file_growth()
 }
 
-/// Grows `storage`'s data file to hold `pages` pages (a blocking `fallocate`: on an I/O lane).
+/// Grows `storage`'s data file to hold `pages` pages (a blocking `fallocate`: on an I/O pool).
 #[inline]
 pub(crate) fn grow_data_file(storage: &Storage, pages: u64) -> Result<()> {
     storage.grow_data_file(pages)
@@ -164,5 +164,5 @@ pub(crate) fn record_len(record: &OutRecord) -> u64 {
 
 /// Marks the calling thread as an executor: a blocking disk call on it is then a bug, counted.
 pub(crate) use crate::env::mark_executor_thread;
-/// Puts the calling thread in I/O class best effort at a level (the background lane: 7).
+/// Puts the calling thread in I/O class best effort at a level (the background I/O pool: 7).
 pub(crate) use crate::env::set_thread_io_priority;

@@ -30,7 +30,7 @@
 //!   storage actor per storage, which merges the requests queued at one moment into one
 //!   transaction (a [`actors::WriteBatch`] is always applied whole). Every handle method has an
 //!   async form, usable from tokio, glommio or any executor (the futures are `Send`), and a
-//!   `blocking_` form for plain threads; blocking disk calls run on I/O lane threads, never on
+//!   `blocking_` form for plain threads; blocking disk calls run on I/O pool threads, never on
 //!   an executor. The actors also keep engine indexes ([`actors::IndexDefinition`]): a branch
 //!   storage fed from the root's durable commits, built from existing documents and caught up
 //!   after a crash. `examples/tokio_app.rs`, `examples/glommio_app.rs` and

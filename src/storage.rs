@@ -605,9 +605,10 @@ impl Storage {
     /// Grows the data file (`fallocate`, in steps of 1/8 of its size, 1 MiB to 64 MiB) so that
     /// it holds at least `pages` pages of 8 KiB; does nothing when it already does. A write
     /// transaction's commit grows the file itself when it must
-    /// ([`crate::WriteTransaction::prepare`]); the actor runtime calls this first on an I/O lane
-    /// for a transaction that needs it ([`crate::WriteTransaction::data_file_growth`]), so that
-    /// no executor waits for `fallocate`. Blocking: one `fallocate` when the file is too short.
+    /// ([`crate::WriteTransaction::prepare`]); the actor runtime calls this first on its journal
+    /// I/O pool for a transaction that needs it ([`crate::WriteTransaction::data_file_growth`]),
+    /// so that no executor waits for `fallocate`. Blocking: one `fallocate` when the file is too
+    /// short.
     ///
     /// Errors: [`Error::Closed`], [`Error::ReadOnly`], [`Error::Poisoned`]; the `fallocate`
     /// error (`ENOSPC` when the file system is full: nothing is lost and the storage stays

@@ -11,7 +11,7 @@ use crate::actors::index_key;
 use std::cmp::Ordering;
 use std::ops::Bound;
 
-/// Documents a build scans per job on the background lane.
+/// Documents a build scans per job on the background I/O pool.
 pub(super) const SCAN_CHUNK: usize = 4096;
 
 /// Entries a build writes per transaction at most.
@@ -207,7 +207,7 @@ pub(super) async fn reconcile(
     a: &IndexActor,
     root: ReadTransaction,
 ) -> std::result::Result<bool, IndexFailure> {
-    let (def, shared, branch, lane, slots) = (&a.def, &a.shared, &a.branch, &a.lane, &a.slots);
+    let (def, shared, branch, pool, slots) = (&a.def, &a.shared, &a.branch, &a.pool, &a.slots);
     let abandoned = || shared.abandon.load(std::sync::atomic::Ordering::Acquire);
     shared.reconcile_started();
     let total = root.len();
@@ -242,7 +242,7 @@ pub(super) async fn reconcile(
             }
             let (snap, map) = (root.clone(), def.map.clone());
             let (mut e, a) = (exp, after);
-            let (e, a, r) = lane
+            let (e, a, r) = pool
                 .run(move || {
                     let mut a = a;
                     let r = scan_chunk(&snap, &*map, &mut e, &mut a, SCAN_CHUNK);
@@ -277,7 +277,7 @@ pub(super) async fn reconcile(
                 return Ok(false);
             }
             let (snap, e, p) = (index.clone(), exp, pos);
-            let (e, p, ops, done) = lane
+            let (e, p, ops, done) = pool
                 .run(move || {
                     let mut p = p;
                     let mut ops = Ops::default();

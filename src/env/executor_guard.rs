@@ -6,7 +6,7 @@
 //! a task that waits for the disk holds up all of them for as long as the disk takes (an
 //! `fdatasync` or `fallocate` is milliseconds). So the actor runtime marks each executor thread
 //! it starts ([`mark_executor_thread`]) and hands every call that may wait for the disk to a
-//! thread I/O lane. The core knows nothing of executors (it never imports the actors or
+//! thread of an I/O pool. The core knows nothing of executors (it never imports the actors or
 //! glommio): it only keeps the flag and checks it.
 //!
 //! A blocking call made on a marked thread is a *violation*: it is counted

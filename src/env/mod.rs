@@ -154,7 +154,7 @@ pub trait EnvFile: Send + Sync + std::fmt::Debug {
     /// batch. Returns only after both completed in full. Any number of slices. The default is
     /// [`EnvFile::write_vectored_all_at`] per `IOV_MAX` slices, then [`EnvFile::sync_data`];
     /// [`UringEnv`] submits one `IORING_OP_WRITEV` linked to one `IORING_OP_FSYNC(DATASYNC)`
-    /// on its critical lane.
+    /// on the calling thread's own ring of its critical lane.
     ///
     /// Errors: the write's or the sync's; after an error nothing of `bufs` may be assumed
     /// durable (and the caller must not retry the sync into success, design.md invariant I2).
@@ -379,8 +379,8 @@ pub struct IoBackend {
 static DEFAULT_ENV: std::sync::OnceLock<(Arc<dyn StorageEnv>, IoBackend)> =
     std::sync::OnceLock::new();
 
-/// The environment used when none is given, one per process: [`UringEnv`] (one critical and
-/// one background ring for every storage of the process) when io_uring can be set up, else
+/// The environment used when none is given, one per process: [`UringEnv`] (its critical and
+/// background lanes serve every storage of the process) when io_uring can be set up, else
 /// [`DefaultEnv`], with a `tracing` warning once. `OMNIBUS_IO_URING=0` (or `false`, `off`, `no`)
 /// forces [`DefaultEnv`].
 pub fn default_env() -> Arc<dyn StorageEnv> {

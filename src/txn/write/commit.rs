@@ -37,9 +37,9 @@ impl WriteTransaction {
 
     /// The data file length, in pages, that this transaction's commit needs when the file is
     /// shorter than that now (`None` when it fits): [`WriteTransaction::prepare`] would grow the
-    /// file with a blocking `fallocate`. The actor runtime grows it first on an I/O lane with
-    /// [`crate::Storage::grow_data_file`], so that no executor waits for the disk. Cheap (one
-    /// atomic load).
+    /// file with a blocking `fallocate`. The actor runtime grows it first on its journal I/O
+    /// pool with [`crate::Storage::grow_data_file`], so that no executor waits for the disk.
+    /// Cheap (one atomic load).
     pub(crate) fn data_file_growth(&self) -> Option<u64> {
         let need = self.next_page * PAGE_SIZE as u64;
         (need > self.inner.file_len.load(Ordering::Acquire)).then_some(self.next_page)

@@ -1,21 +1,28 @@
-//! I/O lanes: plain threads that run the blocking disk calls (`pwritev`, `fdatasync`,
+//! I/O pools: plain threads that run the blocking disk calls (`pwritev`, `fdatasync`,
 //! `fallocate`, flushes, opening files, directory syncs) so that no executor ever waits for the
-//! disk (checked in debug builds: see `mod.rs`).
+//! disk (checked in debug builds: see `mod.rs`). The engine starts two:
 //!
-//! - The *critical lane* runs what a commit waits for: journal batches (write + `fdatasync`)
-//!   for the journal-writer actors of separate journals, and the `fallocate` of a commit that
-//!   grows its data file. A pool of threads at normal I/O priority.
-//! - The *background lane* runs flushes and the other blocking housekeeping (opening, creating
-//!   and dropping storages, index builds' scans, the flushers' polls) at low I/O priority:
-//!   `ioprio_set(IOPRIO_CLASS_BE, 7)` on each of its threads.
+//! - The *journal I/O pool* (threads `omnibus-journal-io-N`, sized by
+//!   [`crate::actors::EngineOptions::critical_lane_threads`], normal I/O priority) runs what a
+//!   commit waits for: the batches of the journal-writer actors of separate journals (and each
+//!   such actor's last reference to its journal), and the `fallocate` of a commit that grows
+//!   its data file. The shared journal's writer does not use it: it has a thread of its own
+//!   (`journal_writer.rs`).
+//! - The *background I/O pool* (threads `omnibus-flush-io-N`, sized by
+//!   [`crate::actors::EngineOptions::background_lane_threads`]) runs flushes and the other
+//!   blocking housekeeping (opening, creating and dropping storages, index builds' scans, the
+//!   flushers' polls, checks and backups) at low I/O priority: `ioprio_set(IOPRIO_CLASS_BE, 7)`
+//!   on each of its threads.
+//!
+//! Not to be confused with the io_uring environment's *lanes* (`env/uring.rs`: the critical and
+//! the background lane, each a ring owned by one thread), which lie beneath this interface:
+//! where io_uring is available, a job's writes and syncs on a pool thread go through them.
 //!
 //! Why threads and not glommio's file API: the core (`src/`) is synchronous and goes through
 //! the `StorageEnv` trait (default, power-loss, hooked environments), which glommio's DMA files
-//! cannot wrap; a thread lane keeps one code path for tests and production. Where io_uring is
-//! available, the default environment (`env/uring.rs`) does the lane's writes and syncs
-//! through rings of its own beneath this interface.
+//! cannot wrap; a thread pool keeps one code path for tests and production.
 //!
-//! Messages in: boxed jobs, over one bounded flume channel per lane (capacity 1,024: a full lane
+//! Messages in: boxed jobs, over one bounded flume channel per pool (capacity 1,024: a full pool
 //! makes the submitting actor wait: back-pressure). Out: each job's result on its own
 //! one-shot channel. Failure: a panicking job is caught and answered as an error.
 
@@ -27,11 +34,11 @@ type Job = Box<dyn FnOnce() + Send>;
 
 /// A pool of threads running blocking jobs. Clones share the pool.
 #[derive(Clone)]
-pub(crate) struct IoLane {
-    inner: Arc<LaneInner>,
+pub(crate) struct IoPool {
+    inner: Arc<PoolInner>,
 }
 
-struct LaneInner {
+struct PoolInner {
     tx: std::sync::Mutex<Option<flume::Sender<Job>>>,
     threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
@@ -45,16 +52,16 @@ fn wrap<T: Send + 'static>(
     Box::new(move || {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
             Err(Error::Poisoned {
-                cause: "a job on an I/O lane panicked".into(),
+                cause: "a job on an I/O pool panicked".into(),
             })
         });
         let _ = rtx.send(r);
     })
 }
 
-impl IoLane {
+impl IoPool {
     /// Starts `threads` threads named `name-N`; `low_priority` puts them in I/O class BE 7.
-    pub fn start(name: &str, threads: usize, low_priority: bool) -> Result<IoLane> {
+    pub fn start(name: &str, threads: usize, low_priority: bool) -> Result<IoPool> {
         let (tx, rx) = flume::bounded::<Job>(1024);
         let mut hs = Vec::new();
         for i in 0..threads.max(1) {
@@ -74,8 +81,8 @@ impl IoLane {
                 .map_err(|e| Error::Io { op: "spawn thread", path: name.into(), source: e })?;
             hs.push(h);
         }
-        Ok(IoLane {
-            inner: Arc::new(LaneInner {
+        Ok(IoPool {
+            inner: Arc::new(PoolInner {
                 tx: std::sync::Mutex::new(Some(tx)),
                 threads: std::sync::Mutex::new(hs),
             }),
@@ -91,8 +98,8 @@ impl IoLane {
             .ok_or(Error::Closed)
     }
 
-    /// Runs `f` on the lane and returns its result; waits (asynchronously) while the lane's
-    /// queue is full. Errors: [`Error::Closed`] when the lane is stopped; a panic in `f`
+    /// Runs `f` on the pool and returns its result; waits (asynchronously) while the pool's
+    /// queue is full. Errors: [`Error::Closed`] when the pool is stopped; a panic in `f`
     /// becomes [`Error::Poisoned`].
     pub async fn run<T, F>(&self, f: F) -> Result<T>
     where
@@ -108,7 +115,7 @@ impl IoLane {
         rrx.recv_async().await.map_err(|_| Error::Closed)?
     }
 
-    /// Stops the lane for every clone: queued jobs finish, then the threads exit and are joined.
+    /// Stops the pool for every clone: queued jobs finish, then the threads exit and are joined.
     pub fn stop(&self) {
         drop(
             self.inner
