@@ -689,7 +689,9 @@ impl EngineInner {
         if self.down.swap(true, std::sync::atomic::Ordering::AcqRel) {
             return Ok(());
         }
-        self.keepalive_stop.store(true, Ordering::Release);
+        // The keepalive thread goes on until every executor has stopped: shutdown waits on the
+        // executors' actors (each answers what is queued, then stops), and a wake-up lost
+        // there would otherwise hang it for good.
         let mut first: Result<()> = Ok(());
         let dbs = std::mem::take(&mut *self.databases.lock().unwrap_or_else(|e| e.into_inner()));
         for db in &dbs {
@@ -782,6 +784,7 @@ impl EngineInner {
                 }
             }
         }
+        self.keepalive_stop.store(true, Ordering::Release);
         self.journal_io.stop();
         self.background_io.stop();
         first
