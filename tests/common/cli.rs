@@ -2,12 +2,11 @@
 
 use std::process::{Command, Output};
 
+use super::children;
+
 /// Runs `omnibus args...` and returns its output (any exit code).
 pub fn omnibus(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_omnibus"))
-        .args(args)
-        .output()
-        .expect("run omnibus")
+    children::output(Command::new(env!("CARGO_BIN_EXE_omnibus")).args(args)).expect("run omnibus")
 }
 
 /// Runs `omnibus args...` on a database or storage this test process has just closed: again
