@@ -12,7 +12,7 @@
 //! The scenario writes the same workload (Manual flushes, a snapshot held across every 16
 //! commits), flushes, checks the data file's bytes on disk, then closes and checks the whole
 //! directory on disk. Early reuse keeps this data file small even with the old slack (the
-//! user's 50 MiB file is not reproduced here; `tests/punch_clustered_delete.rs` covers the
+//! user's 50 MiB file is not reproduced here; `tests/core/punch_clustered_delete.rs` covers the
 //! slack); without the journal emptying at close the directory holds 5.6 MiB and this fails.
 
 use std::os::unix::fs::MetadataExt;

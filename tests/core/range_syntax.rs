@@ -1,4 +1,4 @@
-//! Range syntax: every form the issue names compiles and selects the same entries on both
+//! Range syntax: every range form a caller writes compiles and selects the same entries on both
 //! transaction kinds (`a..b` over `&[u8]` used to fail with E0277), with `first`, `last`,
 //! `prefix`, `iter`, `len` and `.rev()`; reads in a write transaction see its own writes.
 
@@ -33,7 +33,7 @@ fn every_range_form_compiles_and_agrees() {
 
     let r = s.begin_read().unwrap();
     let (a, b): (&[u8], &[u8]) = (b"b", b"c");
-    // The four forms of the issue.
+    // Byte-slice ranges, open and unbounded, and a pair of bounds.
     assert_eq!(
         keys(r.range(&b"b"[..]..&b"c"[..]).unwrap()),
         ["b", "ba", "bb"]

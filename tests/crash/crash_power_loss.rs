@@ -416,7 +416,7 @@ fn crash_at_every_durable_operation() {
     // can delay past every rotation of one run. Regression: CI failed a later round's run of
     // the pool workload (another seed, started because smaller journal records left round 0
     // short of the crash states wanted) with "no journal file taken from the pool" while
-    // another session's build loaded the machine; the assertion was per run.
+    // another build loaded the machine; the assertion was per run.
     let mut pool_used = false;
     let mut r = 0;
     while r == 0 || tally.states < target || !pool_used {

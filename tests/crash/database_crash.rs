@@ -2,7 +2,7 @@
 //! journal (small journal files, so rotations, new links, link records, releases, recycling into
 //! the pre-zeroed pool and file deletions all happen), run under a `PowerLossEnv`.
 //!
-//! As `tests/crash_power_loss.rs` does for one storage, each workload is first run without a
+//! As `tests/crash/crash_power_loss.rs` does for one storage, each workload is first run without a
 //! crash to count its durable operations (`fdatasync` / directory `fsync` issued by the workload's
 //! own threads: the journal pool's background thread is not counted, so the count barely varies
 //! between runs), then run again once per crash point: right *after* the k-th durable operation
