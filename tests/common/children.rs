@@ -11,10 +11,11 @@
 //!
 //! So in the `processes` binary, the only one whose tests start processes, every child is
 //! started through [`spawn`], [`output`] or [`status`], which hold the gate shared while the
-//! child starts, and a test that opens storages in this process holds [`no_children_meanwhile`]
-//! (the gate, exclusively) while it does: no other test's child is being started meanwhile, so
-//! none holds a copy of its descriptors. The test holding the gate starts its own children as
-//! usual (one after the other with its own opens and closes, on its own thread).
+//! child starts (for the last two, until it exits), and a test that opens storages in this
+//! process holds [`no_children_meanwhile`] (the gate, exclusively) while it does: no other
+//! test's child is being started meanwhile, so none holds a copy of its descriptors. The test
+//! holding the gate starts its own children as usual (one after the other with its own opens
+//! and closes, on its own thread).
 
 use std::cell::Cell;
 use std::io;
