@@ -27,7 +27,7 @@
 //! engine marks each executor thread (`env::mark_executor_thread`); the default
 //! environment counts every blocking call made on a marked thread and panics in debug builds
 //! (`omnibus::testing::executor_guard::blocking_calls_on_executors` with the `testing` feature), and
-//! `tests/executor_never_blocks.rs` checks a whole workload. What no check sees: page faults
+//! `tests/actors/executor_never_blocks.rs` checks a whole workload. What no check sees: page faults
 //! of the read-only map (readers on executors may wait for a page to come in: the pool's, and
 //! callers' point reads made from an executor) and waits for a lock held across I/O.
 

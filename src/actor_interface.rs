@@ -13,7 +13,7 @@
 //!
 //! The rule: a file under `actors/` names the crate only as `crate::actors::...` and
 //! `crate::actor_interface::...`, and calls no crate-private function or method of the core
-//! except through this module. `tests/layering.rs` checks both on the source text
+//! except through this module. `tests/core/layering.rs` checks both on the source text
 //! (`actors_name_the_core_only_through_the_actor_interface`,
 //! `actors_call_crate_private_functions_only_through_the_actor_interface`). A new need of the
 //! actors is a new item here, with its one-line purpose.

@@ -1,5 +1,5 @@
 //! A cluster of node processes on 127.0.0.1 and its client: the harness of
-//! `examples/raft_cluster.rs`, of its test (`tests/cluster_sigkill.rs`) and of the benchmark.
+//! `examples/raft_cluster.rs`, of its test (`raft/tests/cluster_sigkill.rs`) and of the benchmark.
 //!
 //! Each node is a separate process (the caller's own executable run with the arguments of
 //! [`node_args`]; its `main` hands them to [`run_node`]), with its own directory, listening on

@@ -69,7 +69,7 @@
 //! # Fault injection
 //! [`RingFaults`] makes a lane's thread alter what it submits or what the kernel answered
 //! (short writes, errnos, a panic of the thread) and [`UringConfig::setup_error`] makes setup
-//! fail, so each case above is tested (`tests/ring_faults.rs`).
+//! fail, so each case above is tested (`tests/alone/ring_faults.rs`).
 //!
 //! # Files
 //! This file holds the environment ([`UringEnv`], [`UringFile`]: which lane each file operation

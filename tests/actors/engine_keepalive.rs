@@ -6,7 +6,7 @@
 //! `io_uring_enter` with their flushers' tick timers pending, until a debugger's attach woke
 //! them. The lost wake-up is inside glommio (see `KEEPALIVE` in `actors/engine.rs`); what this
 //! asserts: an idle executor keeps being woken from outside (about 10 times a second), and
-//! the pokes stop at shutdown.
+//! the pokes go on while shutdown waits on the executors and stop once it is done.
 
 use std::time::Duration;
 
@@ -37,5 +37,63 @@ fn idle_executors_are_woken_from_outside_until_shutdown() {
         probe.executor_keepalive_wakes(),
         at_shutdown,
         "pokes went on after shutdown"
+    );
+}
+
+/// Shutdown waits on the executors' actors (the indexes apply what is queued); the keepalive
+/// thread stopped as shutdown began, so a wake-up lost during that wait hung `bench shop`'s
+/// close for minutes. The pokes must go on until the executors have stopped.
+#[test]
+fn executors_are_woken_from_outside_while_shutdown_waits_on_them() {
+    use std::sync::{Arc, Mutex};
+
+    use omnibus::actors::IndexDefinition;
+
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::start(EngineOptions {
+        executors: Some(2),
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    let db = engine
+        .blocking_open_database(dir.path().join("db"), omnibus::Options::default())
+        .unwrap();
+    // The map function holds the document `hold` until the test lets it go: the index actor
+    // cannot stop before, so shutdown waits on it.
+    let (entered_tx, entered_rx) = flume::bounded::<()>(1);
+    let (release_tx, release_rx) = flume::bounded::<()>(1);
+    let entered = Mutex::new(Some(entered_tx));
+    let release = Arc::new(Mutex::new(release_rx));
+    let hold = release.clone();
+    db.blocking_define_index(IndexDefinition::new("held", move |key: &[u8], _doc: &[u8]| {
+        if key == b"hold" {
+            if let Some(tx) = entered.lock().unwrap().take() {
+                let _ = tx.send(());
+            }
+            let _ = hold.lock().unwrap().recv_timeout(Duration::from_secs(120));
+        }
+        vec![key.to_vec()]
+    }))
+    .unwrap();
+    db.root().blocking_put(b"hold".to_vec(), b"v".to_vec()).unwrap();
+    entered_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the index applies the document");
+    let probe = engine.clone();
+    let closing = std::thread::spawn(move || engine.shutdown());
+    // Shutdown has begun (it is waiting on the held index): the pokes go on, counted, not
+    // timed (the deadline only ends a failing run).
+    std::thread::sleep(Duration::from_millis(300));
+    let waiting = probe.executor_keepalive_wakes();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while probe.executor_keepalive_wakes() - waiting < 3 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let during = probe.executor_keepalive_wakes() - waiting;
+    release_tx.send(()).unwrap();
+    closing.join().unwrap().unwrap();
+    assert!(
+        during >= 3,
+        "the executors were woken {during} times while shutdown waited on them"
     );
 }

@@ -1,7 +1,7 @@
 //! Fault hooks of the lanes (tests): [`RingFaults`], the rules a lane's thread consults before
 //! it submits an operation ([`RingFault::ShortWrite`], [`RingFault::Panic`]) and when it reads a
 //! completion ([`RingFault::Errno`]), so each result the rounds handle can be provoked
-//! (`tests/ring_faults.rs`).
+//! (`tests/alone/ring_faults.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
