@@ -65,17 +65,22 @@ fn executors_are_woken_from_outside_while_shutdown_waits_on_them() {
     let entered = Mutex::new(Some(entered_tx));
     let release = Arc::new(Mutex::new(release_rx));
     let hold = release.clone();
-    db.blocking_define_index(IndexDefinition::new("held", move |key: &[u8], _doc: &[u8]| {
-        if key == b"hold" {
-            if let Some(tx) = entered.lock().unwrap().take() {
-                let _ = tx.send(());
+    db.blocking_define_index(IndexDefinition::new(
+        "held",
+        move |key: &[u8], _doc: &[u8]| {
+            if key == b"hold" {
+                if let Some(tx) = entered.lock().unwrap().take() {
+                    let _ = tx.send(());
+                }
+                let _ = hold.lock().unwrap().recv_timeout(Duration::from_secs(120));
             }
-            let _ = hold.lock().unwrap().recv_timeout(Duration::from_secs(120));
-        }
-        vec![key.to_vec()]
-    }))
+            vec![key.to_vec()]
+        },
+    ))
     .unwrap();
-    db.root().blocking_put(b"hold".to_vec(), b"v".to_vec()).unwrap();
+    db.root()
+        .blocking_put(b"hold".to_vec(), b"v".to_vec())
+        .unwrap();
     entered_rx
         .recv_timeout(Duration::from_secs(60))
         .expect("the index applies the document");
