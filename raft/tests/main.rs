@@ -72,7 +72,7 @@ static GATE: RwLock<()> = RwLock::new(());
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     omnibus_raft::cluster::serve_if_node(&args, "node");
-    let trials = TESTS
+    let cases = TESTS
         .iter()
         .map(|&(name, test, nodes)| {
             Trial::test(name, move || {
@@ -90,5 +90,5 @@ fn main() {
             })
         })
         .collect();
-    libtest_mimic::run(&Arguments::from_args(), trials).exit();
+    libtest_mimic::run(&Arguments::from_args(), cases).exit();
 }
