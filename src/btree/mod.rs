@@ -432,13 +432,13 @@ impl<'a> Checker<'a> {
                 continue;
             }
             for w in 0..crate::freespace::WORDS {
-                let bits = crate::page::rd_u64(bimg, HEADER_LEN + 8 * w).unwrap_or(0);
-                for b in 0..64u64 {
-                    let p = base + w as u64 * 64 + b;
-                    if bits & (1 << b) != 0 && p < state.next_page {
-                        free[(p / 64) as usize] |= 1 << b;
-                    }
+                let first = base + w as u64 * 64;
+                if first >= state.next_page {
+                    break;
                 }
+                let bits = crate::page::rd_u64(bimg, HEADER_LEN + 8 * w).unwrap_or(0);
+                free[(first / 64) as usize] |=
+                    crate::freespace::free_bits_below(first, bits, state.next_page);
             }
         }
     }
