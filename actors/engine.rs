@@ -499,11 +499,20 @@ impl Engine {
 
     /// Opens (or creates) the database at `path` and starts its actors. The storages are opened
     /// with [`FlushMode::Manual`]: the engine's flushers drive flushes.
+    ///
+    /// Errors: [`Error::InvalidOptions`] for a write buffer (`Options::write_buffer_bytes`
+    /// above 0): the engine's flushers do not apply buffers yet; the open's own errors.
     pub async fn open_database(
         &self,
         path: impl AsRef<Path>,
         opts: Options,
     ) -> Result<DatabaseHandle> {
+        if opts.write_buffer_bytes > 0 {
+            return Err(Error::InvalidOptions(
+                "write_buffer_bytes: storages opened through the engine have no write buffer yet"
+                    .into(),
+            ));
+        }
         let p = path.as_ref().to_path_buf();
         let o = Options {
             flush_mode: FlushMode::Manual,

@@ -558,8 +558,9 @@ impl Database {
     /// [`Error::DestinationNotEmpty`]; [`Error::Closed`]; [`Error::Corruption`] for a
     /// damaged page; I/O errors with the operation and path (`ENOSPC`:
     /// [`Error::is_no_space`]); an `Io` error with `TimedOut` when a durable commit was not
-    /// published within 10 s (a stalled committer). On any error, everything the backup wrote
-    /// is removed again.
+    /// published within 10 s (a stalled committer); [`Error::WriteInProgress`] when writers of
+    /// storages with a write buffer buffered new entries each of 8 times the buffers were
+    /// applied for the copy. On any error, everything the backup wrote is removed again.
     pub fn backup(&self, dest: impl AsRef<Path>) -> Result<crate::backup::BackupReport> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
@@ -577,9 +578,27 @@ impl Database {
             }
             Ok((published_state(root, durable)?, states))
         };
-        let (root_state, states) = match &self.inner.journal {
-            Some(j) => j.at_one_point(|d| take(Some(d)))?,
-            None => take(None)?,
+        // The copy is made of pages: buffered entries go into the trees first, and a point
+        // at which a writer buffered again is taken anew (bounded: 8 tries).
+        let mut tries = 0;
+        let (root_state, states) = loop {
+            root.inner.apply_buffer(true)?;
+            for (_, s) in &branches {
+                s.inner.apply_buffer(true)?;
+            }
+            let (root_state, states) = match &self.inner.journal {
+                Some(j) => j.at_one_point(|d| take(Some(d)))?,
+                None => take(None)?,
+            };
+            let buffered =
+                !root_state.buffer.is_empty() || states.iter().any(|(_, st)| !st.buffer.is_empty());
+            if !buffered {
+                break (root_state, states);
+            }
+            tries += 1;
+            if tries == 8 {
+                return Err(Error::WriteInProgress);
+            }
         };
         crate::backup::backup_database(&*self.inner.opts.env, &root_state, &states, dest.as_ref())
     }
@@ -847,7 +866,7 @@ fn survey(
                             s.linked.push((rel.to_string(), sid));
                         }
                     }
-                    RecordKind::Commit if h.storage_id == root_id => {
+                    k if k.is_commit() && h.storage_id == root_id => {
                         s.root_max = s.root_max.max(h.txn_id);
                     }
                     _ => {}

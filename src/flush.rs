@@ -199,7 +199,7 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
         _ => cur.clone(),
     };
     let mut out = FlushReport {
-        flushed_txn: target.txn_id,
+        flushed_txn: target.tree_txn,
         ..Default::default()
     };
     if target.txn_id < cur.txn_id {
@@ -211,14 +211,15 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
         }
     }
     drop(cur);
+    // The header records the target's last page commit: a buffered storage's logical commits
+    // after it are in the journal only, and stay there (design.md section 16).
+    let flush_txn = target.tree_txn;
     let already = inner.current.load().flushed_txn;
     let closing = inner.closing.load(Ordering::Acquire);
-    if target.txn_id > already {
+    if flush_txn > already {
         // From now on a page written at or below the target may reach the data file: it can
         // no longer be reused before a durable header passes the txn that freed it.
-        inner
-            .flush_started
-            .fetch_max(target.txn_id, Ordering::AcqRel);
+        inner.flush_started.fetch_max(flush_txn, Ordering::AcqRel);
         // Pages freed up to here become reusable once this flush's header is durable.
         inner.freed_unflushed.store(0, Ordering::Relaxed);
         fs.reuse_slack = inner.allocated_unflushed.swap(0, Ordering::Relaxed);
@@ -232,11 +233,11 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
                 out.pages_written = n;
                 out.bytes_written = n * PAGE_SIZE as u64;
                 inner.data.sync_data()?;
-                let stated = start_statement(inner, target.txn_id, closing);
+                let stated = start_statement(inner, flush_txn, closing);
                 let h = Header {
                     sequence: fs.header_seq,
                     storage_id: inner.storage_id,
-                    flushed_txn: target.txn_id,
+                    flushed_txn: flush_txn,
                     root: target.root,
                     freedir: target.freedir,
                     next_page: target.next_page,
@@ -271,7 +272,7 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
         } else {
             None
         };
-        inner.publish_flush(target.txn_id, mapping);
+        inner.publish_flush(flush_txn, mapping);
         inner.flushes.fetch_add(1, Ordering::Relaxed);
         inner
             .pages_flushed
@@ -279,7 +280,7 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
         if let Some(t) = timed {
             tracing::debug!(
                 path = %inner.data_path.display(),
-                txn = target.txn_id,
+                txn = flush_txn,
                 pages = out.pages_written,
                 bytes = out.pages_written * PAGE_SIZE as u64,
                 write_mode = if out.pages_written > 0 { inner.write_mode().0.name() } else { "none" },
@@ -308,7 +309,7 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
             inner.journal.note_statement(stated);
         }
     }
-    if fs.punching && target.txn_id <= inner.current.load().flushed_txn {
+    if fs.punching && target.tree_txn <= inner.current.load().flushed_txn {
         out.runs_punched = punch(inner, &mut fs, &target)?;
     }
     let flushed = inner.current.load().flushed_txn;
@@ -678,7 +679,17 @@ fn run_service() {
             }
             if let Some(inner) = weak.upgrade() {
                 let live = !inner.closed.load(Ordering::Acquire) && inner.poisoned().is_none();
-                if live && (inner.needs_flush() || inner.journal.pins_old_file(inner.storage_id)) {
+                let aged = live && inner.buffer_aged();
+                if aged {
+                    if let Err(e) = inner.apply_buffer(false) {
+                        tracing::warn!(path = %inner.path.display(), error = %e, "applying the write buffer failed");
+                    }
+                }
+                if live
+                    && (aged
+                        || inner.needs_flush()
+                        || inner.journal.pins_old_file(inner.storage_id))
+                {
                     if let Err(e) = flush(&inner) {
                         tracing::warn!(path = %inner.path.display(), error = %e, "background flush failed");
                     }

@@ -136,6 +136,7 @@
 mod actor_interface;
 mod backup;
 mod btree;
+mod buffer;
 mod database;
 pub mod env;
 mod error;

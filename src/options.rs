@@ -114,6 +114,17 @@ pub struct Options {
     /// it itself: the most recent data a crash can lose when no other commit or flush comes.
     /// 1 to 60,000; default 100. For a database, the shared journal takes the root's value.
     pub eventual_sync_ms: u64,
+    /// The write buffer, in bytes: 0 (the default) for none. With a buffer, a commit that only
+    /// puts and deletes journals its operations as one logical record and adds them to an
+    /// in-memory buffer that every read merges over the B+tree, instead of copying a leaf per
+    /// key; once the buffer holds more than this many bytes (each entry counted as its key,
+    /// its value and 64 bytes), or its oldest entry is older than
+    /// [`Options::flush_max_age`], the committing writer applies all of it to the tree in one
+    /// page transaction, so each leaf is written once for the many entries pending on it
+    /// (design.md section 16). Flushes, `Storage::flush` and a clean close apply it too.
+    /// Reopening after a crash puts the journaled entries back into the buffer. Storages
+    /// opened through the actor engine refuse a buffer ([`Error::InvalidOptions`]).
+    pub write_buffer_bytes: u64,
 }
 
 impl Default for Options {
@@ -134,6 +145,7 @@ impl Default for Options {
             write_mode: WriteMode::Auto,
             write_with_damaged_storages: false,
             eventual_sync_ms: 100,
+            write_buffer_bytes: 0,
         }
     }
 }

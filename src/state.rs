@@ -188,8 +188,20 @@ pub(crate) struct State {
     pub freedir: u64,
     /// Pages below this number are in use by the file (allocated, free or punched).
     pub next_page: u64,
-    /// Keys in the tree.
+    /// Keys in the tree (buffered entries not counted: see [`State::len`]).
     pub entries: u64,
+    /// The last transaction that changed the tree's pages: `txn_id` itself, except in a
+    /// buffered storage after logical commits (design.md section 16). A flush of this state
+    /// records this txn in its header: the buffered commits after it are in the journal only.
+    pub tree_txn: u64,
+    /// Buffered entries, newer than the tree (empty for a storage without a write buffer).
+    pub buffer: crate::buffer::Buffer,
+    /// Bytes the buffer counts for ([`crate::buffer::entry_bytes`] of each entry).
+    pub buffer_bytes: u64,
+    /// Keys the buffer adds to the tree's `entries` (negative: removes).
+    pub len_delta: i64,
+    /// When the oldest buffered entry was committed (`None`: the buffer is empty).
+    pub buffer_since: Option<Instant>,
     /// Last transaction whose pages are in the data file and recorded by a durable header.
     pub flushed_txn: u64,
     /// Unflushed page images.
@@ -224,6 +236,25 @@ impl State {
 
     pub fn path(&self) -> &Path {
         &self.mapping.path
+    }
+
+    /// Keys visible in this state: the tree's, and the buffered entries' net count.
+    pub fn len(&self) -> u64 {
+        (self.entries as i64).saturating_add(self.len_delta).max(0) as u64
+    }
+
+    /// The buffered entries' net count over the tree, by looking each one up in the tree:
+    /// +1 for a put of a key the tree lacks, -1 for a delete of a key it has (used once at open,
+    /// after the journal's logical records are back in the buffer).
+    ///
+    /// Errors: [`Error::Corruption`] from a tree lookup.
+    pub fn count_buffer_delta(&self) -> Result<i64> {
+        let mut n = 0i64;
+        for (k, e) in self.buffer.iter() {
+            let in_tree = crate::btree::get(self, k)?.is_some();
+            n += e.value.is_some() as i64 - in_tree as i64;
+        }
+        Ok(n)
     }
 }
 

@@ -221,6 +221,11 @@ pub struct StorageStats {
     pub pages_journaled_as_diffs: u64,
     /// The journal writer's counters (commits, batches, fdatasyncs, ...).
     pub journal: JournalStats,
+    /// Entries in the write buffer, not yet applied to the tree
+    /// ([`Options::write_buffer_bytes`]; 0 without one).
+    pub buffer_entries: u64,
+    /// Bytes the write buffer counts for (each entry its key, its value and 64 bytes).
+    pub buffer_bytes: u64,
 }
 
 pub(crate) struct Inner {
@@ -376,6 +381,7 @@ impl Storage {
     /// Errors: an I/O error writing or syncing the data file (the storage is then poisoned);
     /// [`Error::Poisoned`].
     pub fn flush(&self) -> Result<FlushReport> {
+        self.inner.apply_buffer(false)?;
         (self.inner.flush_hooks.flush)(&self.inner)
     }
 
@@ -393,12 +399,27 @@ impl Storage {
     /// [`Error::DestinationNotEmpty`] when `dest` exists and is not an empty
     /// directory; [`Error::Closed`]; [`Error::Corruption`] for a damaged page of the snapshot;
     /// I/O errors with the operation and path, `ENOSPC` among them
-    /// ([`Error::is_no_space`]). On any error, everything the backup wrote is removed again.
+    /// ([`Error::is_no_space`]); [`Error::WriteInProgress`] when, in a storage with a write
+    /// buffer, writers buffered new entries each of 8 times the buffer was applied for the copy.
+    /// On any error, everything the backup wrote is removed again.
     pub fn backup(&self, dest: impl AsRef<Path>) -> Result<crate::backup::BackupReport> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        let state = self.inner.current.load_full();
+        // The copy is made of pages: buffered entries go into the tree first, and a state a
+        // writer buffered again is taken anew (bounded: 8 tries).
+        let mut tries = 0;
+        let state = loop {
+            self.inner.apply_buffer(true)?;
+            let state = self.inner.current.load_full();
+            if state.buffer.is_empty() {
+                break state;
+            }
+            tries += 1;
+            if tries == 8 {
+                return Err(Error::WriteInProgress);
+            }
+        };
         crate::backup::check_outside(&self.inner.path, dest.as_ref())?;
         crate::backup::backup_storage(&*self.inner.env, &state, dest.as_ref())
     }
@@ -577,7 +598,11 @@ impl Storage {
             self.inner.journal.sync_queued()
         } else {
             self.inner.closing.store(true, Ordering::Release);
-            self.flush().map(|_| ())
+            // A clean close leaves nothing in the journal: the buffer goes into the tree.
+            self.inner
+                .apply_buffer(true)
+                .and_then(|()| self.flush())
+                .map(|_| ())
         };
         self.inner.closed.store(true, Ordering::Release);
         self.inner.stop_flusher();
@@ -809,12 +834,20 @@ impl Inner {
             next_page: hdr.next_page,
             entries: hdr.entries,
             flushed_txn: hdr.flushed_txn,
+            tree_txn: hdr.flushed_txn,
+            buffer: Default::default(),
+            buffer_bytes: 0,
+            len_delta: 0,
+            buffer_since: None,
             scratch: Default::default(),
             scratch_bytes: 0,
             dirty_since: None,
             mapping,
         };
         let files = recover(&*env, &journals_dir, &borrowed, &hdr, &mut state)?;
+        if !state.buffer.is_empty() {
+            state.len_delta = state.count_buffer_delta()?;
+        }
         let max_no = files.keys().next_back().copied().unwrap_or(0);
         let replayed = state.txn_id > hdr.flushed_txn;
         if replayed {
@@ -1111,10 +1144,46 @@ impl Inner {
             next_page: meta.next_page,
             entries: meta.entries,
             flushed_txn: cur.flushed_txn,
+            // A page commit of a buffered storage holds every buffered entry before it
+            // (design.md invariant I13): the buffer starts empty again.
+            tree_txn: txn,
+            buffer: Default::default(),
+            buffer_bytes: 0,
+            len_delta: 0,
+            buffer_since: None,
             scratch,
             scratch_bytes: bytes,
             dirty_since: cur.dirty_since.or_else(|| Some(Instant::now())),
             mapping: cur.mapping.clone(),
+        });
+        self.registry.register(&next);
+        self.current.store(next);
+    }
+
+    /// Publishes logical commit `txn` of a buffered storage: its operations `ops` (key, value
+    /// or `None` for a delete) join the buffer; the tree is unchanged.
+    /// `delta` is the keys the operations add to the state's count (negative: remove).
+    pub fn publish_logical(&self, txn: u64, ops: &crate::txn::LogicalOps, delta: i64) {
+        let _g = lock(&self.publish);
+        let cur = self.current.load_full();
+        debug_assert_eq!(cur.txn_id + 1, txn, "commits publish in txn order");
+        let mut buffer = cur.buffer.clone();
+        let mut bytes = cur.buffer_bytes;
+        for (k, v) in ops {
+            bytes += crate::buffer::entry_bytes(k.len(), v.as_ref().map_or(0, |v| v.len()));
+            let e = crate::buffer::BufEntry { value: v.clone() };
+            if let Some(old) = buffer.insert(k.clone(), e) {
+                bytes -=
+                    crate::buffer::entry_bytes(k.len(), old.value.as_ref().map_or(0, |v| v.len()));
+            }
+        }
+        let next = Arc::new(State {
+            txn_id: txn,
+            buffer,
+            buffer_bytes: bytes,
+            len_delta: cur.len_delta + delta,
+            buffer_since: cur.buffer_since.or_else(|| Some(Instant::now())),
+            ..(*cur).clone()
         });
         self.registry.register(&next);
         self.current.store(next);
@@ -1194,6 +1263,33 @@ impl Inner {
                 .is_some_and(|t| t.elapsed() >= self.opts.flush_max_age)
     }
 
+    /// Applies the write buffer to the tree in one page transaction (`txn/write/logical.rs`),
+    /// unless it is empty. `wait`: wait for an open write transaction to end; else leave the
+    /// buffer as it is while one is open (its own commit applies the buffer when due).
+    ///
+    /// Errors: as [`WriteTransaction::commit`].
+    pub fn apply_buffer(self: &Arc<Self>, wait: bool) -> Result<()> {
+        if self.current.load().buffer.is_empty() || self.opts.read_only {
+            return Ok(());
+        }
+        let mut t = match self.begin_write(wait) {
+            Ok(t) => t,
+            Err(Error::WriteInProgress) if !wait => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        t.apply_buffered()?;
+        t.commit()
+    }
+
+    /// True when the write buffer's oldest entry is older than [`Options::flush_max_age`]:
+    /// the background flush applies it, so an idle storage pins no journal file for long.
+    pub fn buffer_aged(&self) -> bool {
+        self.current
+            .load()
+            .buffer_since
+            .is_some_and(|t| t.elapsed() >= self.opts.flush_max_age)
+    }
+
     pub fn after_commit(&self) {
         if !self.needs_flush() {
             return;
@@ -1217,7 +1313,9 @@ impl Inner {
         StorageStats {
             last_committed_txn: s.txn_id,
             last_flushed_txn: s.flushed_txn,
-            entries: s.entries,
+            entries: s.len(),
+            buffer_entries: s.buffer.len() as u64,
+            buffer_bytes: s.buffer_bytes,
             pages_used: s.next_page - free,
             pages_free: free,
             data_file_bytes: self.data.len().unwrap_or(0),

@@ -1,6 +1,6 @@
 //! Ordered, double-ended cursors over the B+tree, and the key bounds they take.
 //!
-//! One cursor type, [`Range`], reads two kinds of tree through [`Source`]: a committed snapshot
+//! One cursor type, [`TreeRange`], reads two kinds of tree through [`Source`]: a committed snapshot
 //! (`State`, pages only) and a write transaction's private tree (dirty decoded nodes, dirty page
 //! images, and the base snapshot's pages below them). Either way a cursor is a stack of
 //! `(node, index)` levels from the root to a leaf; moving past the end of a leaf pops to the
@@ -247,7 +247,7 @@ pub(crate) fn before_start(key: &[u8], start: Bound<&[u8]>) -> bool {
 ///
 /// Errors: corruption met while stepping comes as one `Err` item, after which the iterator ends
 /// (from both ends).
-pub struct Range<'a> {
+pub(crate) struct TreeRange<'a> {
     src: Source<'a>,
     start: Bound<Vec<u8>>,
     end: Bound<Vec<u8>>,
@@ -260,7 +260,7 @@ pub struct Range<'a> {
     done: bool,
 }
 
-impl std::fmt::Debug for Range<'_> {
+impl std::fmt::Debug for TreeRange<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Range")
             .field("start", &self.start)
@@ -270,15 +270,15 @@ impl std::fmt::Debug for Range<'_> {
     }
 }
 
-impl<'a> Range<'a> {
+impl<'a> TreeRange<'a> {
     /// A cursor over `[start, end]` of `src`, its front end positioned (one descent from the
     /// root). Errors: corruption met on that descent.
     pub(crate) fn new(
         src: Source<'a>,
         start: Bound<&[u8]>,
         end: Bound<&[u8]>,
-    ) -> Result<Range<'a>> {
-        let mut r = Range {
+    ) -> Result<TreeRange<'a>> {
+        let mut r = TreeRange {
             src,
             start: start.map(<[u8]>::to_vec),
             end: end.map(<[u8]>::to_vec),
@@ -295,14 +295,6 @@ impl<'a> Range<'a> {
             r.front = front;
         }
         Ok(r)
-    }
-
-    /// A cursor over the keys starting with `prefix`.
-    pub(crate) fn prefix(src: Source<'a>, prefix: &[u8]) -> Result<Range<'a>> {
-        match prefix_end(prefix) {
-            Some(e) => Range::new(src, Bound::Included(prefix), Bound::Excluded(&e)),
-            None => Range::new(src, Bound::Included(prefix), Bound::Unbounded),
-        }
     }
 
     fn step_front(&mut self) -> Result<Option<(&'a [u8], &'a [u8])>> {
@@ -473,7 +465,7 @@ fn next_leaf<'a>(src: Source<'a>, stack: &mut Vec<Level<'a>>, forward: bool) -> 
     }
 }
 
-impl<'a> Iterator for Range<'a> {
+impl<'a> Iterator for TreeRange<'a> {
     type Item = Result<(&'a [u8], &'a [u8])>;
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -485,7 +477,7 @@ impl<'a> Iterator for Range<'a> {
     }
 }
 
-impl DoubleEndedIterator for Range<'_> {
+impl DoubleEndedIterator for TreeRange<'_> {
     fn next_back(&mut self) -> Option<Self::Item> {
         if self.done {
             return None;
@@ -495,7 +487,7 @@ impl DoubleEndedIterator for Range<'_> {
     }
 }
 
-impl std::iter::FusedIterator for Range<'_> {}
+impl std::iter::FusedIterator for TreeRange<'_> {}
 
 /// The smallest key greater than every key starting with `prefix` (None: no such key).
 pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {

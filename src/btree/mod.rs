@@ -8,10 +8,13 @@
 
 mod cursor;
 mod multi;
+mod range;
 
+pub(crate) use cursor::prefix_end;
+pub use cursor::KeyRange;
 pub(crate) use cursor::{before_start, past_end, NodeRef, Source};
-pub use cursor::{KeyRange, Range};
 pub(crate) use multi::multi_get;
+pub use range::Range;
 
 use crate::error::{Corruption, Error, Result};
 use crate::page::node::{BranchView, LeafView, ValRef};

@@ -36,6 +36,9 @@
 //! loss makes a file shorter than that, so recovery takes a file shorter than a length recorded
 //! in it for a file that was cut (see `recovery`).
 //! Link body (kind 3): storage id u64 | UTF-8 path of the storage directory relative to the root.
+//! Logical body (kind 5): a buffered storage's commit as its operations in key order,
+//! `count u32 | count × (op u8 | key len u16 | key | [value len u32 | value])`, op 1 a put (with
+//! its value), 2 a delete (see [`logical_record`]; design.md 3.9).
 //! Start body (kind 4): journal number u64 of the file started | its durable length u64 when it
 //! was started (its synced zeros; 0 without pre-zeroing). Written into the previous file, storage
 //! id = the journal's owner, txn id 0, as a batch of its own synced before any batch of the new
@@ -71,6 +74,17 @@ pub enum RecordKind {
     /// previous file when the journal moves to a new one, before any batch of the new file
     /// (see [`start_body`]).
     Start = 4,
+    /// A buffered storage's committed transaction as its operations (puts and deletes), not
+    /// pages (see [`logical_record`]).
+    Logical = 5,
+}
+
+impl RecordKind {
+    /// True for the kinds that are a storage's committed transaction (page or logical): they
+    /// carry its txn id, in one contiguous sequence per storage.
+    pub fn is_commit(self) -> bool {
+        matches!(self, RecordKind::Commit | RecordKind::Logical)
+    }
 }
 
 /// A decoded record header.
@@ -131,6 +145,7 @@ impl RecordHeader {
             2 => RecordKind::Padding,
             3 => RecordKind::Link,
             4 => RecordKind::Start,
+            5 => RecordKind::Logical,
             _ => return None,
         };
         let body_len = rd_u64(b, 32)?;
@@ -146,6 +161,89 @@ impl RecordHeader {
             body_crc: rd_u32(b, 40)?,
         })
     }
+}
+
+/// Operation byte of a put in a logical record.
+const OP_PUT: u8 = 1;
+/// Operation byte of a delete in a logical record.
+const OP_DELETE: u8 = 2;
+
+/// Builds the logical record (kind 5) of buffered commit `txn_id`: its operations in key order,
+/// each a key and a value, or a key and `None` for a delete. Body:
+/// `count u32 | count × (op u8 | key len u16 | key | [value len u32 | value])`, op 1 a put
+/// (with its value), 2 a delete (without). The body's crc32 is in the record header.
+pub fn logical_record<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+    storage_id: u64,
+    txn_id: u64,
+    ops: &[(K, Option<V>)],
+) -> OutRecord {
+    let len: usize = 4 + ops
+        .iter()
+        .map(|(k, v)| 3 + k.as_ref().len() + v.as_ref().map_or(0, |v| 4 + v.as_ref().len()))
+        .sum::<usize>();
+    let mut b = Vec::with_capacity(len);
+    b.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+    for (k, v) in ops {
+        let k = k.as_ref();
+        b.push(if v.is_some() { OP_PUT } else { OP_DELETE });
+        b.extend_from_slice(&(k.len() as u16).to_le_bytes());
+        b.extend_from_slice(k);
+        if let Some(v) = v {
+            let v = v.as_ref();
+            b.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            b.extend_from_slice(v);
+        }
+    }
+    debug_assert_eq!(b.len(), len);
+    OutRecord::new(
+        RecordKind::Logical,
+        storage_id,
+        txn_id,
+        vec![Part::Owned(b)],
+    )
+}
+
+/// A decoded logical record's operations: key, and value or `None` for a delete.
+pub type LogicalOps<'b> = Vec<(&'b [u8], Option<&'b [u8]>)>;
+
+/// Decodes a logical record's body ([`logical_record`]); `None` when it is malformed: a
+/// truncated or trailing byte, an unknown operation, an empty key or one over
+/// [`crate::MAX_KEY_LEN`] bytes, a value over [`crate::MAX_VALUE_LEN`] bytes, or keys out of
+/// strictly increasing order.
+pub fn decode_logical(body: &[u8]) -> Option<LogicalOps<'_>> {
+    let n = rd_u32(body, 0)? as usize;
+    let mut at = 4usize;
+    // Each operation takes at least 4 bytes: the count cannot ask for more than the body has.
+    let mut ops = Vec::with_capacity(n.min(body.len() / 4));
+    for _ in 0..n {
+        let op = *body.get(at)?;
+        let klen = u16::from_le_bytes(body.get(at + 1..at + 3)?.try_into().ok()?) as usize;
+        at += 3;
+        let key = body.get(at..at.checked_add(klen)?)?;
+        at += klen;
+        if key.is_empty() || key.len() > crate::MAX_KEY_LEN {
+            return None;
+        }
+        if ops.last().is_some_and(|(k, _): &(&[u8], _)| *k >= key) {
+            return None;
+        }
+        let value = match op {
+            OP_PUT => {
+                let vlen = rd_u32(body, at)? as usize;
+                at += 4;
+                if vlen > crate::MAX_VALUE_LEN {
+                    return None;
+                }
+                let v = body.get(at..at.checked_add(vlen)?)?;
+                at += vlen;
+                Some(v)
+            }
+            OP_DELETE => None,
+            _ => return None,
+        };
+        ops.push((key, value));
+    }
+    (at == body.len()).then_some(ops)
 }
 
 /// Bytes of a start record's body (kind 4).

@@ -78,7 +78,7 @@ pub fn scan(
     let mut durable = (0u64, 0u64);
     let pos = read_records(&*file, len, no, 0, |h, body, at| {
         records += 1;
-        if h.kind == RecordKind::Commit {
+        if h.kind.is_commit() {
             let t = last.entry(h.storage_id).or_insert(0);
             *t = (*t).max(h.txn_id);
         }
@@ -261,16 +261,14 @@ fn check_nothing_synced_after(
             continue;
         }
         let end = read_records(file, len, no, at, |h, _, _| match last.get(&h.storage_id) {
-            Some(&t) if h.kind == RecordKind::Commit && h.txn_id >= t.saturating_add(2) => {
-                Err(synced_after(
-                    path,
-                    stop,
-                    format!(
-                        "storage {:#x} has txn {t} before it and txn {} after it",
-                        h.storage_id, h.txn_id
-                    ),
-                ))
-            }
+            Some(&t) if h.kind.is_commit() && h.txn_id >= t.saturating_add(2) => Err(synced_after(
+                path,
+                stop,
+                format!(
+                    "storage {:#x} has txn {t} before it and txn {} after it",
+                    h.storage_id, h.txn_id
+                ),
+            )),
             _ => Ok(()),
         })?;
         at = (end.max(at) / BATCH_ALIGN + 1) * BATCH_ALIGN;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use crate::env::StorageEnv;
 use crate::error::{Error, Result};
 use crate::journal::diff::apply_ranges;
-use crate::journal::record::{decode_commit, decode_start, PageRecord, RecordKind};
+use crate::journal::record::{decode_commit, decode_logical, decode_start, PageRecord, RecordKind};
 use crate::journal::recovery;
 use crate::page::header::Header;
 use crate::page::{self, PAGE_SIZE};
@@ -69,7 +69,7 @@ pub(super) fn recover(
                     }
                 }
             }
-            if h.kind != RecordKind::Commit {
+            if !h.kind.is_commit() {
                 return Ok(());
             }
             let m = per.entry(h.storage_id).or_insert(0);
@@ -88,8 +88,20 @@ pub(super) fn recover(
                     h.txn_id
                 )));
             }
+            if h.kind == RecordKind::Logical {
+                // A buffered commit: its operations go back into the buffer (design.md 16).
+                let ops =
+                    decode_logical(body).ok_or_else(|| bad("malformed logical record".into()))?;
+                put_buffered(state, &ops);
+                state.txn_id = h.txn_id;
+                return Ok(());
+            }
             let (meta, images) =
                 decode_commit(body).ok_or_else(|| bad("malformed commit record".into()))?;
+            // A page commit holds every buffered entry committed before it (invariant I13).
+            state.buffer = Default::default();
+            state.buffer_bytes = 0;
+            state.buffer_since = None;
             for (p, rec) in images {
                 match &rec {
                     PageRecord::Diff { base, ranges }
@@ -135,6 +147,7 @@ pub(super) fn recover(
                 put_scratch(state, p, h.txn_id, image);
             }
             state.txn_id = h.txn_id;
+            state.tree_txn = h.txn_id;
             state.root = meta.root;
             state.freedir = meta.freedir;
             state.next_page = meta.next_page;
@@ -193,6 +206,23 @@ fn put_scratch(state: &mut State, p: u64, txn: u64, image: crate::page::SharedIm
     if let Some(old) = state.scratch.insert(p, ScratchPage { txn, image }) {
         state.scratch_bytes -= old.image.len() as u64;
     }
+}
+
+/// Puts the operations of a replayed logical record into `state`'s write buffer, newest last.
+fn put_buffered(state: &mut State, ops: &[(&[u8], Option<&[u8]>)]) {
+    for (k, v) in ops {
+        let entry = crate::buffer::BufEntry {
+            value: v.map(std::sync::Arc::from),
+        };
+        state.buffer_bytes += crate::buffer::entry_bytes(k.len(), v.map_or(0, <[u8]>::len));
+        if let Some(old) = state.buffer.insert(std::sync::Arc::from(*k), entry) {
+            state.buffer_bytes -=
+                crate::buffer::entry_bytes(k.len(), old.value.as_ref().map_or(0, |v| v.len()));
+        }
+    }
+    state
+        .buffer_since
+        .get_or_insert_with(std::time::Instant::now);
 }
 
 /// The `(offset, bytes)` ranges of a page diff, owned (kept past their record's body).

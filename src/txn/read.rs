@@ -35,12 +35,12 @@ impl ReadTransaction {
 
     /// Keys in the snapshot.
     pub fn len(&self) -> u64 {
-        self.state.entries
+        self.state.len()
     }
 
     /// True when the snapshot holds no key.
     pub fn is_empty(&self) -> bool {
-        self.state.entries == 0
+        self.state.len() == 0
     }
 
     /// The value of `key`, borrowed from the snapshot.
@@ -48,7 +48,11 @@ impl ReadTransaction {
     /// Errors: [`crate::Error::Corruption`] when a page on the path fails its checksum or is
     /// malformed. A key that could never be stored (empty, over 1,024 bytes) is simply absent.
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<&[u8]>> {
-        btree::get(&self.state, key.as_ref())
+        let key = key.as_ref();
+        if let Some(e) = self.state.buffer.get(key) {
+            return Ok(e.value.as_deref());
+        }
+        btree::get(&self.state, key)
     }
 
     /// The values of `keys`, in their order (duplicates answered each), each equal to what
@@ -65,7 +69,25 @@ impl ReadTransaction {
     /// or is malformed (the page is named); [`crate::Error::Io`] (`"io_uring read"` or
     /// `"pread"`, with the data file's path) when reading a page failed, e.g. `EIO`.
     pub fn multi_get<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<&[u8]>>> {
-        btree::multi_get(&self.state, keys)
+        let buffer = &self.state.buffer;
+        if buffer.is_empty() {
+            return btree::multi_get(&self.state, keys);
+        }
+        // Buffered keys are answered from the buffer; the others from the tree, together.
+        let in_tree: Vec<&[u8]> = keys
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|k| !buffer.contains_key(*k))
+            .collect();
+        let mut from_tree = btree::multi_get(&self.state, &in_tree)?.into_iter();
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            match buffer.get(k.as_ref()) {
+                Some(e) => out.push(e.value.as_deref()),
+                None => out.push(from_tree.next().flatten()),
+            }
+        }
+        Ok(out)
     }
 
     /// True when `key` is present.

@@ -46,10 +46,12 @@ mod commit;
 mod compact;
 mod delete;
 mod insert;
+mod logical;
 mod range_delete;
 mod reads;
 
 pub(crate) use commit::PreparedCommit;
+pub(crate) use logical::LogicalOps;
 
 /// Below this many body bytes a node is merged with a sibling when both fit in one page.
 const UNDERFULL: usize = page::BODY_LEN / 4;
@@ -120,6 +122,10 @@ pub struct WriteTransaction {
     changed: bool,
     /// When the commit is acknowledged ([`WriteTransaction::set_durability`]).
     durability: Durability,
+    /// In a storage with a write buffer, while the transaction only puts and deletes: its
+    /// operations by key (`None`: delete), journaled as one logical record at commit
+    /// (`write/logical.rs`). `None` for a page transaction.
+    logical: Option<std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>>,
 }
 
 impl std::fmt::Debug for WriteTransaction {
@@ -160,6 +166,10 @@ impl WriteTransaction {
         base: Arc<State>,
     ) -> WriteTransaction {
         let freed = writer.alloc.run_list();
+        // A storage opened without a buffer may still have one, put back from the journal at
+        // open: its first commit applies it (write/logical.rs, `must_apply`).
+        let logical = (inner.opts.write_buffer_bytes > 0 || !base.buffer.is_empty())
+            .then(std::collections::BTreeMap::new);
         WriteTransaction {
             txn_id: base.txn_id + 1,
             root: base.root,
@@ -187,6 +197,7 @@ impl WriteTransaction {
             failed: None,
             changed: false,
             durability: Durability::Immediate,
+            logical,
         }
     }
 
@@ -210,14 +221,22 @@ impl WriteTransaction {
         self.txn_id
     }
 
-    /// Keys in the tree as this transaction sees it.
+    /// Keys in the storage as this transaction sees it (its own changes included). In a
+    /// storage with a write buffer, while the transaction only puts and deletes, this looks up
+    /// each key it changed (a key whose lookup fails counts as it did before the transaction).
     pub fn len(&self) -> u64 {
-        self.entries
+        match &self.logical {
+            None => self.entries,
+            Some(_) => {
+                let delta = self.logical_delta().unwrap_or(0);
+                (self.base.len() as i64 + delta).max(0) as u64
+            }
+        }
     }
 
-    /// True when the tree is empty as this transaction sees it.
+    /// True when the storage is empty as this transaction sees it.
     pub fn is_empty(&self) -> bool {
-        self.entries == 0
+        self.len() == 0
     }
 
     fn corrupt(&self, page: u64, what: &str) -> Error {

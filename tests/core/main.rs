@@ -12,6 +12,7 @@ mod backup_inside_source;
 mod backup_while_writing;
 mod basic;
 mod bitmap_page_diffs;
+mod buffered;
 mod compact_shrinks;
 mod compact_with_snapshot;
 mod database;

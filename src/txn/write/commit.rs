@@ -58,6 +58,12 @@ impl WriteTransaction {
         if !self.changed {
             return Ok(None);
         }
+        if self.must_apply() {
+            self.apply_buffered()?;
+        }
+        if self.logical.is_some() {
+            return self.prepare_logical().map(Some);
+        }
         self.load_fsm()?;
         let txn = self.txn_id;
         let base_state = self.base.clone();
@@ -223,7 +229,39 @@ impl WriteTransaction {
             record: Some(record),
             meta,
             images,
+            logical: None,
         }))
+    }
+
+    /// [`WriteTransaction::prepare`] of a logical transaction: its operations as one logical
+    /// record; nothing is allocated, no page changes.
+    fn prepare_logical(mut self) -> Result<PreparedCommit> {
+        let delta = self.logical_delta();
+        let delta = self.fail(delta)?;
+        let ops = self.take_logical().unwrap_or_default();
+        let record =
+            crate::journal::record::logical_record(self.inner.storage_id, self.txn_id, &ops);
+        let meta = CommitMeta {
+            root: self.root,
+            freedir: self.dir_page,
+            next_page: self.next_page,
+            entries: self.entries,
+        };
+        tracing::trace!(
+            storage = self.inner.storage_id,
+            txn = self.txn_id,
+            ops = ops.len(),
+            record_bytes = record.total_len(),
+            "logical commit prepared"
+        );
+        Ok(PreparedCommit {
+            journaled: (0, 0),
+            txn: self,
+            record: Some(record),
+            meta,
+            images: Vec::new(),
+            logical: Some((ops, delta)),
+        })
     }
 
     /// Discards every change (the same as dropping the transaction).
@@ -240,6 +278,9 @@ pub(crate) struct PreparedCommit {
     images: Vec<(u64, crate::page::SharedImage)>,
     /// Page images in the record, and how many are diffs.
     journaled: (u64, u64),
+    /// A logical commit's operations and the keys they add to the count (`write/logical.rs`);
+    /// `None` for a page commit.
+    logical: Option<(super::logical::LogicalOps, i64)>,
 }
 
 impl std::fmt::Debug for PreparedCommit {
@@ -287,6 +328,14 @@ impl PreparedCommit {
         }
         let t = &mut self.txn;
         let mut writer = t.writer.take().ok_or(Error::Closed)?;
+        if let Some((ops, delta)) = self.logical.take() {
+            // Nothing was allocated or freed: the operations join the buffer.
+            t.inner.publish_logical(t.txn_id, &ops, delta);
+            t.taken.clear();
+            t.inner.return_writer(writer);
+            t.inner.after_commit();
+            return Ok(());
+        }
         t.inner
             .pages_journaled
             .fetch_add(self.journaled.0, Ordering::Relaxed);

@@ -62,6 +62,8 @@ impl WriteTransaction {
     /// Errors: corruption reading a page (the transaction is then failed).
     pub(crate) fn relocate_above(&mut self, limit: u64) -> Result<u64> {
         self.guard()?;
+        // Moves are page changes: a buffered storage's entries go into the tree first.
+        self.apply_buffered()?;
         let r = self.relocate_all(limit);
         self.fail(r)
     }
@@ -181,6 +183,7 @@ impl WriteTransaction {
     /// always 0). Returns the new next page, or `None` when there is no such tail.
     pub(crate) fn shrink_tail(&mut self) -> Result<Option<u64>> {
         self.guard()?;
+        self.apply_buffered()?;
         self.load_fsm()?;
         let Some(w) = self.writer.as_mut() else {
             return Ok(None);

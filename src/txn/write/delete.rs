@@ -136,11 +136,14 @@ impl WriteTransaction {
         if self.get(key)?.is_none() {
             return Ok(false);
         }
+        if self.delete_logical(key) {
+            return Ok(true);
+        }
         let r = self.delete_inner(key);
         self.fail(r)
     }
 
-    fn delete_inner(&mut self, key: &[u8]) -> Result<bool> {
+    pub(super) fn delete_inner(&mut self, key: &[u8]) -> Result<bool> {
         self.changed = true;
         let (nr, old) = self.delete_at(self.root, key, 0)?;
         self.root = nr;

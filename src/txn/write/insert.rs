@@ -412,11 +412,14 @@ impl WriteTransaction {
         let (key, value) = (key.as_ref(), value.as_ref());
         check_put(key, value)?;
         self.guard()?;
+        if self.put_logical(key, value) {
+            return Ok(());
+        }
         let r = self.put_inner(key, value);
         self.fail(r)
     }
 
-    fn put_inner(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+    pub(super) fn put_inner(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         self.changed = true;
         let val = if fits_inline(key.len(), value.len()) {
             Val::Inline(value.to_vec())

@@ -14,11 +14,16 @@ impl WriteTransaction {
     /// except free-space map bits. Underfull nodes left on the boundary paths are merged with
     /// a sibling where they fit, as [`WriteTransaction::delete`] does.
     ///
+    /// In a storage with a write buffer it first applies the buffer and the transaction's own
+    /// operations to the tree: the transaction then commits as a page transaction.
+    ///
     /// Errors: [`Error::Poisoned`] when an earlier operation of this transaction failed;
     /// [`Error::Corruption`] or an I/O error reading a page (the transaction then fails: every
     /// later operation returns [`Error::Poisoned`], and it must be dropped).
     pub fn delete_range<K, R: KeyRange<K>>(&mut self, bounds: R) -> Result<u64> {
         self.guard()?;
+        // A buffer holds no range: its entries go into the tree first (write/logical.rs).
+        self.apply_buffered()?;
         if self.root == 0 {
             return Ok(0);
         }

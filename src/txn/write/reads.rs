@@ -10,6 +10,9 @@ impl WriteTransaction {
         let key = key.as_ref();
         check_key(key)?;
         self.guard()?;
+        if let Some(v) = self.buffered(key) {
+            return Ok(v);
+        }
         let mut p = self.root;
         if p == 0 {
             return Ok(None);

@@ -1,0 +1,170 @@
+//! A buffered storage's write transaction (design.md section 16): while it only puts and
+//! deletes, its operations are kept by key and journaled at commit as one logical record,
+//! and the tree is not touched. An operation the buffer cannot hold (a range delete, a
+//! compaction move), or a commit that would take the buffer past its size or age, first
+//! *applies*: every buffered entry and the transaction's own operations go into the tree, and
+//! the transaction commits as an ordinary page transaction (invariant I13: a page commit of a
+//! buffered storage holds every buffered entry committed before it).
+
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::buffer::{buffer_range, LayerItem, MergeNewer};
+
+/// The operations of a logical commit, shared with the buffer it joins: key, value or `None`.
+pub(crate) type LogicalOps = Vec<(Arc<[u8]>, Option<Arc<[u8]>>)>;
+
+impl WriteTransaction {
+    /// The logical operation on `key` as this transaction sees it, if the transaction or the
+    /// buffer holds one: `Some(None)` for a delete. `None` in a page transaction.
+    pub(super) fn buffered(&self, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        let ops = self.logical.as_ref()?;
+        if let Some(v) = ops.get(key) {
+            return Some(v.clone());
+        }
+        self.base
+            .buffer
+            .get(key)
+            .map(|e| e.value.as_ref().map(|v| v.to_vec()))
+    }
+
+    /// Records a put while the transaction is logical; `false` in a page transaction.
+    pub(super) fn put_logical(&mut self, key: &[u8], value: &[u8]) -> bool {
+        let Some(ops) = &mut self.logical else {
+            return false;
+        };
+        ops.insert(key.to_vec(), Some(value.to_vec()));
+        self.changed = true;
+        true
+    }
+
+    /// Records a delete of a key known to be present while the transaction is logical;
+    /// `false` in a page transaction.
+    pub(super) fn delete_logical(&mut self, key: &[u8]) -> bool {
+        let Some(ops) = &mut self.logical else {
+            return false;
+        };
+        ops.insert(key.to_vec(), None);
+        self.changed = true;
+        true
+    }
+
+    /// The buffered entries within `(start, end)` as this transaction sees them (its own
+    /// operations over the committed buffer), for [`crate::Range`]; `None` when there are none
+    /// to merge (a page transaction, or nothing buffered).
+    pub(crate) fn buffered_layer<'a>(
+        &'a self,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+    ) -> Option<Box<dyn DoubleEndedIterator<Item = LayerItem<'a>> + Send + Sync + 'a>> {
+        let ops = self.logical.as_ref()?;
+        if ops.is_empty() && self.base.buffer.is_empty() {
+            return None;
+        }
+        let empty = match (start, end) {
+            (Bound::Included(s), Bound::Included(e)) => s > e,
+            (Bound::Included(s) | Bound::Excluded(s), Bound::Excluded(e))
+            | (Bound::Excluded(s), Bound::Included(e)) => s >= e,
+            _ => false,
+        };
+        let own: Box<dyn DoubleEndedIterator<Item = LayerItem<'a>> + Send + Sync + 'a> = if empty {
+            Box::new(std::iter::empty())
+        } else {
+            Box::new(
+                ops.range::<[u8], _>((start, end))
+                    .map(|(k, v)| Ok((&k[..], v.as_deref()))),
+            )
+        };
+        Some(Box::new(MergeNewer::new(
+            own,
+            buffer_range(&self.base.buffer, start, end),
+        )))
+    }
+
+    /// Keys this logical transaction adds to the committed count (negative: removes): one
+    /// lookup of the committed state per key it changed. 0 in a page transaction.
+    ///
+    /// Errors: [`Error::Corruption`] from a tree lookup.
+    pub(crate) fn logical_delta(&self) -> Result<i64> {
+        let Some(ops) = &self.logical else {
+            return Ok(0);
+        };
+        let mut delta = 0i64;
+        for (k, v) in ops {
+            let before = match self.base.buffer.get(&k[..]) {
+                Some(e) => e.value.is_some(),
+                None => crate::btree::get(&self.base, k)?.is_some(),
+            };
+            delta += v.is_some() as i64 - before as i64;
+        }
+        Ok(delta)
+    }
+
+    /// Whether committing now must apply the buffer: it would hold more than
+    /// [`crate::Options::write_buffer_bytes`], or its oldest entry is older than
+    /// [`crate::Options::flush_max_age`] (so an active storage never pins old journal files).
+    pub(super) fn must_apply(&self) -> bool {
+        let Some(ops) = &self.logical else {
+            return false;
+        };
+        let own: u64 = ops
+            .iter()
+            .map(|(k, v)| crate::buffer::entry_bytes(k.len(), v.as_ref().map_or(0, Vec::len)))
+            .sum();
+        self.base.buffer_bytes + own > self.inner.opts.write_buffer_bytes
+            || self
+                .base
+                .buffer_since
+                .is_some_and(|t| t.elapsed() >= self.inner.opts.flush_max_age)
+    }
+
+    /// Turns a logical transaction into a page transaction: every buffered entry of the base
+    /// state, then this transaction's own operations over them, in key order, are applied to
+    /// the tree. A no-op in a page transaction. Its commit then empties the buffer.
+    ///
+    /// Errors: as [`WriteTransaction::put`] and [`WriteTransaction::delete`] on the tree; the
+    /// transaction is then failed.
+    pub(crate) fn apply_buffered(&mut self) -> Result<()> {
+        let Some(ops) = self.logical.take() else {
+            return Ok(());
+        };
+        let base = self.base.clone();
+        if !base.buffer.is_empty() {
+            // The commit publishes a state with an empty buffer, even if nothing else changed.
+            self.changed = true;
+        }
+        let r = self.apply_ops(&ops, &base);
+        self.fail(r)
+    }
+
+    fn apply_ops(&mut self, ops: &BTreeMap<Vec<u8>, Option<Vec<u8>>>, base: &State) -> Result<()> {
+        let own = ops.iter().map(|(k, v)| Ok((&k[..], v.as_deref())));
+        let buffered = base
+            .buffer
+            .iter()
+            .map(|(k, e)| Ok((&k[..], e.value.as_deref())));
+        for item in MergeNewer::new(own, buffered) {
+            let (k, v) = item?;
+            match v {
+                Some(v) => self.put_inner(k, v)?,
+                None => {
+                    if self.get(k)?.is_some() {
+                        self.delete_inner(k)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The operations of a logical commit, in key order, for its record and the buffer; `None`
+    /// in a page transaction.
+    pub(super) fn take_logical(&mut self) -> Option<LogicalOps> {
+        let ops = self.logical.take()?;
+        Some(
+            ops.into_iter()
+                .map(|(k, v)| (Arc::from(k), v.map(Arc::from)))
+                .collect(),
+        )
+    }
+}

@@ -1,0 +1,290 @@
+//! Storages with a write buffer (`Options::write_buffer_bytes`): random puts, deletes, range
+//! deletes, commits, aborts and eventual commits, with snapshots held across applies, flushes
+//! and reopenings (clean closes, drops that leave the buffer in the journal, and reopenings
+//! without the option), every read call checked against a `BTreeMap` model.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use omnibus::{Durability, FlushMode, Options, ReadTransaction, Storage};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+fn opts(buffer: u64) -> Options {
+    Options {
+        flush_mode: FlushMode::Manual,
+        write_buffer_bytes: buffer,
+        ..Options::default()
+    }
+}
+
+fn key(rng: &mut SmallRng, space: u32) -> Vec<u8> {
+    format!("k{:06}", rng.random_range(0..space)).into_bytes()
+}
+
+fn value(rng: &mut SmallRng) -> Vec<u8> {
+    let len = match rng.random_range(0..50) {
+        0 => rng.random_range(3000..20_000),
+        _ => rng.random_range(0..60),
+    };
+    let b: u8 = rng.random();
+    (0..len).map(|i| b.wrapping_add(i as u8)).collect()
+}
+
+/// A random range over the key space, with its bounds.
+fn bounds(rng: &mut SmallRng, space: u32) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let mut b = || match rng.random_range(0..3) {
+        0 => Bound::Unbounded,
+        1 => Bound::Included(key(rng, space)),
+        _ => Bound::Excluded(key(rng, space)),
+    };
+    (b(), b())
+}
+
+fn in_model(model: &Model, b: &(Bound<Vec<u8>>, Bound<Vec<u8>>)) -> Vec<(Vec<u8>, Vec<u8>)> {
+    model
+        .iter()
+        .filter(|(k, _)| {
+            let lo = match &b.0 {
+                Bound::Included(s) => *k >= s,
+                Bound::Excluded(s) => *k > s,
+                Bound::Unbounded => true,
+            };
+            let hi = match &b.1 {
+                Bound::Included(e) => *k <= e,
+                Bound::Excluded(e) => *k < e,
+                Bound::Unbounded => true,
+            };
+            lo && hi
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+fn as_ref(b: &(Bound<Vec<u8>>, Bound<Vec<u8>>)) -> (Bound<&[u8]>, Bound<&[u8]>) {
+    (
+        b.0.as_ref().map(Vec::as_slice),
+        b.1.as_ref().map(Vec::as_slice),
+    )
+}
+
+/// Every read call of a snapshot against the model: `len`, `get`, `multi_get`, `first`,
+/// `last`, full iteration both ways, and a random range both ways.
+fn assert_same(snap: &ReadTransaction, model: &Model, rng: &mut SmallRng, space: u32) {
+    assert_eq!(snap.len(), model.len() as u64, "entry count");
+    let all: Vec<(Vec<u8>, Vec<u8>)> = snap
+        .iter()
+        .unwrap()
+        .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
+        .collect();
+    let expect: Vec<(Vec<u8>, Vec<u8>)> =
+        model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert!(all == expect, "iteration differs from the model");
+    let mut back: Vec<(Vec<u8>, Vec<u8>)> = snap
+        .iter()
+        .unwrap()
+        .rev()
+        .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
+        .collect();
+    back.reverse();
+    assert!(back == expect, "reverse iteration differs from the model");
+    assert_eq!(
+        snap.first().unwrap().map(|(k, v)| (k.to_vec(), v.to_vec())),
+        model.first_key_value().map(|(k, v)| (k.clone(), v.clone()))
+    );
+    assert_eq!(
+        snap.last().unwrap().map(|(k, v)| (k.to_vec(), v.to_vec())),
+        model.last_key_value().map(|(k, v)| (k.clone(), v.clone()))
+    );
+    let keys: Vec<Vec<u8>> = (0..20).map(|_| key(rng, space)).collect();
+    let got = snap.multi_get(&keys).unwrap();
+    for (k, g) in keys.iter().zip(got) {
+        assert_eq!(g, model.get(k).map(Vec::as_slice), "multi_get");
+        assert_eq!(snap.get(k).unwrap(), model.get(k).map(Vec::as_slice), "get");
+    }
+    let b = bounds(rng, space);
+    let want = in_model(model, &b);
+    let got: Vec<(Vec<u8>, Vec<u8>)> = snap
+        .range(as_ref(&b))
+        .unwrap()
+        .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
+        .collect();
+    assert!(got == want, "range {b:?}");
+    let mut got: Vec<(Vec<u8>, Vec<u8>)> = snap
+        .range(as_ref(&b))
+        .unwrap()
+        .rev()
+        .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
+        .collect();
+    got.reverse();
+    assert!(got == want, "reverse range {b:?}");
+}
+
+fn run(seed: u64, rounds: usize, space: u32, buffer: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut s = Storage::open(&path, opts(buffer)).unwrap();
+    let mut model = Model::new();
+    let mut held: Vec<(ReadTransaction, Model)> = Vec::new();
+    let mut buffered_seen = 0u64;
+    for round in 0..rounds {
+        let mut w = s.begin_write().unwrap();
+        let mut next = model.clone();
+        for _ in 0..rng.random_range(1..60) {
+            match rng.random_range(0..40) {
+                0..=21 => {
+                    let (k, v) = (key(&mut rng, space), value(&mut rng));
+                    w.put(&k, &v).unwrap();
+                    next.insert(k, v);
+                }
+                22..=31 => {
+                    let k = key(&mut rng, space);
+                    assert_eq!(w.delete(&k).unwrap(), next.remove(&k).is_some());
+                }
+                32 => {
+                    let b = bounds(&mut rng, space);
+                    let gone = in_model(&next, &b);
+                    assert_eq!(w.delete_range(as_ref(&b)).unwrap(), gone.len() as u64);
+                    for (k, _) in gone {
+                        next.remove(&k);
+                    }
+                }
+                33..=36 => {
+                    let k = key(&mut rng, space);
+                    assert_eq!(w.get(&k).unwrap().as_ref(), next.get(&k), "txn get");
+                }
+                _ => {
+                    // The transaction's own view: range both ways, and its count.
+                    let b = bounds(&mut rng, space);
+                    let want = in_model(&next, &b);
+                    let got: Vec<(Vec<u8>, Vec<u8>)> = w
+                        .range(as_ref(&b))
+                        .unwrap()
+                        .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
+                        .collect();
+                    assert!(got == want, "txn range {b:?}");
+                    let mut got: Vec<(Vec<u8>, Vec<u8>)> = w
+                        .range(as_ref(&b))
+                        .unwrap()
+                        .rev()
+                        .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
+                        .collect();
+                    got.reverse();
+                    assert!(got == want, "txn reverse range {b:?}");
+                    assert_eq!(w.len(), next.len() as u64, "txn len");
+                }
+            }
+        }
+        match rng.random_range(0..12) {
+            0 => w.abort(),
+            1 => {
+                w.set_durability(Durability::Eventual);
+                w.commit().unwrap();
+                model = next;
+            }
+            _ => {
+                w.commit().unwrap();
+                model = next;
+            }
+        }
+        buffered_seen = buffered_seen.max(s.stats().buffer_entries);
+        if rng.random_bool(0.3) {
+            held.push((s.begin_read().unwrap(), model.clone()));
+        }
+        if held.len() > 4 || (rng.random_bool(0.2) && !held.is_empty()) {
+            let (snap, m) = held.remove(0);
+            assert_same(&snap, &m, &mut rng, space);
+        }
+        if rng.random_bool(0.05) {
+            s.flush().unwrap();
+        }
+        if round % 23 == 22 {
+            for (snap, m) in held.drain(..) {
+                assert_same(&snap, &m, &mut rng, space);
+            }
+            let again = match rng.random_range(0..4) {
+                // Dropped without a close: the buffer is only in the journal, and comes back
+                // from it at the open.
+                0 | 1 => {
+                    s.sync_journal().unwrap();
+                    drop(s);
+                    opts(buffer)
+                }
+                2 => {
+                    s.close().unwrap();
+                    opts(buffer)
+                }
+                // Reopened without a buffer: what the journal put back is applied by the
+                // next commit.
+                _ => {
+                    s.sync_journal().unwrap();
+                    drop(s);
+                    opts(0)
+                }
+            };
+            s = Storage::open(&path, again).unwrap();
+            assert_same(&s.begin_read().unwrap(), &model, &mut rng, space);
+            let report = s.check().unwrap();
+            assert!(report.is_ok(), "round {round}: {:?}", report.problems);
+        }
+    }
+    for (snap, m) in held.drain(..) {
+        assert_same(&snap, &m, &mut rng, space);
+    }
+    assert_same(&s.begin_read().unwrap(), &model, &mut rng, space);
+    assert!(buffered_seen > 0, "no commit was buffered");
+    s.close().unwrap();
+    let s = Storage::open(&path, opts(buffer)).unwrap();
+    assert_eq!(
+        s.stats().buffer_entries,
+        0,
+        "a clean close applies the buffer"
+    );
+    assert_same(&s.begin_read().unwrap(), &model, &mut rng, space);
+}
+
+#[test]
+fn a_small_buffer_applied_often_matches_the_model() {
+    run(1, 200, 400, 16 << 10);
+}
+
+#[test]
+fn a_large_buffer_applied_at_flushes_and_closes_matches_the_model() {
+    run(2, 200, 2_000, 64 << 20);
+}
+
+/// Buffered commits journal no page: 500 one-key commits into an empty buffer leave the tree
+/// and the data file as they were, and the keys are read from the buffer.
+#[test]
+fn buffered_commits_journal_operations_not_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Storage::open(dir.path().join("s"), opts(64 << 20)).unwrap();
+    let before = s.stats();
+    for i in 0..500u32 {
+        let mut w = s.begin_write().unwrap();
+        w.put(format!("key{i:05}"), [i as u8; 40]).unwrap();
+        w.commit().unwrap();
+    }
+    let after = s.stats();
+    assert_eq!(
+        after.pages_journaled, before.pages_journaled,
+        "pages journaled"
+    );
+    assert_eq!(after.buffer_entries, 500);
+    assert_eq!(after.entries, 500);
+    assert_eq!(
+        s.begin_read().unwrap().get("key00042").unwrap(),
+        Some(&[42u8; 40][..])
+    );
+    s.flush().unwrap();
+    let flushed = s.stats();
+    assert_eq!(
+        flushed.buffer_entries, 0,
+        "an explicit flush applies the buffer"
+    );
+    assert!(flushed.pages_journaled > 0);
+    assert_eq!(flushed.entries, 500);
+}
