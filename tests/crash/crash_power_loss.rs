@@ -36,7 +36,7 @@ use points::{scratch_base, verify_snaps, Snap, Tally, Tracker};
 
 /// The workloads; every durable operation of each is a crash point, before and after, in every
 /// crash mode with and without losing unsynced directory entries.
-const WORKLOADS: [Workload; 7] = [
+const WORKLOADS: [Workload; 9] = [
     Workload {
         seed: 0x5EED_0001,
         ..PLAIN
@@ -74,6 +74,18 @@ const WORKLOADS: [Workload; 7] = [
         flush_on_close: false,
         ..PLAIN
     },
+    Workload {
+        seed: 0x5EED_0008,
+        buffer: true,
+        ..PLAIN
+    },
+    Workload {
+        seed: 0x5EED_0009,
+        buffer: true,
+        inline_flush: true,
+        flush_on_close: false,
+        ..PLAIN
+    },
 ];
 const PLAIN: Workload = Workload {
     seed: 0,
@@ -82,6 +94,7 @@ const PLAIN: Workload = Workload {
     whole_file_prezero: false,
     flush_on_close: true,
     pool: false,
+    buffer: false,
 };
 /// Write transactions per workload (the storage is closed and reopened half way).
 const TXNS: usize = 36;
@@ -102,6 +115,11 @@ struct Workload {
     /// files. Its background thread makes the count of durable operations vary from run to
     /// run, so a crash point past the end of a shorter run is skipped, not failed.
     pool: bool,
+    /// A write buffer of 24 KiB (`Options::write_buffer_bytes`): commits are logical records,
+    /// applied in page transactions every few commits, at flushes and at the close; recovery
+    /// opens without the option, so the buffer put back from the journal is applied by the
+    /// commit after recovery.
+    buffer: bool,
 }
 
 fn workload_opts(env: Arc<dyn StorageEnv>, w: Workload) -> Options {
@@ -124,6 +142,7 @@ fn workload_opts(env: Arc<dyn StorageEnv>, w: Workload) -> Options {
         journal_file_size: 64 << 10,
         flush_on_close: w.flush_on_close,
         journal_pool_files: if w.pool { 1 } else { 0 },
+        write_buffer_bytes: if w.buffer { 24 << 10 } else { 0 },
         ..Options::default()
     }
 }
@@ -154,6 +173,8 @@ struct Outcome {
     acked: Arc<Model>,
     inflight: Option<Arc<Model>>,
     commits: u64,
+    /// The most entries the write buffer held after a commit.
+    buffered: u64,
     error: Option<String>,
 }
 
@@ -269,6 +290,10 @@ fn workload(
             continue;
         }
         commit(w, model, out)?;
+        let buffered = s.stats().buffer_entries;
+        let mut o = out.lock().unwrap();
+        o.buffered = o.buffered.max(buffered);
+        drop(o);
         if !wl.inline_flush && rng.random_bool(0.2) {
             s.flush()?;
         }
@@ -323,6 +348,12 @@ fn run_once(base: &Path, w: Workload) -> Vec<Snap<Expect>> {
     assert!(
         tracker.rotations.load(Ordering::SeqCst) >= 4,
         "{w:?}: too few journal rotations"
+    );
+    assert_eq!(
+        out.buffered > 0,
+        w.buffer,
+        "{w:?}: buffered entries seen: {}",
+        out.buffered
     );
     let has = |what: &str| snaps.iter().any(|s| s.what == what);
     if w.bulk {

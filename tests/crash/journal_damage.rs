@@ -21,8 +21,16 @@ fn opts() -> Options {
 /// A storage whose journal holds `COMMITS` one-put commits, one batch each (4 KiB-aligned),
 /// none flushed; returns the journal file and where each batch starts.
 fn journaled(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, Vec<u64>) {
+    journaled_with(dir, opts())
+}
+
+/// [`journaled`] with options `o`.
+fn journaled_with(
+    dir: &std::path::Path,
+    o: Options,
+) -> (std::path::PathBuf, std::path::PathBuf, Vec<u64>) {
     let path = dir.join("s");
-    let s = Storage::open(&path, opts()).unwrap();
+    let s = Storage::open(&path, o).unwrap();
     let mut starts = Vec::new();
     for i in 0..COMMITS {
         starts.push(s.stats().journal.bytes);
@@ -59,6 +67,26 @@ fn a_damaged_record_before_synced_batches_is_corruption() {
         &opts(),
         "followed by synced commits",
         "middle damage",
+    );
+}
+
+/// A buffered storage's commits are logical records (design.md 3.9): a damaged one before
+/// later synced batches is corruption too, never the end of the journal.
+#[test]
+fn a_damaged_logical_record_before_synced_batches_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let buffered = Options {
+        write_buffer_bytes: 64 << 20,
+        ..opts()
+    };
+    let (path, journal, starts) = journaled_with(dir.path(), buffered.clone());
+    // The logical record's body starts 48 bytes into its batch.
+    damage(&journal, starts[20] + 50);
+    damage::expect_corruption(
+        &path,
+        &buffered,
+        "followed by synced commits",
+        "logical record damage",
     );
 }
 
