@@ -501,7 +501,9 @@ impl Engine {
     /// with [`FlushMode::Manual`]: the engine's flushers drive flushes.
     ///
     /// Errors: [`Error::InvalidOptions`] for a write buffer (`Options::write_buffer_bytes`
-    /// above 0): the engine's flushers do not apply buffers yet; the open's own errors.
+    /// above 0: the engine's actors do not drive buffers yet; a database written with buffers
+    /// through the library opens, and its first commits apply what the journal put back);
+    /// the open's own errors.
     pub async fn open_database(
         &self,
         path: impl AsRef<Path>,
@@ -509,7 +511,7 @@ impl Engine {
     ) -> Result<DatabaseHandle> {
         if opts.write_buffer_bytes > 0 {
             return Err(Error::InvalidOptions(
-                "write_buffer_bytes: storages opened through the engine have no write buffer yet"
+                "write_buffer_bytes: databases served by the engine take no write buffer yet"
                     .into(),
             ));
         }

@@ -36,7 +36,7 @@
 use std::time::Duration;
 
 use super::io_pool::IoPool;
-use crate::actor_interface::{live_image_bytes, Storage};
+use crate::actor_interface::{self, live_image_bytes, Storage};
 
 /// The flusher's API.
 pub(crate) enum FlusherMsg {
@@ -233,7 +233,8 @@ pub(crate) async fn run(
                     let (st, pool) = (live[i].clone(), pool.clone());
                     glommio::spawn_local(async move {
                         let path = st.path().to_path_buf();
-                        if let Err(e) = pool.run(move || st.flush()).await {
+                        let flush = move || actor_interface::flush_pages(&st);
+                        if let Err(e) = pool.run(flush).await {
                             tracing::warn!(storage = %path.display(), error = %e, "flush failed");
                         }
                     })

@@ -300,7 +300,9 @@ async fn apply(
     // Growing the data file is a blocking `fallocate`: on the journal I/O pool, while this
     // executor serves its other actors. An error (ENOSPC) fails this transaction only; nothing
     // is lost.
-    if let Some(pages) = actor_interface::data_file_growth(&w) {
+    let mut w = w;
+    let growth = poison_on_panic(storage, || actor_interface::data_file_growth(&mut w))?;
+    if let Some(pages) = growth {
         let s = storage.clone();
         journal_io
             .run(move || actor_interface::grow_data_file(&s, pages))

@@ -73,10 +73,12 @@ pub(crate) fn dirty_pages(txn: &WriteTransaction) -> usize {
     txn.dirty_pages()
 }
 
-/// The data file length in pages that `txn`'s commit needs, when the file is shorter now.
+/// The data file length in pages that `txn`'s commit needs, when the file is shorter now;
+/// first applies a write buffer that the commit must apply (so its pages count).
 #[inline]
-pub(crate) fn data_file_growth(txn: &WriteTransaction) -> Option<u64> {
-    txn.data_file_growth()
+pub(crate) fn data_file_growth(txn: &mut WriteTransaction) -> Result<Option<u64>> {
+    txn.apply_if_due()?;
+    Ok(txn.data_file_growth())
 }
 
 /// Grows `storage`'s data file to hold `pages` pages (a blocking `fallocate`: on an I/O pool).
@@ -113,6 +115,14 @@ pub(crate) fn take_record(prepared: &mut PreparedCommit) -> OutRecord {
 #[inline]
 pub(crate) fn finish(prepared: PreparedCommit, written: Result<u64>) -> Result<()> {
     prepared.finish(written)
+}
+
+/// Flushes `storage`'s pages without applying its write buffer: the engine's flushers run on
+/// the background I/O pool, and only the storage's own actor may take its writer (the actor's
+/// commits apply the buffer when it is full or aged).
+#[inline]
+pub(crate) fn flush_pages(storage: &Storage) -> Result<crate::storage::FlushReport> {
+    storage.flush_pages()
 }
 
 /// Poisons `storage` and its journal (a storage actor panicked while writing it).

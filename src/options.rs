@@ -122,8 +122,10 @@ pub struct Options {
     /// [`Options::flush_max_age`], the committing writer applies all of it to the tree in one
     /// page transaction, so each leaf is written once for the many entries pending on it
     /// (design.md section 16). Flushes, `Storage::flush` and a clean close apply it too.
-    /// Reopening after a crash puts the journaled entries back into the buffer. Storages
-    /// opened through the actor engine refuse a buffer ([`Error::InvalidOptions`]).
+    /// Reopening after a crash puts the journaled entries back into the buffer. The background
+    /// flush applies an aged buffer with the storage's writer when none is open: a
+    /// `try_begin_write` meanwhile fails with [`Error::WriteInProgress`]. Databases served by
+    /// the actor engine refuse a buffer ([`Error::InvalidOptions`]).
     pub write_buffer_bytes: u64,
 }
 

@@ -382,6 +382,12 @@ impl Storage {
     /// [`Error::Poisoned`].
     pub fn flush(&self) -> Result<FlushReport> {
         self.inner.apply_buffer(false)?;
+        self.flush_pages()
+    }
+
+    /// [`Storage::flush`] without applying the write buffer first (the actor runtime's
+    /// flushers: only a storage's actor takes its writer).
+    pub(crate) fn flush_pages(&self) -> Result<FlushReport> {
         (self.inner.flush_hooks.flush)(&self.inner)
     }
 

@@ -126,6 +126,9 @@ pub struct WriteTransaction {
     /// operations by key (`None`: delete), journaled as one logical record at commit
     /// (`write/logical.rs`). `None` for a page transaction.
     logical: Option<std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>>,
+    /// Whether the commit applies the buffer was settled already (`write/logical.rs`,
+    /// `apply_if_due`).
+    apply_settled: bool,
 }
 
 impl std::fmt::Debug for WriteTransaction {
@@ -198,6 +201,7 @@ impl WriteTransaction {
             changed: false,
             durability: Durability::Immediate,
             logical,
+            apply_settled: false,
         }
     }
 

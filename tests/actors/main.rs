@@ -11,6 +11,7 @@ mod actors_backup;
 mod actors_durability;
 mod actors_many_clients;
 mod actors_poison;
+mod buffered_database;
 mod documents_queue;
 mod engine_keepalive;
 mod executor_never_blocks;

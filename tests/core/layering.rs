@@ -468,8 +468,6 @@ const SHARED_NAMES: &[(&str, &str)] = &[
     ("get", "public reads and std"),
     // `ReadTransaction::multi_get`, `StorageHandle::multi_get`; the core's `btree::multi_get`.
     ("multi_get", "public reads"),
-    // `Storage::flush`; the core's `flush::flush`.
-    ("flush", "public Storage::flush"),
     // Constructors everywhere (`Vec::new`, `Arc::new`, `IndexDefinition::new`, ...).
     ("new", "std and the actors' own constructors"),
     // std's `Mutex::lock`, the actors' own `IndexShared::lock`; the core's `storage::lock`.

@@ -85,13 +85,19 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
-/// Bytes this process caused to be written to storage so far (`write_bytes` of /proc/self/io),
-/// when the kernel provides it.
+/// Bytes this process caused to be sent to storage so far: `write_bytes` less
+/// `cancelled_write_bytes` of /proc/self/io (dirty page-cache bytes that never reached the disk
+/// because their file range was truncated, punched or deleted first: pre-zeroed journal tails,
+/// punched data-file runs), when the kernel provides them.
 pub fn process_write_bytes() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/io").ok()?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("write_bytes:"))
-        .and_then(|v| v.trim().parse().ok())
+    let field = |name: &str| -> Option<u64> {
+        s.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    let written = field("write_bytes:")?;
+    Some(written.saturating_sub(field("cancelled_write_bytes:").unwrap_or(0)))
 }
 
 /// The file system type of `path` (statfs magic number, named when known).

@@ -58,7 +58,7 @@ impl WriteTransaction {
         if !self.changed {
             return Ok(None);
         }
-        if self.must_apply() {
+        if !self.apply_settled && self.must_apply() {
             self.apply_buffered()?;
         }
         if self.logical.is_some() {

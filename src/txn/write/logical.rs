@@ -118,6 +118,20 @@ impl WriteTransaction {
                 .is_some_and(|t| t.elapsed() >= self.inner.opts.flush_max_age)
     }
 
+    /// Applies the buffer now if committing must apply it ([`WriteTransaction::must_apply`]), and
+    /// settles that: [`WriteTransaction::prepare`] then does not ask again, so the pages the
+    /// commit needs are known before it (the actor runtime grows the data file off its
+    /// executors first).
+    ///
+    /// Errors: as [`WriteTransaction::apply_buffered`].
+    pub(crate) fn apply_if_due(&mut self) -> Result<()> {
+        self.apply_settled = true;
+        if self.changed && self.must_apply() {
+            self.apply_buffered()?;
+        }
+        Ok(())
+    }
+
     /// Turns a logical transaction into a page transaction: every buffered entry of the base
     /// state, then this transaction's own operations over them, in key order, are applied to
     /// the tree. A no-op in a page transaction. Its commit then empties the buffer.

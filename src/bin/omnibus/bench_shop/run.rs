@@ -67,6 +67,8 @@ pub(super) struct ModeResult {
     pub(super) commits_per_fdatasync: f64,
     pub(super) batches: u64,
     pub(super) journal_bytes_per_document: f64,
+    /// Bytes sent to the disk per document: /proc/self/io `write_bytes` less
+    /// `cancelled_write_bytes` over the run (`fmt::process_write_bytes`).
     pub(super) disk_bytes_per_document: Option<f64>,
     /// Index lag (a document's acknowledgement to its index batch's commit): the largest of the
     /// indexes' p50, p99 and max (the slowest index), from `index_stats`.

@@ -1,0 +1,208 @@
+//! Write buffers (`Options::write_buffer_bytes`) against none, side by side in one run, on the
+//! same disk: two storages, one with a 64 MiB buffer and one without, given the same work in
+//! alternating blocks.
+//!
+//! - synced batches: commits of 1,000 random 24-byte keys with 150-byte values (redb's
+//!   benchmark's batch), `Durability::Immediate`;
+//! - eventual commits: one random key a commit, `Durability::Eventual`;
+//! - sorted inserts: batches of 10,000 ascending keys;
+//! - reads: random in-cache gets and full forward scans of the loaded storage, with its buffer
+//!   full (before an apply) and empty (after `flush`).
+//!
+//! Prints keys/s (or commits/s) per case and the buffered/unbuffered ratio.
+//!
+//! `cargo bench --bench write_buffer -- [--batches N] [--dir D]`
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use omnibus::{Durability, FlushMode, Options, Storage};
+
+#[path = "common/mod.rs"]
+mod common;
+
+use common::{batch_key, splitmix};
+
+struct Config {
+    dir: PathBuf,
+    /// Synced batches of 1,000 keys per storage.
+    batches: u64,
+}
+
+fn parse() -> Config {
+    let mut cfg = Config {
+        dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-tmp"),
+        batches: 60,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--dir" => cfg.dir = PathBuf::from(args.next().expect("--dir PATH")),
+            "--batches" => {
+                cfg.batches = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .expect("--batches N")
+            }
+            _ => {}
+        }
+    }
+    cfg
+}
+
+fn value(i: u64) -> [u8; 150] {
+    let mut v = [0u8; 150];
+    for (c, chunk) in v.chunks_mut(8).enumerate() {
+        let w = splitmix(i ^ ((c as u64) << 56)).to_le_bytes();
+        chunk.copy_from_slice(&w[..chunk.len()]);
+    }
+    v
+}
+
+fn open(dir: &Path, name: &str, buffer: u64) -> Storage {
+    Storage::open(
+        dir.join(name),
+        Options {
+            write_buffer_bytes: buffer,
+            flush_mode: FlushMode::Background,
+            ..Options::default()
+        },
+    )
+    .expect("open")
+}
+
+/// Runs `work(storage, block)` for `blocks` blocks, alternating the two storages; returns the
+/// seconds each spent.
+fn alternate(s: [&Storage; 2], blocks: u64, mut work: impl FnMut(&Storage, u64)) -> [f64; 2] {
+    let mut t = [0f64; 2];
+    for b in 0..blocks {
+        let order = if b % 2 == 0 { [0, 1] } else { [1, 0] };
+        for i in order {
+            let t0 = Instant::now();
+            work(s[i], b);
+            t[i] += t0.elapsed().as_secs_f64();
+        }
+    }
+    t
+}
+
+fn row(what: &str, unit: &str, n: f64, t: [f64; 2]) {
+    let (off, on) = (n / t[0], n / t[1]);
+    println!(
+        "{what:<34} {off:>12.0} {on:>12.0} {unit:<10} {:>6.2}x",
+        on / off
+    );
+}
+
+fn main() {
+    let cfg = parse();
+    std::fs::create_dir_all(&cfg.dir).expect("bench dir");
+    let tmp = tempfile::tempdir_in(&cfg.dir).expect("temp dir");
+    println!(
+        "write buffer bench in {} ({} synced batches of 1,000 keys per storage)",
+        tmp.path().display(),
+        cfg.batches
+    );
+    println!(
+        "{:<34} {:>12} {:>12} {:<10} {:>7}",
+        "case", "no buffer", "64 MiB", "", "ratio"
+    );
+    let off = open(tmp.path(), "off", 0);
+    let on = open(tmp.path(), "on", 64 << 20);
+    let both = [&off, &on];
+
+    let t = alternate(both, cfg.batches, |s, b| {
+        let mut w = s.begin_write().expect("begin");
+        for i in 0..1000 {
+            let n = b * 1000 + i;
+            w.put(batch_key(n), value(n)).expect("put");
+        }
+        w.commit().expect("commit");
+    });
+    row(
+        "synced batches of 1,000 keys",
+        "keys/s",
+        cfg.batches as f64 * 1000.0,
+        t,
+    );
+
+    let commits = 200u64;
+    let t = alternate(both, 20, |s, b| {
+        for i in 0..commits {
+            let n = 1 << 40 | (b * commits + i);
+            let mut w = s.begin_write().expect("begin");
+            w.set_durability(Durability::Eventual);
+            w.put(batch_key(n), value(n)).expect("put");
+            w.commit().expect("commit");
+        }
+    });
+    row(
+        "eventual one-key commits",
+        "txn/s",
+        20.0 * commits as f64,
+        t,
+    );
+
+    let t = alternate(both, 20, |s, b| {
+        let mut w = s.begin_write().expect("begin");
+        for i in 0..10_000u64 {
+            let n = b * 10_000 + i;
+            w.put(format!("sorted-{n:012}"), value(n)).expect("put");
+        }
+        w.commit().expect("commit");
+    });
+    row("sorted inserts (10,000 a commit)", "keys/s", 200_000.0, t);
+
+    // Reads of the buffered storage with its buffer full, then empty (applied by flush).
+    let keys: Vec<[u8; 24]> = (0..200_000u64)
+        .map(|i| batch_key(splitmix(i) % (cfg.batches * 1000)))
+        .collect();
+    let gets = |s: &Storage| {
+        let r = s.begin_read().expect("read");
+        let t0 = Instant::now();
+        let mut found = 0usize;
+        for k in &keys {
+            found += r.get(k).expect("get").is_some() as usize;
+        }
+        assert_eq!(found, keys.len(), "every key is found");
+        t0.elapsed().as_secs_f64()
+    };
+    let scan = |s: &Storage| {
+        let r = s.begin_read().expect("read");
+        let t0 = Instant::now();
+        let n = r.iter().expect("iter").count();
+        (t0.elapsed().as_secs_f64(), n)
+    };
+    let buffered = on.stats().buffer_entries;
+    gets(&on);
+    let full = [gets(&on), gets(&on)];
+    let (scan_full, n) = scan(&on);
+    on.flush().expect("flush");
+    assert_eq!(on.stats().buffer_entries, 0, "flush applied the buffer");
+    gets(&on);
+    let empty = [gets(&on), gets(&on)];
+    let (scan_empty, n2) = scan(&on);
+    assert_eq!(n, n2);
+    println!("reads of the buffered storage ({buffered} entries buffered, then applied):");
+    println!(
+        "{:<34} {:>12} {:>12} {:<10} {:>7}",
+        "case", "empty", "full", "", "ratio"
+    );
+    let g = keys.len() as f64;
+    let (e, f) = (g / empty[0].min(empty[1]), g / full[0].min(full[1]));
+    println!(
+        "{:<34} {e:>12.0} {f:>12.0} {:<10} {:>6.2}x",
+        "random gets (in cache)",
+        "gets/s",
+        f / e
+    );
+    let (e, f) = (n as f64 / scan_empty, n as f64 / scan_full);
+    println!(
+        "{:<34} {e:>12.0} {f:>12.0} {:<10} {:>6.2}x",
+        "full scan",
+        "keys/s",
+        f / e
+    );
+    off.close().expect("close");
+    on.close().expect("close");
+}
