@@ -3,15 +3,18 @@
 //! alternating blocks.
 //!
 //! - synced batches: commits of 1,000 random 24-byte keys with 150-byte values (redb's
-//!   benchmark's batch), `Durability::Immediate`;
+//!   benchmark's batch), `Durability::Immediate`, into storages preloaded with 1,000,000 random
+//!   keys (`--preload`), so that each batch lands on as many leaves as it has keys;
 //! - eventual commits: one random key a commit, `Durability::Eventual`;
 //! - sorted inserts: batches of 10,000 ascending keys;
 //! - reads: random in-cache gets and full forward scans of the loaded storage, with its buffer
 //!   full (before an apply) and empty (after `flush`).
 //!
-//! Prints keys/s (or commits/s) per case and the buffered/unbuffered ratio.
+//! The storages flush only where a case ends (`FlushMode::Manual`), with both timed in the case
+//! (the buffered storage applies its buffer there): all of a case's work is in its time. Prints keys/s (or commits/s) per case and the
+//! buffered/unbuffered ratio.
 //!
-//! `cargo bench --bench write_buffer -- [--batches N] [--dir D]`
+//! `cargo bench --bench write_buffer -- [--preload N] [--batches N] [--dir D]`
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -27,17 +30,27 @@ struct Config {
     dir: PathBuf,
     /// Synced batches of 1,000 keys per storage.
     batches: u64,
+    /// Random keys loaded into each storage first (10,000 a commit, flushed), so that the
+    /// batches land in a tree of many leaves.
+    preload: u64,
 }
 
 fn parse() -> Config {
     let mut cfg = Config {
         dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-tmp"),
         batches: 60,
+        preload: 1_000_000,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--dir" => cfg.dir = PathBuf::from(args.next().expect("--dir PATH")),
+            "--preload" => {
+                cfg.preload = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .expect("--preload N")
+            }
             "--batches" => {
                 cfg.batches = args
                     .next()
@@ -64,7 +77,9 @@ fn open(dir: &Path, name: &str, buffer: u64) -> Storage {
         dir.join(name),
         Options {
             write_buffer_bytes: buffer,
-            flush_mode: FlushMode::Background,
+            // Flushes only where a case ends (timed with it): no background thread does either
+            // storage's work meanwhile, so each case's time is all of its work.
+            flush_mode: FlushMode::Manual,
             ..Options::default()
         },
     )
@@ -99,8 +114,9 @@ fn main() {
     std::fs::create_dir_all(&cfg.dir).expect("bench dir");
     let tmp = tempfile::tempdir_in(&cfg.dir).expect("temp dir");
     println!(
-        "write buffer bench in {} ({} synced batches of 1,000 keys per storage)",
+        "write buffer bench in {} ({} random keys preloaded, {} synced batches of 1,000 keys per storage)",
         tmp.path().display(),
+        cfg.preload,
         cfg.batches
     );
     println!(
@@ -111,7 +127,25 @@ fn main() {
     let on = open(tmp.path(), "on", 64 << 20);
     let both = [&off, &on];
 
-    let t = alternate(both, cfg.batches, |s, b| {
+    // Each case ends with a flush of both storages, timed with it: the buffered one applies
+    // its buffer there, so the work a case deferred is charged to it.
+    let flushed = |s: &Storage| {
+        let t0 = Instant::now();
+        s.flush().expect("flush");
+        t0.elapsed().as_secs_f64()
+    };
+    for s in both {
+        for c in 0..cfg.preload.div_ceil(10_000) {
+            let mut w = s.begin_write().expect("begin");
+            for i in c * 10_000..((c + 1) * 10_000).min(cfg.preload) {
+                let n = 1 << 50 | i;
+                w.put(batch_key(n), value(n)).expect("put");
+            }
+            w.commit().expect("commit");
+        }
+        s.flush().expect("flush");
+    }
+    let mut t = alternate(both, cfg.batches, |s, b| {
         let mut w = s.begin_write().expect("begin");
         for i in 0..1000 {
             let n = b * 1000 + i;
@@ -119,41 +153,8 @@ fn main() {
         }
         w.commit().expect("commit");
     });
-    row(
-        "synced batches of 1,000 keys",
-        "keys/s",
-        cfg.batches as f64 * 1000.0,
-        t,
-    );
 
-    let commits = 200u64;
-    let t = alternate(both, 20, |s, b| {
-        for i in 0..commits {
-            let n = 1 << 40 | (b * commits + i);
-            let mut w = s.begin_write().expect("begin");
-            w.set_durability(Durability::Eventual);
-            w.put(batch_key(n), value(n)).expect("put");
-            w.commit().expect("commit");
-        }
-    });
-    row(
-        "eventual one-key commits",
-        "txn/s",
-        20.0 * commits as f64,
-        t,
-    );
-
-    let t = alternate(both, 20, |s, b| {
-        let mut w = s.begin_write().expect("begin");
-        for i in 0..10_000u64 {
-            let n = b * 10_000 + i;
-            w.put(format!("sorted-{n:012}"), value(n)).expect("put");
-        }
-        w.commit().expect("commit");
-    });
-    row("sorted inserts (10,000 a commit)", "keys/s", 200_000.0, t);
-
-    // Reads of the buffered storage with its buffer full, then empty (applied by flush).
+    // Reads of the buffered storage with its buffer full, then empty (applied by the flush).
     let keys: Vec<[u8; 24]> = (0..200_000u64)
         .map(|i| batch_key(splitmix(i) % (cfg.batches * 1000)))
         .collect();
@@ -177,12 +178,57 @@ fn main() {
     gets(&on);
     let full = [gets(&on), gets(&on)];
     let (scan_full, n) = scan(&on);
-    on.flush().expect("flush");
+
+    let f = [flushed(&off), flushed(&on)];
+    println!(
+        "  (the synced batches' closing flush: {:.2} s / {:.2} s, the buffered one with its apply)",
+        f[0], f[1]
+    );
+    t[0] += f[0];
+    t[1] += f[1];
     assert_eq!(on.stats().buffer_entries, 0, "flush applied the buffer");
+    row(
+        "synced batches of 1,000 keys",
+        "keys/s",
+        cfg.batches as f64 * 1000.0,
+        t,
+    );
     gets(&on);
     let empty = [gets(&on), gets(&on)];
     let (scan_empty, n2) = scan(&on);
     assert_eq!(n, n2);
+
+    let commits = 200u64;
+    let mut t = alternate(both, 20, |s, b| {
+        for i in 0..commits {
+            let n = 1 << 40 | (b * commits + i);
+            let mut w = s.begin_write().expect("begin");
+            w.set_durability(Durability::Eventual);
+            w.put(batch_key(n), value(n)).expect("put");
+            w.commit().expect("commit");
+        }
+    });
+    t[0] += flushed(&off);
+    t[1] += flushed(&on);
+    row(
+        "eventual one-key commits",
+        "txn/s",
+        20.0 * commits as f64,
+        t,
+    );
+
+    let mut t = alternate(both, 20, |s, b| {
+        let mut w = s.begin_write().expect("begin");
+        for i in 0..10_000u64 {
+            let n = b * 10_000 + i;
+            w.put(format!("sorted-{n:012}"), value(n)).expect("put");
+        }
+        w.commit().expect("commit");
+    });
+    t[0] += flushed(&off);
+    t[1] += flushed(&on);
+    row("sorted inserts (10,000 a commit)", "keys/s", 200_000.0, t);
+
     println!("reads of the buffered storage ({buffered} entries buffered, then applied):");
     println!(
         "{:<34} {:>12} {:>12} {:<10} {:>7}",

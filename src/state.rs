@@ -251,7 +251,7 @@ impl State {
     pub fn count_buffer_delta(&self) -> Result<i64> {
         let mut n = 0i64;
         for (k, e) in self.buffer.iter() {
-            let in_tree = crate::btree::get(self, k)?.is_some();
+            let in_tree = crate::btree::get(self, k.as_ref())?.is_some();
             n += e.value.is_some() as i64 - in_tree as i64;
         }
         Ok(n)

@@ -215,7 +215,7 @@ fn put_buffered(state: &mut State, ops: &[(&[u8], Option<&[u8]>)]) {
             value: v.map(std::sync::Arc::from),
         };
         state.buffer_bytes += crate::buffer::entry_bytes(k.len(), v.map_or(0, <[u8]>::len));
-        if let Some(old) = state.buffer.insert(std::sync::Arc::from(*k), entry) {
+        if let Some(old) = state.buffer.insert(crate::buffer::BufKey::from(*k), entry) {
             state.buffer_bytes -=
                 crate::buffer::entry_bytes(k.len(), old.value.as_ref().map_or(0, |v| v.len()));
         }

@@ -11,8 +11,15 @@ use std::collections::BTreeMap;
 use super::*;
 use crate::buffer::{buffer_range, LayerItem, MergeNewer};
 
+/// Operations from which a transaction of a buffered storage writes the tree directly (with
+/// the buffer) instead of buffering: about as many as a commit needs to fill the leaves it
+/// touches by itself (measured: sorted loads of 10,000 keys a commit ran at 0.65x of an
+/// unbuffered storage when buffered; a synced batch of 1,000 random keys runs 1.35x faster
+/// buffered).
+const DIRECT_OPS: usize = 4096;
+
 /// The operations of a logical commit, shared with the buffer it joins: key, value or `None`.
-pub(crate) type LogicalOps = Vec<(Arc<[u8]>, Option<Arc<[u8]>>)>;
+pub(crate) type LogicalOps = Vec<(crate::buffer::BufKey, Option<Arc<[u8]>>)>;
 
 impl WriteTransaction {
     /// The logical operation on `key` as this transaction sees it, if the transaction or the
@@ -101,12 +108,17 @@ impl WriteTransaction {
     }
 
     /// Whether committing now must apply the buffer: it would hold more than
-    /// [`crate::Options::write_buffer_bytes`], or its oldest entry is older than
-    /// [`crate::Options::flush_max_age`] (so an active storage never pins old journal files).
+    /// [`crate::Options::write_buffer_bytes`], its oldest entry is older than
+    /// [`crate::Options::flush_max_age`] (so an active storage never pins old journal files), or
+    /// the transaction itself has [`DIRECT_OPS`] operations or more (it fills leaves by itself:
+    /// buffering would only copy its entries once more).
     pub(super) fn must_apply(&self) -> bool {
         let Some(ops) = &self.logical else {
             return false;
         };
+        if ops.len() >= DIRECT_OPS {
+            return true;
+        }
         let own: u64 = ops
             .iter()
             .map(|(k, v)| crate::buffer::entry_bytes(k.len(), v.as_ref().map_or(0, Vec::len)))
@@ -156,7 +168,7 @@ impl WriteTransaction {
         let buffered = base
             .buffer
             .iter()
-            .map(|(k, e)| Ok((&k[..], e.value.as_deref())));
+            .map(|(k, e)| Ok((k.as_ref(), e.value.as_deref())));
         for item in MergeNewer::new(own, buffered) {
             let (k, v) = item?;
             match v {
@@ -177,7 +189,7 @@ impl WriteTransaction {
         let ops = self.logical.take()?;
         Some(
             ops.into_iter()
-                .map(|(k, v)| (Arc::from(k), v.map(Arc::from)))
+                .map(|(k, v)| (crate::buffer::BufKey::from(&k[..]), v.map(Arc::from)))
                 .collect(),
         )
     }
