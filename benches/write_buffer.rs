@@ -73,17 +73,75 @@ fn value(i: u64) -> [u8; 150] {
 }
 
 fn open(dir: &Path, name: &str, buffer: u64) -> Storage {
+    open_with(dir, name, buffer, FlushMode::Manual)
+}
+
+fn open_with(dir: &Path, name: &str, buffer: u64, flush_mode: FlushMode) -> Storage {
     Storage::open(
         dir.join(name),
         Options {
             write_buffer_bytes: buffer,
-            // Flushes only where a case ends (timed with it): no background thread does either
-            // storage's work meanwhile, so each case's time is all of its work.
-            flush_mode: FlushMode::Manual,
+            // Manual: flushes only where a case ends (timed with it), so that no background
+            // thread does either storage's work meanwhile and each case's time is all of its
+            // work. Background: the default, for the case measured one storage at a time.
+            flush_mode,
             ..Options::default()
         },
     )
     .expect("open")
+}
+
+/// Loads `n` random keys into `s`, 10,000 a commit, and flushes.
+fn preload(s: &Storage, n: u64) {
+    for c in 0..n.div_ceil(10_000) {
+        let mut w = s.begin_write().expect("begin");
+        for i in c * 10_000..((c + 1) * 10_000).min(n) {
+            let k = 1 << 50 | i;
+            w.put(batch_key(k), value(k)).expect("put");
+        }
+        w.commit().expect("commit");
+    }
+    s.flush().expect("flush");
+}
+
+/// Bytes this process sent to the disk so far: /proc/self/io `write_bytes` less
+/// `cancelled_write_bytes`.
+fn disk_bytes() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
+    let field = |name: &str| {
+        s.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    field("write_bytes:").saturating_sub(field("cancelled_write_bytes:"))
+}
+
+/// Synced batches of 1,000 random keys into `s` alone, with flushes in the background, then a
+/// flush: (keys/s, CPU µs per key, disk bytes per key, pages flushed per key).
+fn synced_alone(s: &Storage, batches: u64) -> (f64, f64, f64, f64) {
+    let (t0, c0, d0, p0) = (
+        Instant::now(),
+        common::cpu_now(),
+        disk_bytes(),
+        s.stats().pages_flushed,
+    );
+    for b in 0..batches {
+        let mut w = s.begin_write().expect("begin");
+        for i in 0..1000 {
+            let n = 1 << 45 | (b * 1000 + i);
+            w.put(batch_key(n), value(n)).expect("put");
+        }
+        w.commit().expect("commit");
+    }
+    s.flush().expect("flush");
+    let keys = (batches * 1000) as f64;
+    (
+        keys / t0.elapsed().as_secs_f64(),
+        (common::cpu_now() - c0).as_secs_f64() * 1e6 / keys,
+        (disk_bytes() - d0) as f64 / keys,
+        (s.stats().pages_flushed - p0) as f64 / keys,
+    )
 }
 
 /// Runs `work(storage, block)` for `blocks` blocks, alternating the two storages; returns the
@@ -135,15 +193,7 @@ fn main() {
         t0.elapsed().as_secs_f64()
     };
     for s in both {
-        for c in 0..cfg.preload.div_ceil(10_000) {
-            let mut w = s.begin_write().expect("begin");
-            for i in c * 10_000..((c + 1) * 10_000).min(cfg.preload) {
-                let n = 1 << 50 | i;
-                w.put(batch_key(n), value(n)).expect("put");
-            }
-            w.commit().expect("commit");
-        }
-        s.flush().expect("flush");
+        preload(s, cfg.preload);
     }
     let mut t = alternate(both, cfg.batches, |s, b| {
         let mut w = s.begin_write().expect("begin");
@@ -249,6 +299,31 @@ fn main() {
         "keys/s",
         f / e
     );
+    off.close().expect("close");
+    on.close().expect("close");
+
+    // The synced batches again, one storage at a time with flushes in the background (the
+    // default), for what a key costs in all: CPU of every thread, bytes sent to the disk, pages
+    // the flushes wrote.
+    let off = open_with(tmp.path(), "off-bg", 0, FlushMode::Background);
+    let on = open_with(tmp.path(), "on-bg", 64 << 20, FlushMode::Background);
+    preload(&off, cfg.preload);
+    preload(&on, cfg.preload);
+    let a = synced_alone(&off, cfg.batches);
+    let b = synced_alone(&on, cfg.batches);
+    println!("synced batches, one storage at a time, background flushes:");
+    println!(
+        "{:<34} {:>12} {:>12} {:<10} {:>7}",
+        "per key", "no buffer", "64 MiB", "", "ratio"
+    );
+    for (what, unit, x, y) in [
+        ("keys/s", "", a.0, b.0),
+        ("CPU (all threads)", "µs", a.1, b.1),
+        ("bytes sent to the disk", "bytes", a.2, b.2),
+        ("pages flushed", "pages", a.3, b.3),
+    ] {
+        println!("{what:<34} {x:>12.2} {y:>12.2} {unit:<10} {:>6.2}x", y / x);
+    }
     off.close().expect("close");
     on.close().expect("close");
 }
