@@ -558,9 +558,10 @@ impl Database {
     /// [`Error::DestinationNotEmpty`]; [`Error::Closed`]; [`Error::Corruption`] for a
     /// damaged page; I/O errors with the operation and path (`ENOSPC`:
     /// [`Error::is_no_space`]); an `Io` error with `TimedOut` when a durable commit was not
-    /// published within 10 s (a stalled committer); [`Error::WriteInProgress`] when writers of
-    /// storages with a write buffer buffered new entries each of 8 times the buffers were
-    /// applied for the copy. On any error, everything the backup wrote is removed again.
+    /// published within 10 s (a stalled committer); [`Error::WriteInProgress`] when a storage
+    /// has buffered entries (which the copy needs in its tree) and a write transaction on it
+    /// stayed open for 1 s, or writers buffered new entries each of 8 times the buffers were
+    /// applied. On any error, everything the backup wrote is removed again.
     pub fn backup(&self, dest: impl AsRef<Path>) -> Result<crate::backup::BackupReport> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
@@ -582,9 +583,9 @@ impl Database {
         // at which a writer buffered again is taken anew (bounded: 8 tries).
         let mut tries = 0;
         let (root_state, states) = loop {
-            root.inner.apply_buffer(true)?;
+            root.inner.apply_buffer_for_copy()?;
             for (_, s) in &branches {
-                s.inner.apply_buffer(true)?;
+                s.inner.apply_buffer_for_copy()?;
             }
             let (root_state, states) = match &self.inner.journal {
                 Some(j) => j.at_one_point(|d| take(Some(d)))?,

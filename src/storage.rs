@@ -405,8 +405,10 @@ impl Storage {
     /// [`Error::DestinationNotEmpty`] when `dest` exists and is not an empty
     /// directory; [`Error::Closed`]; [`Error::Corruption`] for a damaged page of the snapshot;
     /// I/O errors with the operation and path, `ENOSPC` among them
-    /// ([`Error::is_no_space`]); [`Error::WriteInProgress`] when, in a storage with a write
-    /// buffer, writers buffered new entries each of 8 times the buffer was applied for the copy.
+    /// ([`Error::is_no_space`]); [`Error::WriteInProgress`] when, in a storage with buffered
+    /// entries (which the copy needs in the tree), a write transaction stayed open for 1 s (one
+    /// the caller holds included: a backup never waits on the writer for longer), or writers
+    /// buffered new entries each of 8 times the buffer was applied.
     /// On any error, everything the backup wrote is removed again.
     pub fn backup(&self, dest: impl AsRef<Path>) -> Result<crate::backup::BackupReport> {
         if self.inner.closed.load(Ordering::Acquire) {
@@ -416,7 +418,7 @@ impl Storage {
         // writer buffered again is taken anew (bounded: 8 tries).
         let mut tries = 0;
         let state = loop {
-            self.inner.apply_buffer(true)?;
+            self.inner.apply_buffer_for_copy()?;
             let state = self.inner.current.load_full();
             if state.buffer.is_empty() {
                 break state;
@@ -604,9 +606,11 @@ impl Storage {
             self.inner.journal.sync_queued()
         } else {
             self.inner.closing.store(true, Ordering::Release);
-            // A clean close leaves nothing in the journal: the buffer goes into the tree.
+            // The buffer goes into the tree, unless a write transaction is open (on this
+            // thread, it would never end): its entries then stay in the journal, replayed at
+            // the next open.
             self.inner
-                .apply_buffer(true)
+                .apply_buffer(false)
                 .and_then(|()| self.flush())
                 .map(|_| ())
         };
@@ -1288,6 +1292,24 @@ impl Inner {
         };
         t.apply_buffered()?;
         t.commit()
+    }
+
+    /// Applies the write buffer for a backup, which copies pages: tries for the writer without
+    /// waiting on it (the caller may hold a write transaction itself), every 10 ms for 1 s at
+    /// most, until the buffer is empty.
+    ///
+    /// Errors: [`Error::WriteInProgress`] when the buffer still held entries after 1 s (a write
+    /// transaction stayed open, or writers kept buffering); as [`WriteTransaction::commit`].
+    pub fn apply_buffer_for_copy(self: &Arc<Self>) -> Result<()> {
+        // Bounded: 100 tries.
+        for _ in 0..100 {
+            self.apply_buffer(false)?;
+            if self.current.load().buffer.is_empty() {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        Err(Error::WriteInProgress)
     }
 
     /// True when the write buffer's oldest entry is older than [`Options::flush_max_age`]:

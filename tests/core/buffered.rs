@@ -288,3 +288,48 @@ fn buffered_commits_journal_operations_not_pages() {
     assert!(flushed.pages_journaled > 0);
     assert_eq!(flushed.entries, 500);
 }
+
+/// A backup, or a close, while the calling thread holds a write transaction of a storage with
+/// buffered entries waited forever for the writer (applying the buffer needs it): a backup now
+/// fails with `WriteInProgress` after a bounded wait, and a close leaves the entries in the
+/// journal, where the next open finds them.
+#[test]
+fn backup_and_close_with_an_open_write_transaction_do_not_wait_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let s = Storage::open(&path, opts(64 << 20)).unwrap();
+    for i in 0..10u32 {
+        let mut w = s.begin_write().unwrap();
+        w.put(format!("k{i}"), "v").unwrap();
+        w.commit().unwrap();
+    }
+    let mut open = s.begin_write().unwrap();
+    open.put("uncommitted", "x").unwrap();
+    let t0 = std::time::Instant::now();
+    let r = s.backup(dir.path().join("copy"));
+    assert!(matches!(r, Err(omnibus::Error::WriteInProgress)), "{r:?}");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+    assert!(
+        !dir.path().join("copy").exists(),
+        "a failed backup leaves nothing"
+    );
+    s.close().unwrap();
+    drop(open);
+    let s = Storage::open(&path, opts(64 << 20)).unwrap();
+    assert_eq!(
+        s.stats().buffer_entries,
+        10,
+        "the entries came back from the journal"
+    );
+    assert_eq!(s.begin_read().unwrap().len(), 10);
+    assert!(s
+        .begin_read()
+        .unwrap()
+        .get("uncommitted")
+        .unwrap()
+        .is_none());
+    // Without a transaction open, the backup applies the buffer and copies every entry.
+    s.backup(dir.path().join("copy")).unwrap();
+    let copy = Storage::open(dir.path().join("copy"), opts(0)).unwrap();
+    assert_eq!(copy.begin_read().unwrap().len(), 10);
+}
