@@ -511,7 +511,8 @@ impl Engine {
     ) -> Result<DatabaseHandle> {
         if opts.write_buffer_bytes > 0 {
             return Err(Error::InvalidOptions(
-                "write_buffer_bytes: databases served by the engine take no write buffer yet"
+                "write_buffer_bytes: databases served by the engine take no write buffer yet; \
+                 open with write_buffer_bytes: 0, or through Database::open"
                     .into(),
             ));
         }

@@ -558,10 +558,10 @@ impl Database {
     /// [`Error::DestinationNotEmpty`]; [`Error::Closed`]; [`Error::Corruption`] for a
     /// damaged page; I/O errors with the operation and path (`ENOSPC`:
     /// [`Error::is_no_space`]); an `Io` error with `TimedOut` when a durable commit was not
-    /// published within 10 s (a stalled committer); [`Error::WriteInProgress`] when a storage
-    /// has buffered entries (which the copy needs in its tree) and a write transaction on it
+    /// published within 10 s (a stalled committer); for storages with buffered entries, which
+    /// the copy needs in their trees: [`Error::WriteInProgress`] when a write transaction on one
     /// stayed open for 1 s, or writers buffered new entries each of 8 times the buffers were
-    /// applied. On any error, everything the backup wrote is removed again.
+    /// applied; [`Error::ReadOnly`] when the database is open read-only. On any error, everything the backup wrote is removed again.
     pub fn backup(&self, dest: impl AsRef<Path>) -> Result<crate::backup::BackupReport> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);

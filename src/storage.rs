@@ -311,7 +311,17 @@ struct LastHandle(Arc<Inner>);
 
 impl Drop for LastHandle {
     fn drop(&mut self) {
-        self.0.shutdown();
+        let inner = &self.0;
+        if inner.opts.flush_on_close
+            && !inner.closed.load(Ordering::Acquire)
+            && inner.poisoned().is_none()
+        {
+            // As a close: the buffer goes into the tree unless a write transaction is open.
+            if let Err(e) = inner.apply_buffer(false) {
+                tracing::warn!(error = %e, "applying the write buffer on drop failed");
+            }
+        }
+        inner.shutdown();
     }
 }
 
@@ -405,29 +415,17 @@ impl Storage {
     /// [`Error::DestinationNotEmpty`] when `dest` exists and is not an empty
     /// directory; [`Error::Closed`]; [`Error::Corruption`] for a damaged page of the snapshot;
     /// I/O errors with the operation and path, `ENOSPC` among them
-    /// ([`Error::is_no_space`]); [`Error::WriteInProgress`] when, in a storage with buffered
-    /// entries (which the copy needs in the tree), a write transaction stayed open for 1 s (one
-    /// the caller holds included: a backup never waits on the writer for longer), or writers
-    /// buffered new entries each of 8 times the buffer was applied.
+    /// ([`Error::is_no_space`]); for a storage with buffered entries, which the copy needs in
+    /// the tree: [`Error::WriteInProgress`] when a write transaction stayed open for 1 s (one
+    /// the caller holds included: a backup never waits on the writer for longer),
+    /// [`Error::ReadOnly`] when the storage is open read-only.
     /// On any error, everything the backup wrote is removed again.
     pub fn backup(&self, dest: impl AsRef<Path>) -> Result<crate::backup::BackupReport> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        // The copy is made of pages: buffered entries go into the tree first, and a state a
-        // writer buffered again is taken anew (bounded: 8 tries).
-        let mut tries = 0;
-        let state = loop {
-            self.inner.apply_buffer_for_copy()?;
-            let state = self.inner.current.load_full();
-            if state.buffer.is_empty() {
-                break state;
-            }
-            tries += 1;
-            if tries == 8 {
-                return Err(Error::WriteInProgress);
-            }
-        };
+        // The copy is made of pages: buffered entries go into the tree first.
+        let state = self.inner.apply_buffer_for_copy()?;
         crate::backup::check_outside(&self.inner.path, dest.as_ref())?;
         crate::backup::backup_storage(&*self.inner.env, &state, dest.as_ref())
     }
@@ -565,7 +563,11 @@ impl Storage {
     /// depth, overflow runs, and the free-space map (every page in use or free, never both).
     /// Problems are listed in the report, causes only: a damaged page is one problem, and the
     /// pages it hides (below it, or covered by a damaged free-space page) are one summary,
-    /// [`CheckReport::hidden`], not leaks. `Err` only when the storage is closed.
+    /// [`CheckReport::hidden`], not leaks. `Err` only when the storage is closed. With a write
+    /// buffer, the check covers the tree: buffered entries (their records passed their checksums
+    /// when the journal was written or replayed) are not in it, and
+    /// [`CheckReport::entries`] counts the tree's keys ([`StorageStats::buffer_entries`] says
+    /// how many are buffered).
     pub fn check(&self) -> Result<CheckReport> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
@@ -1294,18 +1296,38 @@ impl Inner {
         t.commit()
     }
 
-    /// Applies the write buffer for a backup, which copies pages: tries for the writer without
-    /// waiting on it (the caller may hold a write transaction itself), every 10 ms for 1 s at
-    /// most, until the buffer is empty.
+    /// Applies the write buffer for a backup, which copies pages, and returns a state without
+    /// buffered entries: tries for the writer without waiting on it (the caller may hold a
+    /// write transaction itself), every 10 ms for 1 s at most.
     ///
-    /// Errors: [`Error::WriteInProgress`] when the buffer still held entries after 1 s (a write
-    /// transaction stayed open, or writers kept buffering); as [`WriteTransaction::commit`].
-    pub fn apply_buffer_for_copy(self: &Arc<Self>) -> Result<()> {
+    /// Errors: [`Error::ReadOnly`] for a read-only storage with buffered entries (put back from
+    /// the journal: only a read-write open can apply them); [`Error::WriteInProgress`] when a
+    /// write transaction stayed open for 1 s; as [`WriteTransaction::commit`].
+    pub fn apply_buffer_for_copy(self: &Arc<Self>) -> Result<Arc<State>> {
         // Bounded: 100 tries.
         for _ in 0..100 {
-            self.apply_buffer(false)?;
-            if self.current.load().buffer.is_empty() {
-                return Ok(());
+            let cur = self.current.load_full();
+            if cur.buffer.is_empty() {
+                return Ok(cur);
+            }
+            if self.opts.read_only {
+                return Err(Error::ReadOnly);
+            }
+            match self.begin_write(false) {
+                Ok(mut t) => {
+                    t.apply_buffered()?;
+                    t.commit()?;
+                    // Holding the writer, no commit can buffer again before the state is
+                    // taken.
+                    let hold = self.begin_write(false);
+                    let cur = self.current.load_full();
+                    drop(hold);
+                    if cur.buffer.is_empty() {
+                        return Ok(cur);
+                    }
+                }
+                Err(Error::WriteInProgress) => {}
+                Err(e) => return Err(e),
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }

@@ -74,22 +74,9 @@ fn as_ref(b: &(Bound<Vec<u8>>, Bound<Vec<u8>>)) -> (Bound<&[u8]>, Bound<&[u8]>) 
 /// `last`, full iteration both ways, and a random range both ways.
 fn assert_same(snap: &ReadTransaction, model: &Model, rng: &mut SmallRng, space: u32) {
     assert_eq!(snap.len(), model.len() as u64, "entry count");
-    let all: Vec<(Vec<u8>, Vec<u8>)> = snap
-        .iter()
-        .unwrap()
-        .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
-        .collect();
     let expect: Vec<(Vec<u8>, Vec<u8>)> =
         model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    assert!(all == expect, "iteration differs from the model");
-    let mut back: Vec<(Vec<u8>, Vec<u8>)> = snap
-        .iter()
-        .unwrap()
-        .rev()
-        .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
-        .collect();
-    back.reverse();
-    assert!(back == expect, "reverse iteration differs from the model");
+    assert_range(|| snap.iter().unwrap(), &expect, "iteration");
     assert_eq!(
         snap.first().unwrap().map(|(k, v)| (k.to_vec(), v.to_vec())),
         model.first_key_value().map(|(k, v)| (k.clone(), v.clone()))
@@ -105,21 +92,28 @@ fn assert_same(snap: &ReadTransaction, model: &Model, rng: &mut SmallRng, space:
         assert_eq!(snap.get(k).unwrap(), model.get(k).map(Vec::as_slice), "get");
     }
     let b = bounds(rng, space);
-    let want = in_model(model, &b);
-    let got: Vec<(Vec<u8>, Vec<u8>)> = snap
-        .range(as_ref(&b))
-        .unwrap()
-        .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
-        .collect();
-    assert!(got == want, "range {b:?}");
-    let mut got: Vec<(Vec<u8>, Vec<u8>)> = snap
-        .range(as_ref(&b))
-        .unwrap()
-        .rev()
-        .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
-        .collect();
-    got.reverse();
-    assert!(got == want, "reverse range {b:?}");
+    assert_range(
+        || snap.range(as_ref(&b)).unwrap(),
+        &in_model(model, &b),
+        &format!("range {b:?}"),
+    );
+}
+
+/// `range()` iterated forwards and backwards against `want`.
+fn assert_range<'a>(
+    range: impl Fn() -> omnibus::Range<'a>,
+    want: &[(Vec<u8>, Vec<u8>)],
+    what: &str,
+) {
+    let owned = |r: omnibus::Result<(&[u8], &[u8])>| {
+        let (k, v) = r.unwrap();
+        (k.to_vec(), v.to_vec())
+    };
+    let got: Vec<(Vec<u8>, Vec<u8>)> = range().map(owned).collect();
+    assert!(got == want, "{what}");
+    let mut back: Vec<(Vec<u8>, Vec<u8>)> = range().rev().map(owned).collect();
+    back.reverse();
+    assert!(back == want, "reverse {what}");
 }
 
 fn run(seed: u64, rounds: usize, space: u32, buffer: u64) {
@@ -159,21 +153,11 @@ fn run(seed: u64, rounds: usize, space: u32, buffer: u64) {
                 _ => {
                     // The transaction's own view: range both ways, and its count.
                     let b = bounds(&mut rng, space);
-                    let want = in_model(&next, &b);
-                    let got: Vec<(Vec<u8>, Vec<u8>)> = w
-                        .range(as_ref(&b))
-                        .unwrap()
-                        .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
-                        .collect();
-                    assert!(got == want, "txn range {b:?}");
-                    let mut got: Vec<(Vec<u8>, Vec<u8>)> = w
-                        .range(as_ref(&b))
-                        .unwrap()
-                        .rev()
-                        .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
-                        .collect();
-                    got.reverse();
-                    assert!(got == want, "txn reverse range {b:?}");
+                    assert_range(
+                        || w.range(as_ref(&b)).unwrap(),
+                        &in_model(&next, &b),
+                        &format!("txn range {b:?}"),
+                    );
                     assert_eq!(w.len(), next.len() as u64, "txn len");
                 }
             }
@@ -332,4 +316,62 @@ fn backup_and_close_with_an_open_write_transaction_do_not_wait_for_it() {
     s.backup(dir.path().join("copy")).unwrap();
     let copy = Storage::open(dir.path().join("copy"), opts(0)).unwrap();
     assert_eq!(copy.begin_read().unwrap().len(), 10);
+}
+
+/// Dropping the last handle of a buffered storage left its buffer in the journal: 400
+/// open-commit-drop rounds kept 400 journal files (1.6 GB for 80,000 small keys). A drop now
+/// applies the buffer as a close does.
+#[test]
+fn dropping_a_buffered_storage_applies_its_buffer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    for round in 0..3u32 {
+        let s = Storage::open(&path, opts(64 << 20)).unwrap();
+        for i in 0..10u32 {
+            let mut w = s.begin_write().unwrap();
+            w.put(format!("k{round}-{i}"), "v").unwrap();
+            w.commit().unwrap();
+        }
+        assert_eq!(s.stats().buffer_entries, 10);
+        drop(s);
+        let s = Storage::open(&path, opts(64 << 20)).unwrap();
+        let st = s.stats();
+        assert_eq!(
+            st.buffer_entries, 0,
+            "round {round}: the drop applied the buffer"
+        );
+        assert_eq!(st.entries, 10 * (round as u64 + 1));
+        assert_eq!(st.last_flushed_txn, st.last_committed_txn, "round {round}");
+    }
+}
+
+/// A read-only open cannot apply buffered entries put back from the journal, and a backup
+/// needs them in the tree: it fails with `ReadOnly`, not with a write transaction that does not
+/// exist.
+#[test]
+fn a_read_only_backup_of_buffered_entries_is_refused_as_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let keep = Options {
+        flush_on_close: false,
+        ..opts(64 << 20)
+    };
+    let s = Storage::open(&path, keep).unwrap();
+    let mut w = s.begin_write().unwrap();
+    w.put("k", "v").unwrap();
+    w.commit().unwrap();
+    drop(s);
+    let ro = Storage::open(
+        &path,
+        Options {
+            read_only: true,
+            ..opts(0)
+        },
+    )
+    .unwrap();
+    assert_eq!(ro.stats().buffer_entries, 1);
+    assert_eq!(ro.begin_read().unwrap().get("k").unwrap(), Some(&b"v"[..]));
+    let r = ro.backup(dir.path().join("copy"));
+    assert!(matches!(r, Err(omnibus::Error::ReadOnly)), "{r:?}");
+    assert!(!dir.path().join("copy").exists());
 }
