@@ -227,7 +227,8 @@ impl WriteTransaction {
 
     /// Keys in the storage as this transaction sees it (its own changes included). In a
     /// storage with a write buffer, while the transaction only puts and deletes, this looks up
-    /// each key it changed (a key whose lookup fails counts as it did before the transaction).
+    /// each key it changed; if a lookup fails (a damaged page), the count leaves all of the
+    /// transaction's changes out, and the commit reports the damage.
     pub fn len(&self) -> u64 {
         match &self.logical {
             None => self.entries,
