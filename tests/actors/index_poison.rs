@@ -52,7 +52,7 @@ fn a_panicking_map_function_poisons_only_its_index() {
     );
     let good = db.blocking_storage("good").unwrap();
     // Waiting for all indexes fails at once on the poisoned one; the healthy one can be waited
-    // for by name (a fresh user found no way to do that but polling `index_stats`).
+    // for by name (before `wait_for_index`, only polling `index_stats` could).
     assert!(db.blocking_wait_for_indexes().is_err());
     db.blocking_wait_for_index("good").unwrap();
     let s = db

@@ -212,8 +212,8 @@ fn other_format_version_is_refused() {
     }
 }
 
-// Regression: a fresh user truncated the root's data.pages to 0 bytes (and, in another try,
-// removed it) in a database that held 171,075 documents; the next `omnibus put` created an
+// Regression: with the root's data.pages truncated to 0 bytes (or removed) in a database that
+// held 171,075 documents, the next `omnibus put` created an
 // empty storage there and exited 0, and `check` passed. Journal files exist only after a
 // storage's header pages were durable, so next to them a missing, empty or short data file is
 // damage.

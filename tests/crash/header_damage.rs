@@ -1,5 +1,5 @@
-// Regression: a fresh user flipped 100 bytes of header page 1 of a database that had been
-// flushed many times. The open fell back to header page 0, which was one flush older; the
+// Regression: with 100 bytes of header page 1 flipped, in a database that had been flushed
+// many times, the open fell back to header page 0, which was one flush older; the
 // journal files that flush had released were gone, and the pages that older tree used had been
 // reused since. `get` returned a deleted value, then writes into the stale tree destroyed it
 // ("tree deeper than 32 levels", 30,368 of 171,075 rows left). Every flush now writes its

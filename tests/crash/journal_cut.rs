@@ -1,5 +1,5 @@
-// Regression: a fresh user cut a journal file short (`truncate -s`) in front
-// of its last 30 batches; the next open took the end of the file for the torn tail of a crash,
+// Regression: with a journal file cut short (`truncate -s`) in front of its last 30 batches,
+// the next open took the end of the file for the torn tail of a crash,
 // replayed the 20 commits before the cut and exited 0: 30 acknowledged commits gone without an
 // error. A journal file is pre-zeroed (a new file's first window, the background's windows, or
 // a whole pool file) and its length is synced before a batch is written over the zeros, so a

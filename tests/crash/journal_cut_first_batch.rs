@@ -1,5 +1,5 @@
-// Regression: a fresh user cut a database's current journal
-// file, which held 400 unflushed documents, to between 0 and 4,095 bytes; `omnibus check` exited
+// Regression: with a database's current journal file, which held 400 unflushed documents, cut
+// to between 0 and 4,095 bytes, `omnibus check` exited
 // 0 and showed the 3,000 flushed documents. The length check of `tests/crash/journal_cut.rs` lives in
 // each batch's padding record, inside the file: a cut that removes the first batch (and with
 // it every padding record) left nothing that said the file ever held a synced batch, and a file

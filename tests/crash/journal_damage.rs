@@ -1,4 +1,4 @@
-// Regression: a fresh user flipped 64 bytes in the middle of a journal file; the next open
+// Regression: with 64 bytes flipped in the middle of a journal file, the next open
 // took the damaged record for the end of the journal, replayed nothing after it, `check`
 // passed, and the next commit deleted the old journal: 90,000 acknowledged documents gone
 // without an error. A damaged record followed by later synced batches is now corruption; a

@@ -1,6 +1,6 @@
 // Regression: in a database, the shared journal file lives in the root's
-// `Journals/` and is hard-linked into every branch that has a record in it. A fresh user
-// deleted one of those names:
+// `Journals/` and is hard-linked into every branch that has a record in it. With one of those
+// names deleted:
 // - the root's: the root recovered without the file and lost its unflushed documents without an
 //   error, and the read-write open then flushed the branches and deleted their links, the last
 //   names of the file: the documents were gone for good;

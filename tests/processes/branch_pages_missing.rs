@@ -1,5 +1,5 @@
-// Regression: a fresh user deleted `Indexes/idx/data.pages` of a database
-// whose index was flushed (its `Journals/` empty after a clean close); `omnibus check` passed and
+// Regression: with `Indexes/idx/data.pages` deleted in a database whose index was flushed
+// (its `Journals/` empty after a clean close), `omnibus check` passed and
 // listed nothing, and the index was silently gone: a branch directory without a data file was
 // taken for a creation that crashed before it made its data file, and skipped. Creation now
 // makes the data file (header pages and directory entry) durable before it creates `Journals/`,

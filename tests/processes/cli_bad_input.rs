@@ -63,8 +63,8 @@ fn cases() -> Vec<(&'static str, Vec<u8>, &'static str)> {
             "line 3: not valid UTF-8 (byte offset 15)",
         ),
         ("no id", b"{\"v\":3}\n".to_vec(), "line 3: no id field `id`"),
-        // A fresh user's `"id": null` line was reported as "no id field", which sent them
-        // looking for a misspelt field name: the field is there, its value is the problem.
+        // An `"id": null` line was reported as "no id field", which sends a reader looking
+        // for a misspelt field name: the field is there, its value is the problem.
         (
             "null id",
             b"{\"id\":null,\"v\":3}\n".to_vec(),

@@ -144,7 +144,7 @@ fn slow_disk_runs_throttled_or_refuses_clearly() {
     assert!(!left, "a bench cgroup was left behind");
 }
 
-/// Regression: a fresh user found that `bench shop` stopped with Ctrl-C or a TERM left its
+/// Regression: `bench shop` stopped with Ctrl-C or a TERM left its
 /// gigabyte of databases (and, with `--disk slow`, its cgroup) behind. It now removes them and
 /// exits with 128 + the signal; what a SIGKILL leaves is removed by the next run.
 #[test]

@@ -1,6 +1,5 @@
-//! Regression: one damaged storage took the whole database down. A new user
-//! truncated one index's `data.pages` (a disk full while copying, a bad restore) and
-//! `Database::open` failed, read-only too, so the documents and every healthy index became
+//! Regression: one damaged storage took the whole database down. With one index's
+//! `data.pages` truncated (a disk full while copying, a bad restore), `Database::open` failed, read-only too, so the documents and every healthy index became
 //! unreadable. Now the database opens without the damaged branch, reports it
 //! (`Database::damaged`, `omnibus check`, `omnibus stat`), serves reads of every healthy
 //! storage, and refuses writes until the caller opts in
