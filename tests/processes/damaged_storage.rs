@@ -1,6 +1,6 @@
 //! Regression: one damaged storage took the whole database down. With one index's
-//! `data.pages` truncated (a disk full while copying, a bad restore), `Database::open` failed, read-only too, so the documents and every healthy index became
-//! unreadable. Now the database opens without the damaged branch, reports it
+//! `data.pages` truncated (a disk full while copying, a bad restore), `Database::open` failed,
+//! read-only too, so the documents and every healthy index became unreadable. Now the database opens without the damaged branch, reports it
 //! (`Database::damaged`, `omnibus check`, `omnibus stat`), serves reads of every healthy
 //! storage, and refuses writes until the caller opts in
 //! (`Options::write_with_damaged_storages`), since the damaged index could not follow them.
