@@ -8,7 +8,7 @@ use std::os::fd::{OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::request::{closed, wake_fd, LaneResult, Reply, Request, SlotState, Work, REPLY_SLOT};
+use super::request::{closed, wake_fd, LaneResult, Request, SlotState, Work, REPLY_SLOT};
 use super::ring::{LaneShared, RingThread};
 use super::{LaneKind, LaneStats, Lanes, UringConfig, LANE_QUEUE};
 
@@ -81,15 +81,7 @@ impl Lane {
             pending: 1,
             first_error: None,
         };
-        let req = Request {
-            fd,
-            offset,
-            work,
-            reply: Reply {
-                slot: slot.clone(),
-                sent: false,
-            },
-        };
+        let req = Request::new(fd, offset, work, &slot);
         INLINE_RINGS.with(|rings| -> LaneResult {
             let mut rings = rings.borrow_mut();
             let rt = match rings.entry(env.id) {
@@ -131,15 +123,7 @@ impl Lane {
         let mut submit_error = None;
         for (fd, offset, work) in works {
             slot.state.lock().unwrap_or_else(|e| e.into_inner()).pending += 1;
-            let req = Request {
-                fd,
-                offset,
-                work,
-                reply: Reply {
-                    slot: slot.clone(),
-                    sent: false,
-                },
-            };
+            let req = Request::new(fd, offset, work, &slot);
             // A refused request's `Reply` answers (with "lane gone") as it is dropped.
             if let Err(e) = self.submit(req) {
                 submit_error = Some(e);

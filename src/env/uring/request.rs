@@ -38,6 +38,21 @@ pub(super) struct Request {
     pub(super) reply: Reply,
 }
 
+impl Request {
+    /// A request whose answer goes to `slot` (not sent yet).
+    pub(super) fn new(fd: RawFd, offset: u64, work: Work, slot: &Arc<ReplySlot>) -> Request {
+        Request {
+            fd,
+            offset,
+            work,
+            reply: Reply {
+                slot: slot.clone(),
+                sent: false,
+            },
+        }
+    }
+}
+
 impl Work {
     /// The iovecs of a write (empty for other work).
     pub(super) fn iov(&self) -> &[libc::iovec] {
