@@ -73,21 +73,23 @@ impl ReadTransaction {
         if buffer.is_empty() {
             return btree::multi_get(&self.state, keys);
         }
-        // Buffered keys are answered from the buffer; the others from the tree, together.
+        // Buffered keys are answered from the buffer (one lookup each); the others from the
+        // tree, together.
+        let buffered: Vec<Option<Option<&[u8]>>> = keys
+            .iter()
+            .map(|k| buffer.get(k.as_ref()).map(|e| e.value.as_deref()))
+            .collect();
         let in_tree: Vec<&[u8]> = keys
             .iter()
-            .map(AsRef::as_ref)
-            .filter(|k| !buffer.contains_key(*k))
+            .zip(&buffered)
+            .filter(|(_, b)| b.is_none())
+            .map(|(k, _)| k.as_ref())
             .collect();
         let mut from_tree = btree::multi_get(&self.state, &in_tree)?.into_iter();
-        let mut out = Vec::with_capacity(keys.len());
-        for k in keys {
-            match buffer.get(k.as_ref()) {
-                Some(e) => out.push(e.value.as_deref()),
-                None => out.push(from_tree.next().flatten()),
-            }
-        }
-        Ok(out)
+        Ok(buffered
+            .into_iter()
+            .map(|b| b.unwrap_or_else(|| from_tree.next().flatten()))
+            .collect())
     }
 
     /// True when `key` is present.
