@@ -11,6 +11,7 @@
 //! never changes what an older snapshot sees.
 
 use std::cmp::Ordering;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::error::Result;
@@ -232,21 +233,34 @@ where
     }
 }
 
+/// Puts operation `value` (`None`: a delete) on `key` into `buffer`, replacing the key's older
+/// one, and keeps `bytes` ([`entry_bytes`] of every entry) up to date.
+pub(crate) fn put(buffer: &mut Buffer, bytes: &mut u64, key: BufKey, value: Option<Arc<[u8]>>) {
+    let len = key.as_ref().len();
+    *bytes += entry_bytes(len, value.as_ref().map_or(0, |v| v.len()));
+    if let Some(old) = buffer.insert(key, BufEntry { value }) {
+        *bytes -= entry_bytes(len, old.value.as_ref().map_or(0, |v| v.len()));
+    }
+}
+
+/// True when no key lies within `(start, end)`: its start is past its end. `BTreeMap::range`
+/// and imbl's `range` panic on such bounds; every range call of the crate selects nothing.
+pub(crate) fn range_is_empty(start: Bound<&[u8]>, end: Bound<&[u8]>) -> bool {
+    match (start, end) {
+        (Bound::Included(s), Bound::Included(e)) => s > e,
+        (Bound::Included(s) | Bound::Excluded(s), Bound::Excluded(e))
+        | (Bound::Excluded(s), Bound::Included(e)) => s >= e,
+        _ => false,
+    }
+}
+
 /// The buffered entries of `buffer` within `(start, end)`, as merge items.
 pub(crate) fn buffer_range<'a>(
     buffer: &'a Buffer,
-    start: std::ops::Bound<&[u8]>,
-    end: std::ops::Bound<&[u8]>,
+    start: Bound<&[u8]>,
+    end: Bound<&[u8]>,
 ) -> impl DoubleEndedIterator<Item = LayerItem<'a>> + Send + Sync + 'a {
-    // imbl panics on a range whose start is past its end; such a range is empty.
-    let empty = match (start, end) {
-        (std::ops::Bound::Included(s), std::ops::Bound::Included(e)) => s > e,
-        (std::ops::Bound::Included(s), std::ops::Bound::Excluded(e))
-        | (std::ops::Bound::Excluded(s), std::ops::Bound::Included(e))
-        | (std::ops::Bound::Excluded(s), std::ops::Bound::Excluded(e)) => s >= e,
-        _ => false,
-    };
-    let range = if empty {
+    let range = if range_is_empty(start, end) {
         None
     } else {
         Some(buffer.range::<_, [u8]>((start, end)))

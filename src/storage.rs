@@ -1182,15 +1182,7 @@ impl Inner {
         let mut buffer = cur.buffer.clone();
         let mut bytes = cur.buffer_bytes;
         for (k, v) in ops {
-            bytes +=
-                crate::buffer::entry_bytes(k.as_ref().len(), v.as_ref().map_or(0, |v| v.len()));
-            let e = crate::buffer::BufEntry { value: v.clone() };
-            if let Some(old) = buffer.insert(k.clone(), e) {
-                bytes -= crate::buffer::entry_bytes(
-                    k.as_ref().len(),
-                    old.value.as_ref().map_or(0, |v| v.len()),
-                );
-            }
+            crate::buffer::put(&mut buffer, &mut bytes, k.clone(), v.clone());
         }
         let next = Arc::new(State {
             txn_id: txn,

@@ -211,14 +211,12 @@ fn put_scratch(state: &mut State, p: u64, txn: u64, image: crate::page::SharedIm
 /// Puts the operations of a replayed logical record into `state`'s write buffer, newest last.
 fn put_buffered(state: &mut State, ops: &[(&[u8], Option<&[u8]>)]) {
     for (k, v) in ops {
-        let entry = crate::buffer::BufEntry {
-            value: v.map(std::sync::Arc::from),
-        };
-        state.buffer_bytes += crate::buffer::entry_bytes(k.len(), v.map_or(0, <[u8]>::len));
-        if let Some(old) = state.buffer.insert(crate::buffer::BufKey::from(*k), entry) {
-            state.buffer_bytes -=
-                crate::buffer::entry_bytes(k.len(), old.value.as_ref().map_or(0, |v| v.len()));
-        }
+        crate::buffer::put(
+            &mut state.buffer,
+            &mut state.buffer_bytes,
+            crate::buffer::BufKey::from(*k),
+            v.map(std::sync::Arc::from),
+        );
     }
     state
         .buffer_since

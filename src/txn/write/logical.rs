@@ -68,20 +68,15 @@ impl WriteTransaction {
         if ops.is_empty() && self.base.buffer.is_empty() {
             return None;
         }
-        let empty = match (start, end) {
-            (Bound::Included(s), Bound::Included(e)) => s > e,
-            (Bound::Included(s) | Bound::Excluded(s), Bound::Excluded(e))
-            | (Bound::Excluded(s), Bound::Included(e)) => s >= e,
-            _ => false,
-        };
-        let own: Box<dyn DoubleEndedIterator<Item = LayerItem<'a>> + Send + Sync + 'a> = if empty {
-            Box::new(std::iter::empty())
-        } else {
-            Box::new(
-                ops.range::<[u8], _>((start, end))
-                    .map(|(k, v)| Ok((&k[..], v.as_deref()))),
-            )
-        };
+        let own: Box<dyn DoubleEndedIterator<Item = LayerItem<'a>> + Send + Sync + 'a> =
+            if crate::buffer::range_is_empty(start, end) {
+                Box::new(std::iter::empty())
+            } else {
+                Box::new(
+                    ops.range::<[u8], _>((start, end))
+                        .map(|(k, v)| Ok((&k[..], v.as_deref()))),
+                )
+            };
         Some(Box::new(MergeNewer::new(
             own,
             buffer_range(&self.base.buffer, start, end),
