@@ -235,7 +235,12 @@ where
 
 /// Puts operation `value` (`None`: a delete) on `key` into `buffer`, replacing the key's older
 /// one, and keeps `bytes` ([`entry_bytes`] of every entry) up to date.
-pub(crate) fn put(buffer: &mut Buffer, bytes: &mut u64, key: BufKey, value: Option<Arc<[u8]>>) {
+pub(crate) fn put_entry(
+    buffer: &mut Buffer,
+    bytes: &mut u64,
+    key: BufKey,
+    value: Option<Arc<[u8]>>,
+) {
     let len = key.as_ref().len();
     *bytes += entry_bytes(len, value.as_ref().map_or(0, |v| v.len()));
     if let Some(old) = buffer.insert(key, BufEntry { value }) {

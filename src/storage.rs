@@ -1182,7 +1182,7 @@ impl Inner {
         let mut buffer = cur.buffer.clone();
         let mut bytes = cur.buffer_bytes;
         for (k, v) in ops {
-            crate::buffer::put(&mut buffer, &mut bytes, k.clone(), v.clone());
+            crate::buffer::put_entry(&mut buffer, &mut bytes, k.clone(), v.clone());
         }
         let next = Arc::new(State {
             txn_id: txn,

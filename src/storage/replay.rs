@@ -211,7 +211,7 @@ fn put_scratch(state: &mut State, p: u64, txn: u64, image: crate::page::SharedIm
 /// Puts the operations of a replayed logical record into `state`'s write buffer, newest last.
 fn put_buffered(state: &mut State, ops: &[(&[u8], Option<&[u8]>)]) {
     for (k, v) in ops {
-        crate::buffer::put(
+        crate::buffer::put_entry(
             &mut state.buffer,
             &mut state.buffer_bytes,
             crate::buffer::BufKey::from(*k),
