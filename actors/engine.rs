@@ -209,6 +209,16 @@ struct EngineInner {
     keepalive_stop: Arc<std::sync::atomic::AtomicBool>,
     /// Pokes the executors' keepalive tasks took (see [`KEEPALIVE`]).
     keepalive_wakes: Arc<AtomicU64>,
+    /// The index storages with a write buffer, and the size each asked for
+    /// ([`IndexDefinition::write_buffer_bytes`]): together they get a quarter of the memory
+    /// budget ([`EngineInner::share_buffers`]).
+    buffered: Mutex<Vec<(Storage, u64)>>,
+}
+
+/// Each of `n` buffered index storages' share of the memory budget `budget` for its write
+/// buffer: a quarter of the budget split evenly (the rest is for page images), at least 64 KiB.
+fn buffer_share(budget: u64, n: usize) -> u64 {
+    (budget / 4 / n.max(1) as u64).max(64 << 10)
 }
 
 /// Most pages one transaction of an index batch copies (1/16 of the memory budget, at least
@@ -466,6 +476,7 @@ impl Engine {
                 journal_io,
                 background_io,
                 databases: Mutex::new(Vec::new()),
+                buffered: Mutex::new(Vec::new()),
                 down: std::sync::atomic::AtomicBool::new(false),
             }),
         })
@@ -500,10 +511,12 @@ impl Engine {
     /// Opens (or creates) the database at `path` and starts its actors. The storages are opened
     /// with [`FlushMode::Manual`]: the engine's flushers drive flushes.
     ///
-    /// Errors: [`Error::InvalidOptions`] for a write buffer (`Options::write_buffer_bytes`
-    /// above 0: the engine's actors do not drive buffers yet; a database written with buffers
-    /// through the library opens, and its first commits apply what the journal put back);
-    /// the open's own errors.
+    /// Errors: [`Error::InvalidOptions`] for `Options::write_buffer_bytes` above 0: under the
+    /// engine the root and plain branches are not buffered (an apply outside a documents
+    /// commit would make every index reconcile at the next open), only index storages, each by
+    /// its [`IndexDefinition::write_buffer_bytes`]; a database written with buffers through
+    /// the library opens, and its storages' first commits apply what the journal put back.
+    /// The open's own errors.
     pub async fn open_database(
         &self,
         path: impl AsRef<Path>,
@@ -511,8 +524,9 @@ impl Engine {
     ) -> Result<DatabaseHandle> {
         if opts.write_buffer_bytes > 0 {
             return Err(Error::InvalidOptions(
-                "write_buffer_bytes: databases served by the engine take no write buffer yet; \
-                 open with write_buffer_bytes: 0, or through Database::open"
+                "write_buffer_bytes: under the engine only index storages are buffered \
+                 (IndexDefinition::write_buffer_bytes); open with write_buffer_bytes: 0, \
+                 or through Database::open"
                     .into(),
             ));
         }
@@ -546,6 +560,23 @@ impl Engine {
 }
 
 impl EngineInner {
+    /// Adds (`Some(bytes)`) or removes (`None`) `storage` among the buffered index storages and
+    /// sets every one's write buffer to the smaller of what it asked for and an equal share
+    /// of a quarter of the memory budget ([`buffer_share`]); a removed one gets none (its next
+    /// commit, if any, applies what it buffered).
+    fn share_buffers(&self, storage: &Storage, bytes: Option<u64>) {
+        let mut b = self.buffered.lock().unwrap_or_else(|e| e.into_inner());
+        b.retain(|(s, _)| s.storage_id() != storage.storage_id());
+        match bytes {
+            Some(n) if n > 0 => b.push((storage.clone(), n)),
+            _ => storage.set_write_buffer_bytes(0),
+        }
+        let share = buffer_share(self.opts.memory_budget_bytes, b.len());
+        for (s, asked) in b.iter() {
+            s.set_write_buffer_bytes((*asked).min(share));
+        }
+    }
+
     fn spawn_on(&self, exec: usize, job: Spawn) -> Result<()> {
         self.spawn_in(exec, Queue::Default, job)
     }
@@ -736,6 +767,8 @@ impl EngineInner {
                 }
             }
             // Then the other storage actors: each answers what is queued, then stops.
+            // (The buffered index storages are let go with them: the database's close below
+            // applies their buffers, now that no actor writes them.)
             let handles: Vec<StorageHandle> = db
                 .inner
                 .handles
@@ -778,6 +811,11 @@ impl EngineInner {
             }
             let _ = self.readers.send(ReadMsg::Stop);
         }
+        // Every actor has stopped: the index storages' buffers are the databases' to apply.
+        self.buffered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         for db in dbs {
             if let Err(e) = db.inner.db.clone().close() {
                 first = first.and(Err(e));
@@ -1021,6 +1059,7 @@ impl DatabaseHandle {
             stable_hash(&name) % engine.n.max(1),
             Box::new(move || Box::pin(index::run(actor))),
         )?;
+        engine.share_buffers(&storage, Some(kept.write_buffer_bytes));
         indexes.insert(
             name,
             IndexEntry {
@@ -1042,6 +1081,9 @@ impl DatabaseHandle {
             .unwrap_or_else(|e| e.into_inner())
             .remove(name)?;
         e.shared.abandon.store(true, Ordering::Release);
+        if let Some(engine) = self.inner.engine.upgrade() {
+            engine.share_buffers(&e.storage, None);
+        }
         Some(e)
     }
 
@@ -1216,9 +1258,35 @@ impl DatabaseHandle {
     /// with the operation and path, `ENOSPC` among them: the partial copy is removed).
     pub async fn backup(&self, dest: impl AsRef<std::path::Path>) -> Result<BackupReport> {
         let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
+        // The copy is made of pages: each storage's actor first moves its write buffer into its
+        // tree, in its own transaction (no writer is taken from an actor). What is buffered
+        // again after that was committed after this call began; the copy takes such a storage
+        // as of its last page commit.
+        let mut handles = vec![self.inner.root.clone()];
+        handles.extend(
+            self.inner
+                .handles
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .cloned(),
+        );
+        for h in handles {
+            if actor_interface::buffer_due_in(&h.storage).is_none() {
+                continue;
+            }
+            let (tx, rx) = flume::bounded(1);
+            h.tx.send_async(storage_actor::apply_buffer_request(tx))
+                .await
+                .map_err(|_| Error::Closed)?;
+            rx.recv_async().await.map_err(|_| Error::Closed)??;
+        }
         let db = self.inner.db.clone();
         let dest = dest.as_ref().to_path_buf();
-        engine.background_io.run(move || db.backup(&dest)).await
+        engine
+            .background_io
+            .run(move || actor_interface::backup_without_writers(&db, &dest))
+            .await
     }
 
     /// Blocking [`DatabaseHandle::backup`].

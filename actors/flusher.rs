@@ -36,7 +36,7 @@
 use std::time::Duration;
 
 use super::io_pool::IoPool;
-use crate::actor_interface::{self, live_image_bytes, Storage};
+use crate::actor_interface::{self, live_buffer_bytes, live_image_bytes, Storage};
 
 /// The flusher's API.
 pub(crate) enum FlusherMsg {
@@ -103,9 +103,9 @@ impl Budget {
         }
     }
 
-    /// Bytes of page images over the budget now (0 when within it).
+    /// Bytes of page images and write buffers over the budget now (0 when within it).
     pub fn excess(&self) -> u64 {
-        live_image_bytes().saturating_sub(self.bytes)
+        (live_image_bytes() + live_buffer_bytes()).saturating_sub(self.bytes)
     }
 }
 
@@ -159,6 +159,7 @@ pub(crate) async fn pace(budget: &Budget) {
             {
                 tracing::warn!(
                     page_image_bytes = live_image_bytes(),
+                    write_buffer_bytes = live_buffer_bytes(),
                     budget = budget.bytes,
                     "memory budget not held: a transaction starts over it after {} ms \
                      (a snapshot held for long, or large transactions in progress)",

@@ -103,10 +103,16 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
     } = links;
     // The index actors' feeds (root storage only). Owned by this actor: no lock.
     let mut ports: Vec<flume::Sender<IndexMsg>> = Vec::new();
+    // Set when applying an aged buffer failed: the storage is poisoned, and only requests
+    // (answered with the error) wake the actor from then on.
+    let mut aged_failed = false;
     loop {
-        let Ok(first) = rx.recv_async().await else {
+        let due = actor_interface::buffer_due_in(&storage).filter(|_| !aged_failed);
+        let Some(first) = next_message(&rx, due).await else {
             return;
         };
+        let aged = first.is_none();
+        let first = first.unwrap_or_else(aged_apply);
         // Over the memory budget: let the flushes catch up (requests queue and merge meanwhile).
         super::flusher::pace(&pressure).await;
         let mut payloads = Vec::new();
@@ -155,6 +161,7 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
                     }
                 }
                 Err(e) => {
+                    aged_failed |= aged;
                     for reply in replies {
                         match reply {
                             Reply::Write(tx) => {
@@ -183,6 +190,45 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
             }
             _ => {}
         }
+    }
+}
+
+/// Shortest wait before applying an aged write buffer: bounds how often an actor wakes for it.
+const AGED_APPLY_MIN_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The next request, waiting at most `due` (the time until the write buffer is aged, at least
+/// [`AGED_APPLY_MIN_WAIT`]) when there is one: `Some(None)` when that wait ran out first, `None`
+/// when every sender is gone. A request that arrives as the wait ends stays in the mailbox
+/// (flume's receive is cancel-safe).
+async fn next_message(
+    rx: &flume::Receiver<StorageMsg>,
+    due: Option<std::time::Duration>,
+) -> Option<Option<StorageMsg>> {
+    let recv = async { rx.recv_async().await.ok().map(Some) };
+    match due {
+        None => recv.await,
+        Some(d) => {
+            let aged = async {
+                glommio::timer::sleep(d.max(AGED_APPLY_MIN_WAIT)).await;
+                Some(None)
+            };
+            futures_lite::future::or(recv, aged).await
+        }
+    }
+}
+
+/// The request the actor gives itself when its write buffer is aged and no request came (its
+/// reply goes nowhere; a failure poisons the storage as any other).
+fn aged_apply() -> StorageMsg {
+    apply_buffer_request(flume::bounded(1).0)
+}
+
+/// A request for a transaction that moves the storage's write buffer into its tree (nothing
+/// to commit when the buffer is empty), answered on `reply`.
+pub(crate) fn apply_buffer_request(reply: flume::Sender<Result<()>>) -> StorageMsg {
+    StorageMsg::Apply {
+        job: Box::new(actor_interface::apply_write_buffer),
+        reply,
     }
 }
 

@@ -22,6 +22,8 @@ use std::sync::Arc;
 
 // The public API the actors build on.
 
+/// The process's write buffers in bytes, held under the same budget.
+pub(crate) use crate::live_buffer_bytes;
 /// The process's page images in bytes, held under the engine's memory budget.
 pub(crate) use crate::live_image_bytes;
 /// What a database backup through a handle reports.
@@ -58,6 +60,17 @@ pub(crate) use crate::MAX_KEY_LEN;
 pub(crate) use crate::PAGE_SIZE;
 
 // Hooks: a commit in steps, on a storage actor.
+
+/// Backs up `db` into `dest` without taking any storage's writer (its actors hold them): each
+/// actor applied its write buffer just before; a storage that buffered again since is copied as
+/// of its last page commit.
+#[inline]
+pub(crate) fn backup_without_writers(
+    db: &Database,
+    dest: &std::path::Path,
+) -> Result<BackupReport> {
+    db.backup_without_writers(dest)
+}
 
 /// The journal record of a prepared commit, sent to the journal writer.
 pub(crate) use crate::journal::record::OutRecord;
@@ -123,6 +136,20 @@ pub(crate) fn finish(prepared: PreparedCommit, written: Result<u64>) -> Result<(
 #[inline]
 pub(crate) fn flush_pages(storage: &Storage) -> Result<crate::storage::FlushReport> {
     storage.flush_pages()
+}
+
+/// How long until `storage`'s write buffer is aged (`None`: empty, zero: aged now): its actor
+/// then applies it, so an idle storage pins no journal file for long.
+#[inline]
+pub(crate) fn buffer_due_in(storage: &Storage) -> Option<std::time::Duration> {
+    storage.inner.buffer_due_in()
+}
+
+/// Moves the write buffer of `txn`'s storage into the tree within `txn` (an aged buffer; a
+/// backup's copy of pages).
+#[inline]
+pub(crate) fn apply_write_buffer(txn: &mut WriteTransaction) -> Result<()> {
+    txn.apply_buffered()
 }
 
 /// Poisons `storage` and its journal (a storage actor panicked while writing it).

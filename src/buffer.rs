@@ -16,6 +16,30 @@ use std::sync::Arc;
 
 use crate::error::Result;
 
+/// Bytes of write buffers of the process ([`live_buffer_bytes`]).
+static LIVE_BUFFER_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Bytes the write buffers of every open storage of the process count for now (each entry its
+/// key, its value and 64 bytes, as [`crate::StorageStats::buffer_bytes`]): the sibling of
+/// [`crate::live_image_bytes`], and held with it under the actor runtime's memory budget. A
+/// storage counts its current buffer from open to close; an older snapshot that still holds a
+/// buffer already applied is not counted (its entries share the current buffer's nodes or are
+/// about to be freed). One relaxed atomic load.
+pub fn live_buffer_bytes() -> u64 {
+    LIVE_BUFFER_BYTES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Moves the process count of buffered bytes from `old` to `new` (a storage's buffer changed
+/// size, was opened or closed).
+pub(crate) fn account(old: u64, new: u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    if new >= old {
+        LIVE_BUFFER_BYTES.fetch_add(new - old, Relaxed);
+    } else {
+        LIVE_BUFFER_BYTES.fetch_sub(old - new, Relaxed);
+    }
+}
+
 /// One buffered entry: the newest committed operation on its key, newer than the tree.
 #[derive(Debug, Clone)]
 pub(crate) struct BufEntry {

@@ -563,10 +563,27 @@ impl Database {
     /// stayed open for 1 s, or writers buffered new entries each of 8 times the buffers were
     /// applied; [`Error::ReadOnly`] when the database is open read-only. On any error, everything the backup wrote is removed again.
     pub fn backup(&self, dest: impl AsRef<Path>) -> Result<crate::backup::BackupReport> {
+        self.backup_with(dest.as_ref(), true)
+    }
+
+    /// [`Database::backup`] for the actor runtime, which never takes a storage's writer (its
+    /// actors hold them) and has each actor apply its buffer first: a storage that buffered
+    /// again since is copied as of its last page commit ([`State::tree_view`]), a consistent
+    /// earlier state (an index copied so reconciles when it is next defined).
+    pub(crate) fn backup_without_writers(
+        &self,
+        dest: &Path,
+    ) -> Result<crate::backup::BackupReport> {
+        self.backup_with(dest, false)
+    }
+
+    /// [`Database::backup`]; `apply`: buffered entries go into the trees first (taking each
+    /// storage's writer), else buffered storages are copied as of their trees.
+    fn backup_with(&self, dest: &Path, apply: bool) -> Result<crate::backup::BackupReport> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        crate::backup::check_outside(&self.inner.path, dest.as_ref())?;
+        crate::backup::check_outside(&self.inner.path, dest)?;
         let branches: Vec<(String, Storage)> = lock(&self.inner.branches)
             .iter()
             .map(|(n, s)| (n.clone(), s.clone()))
@@ -582,15 +599,29 @@ impl Database {
         // The copy is made of pages: buffered entries go into the trees first, and a point
         // at which a writer buffered again is taken anew (bounded: 8 tries).
         let mut tries = 0;
+        let mut held = None;
         let (root_state, states) = loop {
-            root.inner.apply_buffer_for_copy()?;
-            for (_, s) in &branches {
-                s.inner.apply_buffer_for_copy()?;
+            if apply {
+                root.inner.apply_buffer_for_copy()?;
+                for (_, s) in &branches {
+                    s.inner.apply_buffer_for_copy()?;
+                }
             }
             let (root_state, states) = match &self.inner.journal {
                 Some(j) => j.at_one_point(|d| take(Some(d)))?,
                 None => take(None)?,
             };
+            if !apply {
+                let views = states
+                    .iter()
+                    .map(|(n, s)| (n.clone(), s.tree_view()))
+                    .collect();
+                let root_view = root_state.tree_view();
+                // The views read the pages of the published states: those stay held (in the
+                // snapshot registry's sight) until the copy is written.
+                held = Some((root_state, states));
+                break (root_view, views);
+            }
             let buffered =
                 !root_state.buffer.is_empty() || states.iter().any(|(_, st)| !st.buffer.is_empty());
             if !buffered {
@@ -601,7 +632,9 @@ impl Database {
                 return Err(Error::WriteInProgress);
             }
         };
-        crate::backup::backup_database(&*self.inner.opts.env, &root_state, &states, dest.as_ref())
+        let r = crate::backup::backup_database(&*self.inner.opts.env, &root_state, &states, dest);
+        drop(held);
+        r
     }
 
     /// Counters of the journal(s): commits, batches, group-commit factor, fdatasyncs, links.

@@ -163,6 +163,7 @@ pub mod actors;
 
 pub use backup::BackupReport;
 pub use btree::{CheckReport, HiddenPages, KeyRange, Range};
+pub use buffer::live_buffer_bytes;
 pub use database::{Database, DatabaseStats};
 pub use env::WriteMode;
 pub use error::{Corruption, Error, IndexFailure, Result};

@@ -238,6 +238,24 @@ impl State {
         &self.mapping.path
     }
 
+    /// This state without its write buffer: the storage as of its last page commit
+    /// (`tree_txn`), a consistent earlier state (design.md invariant I13: a page commit holds
+    /// every buffered entry before it). Itself when nothing is buffered. The view is not
+    /// registered as a snapshot: it reads `self`'s pages only while `self` is held.
+    pub fn tree_view(self: &Arc<State>) -> Arc<State> {
+        if self.buffer.is_empty() {
+            return self.clone();
+        }
+        Arc::new(State {
+            txn_id: self.tree_txn,
+            buffer: Default::default(),
+            buffer_bytes: 0,
+            len_delta: 0,
+            buffer_since: None,
+            ..(**self).clone()
+        })
+    }
+
     /// Keys visible in this state: the tree's, and the buffered entries' net count.
     pub fn len(&self) -> u64 {
         (self.entries as i64).saturating_add(self.len_delta).max(0) as u64

@@ -229,6 +229,12 @@ pub struct StorageStats {
 }
 
 pub(crate) struct Inner {
+    /// The most bytes the write buffer holds before a commit applies it: 0 for none
+    /// ([`Options::write_buffer_bytes`] at open; [`Storage::set_write_buffer_bytes`]).
+    pub buffer_limit: AtomicU64,
+    /// The bytes of this storage's current buffer counted in [`crate::live_buffer_bytes`]
+    /// (written under `publish`).
+    buffer_counted: AtomicU64,
     pub path: PathBuf,
     pub data_path: Arc<PathBuf>,
     pub journals_dir: PathBuf,
@@ -308,6 +314,13 @@ pub struct Storage {
 /// go of it).
 #[derive(Debug)]
 struct LastHandle(Arc<Inner>);
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The storage is gone: its buffer leaves the process count.
+        crate::buffer::account(*self.buffer_counted.get_mut(), 0);
+    }
+}
 
 impl Drop for LastHandle {
     fn drop(&mut self) {
@@ -393,6 +406,22 @@ impl Storage {
     pub fn flush(&self) -> Result<FlushReport> {
         self.inner.apply_buffer(false)?;
         self.flush_pages()
+    }
+
+    /// The most bytes the write buffer holds before a commit applies it (0: no buffer):
+    /// [`Options::write_buffer_bytes`] at open, or what [`Storage::set_write_buffer_bytes`]
+    /// set since.
+    pub fn write_buffer_bytes(&self) -> u64 {
+        self.inner.buffer_limit.load(Ordering::Relaxed)
+    }
+
+    /// Sets the write buffer's size in bytes from the next write transaction on, for this open
+    /// of the storage (the option is not stored: the next open takes
+    /// [`Options::write_buffer_bytes`] again). 0 turns buffering off: the next commit applies
+    /// what is buffered. Shrinking below what is buffered makes the next commit apply it.
+    /// A read-only storage takes the value and never buffers (it never commits).
+    pub fn set_write_buffer_bytes(&self, bytes: u64) {
+        self.inner.buffer_limit.store(bytes, Ordering::Relaxed);
     }
 
     /// [`Storage::flush`] without applying the write buffer first (the actor runtime's
@@ -905,7 +934,10 @@ impl Inner {
             }
         };
         let state = Arc::new(state);
+        crate::buffer::account(0, state.buffer_bytes);
         let inner = Arc::new(Inner {
+            buffer_limit: AtomicU64::new(opts.write_buffer_bytes),
+            buffer_counted: AtomicU64::new(state.buffer_bytes),
             write_mode: std::sync::OnceLock::new(),
             path,
             data_path,
@@ -1169,7 +1201,14 @@ impl Inner {
             mapping: cur.mapping.clone(),
         });
         self.registry.register(&next);
+        self.count_buffer(0);
         self.current.store(next);
+    }
+
+    /// Moves this storage's share of [`crate::live_buffer_bytes`] to `bytes` (under `publish`).
+    fn count_buffer(&self, bytes: u64) {
+        let old = self.buffer_counted.swap(bytes, Ordering::Relaxed);
+        crate::buffer::account(old, bytes);
     }
 
     /// Publishes logical commit `txn` of a buffered storage: its operations `ops` (key, value
@@ -1193,6 +1232,7 @@ impl Inner {
             ..(*cur).clone()
         });
         self.registry.register(&next);
+        self.count_buffer(bytes);
         self.current.store(next);
     }
 
@@ -1324,6 +1364,15 @@ impl Inner {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         Err(Error::WriteInProgress)
+    }
+
+    /// How long until the write buffer's oldest entry is [`Options::flush_max_age`] old
+    /// (zero once it is; `None` with an empty buffer).
+    pub fn buffer_due_in(&self) -> Option<std::time::Duration> {
+        self.current
+            .load()
+            .buffer_since
+            .map(|t| self.opts.flush_max_age.saturating_sub(t.elapsed()))
     }
 
     /// True when the write buffer's oldest entry is older than [`Options::flush_max_age`]:

@@ -49,6 +49,7 @@ pub struct IndexDefinition {
     pub(crate) max_batch_changes: usize,
     pub(crate) reconcile_memory: usize,
     pub(crate) rebuild: bool,
+    pub(crate) write_buffer_bytes: u64,
 }
 
 impl std::fmt::Debug for IndexDefinition {
@@ -60,6 +61,7 @@ impl std::fmt::Debug for IndexDefinition {
             .field("max_batch_changes", &self.max_batch_changes)
             .field("reconcile_memory", &self.reconcile_memory)
             .field("rebuild", &self.rebuild)
+            .field("write_buffer_bytes", &self.write_buffer_bytes)
             .finish_non_exhaustive()
     }
 }
@@ -68,7 +70,8 @@ impl IndexDefinition {
     /// An index named `name` (its branch storage; the rules of
     /// [`crate::Database::validate_storage_name`], checked by `define_index`) with map function
     /// `map`. Defaults: at least 250 ms between the starts of two batches, at most 16,384 document
-    /// changes per batch, 32 MiB of reconcile memory, no forced rebuild.
+    /// changes per batch, 32 MiB of reconcile memory, no forced rebuild, no write buffer
+    /// ([`Self::DEFAULT_WRITE_BUFFER_BYTES`]).
     pub fn new(
         name: impl Into<String>,
         map: impl Fn(&[u8], &[u8]) -> Vec<Vec<u8>> + Send + Sync + 'static,
@@ -81,6 +84,7 @@ impl IndexDefinition {
             max_batch_changes: 16_384,
             reconcile_memory: 32 << 20,
             rebuild: false,
+            write_buffer_bytes: Self::DEFAULT_WRITE_BUFFER_BYTES,
         }
     }
 
@@ -145,6 +149,29 @@ impl IndexDefinition {
     /// at least 64 KiB.
     pub fn reconcile_memory(mut self, bytes: usize) -> IndexDefinition {
         self.reconcile_memory = bytes.max(MIN_RECONCILE_MEMORY);
+        self
+    }
+
+    /// The default of [`Self::write_buffer_bytes`]: 0, no buffer. An apply moves a whole
+    /// buffer into the tree in one transaction, which copies every leaf its entries land on:
+    /// for an index whose entries are scattered over a tree larger than the memory budget's
+    /// per-transaction share, that one transaction holds more page images than the budget
+    /// allows (measured: 4 scattered indexes under a 4 MiB budget peaked at 8.3 MiB of page
+    /// images with 256 KiB buffers, against 5.1 MiB unbuffered; docs/BENCHMARKS.md). Buffer
+    /// an index whose tree fits the budget, or whose terms arrive in runs.
+    pub const DEFAULT_WRITE_BUFFER_BYTES: u64 = 0;
+
+    /// Bytes of index entries the index storage buffers before its commits apply them to its
+    /// tree ([`crate::Options::write_buffer_bytes`], docs/design.md section 16): an index
+    /// batch is journaled as one logical record and its leaves are written once per many
+    /// entries instead of once per batch. The engine gives each buffered index at most an equal
+    /// share of a quarter of its memory budget
+    /// ([`crate::actors::EngineOptions::memory_budget_bytes`]; the buffers count in it with
+    /// the page images), so 100 indexes under the default 512 MiB budget get 1.28 MiB each.
+    /// 0: no buffer, every batch writes its leaves. Default
+    /// [`Self::DEFAULT_WRITE_BUFFER_BYTES`] (off; see there why).
+    pub fn write_buffer_bytes(mut self, bytes: u64) -> IndexDefinition {
+        self.write_buffer_bytes = bytes;
         self
     }
 

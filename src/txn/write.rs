@@ -171,8 +171,12 @@ impl WriteTransaction {
         let freed = writer.alloc.run_list();
         // A storage opened without a buffer may still have one, put back from the journal at
         // open: its first commit applies it (write/logical.rs, `must_apply`).
-        let logical = (inner.opts.write_buffer_bytes > 0 || !base.buffer.is_empty())
-            .then(std::collections::BTreeMap::new);
+        let logical = (inner
+            .buffer_limit
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+            || !base.buffer.is_empty())
+        .then(std::collections::BTreeMap::new);
         WriteTransaction {
             txn_id: base.txn_id + 1,
             root: base.root,

@@ -1,9 +1,15 @@
 //! Write buffers and the actor engine: the engine refuses a database with
-//! `Options::write_buffer_bytes`, and a database written with buffers through the library
-//! opens under it with its buffers put back from the journal; the storage actors' first commits
-//! apply them without a blocking call on an executor, and nothing is lost.
+//! `Options::write_buffer_bytes` (only index storages are buffered under it), and a database
+//! written with buffers through the library opens under it with its buffers put back from the
+//! journal; the storage actors' first commits apply them without a blocking call on an
+//! executor, and nothing is lost. A buffered index follows its documents exactly, its actor
+//! applies the buffer once it is aged with no request coming, a backup takes no writer from an
+//! actor, and the buffers count in the engine's memory budget.
 
-use omnibus::actors::{Engine, EngineOptions};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use omnibus::actors::{Engine, EngineOptions, IndexDefinition, WriteBatch};
 use omnibus::testing::executor_guard::blocking_calls_on_executors;
 use omnibus::{Database, Error, Options};
 
@@ -101,4 +107,142 @@ fn buffers_left_in_the_journal_are_applied_by_the_actors() {
         db.storage("branch").unwrap().begin_read().unwrap().len(),
         301
     );
+}
+
+/// The one term of a document: its value's first byte.
+fn first_byte(_key: &[u8], doc: &[u8]) -> Vec<Vec<u8>> {
+    doc.first()
+        .map(|b| vec![vec![*b]])
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// The entries index `first` must hold for documents `doc-0..n` with values `value(i)`.
+fn expected(n: u32, value: impl Fn(u32) -> String) -> BTreeSet<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            let mut e = omnibus::actors::index_term_prefix(&value(i).as_bytes()[..1]);
+            e.extend_from_slice(format!("doc-{i:05}").as_bytes());
+            e
+        })
+        .collect()
+}
+
+/// Every entry of an index storage but its applied record.
+fn index_entries(s: &omnibus::Storage) -> BTreeSet<Vec<u8>> {
+    let r = s.begin_read().unwrap();
+    r.range::<&[u8], _>(..)
+        .unwrap()
+        .map(|e| e.unwrap().0.to_vec())
+        .filter(|k| k.len() > 1)
+        .collect()
+}
+
+#[test]
+fn a_buffered_index_is_exact_applies_when_idle_and_backs_up_without_taking_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let engine = Engine::start(EngineOptions {
+        executors: Some(1),
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    let opts = Options {
+        flush_max_age: Duration::from_millis(400),
+        ..Options::default()
+    };
+    let db = engine.blocking_open_database(&path, opts.clone()).unwrap();
+    db.blocking_define_index(
+        IndexDefinition::new("first", first_byte)
+            .min_batch_interval(Duration::ZERO)
+            .write_buffer_bytes(8 << 20),
+    )
+    .unwrap();
+    let index = db.blocking_storage("first").unwrap();
+    assert!(
+        index.storage().write_buffer_bytes() > 0,
+        "the index is buffered"
+    );
+    let v1 = |i: u32| format!("{}-{i}", (b'a' + (i % 7) as u8) as char);
+    for chunk in 0..20u32 {
+        let mut b = WriteBatch::new();
+        for i in chunk * 100..(chunk + 1) * 100 {
+            b.put(format!("doc-{i:05}"), v1(i));
+        }
+        db.root().blocking_write(b).unwrap();
+    }
+    db.blocking_wait_for_indexes().unwrap();
+    let st = index.storage().stats();
+    assert!(st.buffer_entries > 0, "entries wait in the buffer: {st:?}");
+    assert!(
+        omnibus::live_buffer_bytes() >= st.buffer_bytes,
+        "the process counts the buffer"
+    );
+    assert_eq!(index_entries(index.storage()), expected(2000, v1));
+
+    // A backup while entries are buffered: the index's actor applies them in its own
+    // transaction (nothing fails with WriteInProgress, nothing is poisoned).
+    let copy = dir.path().join("copy");
+    db.blocking_backup(&copy).unwrap();
+    // Half the documents change their term afterwards: the actors go on.
+    let v2 = |i: u32| {
+        if i.is_multiple_of(2) {
+            format!("z-{i}")
+        } else {
+            v1(i)
+        }
+    };
+    let mut b = WriteBatch::new();
+    for i in (0..2000u32).step_by(2) {
+        b.put(format!("doc-{i:05}"), v2(i));
+    }
+    db.root().blocking_write(b).unwrap();
+    db.blocking_wait_for_indexes().unwrap();
+    assert_eq!(index_entries(index.storage()), expected(2000, v2));
+
+    // No request comes: the actor applies the aged buffer by itself (within the age and a
+    // poll; bounded wait).
+    let t0 = Instant::now();
+    while index.storage().stats().buffer_entries > 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the aged buffer was never applied: {:?}",
+            index.storage().stats()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(index_entries(index.storage()), expected(2000, v2));
+    let s = &db.index_stats()[0];
+    assert!(
+        matches!(s.state, omnibus::actors::IndexState::Current),
+        "{s:?}"
+    );
+    drop((index, db));
+    engine.shutdown().unwrap();
+
+    // The copy holds the documents and the index as of the backup, whole.
+    let c = Database::open(&copy, Options::default()).unwrap();
+    assert_eq!(c.root().begin_read().unwrap().len(), 2000);
+    let ci = c.storage("first").unwrap();
+    assert_eq!(index_entries(&ci), expected(2000, v1));
+    assert!(ci.check().unwrap().is_ok());
+    drop((ci, c));
+
+    // Reopened: the index resumes (its buffer went into the tree at close), no reconcile.
+    let engine = Engine::start(EngineOptions {
+        executors: Some(1),
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    let db = engine.blocking_open_database(&path, opts).unwrap();
+    db.blocking_define_index(IndexDefinition::new("first", first_byte).write_buffer_bytes(8 << 20))
+        .unwrap();
+    db.blocking_wait_for_indexes().unwrap();
+    let s = &db.index_stats()[0];
+    assert_eq!(s.reconciles, 0, "{s:?}");
+    let index = db.blocking_storage("first").unwrap();
+    assert_eq!(index_entries(index.storage()), expected(2000, v2));
+    drop((index, db));
+    engine.shutdown().unwrap();
 }

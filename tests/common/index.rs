@@ -75,13 +75,18 @@ pub const INDEXES: [(&str, Map); 3] = [
     ("even", map_even),
 ];
 
-/// The definitions of [`INDEXES`], with a few batch settings varied.
+/// The definitions of [`INDEXES`], with a few batch settings varied, and two of the three
+/// with a write buffer: `by_tag`'s small (its commits apply it when it is full), `even`'s
+/// large (applied when aged, at a backup or at close).
 pub fn definitions() -> Vec<IndexDefinition> {
     vec![
         IndexDefinition::new("by_color", map_color),
-        IndexDefinition::new("by_tag", map_tags).max_batch_changes(7),
+        IndexDefinition::new("by_tag", map_tags)
+            .max_batch_changes(7)
+            .write_buffer_bytes(16 << 10),
         IndexDefinition::new("even", map_even)
-            .min_batch_interval(std::time::Duration::from_millis(3)),
+            .min_batch_interval(std::time::Duration::from_millis(3))
+            .write_buffer_bytes(1 << 20),
     ]
 }
 

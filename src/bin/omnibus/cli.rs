@@ -495,6 +495,12 @@ pub struct ShopArgs {
     /// [default: the engine's, `IndexDefinition::DEFAULT_MIN_BATCH_INTERVAL`, 250 ms].
     #[arg(long)]
     pub index_interval_ms: Option<u64>,
+    /// Bytes of write buffer per index storage (`IndexDefinition::write_buffer_bytes`: index
+    /// entries journaled as logical records and applied to the index's tree once many are
+    /// pending; the engine caps the buffers together at a quarter of its memory budget)
+    /// [default: 0, no buffer].
+    #[arg(long, value_name = "BYTES", default_value_t = 0)]
+    pub index_buffer: u64,
     /// Seconds of inserting per mode [default: 20, when --docs is not given].
     #[arg(long, conflicts_with = "docs")]
     pub seconds: Option<f64>,

@@ -103,7 +103,7 @@ impl WriteTransaction {
     }
 
     /// Whether committing now must apply the buffer: it would hold more than
-    /// [`crate::Options::write_buffer_bytes`], its oldest entry is older than
+    /// [`crate::Storage::write_buffer_bytes`], its oldest entry is older than
     /// [`crate::Options::flush_max_age`] (so an active storage never pins old journal files), or
     /// the transaction itself has [`DIRECT_OPS`] operations or more (it fills leaves by itself:
     /// buffering would only copy its entries once more).
@@ -118,7 +118,11 @@ impl WriteTransaction {
             .iter()
             .map(|(k, v)| crate::buffer::entry_bytes(k.len(), v.as_ref().map_or(0, Vec::len)))
             .sum();
-        self.base.buffer_bytes + own > self.inner.opts.write_buffer_bytes
+        self.base.buffer_bytes + own
+            > self
+                .inner
+                .buffer_limit
+                .load(std::sync::atomic::Ordering::Relaxed)
             || self
                 .base
                 .buffer_since

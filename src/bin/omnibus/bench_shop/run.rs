@@ -249,6 +249,7 @@ fn run_mode_in(
         if let Some(ms) = a.index_interval_ms {
             def = def.min_batch_interval(Duration::from_millis(ms));
         }
+        def = def.write_buffer_bytes(a.index_buffer);
         db.blocking_define_index(def)?;
     }
     // Built (empty) before the clients start.
