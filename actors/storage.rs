@@ -14,7 +14,10 @@
 //! writes this storage while the engine runs (shared-nothing). The root's actor also owns the
 //! list of index feeds.
 //!
-//! Loop: wait for a request, take every request already queued (up to
+//! Loop: wait for a request (with a write buffer, at most until the buffer's oldest entry is
+//! `Options::flush_max_age` old: then the actor runs a transaction of its own that applies it,
+//! so an idle buffered storage pins no journal file for long), take every request already
+//! queued (up to
 //! [`crate::actors::EngineOptions::max_requests_per_txn`]), apply them all in one write
 //! transaction, grow the data file on the journal I/O pool when the transaction needs more
 //! pages than it holds (a blocking `fallocate`: never on the executor; it happens once per
@@ -33,7 +36,8 @@
 //! the root's, so the next definition reconciles it (`index.rs`).
 //!
 //! Pacing: while the process's page images ([`crate::live_image_bytes`]: scratch tables,
-//! older ones still held, commits in flight, dirty pages of transactions in progress) exceed
+//! older ones still held, commits in flight, dirty pages of transactions in progress) and
+//! write buffers ([`crate::live_buffer_bytes`]) exceed
 //! the engine's memory budget ([`crate::actors::EngineOptions::memory_budget_bytes`]), the
 //! actor waits before each transaction, 1 s at most (`flusher::PACE_MAX`; a wait that runs out
 //! counts in [`crate::actors::Engine::memory_budget_overruns`]), while the flushers free the

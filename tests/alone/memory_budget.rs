@@ -149,3 +149,44 @@ fn page_images_stay_within_the_budget_under_index_load() {
     drop(db);
     engine.shutdown().unwrap();
 }
+
+/// `live_buffer_bytes` counts exactly the current write buffers of the open storages: what
+/// commits add, what an apply takes back, what a reopen puts back from the journal, and nothing
+/// once the storage is closed.
+#[test]
+fn write_buffers_are_counted_exactly_from_open_to_close() {
+    let _alone = crate::common::alone();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let base = omnibus::live_buffer_bytes();
+    let o = Options {
+        write_buffer_bytes: 64 << 20,
+        flush_on_close: false,
+        ..Options::default()
+    };
+    let s = omnibus::Storage::open(&path, o.clone()).unwrap();
+    for i in 0..500u32 {
+        let mut w = s.begin_write().unwrap();
+        w.put(format!("key-{i:05}"), vec![b'v'; 100]).unwrap();
+        w.commit().unwrap();
+    }
+    let buffered = s.stats().buffer_bytes;
+    assert!(buffered > 500 * 100, "{buffered}");
+    assert_eq!(omnibus::live_buffer_bytes() - base, buffered);
+    s.sync_journal().unwrap();
+    // Dropped without a flush: the buffer is in the journal only, and no longer counted.
+    drop(s);
+    assert_eq!(omnibus::live_buffer_bytes(), base);
+    let s = omnibus::Storage::open(&path, o).unwrap();
+    assert_eq!(
+        s.stats().buffer_bytes,
+        buffered,
+        "put back from the journal"
+    );
+    assert_eq!(omnibus::live_buffer_bytes() - base, buffered);
+    s.flush().unwrap();
+    assert_eq!(s.stats().buffer_entries, 0, "a flush applies the buffer");
+    assert_eq!(omnibus::live_buffer_bytes(), base);
+    s.close().unwrap();
+    assert_eq!(omnibus::live_buffer_bytes(), base);
+}

@@ -375,3 +375,40 @@ fn a_read_only_backup_of_buffered_entries_is_refused_as_read_only() {
     assert!(matches!(r, Err(omnibus::Error::ReadOnly)), "{r:?}");
     assert!(!dir.path().join("copy").exists());
 }
+
+/// A buffer sized at run time: turned on for an open storage, its bytes counted by the process
+/// count, and turned off again, after which the next commit applies what is buffered.
+#[test]
+fn a_buffer_resized_at_run_time_buffers_then_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Storage::open(dir.path().join("s"), opts(0)).unwrap();
+    let put = |k: &str| {
+        let mut w = s.begin_write().unwrap();
+        w.put(k, "v").unwrap();
+        w.commit().unwrap();
+    };
+    put("a");
+    assert_eq!(s.stats().buffer_entries, 0, "no buffer at open");
+    s.set_write_buffer_bytes(1 << 20);
+    assert_eq!(s.write_buffer_bytes(), 1 << 20);
+    put("b");
+    put("c");
+    let st = s.stats();
+    assert_eq!(st.buffer_entries, 2, "buffered once turned on: {st:?}");
+    assert!(
+        omnibus::live_buffer_bytes() >= st.buffer_bytes && st.buffer_bytes > 0,
+        "the process counts this storage's buffer"
+    );
+    s.set_write_buffer_bytes(0);
+    put("d");
+    assert_eq!(
+        s.stats().buffer_entries,
+        0,
+        "turned off: the commit applied it"
+    );
+    let r = s.begin_read().unwrap();
+    assert_eq!(r.len(), 4);
+    for k in ["a", "b", "c", "d"] {
+        assert_eq!(r.get(k).unwrap(), Some(&b"v"[..]), "{k}");
+    }
+}

@@ -150,6 +150,7 @@ fn no_internal_module_or_export_is_public() {
                 "pub mod actors;",
                 "pub use backup::BackupReport;",
                 "pub use btree::{CheckReport, HiddenPages, KeyRange, Range};",
+                "pub use buffer::live_buffer_bytes;",
                 "pub use database::{Database, DatabaseStats};",
                 "pub use env::WriteMode;",
                 "pub use error::{Corruption, Error, IndexFailure, Result};",
