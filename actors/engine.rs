@@ -216,10 +216,21 @@ struct EngineInner {
 }
 
 /// Each of `n` buffered index storages' share of the memory budget `budget` for its write
-/// buffer: a quarter of the budget split evenly (the rest is for page images), at least 64 KiB.
+/// buffer: a quarter of the budget split evenly (the rest is for page images); 0 (no buffer)
+/// when that is under [`MIN_BUFFER_SHARE`], so the buffers never hold more than the quarter.
 fn buffer_share(budget: u64, n: usize) -> u64 {
-    (budget / 4 / n.max(1) as u64).max(64 << 10)
+    let share = budget / 4 / n.max(1) as u64;
+    if share < MIN_BUFFER_SHARE {
+        0
+    } else {
+        share
+    }
 }
+
+/// The smallest write buffer the engine gives an index (64 KiB, about 600 entries of 40
+/// bytes): a smaller one would be applied at nearly every index batch, copying its leaves as
+/// an unbuffered batch does, plus the buffer's own work.
+const MIN_BUFFER_SHARE: u64 = 64 << 10;
 
 /// Most pages one transaction of an index batch copies (1/16 of the memory budget, at least
 /// 64 pages): with many indexes written at once, no single batch holds a large part of the
@@ -562,8 +573,8 @@ impl Engine {
 impl EngineInner {
     /// Adds (`Some(bytes)`) or removes (`None`) `storage` among the buffered index storages and
     /// sets every one's write buffer to the smaller of what it asked for and an equal share
-    /// of a quarter of the memory budget ([`buffer_share`]); a removed one gets none (its next
-    /// commit, if any, applies what it buffered).
+    /// of a quarter of the memory budget ([`buffer_share`]: none when that share is under 64
+    /// KiB); a removed one gets none (its next commit, if any, applies what it buffered).
     fn share_buffers(&self, storage: &Storage, bytes: Option<u64>) {
         let mut b = self.buffered.lock().unwrap_or_else(|e| e.into_inner());
         b.retain(|(s, _)| s.storage_id() != storage.storage_id());
@@ -759,10 +770,11 @@ impl EngineInner {
             };
             // The root first: it answers what is queued, feeding the indexes.
             stop(&db.inner.root);
-            // Then the indexes: each applies what is queued and records its applied txn.
-            for (_, port) in &indexes {
+            // Then the indexes: each applies what is queued and records its applied txn (an
+            // actor that has ended answers no `Stop` sent after it did).
+            for (shared, port) in &indexes {
                 let (tx, rx) = flume::bounded(1);
-                if port.send(IndexMsg::Stop { reply: tx }).is_ok() {
+                if port.send(IndexMsg::Stop { reply: tx }).is_ok() && !shared.exited() {
                     let _ = rx.recv();
                 }
             }
@@ -1092,10 +1104,12 @@ impl DatabaseHandle {
     async fn stop_index(&self, name: &str) {
         if let Some(e) = self.take_index(name) {
             let (tx, rx) = flume::bounded(1);
+            // An actor that has ended answers no `Stop` sent after it did (see `index::run`).
             if e.port
                 .send_async(IndexMsg::Stop { reply: tx })
                 .await
                 .is_ok()
+                && !e.shared.exited()
             {
                 let _ = rx.recv_async().await;
             }
@@ -1303,5 +1317,29 @@ impl DatabaseHandle {
             .keys()
             .cloned()
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The buffered indexes' shares never add up to more than a quarter of the budget, and a
+    /// share under 64 KiB is none at all.
+    #[test]
+    fn buffer_shares_stay_within_a_quarter_of_the_budget() {
+        for budget in [1u64 << 20, 4 << 20, 8 << 20, 512 << 20, 16 << 30] {
+            for n in [1usize, 2, 16, 50, 100, 2048, 10_000] {
+                let share = buffer_share(budget, n);
+                assert!(share * n as u64 <= budget / 4, "{budget} {n}: {share}");
+                assert!(
+                    share == 0 || share >= MIN_BUFFER_SHARE,
+                    "{budget} {n}: {share}"
+                );
+            }
+        }
+        assert_eq!(buffer_share(512 << 20, 100), (512 << 20) / 400);
+        assert_eq!(buffer_share(1 << 20, 50), 0, "5 KiB each: none");
+        assert_eq!(buffer_share(4 << 20, 16), 64 << 10);
     }
 }

@@ -75,7 +75,9 @@
 //! Failure: a map function that panics (caught with `catch_unwind`) or a failed read or write
 //! poisons this index only ([`Error::IndexPoisoned`] with an [`IndexFailure`]): its actor
 //! stops, the root drops its feed, `wait_for_indexes` and [`crate::actors::IndexStats::state`] report the
-//! error, and nothing of the failed batch is written. Defining the index again starts a new
+//! error, and nothing of the failed batch is written. An actor that ends (stopped, abandoned,
+//! poisoned) marks it in its shared progress, then answers every `Stop` left in its mailbox; a
+//! `Stop` sent after the mark is not waited for. Defining the index again starts a new
 //! actor, which reconciles. A clean shutdown lets every index apply what is queued and record
 //! its applied txn, so the next definition needs no reconcile; a build in progress at shutdown
 //! is abandoned (the next definition reconciles).
@@ -137,6 +139,7 @@ pub(crate) struct IndexActor {
 pub(crate) async fn run(mut a: IndexActor) {
     let Some(snapshot) = a.snapshot.take() else {
         a.shared.stopped();
+        answer_stops(&a.rx);
         return;
     };
     let root_txn = snapshot.txn_id();
@@ -168,6 +171,22 @@ pub(crate) async fn run(mut a: IndexActor) {
     match result {
         Ok(_) => a.shared.stopped(),
         Err(f) => a.shared.poison_index(f),
+    }
+    answer_stops(&a.rx);
+}
+
+/// Answers every `Stop` left in the mailbox of an actor that has ended (marked so in its
+/// shared progress first): a `Stop` sent before the mark is in the mailbox now (its sender
+/// waits for the answer), one sent after sees the mark and does not wait
+/// (`IndexShared::exited`). An actor that ended on an abandoned build used to leave its
+/// mailbox unread, and a redefinition or drop of the index waited for good.
+fn answer_stops(rx: &flume::Receiver<IndexMsg>) {
+    // Ends once the mailbox is empty (the feed keeps sending until the receiver is dropped,
+    // one root commit at a time).
+    while let Ok(m) = rx.try_recv() {
+        if let IndexMsg::Stop { reply } = m {
+            let _ = reply.send(());
+        }
     }
 }
 

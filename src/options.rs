@@ -121,11 +121,15 @@ pub struct Options {
     /// its value and 64 bytes), or its oldest entry is older than
     /// [`Options::flush_max_age`], the committing writer applies all of it to the tree in one
     /// page transaction, so each leaf is written once for the many entries pending on it
-    /// (design.md section 16). Flushes, `Storage::flush` and a clean close apply it too.
+    /// (design.md section 16). A transaction of 4,096 operations or more, a range delete and
+    /// compaction write the tree directly, applying the buffer with them. Flushes,
+    /// `Storage::flush` and a clean close apply it too.
     /// Reopening after a crash puts the journaled entries back into the buffer. The background
     /// flush applies an aged buffer with the storage's writer when none is open: a
     /// `try_begin_write` meanwhile fails with [`Error::WriteInProgress`]. Databases served by
-    /// the actor engine refuse a buffer ([`Error::InvalidOptions`]).
+    /// the actor engine refuse a buffer ([`Error::InvalidOptions`]): there only indexes are
+    /// buffered (`IndexDefinition::write_buffer_bytes`). [`crate::Storage::set_write_buffer_bytes`]
+    /// changes the size of an open storage's buffer.
     pub write_buffer_bytes: u64,
 }
 

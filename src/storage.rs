@@ -419,7 +419,10 @@ impl Storage {
     /// of the storage (the option is not stored: the next open takes
     /// [`Options::write_buffer_bytes`] again). 0 turns buffering off: the next commit applies
     /// what is buffered. Shrinking below what is buffered makes the next commit apply it.
-    /// A read-only storage takes the value and never buffers (it never commits).
+    /// A read-only storage takes the value and never buffers (it never commits). Under the
+    /// actor engine, leave the root of a database unbuffered (its open refuses the option for
+    /// this reason): an apply there outside a documents commit makes every index reconcile at
+    /// its next definition.
     pub fn set_write_buffer_bytes(&self, bytes: u64) {
         self.inner.buffer_limit.store(bytes, Ordering::Relaxed);
     }

@@ -167,7 +167,11 @@ impl IndexDefinition {
     /// entries instead of once per batch. The engine gives each buffered index at most an equal
     /// share of a quarter of its memory budget
     /// ([`crate::actors::EngineOptions::memory_budget_bytes`]; the buffers count in it with
-    /// the page images), so 100 indexes under the default 512 MiB budget get 1.28 MiB each.
+    /// the page images), so 100 indexes under the default 512 MiB budget get 1.28 MiB each;
+    /// when that share is under 64 KiB (more than 2,048 buffered indexes under the default
+    /// budget, or 16 under a 4 MiB one), none is buffered. A batch of 4,096 entries or more is
+    /// written to the tree directly, applying the buffer with it (as any storage's
+    /// transaction of that size: [`crate::Options::write_buffer_bytes`]).
     /// 0: no buffer, every batch writes its leaves. Default
     /// [`Self::DEFAULT_WRITE_BUFFER_BYTES`] (off; see there why).
     pub fn write_buffer_bytes(mut self, bytes: u64) -> IndexDefinition {

@@ -290,6 +290,13 @@ impl IndexShared {
     }
 
     /// The actor exited: waiters not yet answered get [`Error::Closed`].
+    /// True once the actor has ended (stopped, abandoned or poisoned): it reads no more of its
+    /// mailbox after answering what was in it (`index::run`), so a `Stop` sent now would wait
+    /// for good.
+    pub(crate) fn exited(&self) -> bool {
+        matches!(self.lock().phase, Phase::Stopped | Phase::Poisoned(_))
+    }
+
     pub(super) fn stopped(&self) {
         let mut p = self.lock();
         if !matches!(p.phase, Phase::Poisoned(_)) {

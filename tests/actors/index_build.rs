@@ -203,3 +203,63 @@ fn an_index_of_unescaped_terms_is_rebuilt_at_its_next_definition() {
     drop(db);
     engine.shutdown().unwrap();
 }
+
+/// Redefining an index, then dropping it, while its first build is still running: each call
+/// returns, and the last definition is exact. (An actor that ended on its abandoned build left
+/// the `Stop` of the redefinition unanswered in its mailbox, and the redefinition, or the drop,
+/// waited for good.)
+#[test]
+fn redefining_or_dropping_an_index_during_its_build_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, db) = index_common::open_engine_on(dir.path().join("db"), 2);
+    let root = db.root();
+    for i in 0..100u64 {
+        let mut b = WriteBatch::new();
+        for j in 0..1000u64 {
+            let n = i * 1000 + j;
+            b.put(format!("doc{n:08}"), format!("{}", n * 7919 % 1000));
+        }
+        root.blocking_write(b).unwrap();
+    }
+    fn three(_k: &[u8], v: &[u8]) -> Vec<Vec<u8>> {
+        vec![v[..v.len().min(3)].to_vec()]
+    }
+    // Each call must return: run on a thread, waited for with a deadline.
+    let within = |what: &str, f: Box<dyn FnOnce() + Send>| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            f();
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("{what} did not return within 60 s"));
+    };
+    for round in 0..2 {
+        db.blocking_define_index(IndexDefinition::new("ix", three).write_buffer_bytes(1 << 20))
+            .unwrap();
+        let d = db.clone();
+        within(
+            &format!("round {round}: a redefinition during the build"),
+            Box::new(move || {
+                d.blocking_define_index(
+                    IndexDefinition::new("ix", three).write_buffer_bytes(4 << 20),
+                )
+                .unwrap()
+            }),
+        );
+        let d = db.clone();
+        within(
+            &format!("round {round}: a drop during the build"),
+            Box::new(move || futures_lite::future::block_on(d.drop_storage("ix")).unwrap()),
+        );
+    }
+    db.blocking_define_index(IndexDefinition::new("ix", three))
+        .unwrap();
+    db.blocking_wait_for_indexes().unwrap();
+    let docs = documents(&root.snapshot().unwrap());
+    let got = entries(db.blocking_storage("ix").unwrap().storage());
+    let want = expected(docs.iter().map(|(k, v)| (&k[..], &v[..])), three);
+    assert!(got == want, "{}", diff(&got, &want));
+    drop((root, db));
+    engine.shutdown().unwrap();
+}
