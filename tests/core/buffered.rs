@@ -412,3 +412,65 @@ fn a_buffer_resized_at_run_time_buffers_then_applies() {
         assert_eq!(r.get(k).unwrap(), Some(&b"v"[..]), "{k}");
     }
 }
+
+/// Journal files holding logical records are kept until those records are applied and the
+/// applied pages flushed: flushes while entries stay buffered (a write transaction is open, so
+/// they flush pages only) release no file that a buffered entry still needs, and a reopen
+/// after a drop without a closing flush finds every entry. (A flush that recorded its target's
+/// txn instead of its last page commit let the files go, and the entries were lost.)
+#[test]
+fn journal_files_with_buffered_entries_outlive_flushes_until_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let o = Options {
+        journal_file_size: 64 << 10,
+        flush_on_close: false,
+        ..opts(64 << 20)
+    };
+    let s = Storage::open(&path, o.clone()).unwrap();
+    // A page commit first (an empty buffer takes a direct transaction of DIRECT_OPS keys), so
+    // the tree and its flushed header are not empty.
+    let mut w = s.begin_write().unwrap();
+    for i in 0..5000u32 {
+        w.put(format!("base{i:05}"), "b").unwrap();
+    }
+    w.commit().unwrap();
+    s.flush().unwrap();
+    // Then buffered commits over several journal files, with flushes in between that leave
+    // the buffer as it is.
+    let mut model = BTreeMap::new();
+    for i in 0..3000u32 {
+        let mut w = s.begin_write().unwrap();
+        let (k, v) = (
+            format!("key{i:05}"),
+            format!("value {i} {}", "x".repeat(40)),
+        );
+        w.put(&k, &v).unwrap();
+        w.commit().unwrap();
+        model.insert(k.into_bytes(), v.into_bytes());
+        if i % 500 == 499 {
+            let open = s.begin_write().unwrap();
+            let r = s.flush().unwrap();
+            drop(open);
+            assert!(r.flushed_txn < s.stats().last_committed_txn, "{r:?}");
+        }
+    }
+    let st = s.stats();
+    assert_eq!(st.buffer_entries, 3000, "{st:?}");
+    assert!(st.journal_files >= 3, "the records span files: {st:?}");
+    s.sync_journal().unwrap();
+    drop(s);
+    let s = Storage::open(&path, o).unwrap();
+    let r = s.begin_read().unwrap();
+    assert_eq!(r.len(), 8000);
+    for (k, v) in &model {
+        assert_eq!(
+            r.get(k).unwrap(),
+            Some(&v[..]),
+            "{}",
+            String::from_utf8_lossy(k)
+        );
+    }
+    drop(r);
+    assert_eq!(s.stats().buffer_entries, 3000, "back from the journal");
+}
