@@ -2,8 +2,8 @@
 //! same disk: two storages, one with a 64 MiB buffer and one without, given the same work in
 //! alternating blocks.
 //!
-//! - synced batches: commits of 1,000 random 24-byte keys with 150-byte values (redb's
-//!   benchmark's batch), `Durability::Immediate`, into storages preloaded with 1,000,000 random
+//! - synced batches: commits of 1,000 random 24-byte keys with 150-byte values,
+//!   `Durability::Immediate`, into storages preloaded with 1,000,000 random
 //!   keys (`--preload`), so that each batch lands on as many leaves as it has keys;
 //! - eventual commits: one random key a commit, `Durability::Eventual`;
 //! - sorted inserts: batches of 10,000 ascending keys;

@@ -256,6 +256,18 @@ impl State {
         })
     }
 
+    /// How long until the buffer's oldest entry is `max_age` old (zero once it is; `None` with
+    /// an empty buffer).
+    pub fn buffer_due_in(&self, max_age: std::time::Duration) -> Option<std::time::Duration> {
+        self.buffer_since
+            .map(|t| max_age.saturating_sub(t.elapsed()))
+    }
+
+    /// True when the buffer's oldest entry is `max_age` old or older.
+    pub fn buffer_aged(&self, max_age: std::time::Duration) -> bool {
+        self.buffer_due_in(max_age).is_some_and(|d| d.is_zero())
+    }
+
     /// Keys visible in this state: the tree's, and the buffered entries' net count.
     pub fn len(&self) -> u64 {
         (self.entries as i64).saturating_add(self.len_delta).max(0) as u64
@@ -267,10 +279,31 @@ impl State {
     ///
     /// Errors: [`Error::Corruption`] from a tree lookup.
     pub fn count_buffer_delta(&self) -> Result<i64> {
+        let entries = self
+            .buffer
+            .iter()
+            .map(|(k, e)| (k.as_ref(), e.value.is_some()));
+        self.net_count(entries, false)
+    }
+
+    /// The keys `ops` add to this state's count (negative: remove): +1 for each `(key, true)`
+    /// (a put) of a key absent before, -1 for each `(key, false)` (a delete) of a key present
+    /// before, "before" being the tree, or with `buffer` the buffer over the tree. One lookup
+    /// per key.
+    ///
+    /// Errors: [`Error::Corruption`] from a tree lookup.
+    pub fn net_count<'a>(
+        &self,
+        ops: impl Iterator<Item = (&'a [u8], bool)>,
+        buffer: bool,
+    ) -> Result<i64> {
         let mut n = 0i64;
-        for (k, e) in self.buffer.iter() {
-            let in_tree = crate::btree::get(self, k.as_ref())?.is_some();
-            n += e.value.is_some() as i64 - in_tree as i64;
+        for (k, put) in ops {
+            let before = match buffer.then(|| self.buffer.get(k)).flatten() {
+                Some(e) => e.value.is_some(),
+                None => crate::btree::get(self, k)?.is_some(),
+            };
+            n += put as i64 - before as i64;
         }
         Ok(n)
     }

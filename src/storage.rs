@@ -1372,19 +1372,13 @@ impl Inner {
     /// How long until the write buffer's oldest entry is [`Options::flush_max_age`] old
     /// (zero once it is; `None` with an empty buffer).
     pub fn buffer_due_in(&self) -> Option<std::time::Duration> {
-        self.current
-            .load()
-            .buffer_since
-            .map(|t| self.opts.flush_max_age.saturating_sub(t.elapsed()))
+        self.current.load().buffer_due_in(self.opts.flush_max_age)
     }
 
     /// True when the write buffer's oldest entry is older than [`Options::flush_max_age`]:
     /// the background flush applies it, so an idle storage pins no journal file for long.
     pub fn buffer_aged(&self) -> bool {
-        self.current
-            .load()
-            .buffer_since
-            .is_some_and(|t| t.elapsed() >= self.opts.flush_max_age)
+        self.current.load().buffer_aged(self.opts.flush_max_age)
     }
 
     pub fn after_commit(&self) {

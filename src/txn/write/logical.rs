@@ -91,15 +91,8 @@ impl WriteTransaction {
         let Some(ops) = &self.logical else {
             return Ok(0);
         };
-        let mut delta = 0i64;
-        for (k, v) in ops {
-            let before = match self.base.buffer.get(&k[..]) {
-                Some(e) => e.value.is_some(),
-                None => crate::btree::get(&self.base, k)?.is_some(),
-            };
-            delta += v.is_some() as i64 - before as i64;
-        }
-        Ok(delta)
+        self.base
+            .net_count(ops.iter().map(|(k, v)| (&k[..], v.is_some())), true)
     }
 
     /// Whether committing now must apply the buffer: it would hold more than
@@ -123,10 +116,7 @@ impl WriteTransaction {
                 .inner
                 .buffer_limit
                 .load(std::sync::atomic::Ordering::Relaxed)
-            || self
-                .base
-                .buffer_since
-                .is_some_and(|t| t.elapsed() >= self.inner.opts.flush_max_age)
+            || self.base.buffer_aged(self.inner.opts.flush_max_age)
     }
 
     /// Applies the buffer now if committing must apply it ([`WriteTransaction::must_apply`]), and
