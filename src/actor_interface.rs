@@ -86,6 +86,13 @@ pub(crate) fn dirty_pages(txn: &WriteTransaction) -> usize {
     txn.dirty_pages()
 }
 
+/// Bytes the operations of `txn` count for in its storage's write buffer while it is a logical
+/// transaction (0 otherwise): an index batch splits its transactions by it.
+#[inline]
+pub(crate) fn logical_bytes(txn: &WriteTransaction) -> u64 {
+    txn.logical_bytes()
+}
+
 /// The data file length in pages that `txn`'s commit needs, when the file is shorter now;
 /// first applies a write buffer that the commit must apply (so its pages count).
 #[inline]
@@ -143,6 +150,14 @@ pub(crate) fn flush_pages(storage: &Storage) -> Result<crate::storage::FlushRepo
 #[inline]
 pub(crate) fn buffer_due_in(storage: &Storage) -> Option<std::time::Duration> {
     storage.inner.buffer_due_in()
+}
+
+/// Keeps `storage`'s commits from applying in steps until the guard drops: every apply is
+/// whole, so its tree alone is a committed state ([`crate::state::State::tree_view`], a backup
+/// that copies trees without their buffers).
+#[inline]
+pub(crate) fn pause_apply_steps(storage: &Storage) -> crate::storage::StepsPaused {
+    storage.pause_apply_steps()
 }
 
 /// Moves the write buffer of `txn`'s storage into the tree within `txn` (an aged buffer; a

@@ -50,6 +50,15 @@ pub(crate) struct BufEntry {
 /// Buffered entries by key.
 pub(crate) type Buffer = imbl::OrdMap<BufKey, BufEntry>;
 
+/// Where the apply steps of a buffered storage stand ([`crate::Storage::set_apply_step_pages`],
+/// design.md section 16): the tree holds part of what was buffered before its last page
+/// commit, and the rest is still buffered.
+#[derive(Debug, Clone)]
+pub(crate) struct Sweep {
+    /// The key the next step applies from (`None`: the first key).
+    pub from: Option<BufKey>,
+}
+
 /// Longest key a [`BufKey`] holds inline.
 const INLINE_KEY: usize = 46;
 

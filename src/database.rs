@@ -612,11 +612,13 @@ impl Database {
                 None => take(None)?,
             };
             if !apply {
+                // A tree left mid-sweep by an apply step is no committed state by itself: the
+                // caller applies the buffers with steps paused first (`DatabaseHandle::backup`).
                 let views = states
                     .iter()
-                    .map(|(n, s)| (n.clone(), s.tree_view()))
-                    .collect();
-                let root_view = root_state.tree_view();
+                    .map(|(n, s)| Ok((n.clone(), s.tree_view().ok_or(Error::WriteInProgress)?)))
+                    .collect::<Result<Vec<_>>>()?;
+                let root_view = root_state.tree_view().ok_or(Error::WriteInProgress)?;
                 // The views read the pages of the published states: those stay held (in the
                 // snapshot registry's sight) until the copy is written.
                 held = Some((root_state, states));

@@ -200,8 +200,12 @@ pub(crate) struct State {
     pub buffer_bytes: u64,
     /// Keys the buffer adds to the tree's `entries` (negative: removes).
     pub len_delta: i64,
-    /// When the oldest buffered entry was committed (`None`: the buffer is empty).
+    /// Since when the buffer pins the journal (`None`: the buffer is empty): when its oldest
+    /// entry was committed, or the last apply step, whose record holds every entry it left.
     pub buffer_since: Option<Instant>,
+    /// Where the apply steps stand, when the last page commit was a step that left entries
+    /// buffered (`None`: the tree holds every entry buffered before its last page commit).
+    pub sweep: Option<crate::buffer::Sweep>,
     /// Last transaction whose pages are in the data file and recorded by a durable header.
     pub flushed_txn: u64,
     /// Unflushed page images.
@@ -239,21 +243,26 @@ impl State {
     }
 
     /// This state without its write buffer: the storage as of its last page commit
-    /// (`tree_txn`), a consistent earlier state (design.md invariant I13: a page commit holds
-    /// every buffered entry before it). Itself when nothing is buffered. The view is not
-    /// registered as a snapshot: it reads `self`'s pages only while `self` is held.
-    pub fn tree_view(self: &Arc<State>) -> Arc<State> {
+    /// (`tree_txn`), a consistent earlier state (design.md invariant I13: a page commit that is
+    /// not an apply step holds every buffered entry before it). Itself when nothing is
+    /// buffered; `None` when the last page commit was an apply step that left entries buffered
+    /// (its tree alone is no committed state). The view is not registered as a snapshot: it
+    /// reads `self`'s pages only while `self` is held.
+    pub fn tree_view(self: &Arc<State>) -> Option<Arc<State>> {
         if self.buffer.is_empty() {
-            return self.clone();
+            return Some(self.clone());
         }
-        Arc::new(State {
+        if self.sweep.is_some() {
+            return None;
+        }
+        Some(Arc::new(State {
             txn_id: self.tree_txn,
             buffer: Default::default(),
             buffer_bytes: 0,
             len_delta: 0,
             buffer_since: None,
             ..(**self).clone()
-        })
+        }))
     }
 
     /// How long until the buffer's oldest entry is `max_age` old (zero once it is; `None` with

@@ -226,6 +226,18 @@ pub struct StorageStats {
     pub buffer_entries: u64,
     /// Bytes the write buffer counts for (each entry its key, its value and 64 bytes).
     pub buffer_bytes: u64,
+    /// Page commits since open that were apply steps ([`Storage::set_apply_step_pages`]):
+    /// part of the buffer applied, the rest carried.
+    pub apply_steps: u64,
+}
+
+/// A storage's apply steps paused while held ([`Storage::pause_apply_steps`]).
+pub(crate) struct StepsPaused(Arc<Inner>);
+
+impl Drop for StepsPaused {
+    fn drop(&mut self) {
+        self.0.steps_paused.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 pub(crate) struct Inner {
@@ -235,6 +247,12 @@ pub(crate) struct Inner {
     /// The bytes of this storage's current buffer counted in [`crate::live_buffer_bytes`]
     /// (written under `publish`).
     buffer_counted: AtomicU64,
+    /// Most pages an apply that a commit must make copies before it stops and leaves the rest
+    /// buffered (an apply step); 0: the whole buffer at once ([`Storage::set_apply_step_pages`]).
+    pub apply_step_pages: AtomicU64,
+    /// Callers that need every page commit to apply the whole buffer for now (a backup that
+    /// copies trees without their buffers): while non-zero, no apply steps.
+    pub steps_paused: AtomicU64,
     pub path: PathBuf,
     pub data_path: Arc<PathBuf>,
     pub journals_dir: PathBuf,
@@ -271,6 +289,8 @@ pub(crate) struct Inner {
     /// Page images journaled since open, and those journaled as diffs.
     pub pages_journaled: AtomicU64,
     pub pages_journaled_as_diffs: AtomicU64,
+    /// Page commits since open that were apply steps.
+    pub apply_steps: AtomicU64,
     pub flushes: AtomicU64,
     pub pages_flushed: AtomicU64,
     /// Pages freed by commits since the last flush began: they wait for a durable header
@@ -425,6 +445,33 @@ impl Storage {
     /// its next definition.
     pub fn set_write_buffer_bytes(&self, bytes: u64) {
         self.inner.buffer_limit.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Sets the most pages an apply that a commit must make (the buffer full or aged) copies
+    /// before it stops: 0 (the default at open) applies the whole buffer in one page
+    /// transaction, whose dirty pages are as many as the leaves its entries land on. With
+    /// `pages` > 0 the apply is a *step*: it applies the buffered entries in key order from
+    /// where the last step stopped (wrapping around at the last key, a sweep) until the
+    /// transaction has copied `pages` pages, commits them with the entries still buffered, and
+    /// leaves those for the next steps (design.md section 16, record kind 6). Each leaf is then
+    /// written with every entry that reached it since the sweep last passed it, and one commit
+    /// holds at most about `pages` pages of images. Applies made for another reason (a flush,
+    /// a close, a backup, a range delete, a transaction of 4,096 operations or more) are whole.
+    /// Not stored: the next open starts at 0. The actor engine sets it for the buffered index
+    /// storages (1/16 of its memory budget, as an index batch's transactions).
+    pub fn set_apply_step_pages(&self, pages: u64) {
+        self.inner.apply_step_pages.store(pages, Ordering::Relaxed);
+    }
+
+    /// The most pages an apply step copies ([`Storage::set_apply_step_pages`]; 0: whole applies).
+    pub fn apply_step_pages(&self) -> u64 {
+        self.inner.apply_step_pages.load(Ordering::Relaxed)
+    }
+
+    /// No apply steps until the guard drops ([`crate::actor_interface::pause_apply_steps`]).
+    pub(crate) fn pause_apply_steps(&self) -> StepsPaused {
+        self.inner.steps_paused.fetch_add(1, Ordering::AcqRel);
+        StepsPaused(self.inner.clone())
     }
 
     /// [`Storage::flush`] without applying the write buffer first (the actor runtime's
@@ -883,6 +930,7 @@ impl Inner {
             buffer_bytes: 0,
             len_delta: 0,
             buffer_since: None,
+            sweep: None,
             scratch: Default::default(),
             scratch_bytes: 0,
             dirty_since: None,
@@ -941,6 +989,8 @@ impl Inner {
         let inner = Arc::new(Inner {
             buffer_limit: AtomicU64::new(opts.write_buffer_bytes),
             buffer_counted: AtomicU64::new(state.buffer_bytes),
+            apply_step_pages: AtomicU64::new(0),
+            steps_paused: AtomicU64::new(0),
             write_mode: std::sync::OnceLock::new(),
             path,
             data_path,
@@ -972,6 +1022,7 @@ impl Inner {
             holes_punched: AtomicU64::new(0),
             pages_journaled: AtomicU64::new(0),
             pages_journaled_as_diffs: AtomicU64::new(0),
+            apply_steps: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
             pages_flushed: AtomicU64::new(0),
             freed_unflushed: AtomicU64::new(0),
@@ -1154,17 +1205,21 @@ impl Inner {
         }
     }
 
-    /// Publishes the state after a durable commit (design.md invariant I3: one pointer swap).
+    /// Publishes the state after a durable page commit `txn` (design.md invariant I3: one
+    /// pointer swap); with `step`, an apply step's, published as `txn + 1` with the entries it
+    /// left buffered.
     pub fn publish_commit(
         &self,
         txn: u64,
         meta: CommitMeta,
         images: Vec<(u64, crate::page::SharedImage)>,
         freed: &[(u64, u64)],
+        step: Option<crate::txn::StepCarry>,
     ) {
         let _g = lock(&self.publish);
         let cur = self.current.load_full();
         debug_assert_eq!(cur.txn_id + 1, txn, "commits publish in txn order");
+        let buffered = step.as_ref().map_or(0, |c| c.buffer_bytes);
         let mut scratch = cur.scratch.clone();
         let mut bytes = cur.scratch_bytes;
         for (p, _) in freed {
@@ -1184,27 +1239,33 @@ impl Inner {
                 bytes -= old.image.len() as u64;
             }
         }
+        // A page commit of a buffered storage holds every buffered entry before it (design.md
+        // invariant I13): the buffer starts empty again, or, after an apply step (which takes
+        // a second txn id for them), holds exactly the entries the step carried.
+        let (txn_id, buffer, len_delta, buffer_since, sweep) = match step {
+            None => (txn, Default::default(), 0, None, None),
+            Some(c) => (txn + 1, c.buffer, c.len_delta, c.buffer_since, c.sweep),
+        };
         let next = Arc::new(State {
-            txn_id: txn,
+            txn_id,
             root: meta.root,
             freedir: meta.freedir,
             next_page: meta.next_page,
             entries: meta.entries,
             flushed_txn: cur.flushed_txn,
-            // A page commit of a buffered storage holds every buffered entry before it
-            // (design.md invariant I13): the buffer starts empty again.
             tree_txn: txn,
-            buffer: Default::default(),
-            buffer_bytes: 0,
-            len_delta: 0,
-            buffer_since: None,
+            buffer,
+            buffer_bytes: buffered,
+            len_delta,
+            buffer_since,
+            sweep,
             scratch,
             scratch_bytes: bytes,
             dirty_since: cur.dirty_since.or_else(|| Some(Instant::now())),
             mapping: cur.mapping.clone(),
         });
         self.registry.register(&next);
-        self.count_buffer(0);
+        self.count_buffer(buffered);
         self.current.store(next);
     }
 
@@ -1419,6 +1480,7 @@ impl Inner {
             holes_punched: self.holes_punched.load(Ordering::Relaxed),
             pages_journaled: self.pages_journaled.load(Ordering::Relaxed),
             pages_journaled_as_diffs: self.pages_journaled_as_diffs.load(Ordering::Relaxed),
+            apply_steps: self.apply_steps.load(Ordering::Relaxed),
             flushes: self.flushes.load(Ordering::Relaxed),
             pages_flushed: self.pages_flushed.load(Ordering::Relaxed),
             journal: self.journal.stats(),

@@ -181,9 +181,10 @@ pub(super) fn diff_change(
 ///
 /// One transaction, unless it copies `max_pages` pages or more (a batch of entries scattered
 /// over a large index copies most of its leaves, and every copy is a page image held until
-/// flushed: [`crate::live_image_bytes`]): then the transaction commits what it applied so far
+/// flushed: [`crate::live_image_bytes`]), or, in a buffered index, holds operations of a
+/// quarter of its write buffer's size: then the transaction commits what it applied so far
 /// and the next one goes on from there, so no single transaction holds more than about
-/// `max_pages` dirty pages. Each transaction but the last deletes the applied record (the
+/// `max_pages` dirty pages nor overfills the buffer. Each transaction but the last deletes the applied record (the
 /// entries it commits belong to root commits past the record): a crash between them leaves an
 /// index with no record, which the next definition reconciles. The last one writes `applied`.
 pub(super) async fn write_ops(
@@ -195,6 +196,10 @@ pub(super) async fn write_ops(
     let ops = Arc::new(ops);
     let mut from = 0;
     let mut pages = 0;
+    // A buffered index's transaction holds at most a quarter of its buffer in operations: each
+    // commit then leaves the buffer within about 1.25 times its size (it applies a step when
+    // over), and the actor paces on the memory budget between them.
+    let max_logical = branch.storage.write_buffer_bytes() / 4;
     // Bounded: every turn applies at least one operation (or ends).
     loop {
         let progress = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
@@ -210,7 +215,9 @@ pub(super) async fn write_ops(
                     w.delete(k)?;
                 }
                 next += 1;
-                if actor_interface::dirty_pages(w) >= max_pages && next < job_ops.ops.len() {
+                let full = actor_interface::dirty_pages(w) >= max_pages
+                    || (max_logical > 0 && actor_interface::logical_bytes(w) >= max_logical);
+                if full && next < job_ops.ops.len() {
                     break;
                 }
             }

@@ -70,8 +70,8 @@ impl IndexDefinition {
     /// An index named `name` (its branch storage; the rules of
     /// [`crate::Database::validate_storage_name`], checked by `define_index`) with map function
     /// `map`. Defaults: at least 250 ms between the starts of two batches, at most 16,384 document
-    /// changes per batch, 32 MiB of reconcile memory, no forced rebuild, no write buffer
-    /// ([`Self::DEFAULT_WRITE_BUFFER_BYTES`]).
+    /// changes per batch, 32 MiB of reconcile memory, no forced rebuild, a write buffer of
+    /// [`Self::DEFAULT_WRITE_BUFFER_BYTES`] (within the engine's share).
     pub fn new(
         name: impl Into<String>,
         map: impl Fn(&[u8], &[u8]) -> Vec<Vec<u8>> + Send + Sync + 'static,
@@ -152,28 +152,26 @@ impl IndexDefinition {
         self
     }
 
-    /// The default of [`Self::write_buffer_bytes`]: 0, no buffer. An apply moves a whole
-    /// buffer into the tree in one transaction, which copies every leaf its entries land on:
-    /// for an index whose entries are scattered over a tree larger than the memory budget's
-    /// per-transaction share, that one transaction holds more page images than the budget
-    /// allows (measured: 4 scattered indexes under a 4 MiB budget peaked at 8.3 MiB of page
-    /// images with 256 KiB buffers, against 5.1 MiB unbuffered; docs/BENCHMARKS.md). Buffer
-    /// an index whose tree fits the budget, or whose terms arrive in runs.
-    pub const DEFAULT_WRITE_BUFFER_BYTES: u64 = 0;
+    /// The default of [`Self::write_buffer_bytes`]: 64 MiB, so that the engine's share
+    /// decides (two thirds of the memory budget split over the buffered indexes: 3.4 MiB each
+    /// for 100 indexes under the default 512 MiB budget). Measured with 100 scattered indexes
+    /// over 240 s (docs/BENCHMARKS.md, "Buffered indexes in `bench shop`"): 0.35x the bytes
+    /// written per document of unbuffered indexes, 1.2x the documents/s, no budget overrun.
+    pub const DEFAULT_WRITE_BUFFER_BYTES: u64 = 64 << 20;
 
     /// Bytes of index entries the index storage buffers before its commits apply them to its
     /// tree ([`crate::Options::write_buffer_bytes`], docs/design.md section 16): an index
     /// batch is journaled as one logical record and its leaves are written once per many
     /// entries instead of once per batch. The engine gives each buffered index at most an equal
-    /// share of a quarter of its memory budget
+    /// share of two thirds of its memory budget
     /// ([`crate::actors::EngineOptions::memory_budget_bytes`]; the buffers count in it with
-    /// the page images), so 100 indexes under the default 512 MiB budget get 1.28 MiB each;
-    /// when that share is under 64 KiB (more than 2,048 buffered indexes under the default
-    /// budget, or 16 under a 4 MiB one), none is buffered. A batch of 4,096 entries or more is
-    /// written to the tree directly, applying the buffer with it (as any storage's
-    /// transaction of that size: [`crate::Options::write_buffer_bytes`]).
+    /// the page images), so 100 indexes under the default 512 MiB budget get 3.4 MiB each;
+    /// when that share is under 64 KiB (more than 5,461 buffered indexes under the default
+    /// budget, or 42 under a 4 MiB one), none is buffered. The engine applies the buffer in
+    /// steps of at most 1/16 of the budget in pages ([`crate::Storage::set_apply_step_pages`]),
+    /// so a batch of any size is buffered unless it alone passes the buffer's size.
     /// 0: no buffer, every batch writes its leaves. Default
-    /// [`Self::DEFAULT_WRITE_BUFFER_BYTES`] (off; see there why).
+    /// [`Self::DEFAULT_WRITE_BUFFER_BYTES`].
     pub fn write_buffer_bytes(mut self, bytes: u64) -> IndexDefinition {
         self.write_buffer_bytes = bytes;
         self

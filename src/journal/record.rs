@@ -77,13 +77,19 @@ pub enum RecordKind {
     /// A buffered storage's committed transaction as its operations (puts and deletes), not
     /// pages (see [`logical_record`]).
     Logical = 5,
+    /// A buffered storage's apply step: the page commit of part of its buffer, and every entry
+    /// still buffered after it (see [`step_record`]).
+    Step = 6,
 }
 
 impl RecordKind {
-    /// True for the kinds that are a storage's committed transaction (page or logical): they
-    /// carry its txn id, in one contiguous sequence per storage.
+    /// True for the kinds that are a storage's committed transaction (page, logical or apply
+    /// step): they carry its txn id, in one contiguous sequence per storage.
     pub fn is_commit(self) -> bool {
-        matches!(self, RecordKind::Commit | RecordKind::Logical)
+        matches!(
+            self,
+            RecordKind::Commit | RecordKind::Logical | RecordKind::Step
+        )
     }
 }
 
@@ -132,6 +138,15 @@ impl RecordHeader {
         }
     }
 
+    /// The first txn id a commit record holds: an apply step's pages, one below its own txn
+    /// id (3.10); the txn id for every other kind.
+    pub fn first_txn(&self) -> u64 {
+        match self.kind {
+            RecordKind::Step => self.txn_id.saturating_sub(1),
+            _ => self.txn_id,
+        }
+    }
+
     /// Decodes and checks a header; `None` means "end of journal" (zeros, torn or foreign).
     pub fn decode(b: &[u8]) -> Option<RecordHeader> {
         if b.len() < RECORD_HEADER_LEN || rd_u32(b, 0)? != MAGIC || b[5] != VERSION {
@@ -146,6 +161,7 @@ impl RecordHeader {
             3 => RecordKind::Link,
             4 => RecordKind::Start,
             5 => RecordKind::Logical,
+            6 => RecordKind::Step,
             _ => return None,
         };
         let body_len = rd_u64(b, 32)?;
@@ -201,6 +217,42 @@ pub fn logical_record<K: AsRef<[u8]>, V: AsRef<[u8]>>(
         txn_id,
         vec![Part::Owned(b)],
     )
+}
+
+/// Builds the record (kind 6) of an apply step of a buffered storage from `commit`, the page
+/// record (kind 1) of transaction `t` that applied part of the buffer, and `carried`, every
+/// entry still buffered after it, in key order (as [`logical_record`]'s operations). Body:
+/// `commit body len u64 | commit body | logical body of carried`; the record's txn id is
+/// `t + 1`. A step takes two txn ids, its pages `t` and the carried buffer `t + 1`, so that a
+/// flush of its pages, which records `t` in the header, still leaves the record to replay for
+/// the buffer (design.md 3.10).
+pub fn step_record<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+    commit: OutRecord,
+    carried: &[(K, Option<V>)],
+) -> OutRecord {
+    debug_assert_eq!(commit.kind, RecordKind::Commit);
+    let logical = logical_record(commit.storage_id, commit.txn_id + 1, carried);
+    let mut parts = Vec::with_capacity(commit.parts.len() + 2);
+    parts.push(Part::Owned(commit.body_len.to_le_bytes().to_vec()));
+    parts.extend(commit.parts);
+    parts.extend(logical.parts);
+    let mut r = OutRecord::new(
+        RecordKind::Step,
+        commit.storage_id,
+        commit.txn_id + 1,
+        parts,
+    );
+    r.pages = commit.pages;
+    r.page_diffs = commit.page_diffs;
+    r
+}
+
+/// Splits the body of an apply step's record ([`step_record`]) into its commit body and the
+/// logical body of its carried entries; `None` when the commit length runs past the body.
+pub fn split_step(body: &[u8]) -> Option<(&[u8], &[u8])> {
+    let n = usize::try_from(rd_u64(body, 0)?).ok()?;
+    let end = n.checked_add(8)?;
+    Some((body.get(8..end)?, body.get(end..)?))
 }
 
 /// A decoded logical record's operations: key, and value or `None` for a delete.
@@ -732,6 +784,49 @@ mod tests {
         assert_eq!(full_of(&imgs[0].1), &leaf[..]);
         assert_eq!(full_of(&imgs[1].1), &full[..]);
         assert!(decode_commit(&body[..body.len() - 1]).is_none());
+    }
+
+    #[test]
+    fn step_records_hold_a_commit_and_the_carried_entries() {
+        use crate::page::node::{LeafEntry, Node, Val};
+        let leaf = Node::Leaf(vec![LeafEntry {
+            key: b"a".to_vec(),
+            val: Val::Inline(b"1".to_vec()),
+        }])
+        .encode(7, 3);
+        let meta = CommitMeta {
+            root: 7,
+            freedir: 0,
+            next_page: 20,
+            entries: 1,
+        };
+        let commit = commit_record(
+            1,
+            3,
+            meta,
+            &[(7, crate::page::Image::from_boxed(leaf))],
+            |_| None,
+        );
+        let pages = commit.pages;
+        let carried: Vec<(&[u8], Option<&[u8]>)> = vec![(b"b", Some(b"2")), (b"c", None)];
+        let rec = step_record(commit, &carried);
+        assert_eq!(
+            (rec.kind, rec.txn_id, rec.pages),
+            (RecordKind::Step, 4, pages)
+        );
+        assert!(rec.kind.is_commit());
+        let h = RecordHeader::decode(&rec.header(1)).unwrap();
+        assert_eq!(h.kind, RecordKind::Step);
+        let body: Vec<u8> = rec.parts.iter().flat_map(|p| p.iter().copied()).collect();
+        assert_eq!(crc32fast::hash(&body), rec.body_crc);
+        let (c, l) = split_step(&body).unwrap();
+        assert_eq!(decode_commit(c).unwrap().0, meta);
+        assert_eq!(decode_logical(l).unwrap(), carried);
+        // A commit length past the body does not split.
+        let mut bad = body.clone();
+        bad[..8].copy_from_slice(&(body.len() as u64).to_le_bytes());
+        assert!(split_step(&bad).is_none());
+        assert!(split_step(&body[..7]).is_none());
     }
 
     #[test]

@@ -9,8 +9,9 @@
 //! zeros, the normal end of a pre-zeroed file) are searched at 4 KiB batch starts for valid
 //! records. A batch holds at most one record of a storage (its
 //! writer is held until the commit is published), and a batch is written only after the one
-//! before it was synced; so a valid record of storage S with txn id `t + 2` or more, where `t`
-//! is S's last good record before the stop, proves that the batch holding `t + 1` (the damaged
+//! before it was synced; so a valid record of storage S whose first txn id is `t + 2` or more
+//! (an apply step's is one below its txn id, design.md 3.10), where `t` is S's last good
+//! record before the stop, proves that the batch holding `t + 1` (the damaged
 //! region) was synced: [`Error::Corruption`]. A torn last batch never shows such a gap. When
 //! the damaged record's header is intact, a valid record after the padding that ends its batch
 //! is such proof too (it starts a later batch), and the search also covers the 4 MiB after the
@@ -261,14 +262,17 @@ fn check_nothing_synced_after(
             continue;
         }
         let end = read_records(file, len, no, at, |h, _, _| match last.get(&h.storage_id) {
-            Some(&t) if h.kind.is_commit() && h.txn_id >= t.saturating_add(2) => Err(synced_after(
-                path,
-                stop,
-                format!(
-                    "storage {:#x} has txn {t} before it and txn {} after it",
-                    h.storage_id, h.txn_id
-                ),
-            )),
+            // An apply step holds two txn ids: its first must skip past `t + 1`.
+            Some(&t) if h.kind.is_commit() && h.first_txn() >= t.saturating_add(2) => {
+                Err(synced_after(
+                    path,
+                    stop,
+                    format!(
+                        "storage {:#x} has txn {t} before it and txn {} after it",
+                        h.storage_id, h.txn_id
+                    ),
+                ))
+            }
             _ => Ok(()),
         })?;
         at = (end.max(at) / BATCH_ALIGN + 1) * BATCH_ALIGN;

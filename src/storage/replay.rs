@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use crate::env::StorageEnv;
 use crate::error::{Error, Result};
 use crate::journal::diff::apply_ranges;
-use crate::journal::record::{decode_commit, decode_logical, decode_start, PageRecord, RecordKind};
+use crate::journal::record::{
+    decode_commit, decode_logical, decode_start, split_step, PageRecord, RecordKind,
+};
 use crate::journal::recovery;
 use crate::page::header::Header;
 use crate::page::{self, PAGE_SIZE};
@@ -81,11 +83,28 @@ pub(super) fn recover(
                 return Ok(());
             }
             let bad = |what: String| Error::corruption(&path, None, Some(offset), what);
-            if h.txn_id != state.txn_id + 1 {
+            // An apply step takes two txn ids: its pages `txn - 1`, then the entries it left
+            // buffered `txn` (design.md 3.10). Its pages may be flushed already (a flush records
+            // the page txn): then only the buffer is replayed.
+            let (page_txn, body, carried) = if h.kind == RecordKind::Step {
+                let malformed = || bad("malformed apply step record".into());
+                let (commit, logical) = split_step(body).ok_or_else(malformed)?;
+                let carried = decode_logical(logical).ok_or_else(malformed)?;
+                (
+                    h.txn_id.checked_sub(1).ok_or_else(malformed)?,
+                    commit,
+                    Some(carried),
+                )
+            } else {
+                (h.txn_id, body, None)
+            };
+            let pages = h.kind != RecordKind::Logical && page_txn > state.flushed_txn;
+            let first = if pages { page_txn } else { h.txn_id };
+            if first != state.txn_id + 1 {
                 return Err(bad(format!(
                     "journal txn ids are not contiguous: expected {}, found {}",
                     state.txn_id + 1,
-                    h.txn_id
+                    first
                 )));
             }
             if h.kind == RecordKind::Logical {
@@ -96,62 +115,22 @@ pub(super) fn recover(
                 state.txn_id = h.txn_id;
                 return Ok(());
             }
-            let (meta, images) =
-                decode_commit(body).ok_or_else(|| bad("malformed commit record".into()))?;
-            // A page commit holds every buffered entry committed before it (invariant I13).
-            state.buffer = Default::default();
-            state.buffer_bytes = 0;
-            state.buffer_since = None;
-            for (p, rec) in images {
-                match &rec {
-                    PageRecord::Diff { base, ranges }
-                        if *base == p
-                            && (deferred.contains_key(&p) || !state.scratch.contains_key(&p)) =>
-                    {
-                        let owned = ranges.iter().map(|(o, b)| (*o, b.to_vec())).collect();
-                        deferred.entry(p).or_default().push((h.txn_id, owned));
-                        continue;
-                    }
-                    // A full image: whatever was deferred for the page is superseded.
-                    PageRecord::Full(_) => {
-                        deferred.remove(&p);
-                    }
-                    PageRecord::Diff { .. } => {}
+            if pages {
+                replay_pages(state, &mut deferred, page_txn, body, &data_path, &bad)?;
+            }
+            if let Some(carried) = carried {
+                // The buffer after the step: exactly the entries it carried, over a tree that
+                // holds the rest (the sweep starts again at the first key).
+                state.buffer = Default::default();
+                state.buffer_bytes = 0;
+                state.buffer_since = None;
+                state.sweep = None;
+                if !carried.is_empty() {
+                    put_buffered(state, &carried);
+                    state.sweep = Some(crate::buffer::Sweep { from: None });
                 }
-                let scratch = &state.scratch;
-                // A diff's base: its latest replayed image, else the data file as of the header
-                // (intact: its reuse waited for a durable header past this transaction).
-                let mapping = &state.mapping;
-                let mut base_err = None;
-                let img = rec
-                    .rebuild(|b| match scratch.get(&b) {
-                        Some(sp) => Some(&sp.image[..]),
-                        None => match mapping.page(b, false) {
-                            Ok((img, _)) => Some(img),
-                            Err(e) => {
-                                base_err = Some(format!("its base page {b}: {e}"));
-                                None
-                            }
-                        },
-                    })
-                    .ok_or_else(|| {
-                        let why = base_err
-                            .take()
-                            .unwrap_or_else(|| "it does not fit its base".into());
-                        bad(format!("page {p} is journaled as a page diff, and {why}"))
-                    })?;
-                page::check_image(&img, p, &data_path)?;
-                let image = crate::page::Image::copy_from(&img);
-                let run = (image.len() / PAGE_SIZE) as u64;
-                deferred.retain(|q, _| !(p + 1..p + run).contains(q));
-                put_scratch(state, p, h.txn_id, image);
             }
             state.txn_id = h.txn_id;
-            state.tree_txn = h.txn_id;
-            state.root = meta.root;
-            state.freedir = meta.freedir;
-            state.next_page = meta.next_page;
-            state.entries = meta.entries;
             Ok(())
         })?;
         files.insert(no, per);
@@ -184,6 +163,77 @@ pub(super) fn recover(
         &starts,
     )?;
     Ok(files)
+}
+
+/// Replays the page commit `txn` of body `body` (a commit body, kind 1's or an apply step's)
+/// into `state`: its page images into the scratch table (free-space page diffs whose chain
+/// starts at the data file's copy into `deferred`), its tree into the state, and an empty
+/// buffer (a page commit holds every buffered entry before it, invariant I13; an apply step
+/// then puts back what it carried). `bad` builds the error for a malformed record.
+fn replay_pages(
+    state: &mut State,
+    deferred: &mut HashMap<u64, Vec<(u64, OwnedRanges)>>,
+    txn: u64,
+    body: &[u8],
+    data_path: &Path,
+    bad: &dyn Fn(String) -> Error,
+) -> Result<()> {
+    let (meta, images) =
+        decode_commit(body).ok_or_else(|| bad("malformed commit record".into()))?;
+    state.buffer = Default::default();
+    state.buffer_bytes = 0;
+    state.buffer_since = None;
+    state.sweep = None;
+    for (p, rec) in images {
+        match &rec {
+            PageRecord::Diff { base, ranges }
+                if *base == p && (deferred.contains_key(&p) || !state.scratch.contains_key(&p)) =>
+            {
+                let owned = ranges.iter().map(|(o, b)| (*o, b.to_vec())).collect();
+                deferred.entry(p).or_default().push((txn, owned));
+                continue;
+            }
+            // A full image: whatever was deferred for the page is superseded.
+            PageRecord::Full(_) => {
+                deferred.remove(&p);
+            }
+            PageRecord::Diff { .. } => {}
+        }
+        let scratch = &state.scratch;
+        // A diff's base: its latest replayed image, else the data file as of the header
+        // (intact: its reuse waited for a durable header past this transaction).
+        let mapping = &state.mapping;
+        let mut base_err = None;
+        let img = rec
+            .rebuild(|b| match scratch.get(&b) {
+                Some(sp) => Some(&sp.image[..]),
+                None => match mapping.page(b, false) {
+                    Ok((img, _)) => Some(img),
+                    Err(e) => {
+                        base_err = Some(format!("its base page {b}: {e}"));
+                        None
+                    }
+                },
+            })
+            .ok_or_else(|| {
+                let why = base_err
+                    .take()
+                    .unwrap_or_else(|| "it does not fit its base".into());
+                bad(format!("page {p} is journaled as a page diff, and {why}"))
+            })?;
+        page::check_image(&img, p, data_path)?;
+        let image = crate::page::Image::copy_from(&img);
+        let run = (image.len() / PAGE_SIZE) as u64;
+        deferred.retain(|q, _| !(p + 1..p + run).contains(q));
+        put_scratch(state, p, txn, image);
+    }
+    state.txn_id = txn;
+    state.tree_txn = txn;
+    state.root = meta.root;
+    state.freedir = meta.freedir;
+    state.next_page = meta.next_page;
+    state.entries = meta.entries;
+    Ok(())
 }
 
 /// Puts the replayed image of page `p` (written by `txn`) into `state`'s scratch table, with

@@ -51,7 +51,7 @@ mod range_delete;
 mod reads;
 
 pub(crate) use commit::PreparedCommit;
-pub(crate) use logical::LogicalOps;
+pub(crate) use logical::{LogicalOps, StepCarry};
 
 /// Below this many body bytes a node is merged with a sibling when both fit in one page.
 const UNDERFULL: usize = page::BODY_LEN / 4;
@@ -129,6 +129,10 @@ pub struct WriteTransaction {
     /// Whether the commit applies the buffer was settled already (`write/logical.rs`,
     /// `apply_if_due`).
     apply_settled: bool,
+    /// After an apply step (`write/logical.rs`): the entries it leaves buffered.
+    step: Option<StepCarry>,
+    /// Bytes the operations in `logical` count for in the buffer.
+    logical_len: u64,
 }
 
 impl std::fmt::Debug for WriteTransaction {
@@ -206,6 +210,8 @@ impl WriteTransaction {
             durability: Durability::Immediate,
             logical,
             apply_settled: false,
+            step: None,
+            logical_len: 0,
         }
     }
 

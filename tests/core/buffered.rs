@@ -116,11 +116,15 @@ fn assert_range<'a>(
     assert!(back == want, "reverse {what}");
 }
 
-fn run(seed: u64, rounds: usize, space: u32, buffer: u64) {
+/// `step`: the apply step's pages set after every open (`Storage::set_apply_step_pages`; 0:
+/// whole applies). Returns the apply steps counted over the opens.
+fn run(seed: u64, rounds: usize, space: u32, buffer: u64, step: u64) -> u64 {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut s = Storage::open(&path, opts(buffer)).unwrap();
+    s.set_apply_step_pages(step);
+    let mut steps = 0u64;
     let mut model = Model::new();
     let mut held: Vec<(ReadTransaction, Model)> = Vec::new();
     let mut buffered_seen = 0u64;
@@ -138,7 +142,8 @@ fn run(seed: u64, rounds: usize, space: u32, buffer: u64) {
                     let k = key(&mut rng, space);
                     assert_eq!(w.delete(&k).unwrap(), next.remove(&k).is_some());
                 }
-                32 => {
+                // Rare with steps, so that the tree grows past a few leaves.
+                32 if step == 0 || rng.random_bool(0.02) => {
                     let b = bounds(&mut rng, space);
                     let gone = in_model(&next, &b);
                     assert_eq!(w.delete_range(as_ref(&b)).unwrap(), gone.len() as u64);
@@ -189,6 +194,7 @@ fn run(seed: u64, rounds: usize, space: u32, buffer: u64) {
             for (snap, m) in held.drain(..) {
                 assert_same(&snap, &m, &mut rng, space);
             }
+            steps += s.stats().apply_steps;
             let again = match rng.random_range(0..4) {
                 // Dropped without a close: the buffer is only in the journal, and comes back
                 // from it at the open.
@@ -210,6 +216,7 @@ fn run(seed: u64, rounds: usize, space: u32, buffer: u64) {
                 }
             };
             s = Storage::open(&path, again).unwrap();
+            s.set_apply_step_pages(step);
             assert_same(&s.begin_read().unwrap(), &model, &mut rng, space);
             let report = s.check().unwrap();
             assert!(report.is_ok(), "round {round}: {:?}", report.problems);
@@ -220,6 +227,7 @@ fn run(seed: u64, rounds: usize, space: u32, buffer: u64) {
     }
     assert_same(&s.begin_read().unwrap(), &model, &mut rng, space);
     assert!(buffered_seen > 0, "no commit was buffered");
+    steps += s.stats().apply_steps;
     s.close().unwrap();
     let s = Storage::open(&path, opts(buffer)).unwrap();
     assert_eq!(
@@ -228,16 +236,26 @@ fn run(seed: u64, rounds: usize, space: u32, buffer: u64) {
         "a clean close applies the buffer"
     );
     assert_same(&s.begin_read().unwrap(), &model, &mut rng, space);
+    steps
 }
 
 #[test]
 fn a_small_buffer_applied_often_matches_the_model() {
-    run(1, 200, 400, 16 << 10);
+    assert_eq!(run(1, 200, 400, 16 << 10, 0), 0, "whole applies only");
 }
 
 #[test]
 fn a_large_buffer_applied_at_flushes_and_closes_matches_the_model() {
-    run(2, 200, 2_000, 64 << 20);
+    run(2, 200, 2_000, 64 << 20, 0);
+}
+
+/// Applies in steps of 2 pages over a tree of some 20 leaves: each full or aged buffer is
+/// applied a key range at a time, sweeping, with the rest carried in the step's record, while
+/// snapshots are held across steps and the storage is reopened from journals holding them.
+#[test]
+fn apply_steps_of_a_few_pages_match_the_model() {
+    let steps = run(3, 300, 3_000, 16 << 10, 2);
+    assert!(steps >= 20, "only {steps} apply steps");
 }
 
 /// Buffered commits journal no page: 500 one-key commits into an empty buffer leave the tree
@@ -473,4 +491,116 @@ fn journal_files_with_buffered_entries_outlive_flushes_until_applied() {
     }
     drop(r);
     assert_eq!(s.stats().buffer_entries, 3000, "back from the journal");
+}
+
+/// An apply step's pages flushed without the entries it carried: the header records the step's
+/// page txn, one below the state's, so the reopen reads the step's record again and puts back
+/// exactly the entries it left buffered (and every later one), over a tree that holds the rest.
+#[test]
+fn a_flushed_apply_step_still_gives_back_the_entries_it_carried() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let o = Options {
+        flush_on_close: false,
+        ..opts(16 << 10)
+    };
+    let s = Storage::open(&path, o.clone()).unwrap();
+    s.set_apply_step_pages(2);
+    let mut model = Model::new();
+    let mut w = s.begin_write().unwrap();
+    for i in 0..5000u32 {
+        let k = format!("k{i:06}").into_bytes();
+        w.put(&k, b"base").unwrap();
+        model.insert(k, b"base".to_vec());
+    }
+    w.commit().unwrap();
+    s.flush().unwrap();
+    // Scattered one-key commits until one of them is a step that leaves entries buffered.
+    let mut rng = SmallRng::seed_from_u64(4);
+    let mut stepped = false;
+    for _ in 0..20_000 {
+        let before = s.stats().apply_steps;
+        let (k, v) = (key(&mut rng, 10_000), value(&mut rng));
+        let mut w = s.begin_write().unwrap();
+        w.put(&k, &v).unwrap();
+        w.commit().unwrap();
+        model.insert(k, v);
+        let st = s.stats();
+        if st.apply_steps > before && st.buffer_entries > 0 {
+            stepped = true;
+            break;
+        }
+    }
+    assert!(stepped, "no apply step left entries buffered");
+    let carried = s.stats().buffer_entries;
+    // A flush while a writer is open flushes pages only: the step's pages, not its buffer.
+    let open = s.begin_write().unwrap();
+    let r = s.flush().unwrap();
+    drop(open);
+    assert_eq!(r.flushed_txn + 1, s.stats().last_committed_txn, "{r:?}");
+    s.sync_journal().unwrap();
+    drop(s);
+    let s = Storage::open(&path, o).unwrap();
+    assert_eq!(
+        s.stats().buffer_entries,
+        carried,
+        "the carried entries are back"
+    );
+    assert_same(&s.begin_read().unwrap(), &model, &mut rng, 10_000);
+    let report = s.check().unwrap();
+    assert!(report.is_ok(), "{:?}", report.problems);
+}
+
+/// In a storage that applies in steps, a commit that finds its buffer aged but not full takes
+/// a step of no pages: its record journals the buffer anew (so the buffer pins no older
+/// journal file: a flush lets those go) and the entries keep gathering for their leaves.
+#[test]
+fn an_aged_buffer_in_steps_is_journaled_anew_not_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let o = Options {
+        flush_max_age: std::time::Duration::from_millis(1),
+        journal_file_size: 64 << 10,
+        flush_on_close: false,
+        ..opts(16 << 20)
+    };
+    let s = Storage::open(&path, o.clone()).unwrap();
+    s.set_apply_step_pages(64);
+    let mut model = Model::new();
+    let mut w = s.begin_write().unwrap();
+    for i in 0..5000u32 {
+        let k = format!("k{i:06}").into_bytes();
+        w.put(&k, b"base").unwrap();
+        model.insert(k, b"base".to_vec());
+    }
+    w.commit().unwrap();
+    s.flush().unwrap();
+    let base = s.stats();
+    let mut rng = SmallRng::seed_from_u64(5);
+    for _ in 0..400 {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let (k, v) = (key(&mut rng, 10_000), value(&mut rng));
+        let mut w = s.begin_write().unwrap();
+        w.put(&k, &v).unwrap();
+        w.commit().unwrap();
+        model.insert(k, v);
+    }
+    let st = s.stats();
+    assert!(st.apply_steps >= 100, "{st:?}");
+    assert!(st.buffer_entries >= 350, "nothing applied: {st:?}");
+    assert_eq!(
+        st.pages_journaled, base.pages_journaled,
+        "no page journaled: {st:?}"
+    );
+    // A flush while a writer is open flushes pages only, and lets every journal file before
+    // the last step go.
+    let open = s.begin_write().unwrap();
+    s.flush().unwrap();
+    drop(open);
+    assert!(s.stats().journal_files <= 3, "{:?}", s.stats());
+    s.sync_journal().unwrap();
+    drop(s);
+    let s = Storage::open(&path, o).unwrap();
+    assert_same(&s.begin_read().unwrap(), &model, &mut rng, 10_000);
+    assert_eq!(s.stats().buffer_entries, st.buffer_entries);
 }

@@ -82,6 +82,7 @@ const WORKLOADS: [Workload; 9] = [
     Workload {
         seed: 0x5EED_0009,
         buffer: true,
+        steps: true,
         inline_flush: true,
         flush_on_close: false,
         ..PLAIN
@@ -95,6 +96,7 @@ const PLAIN: Workload = Workload {
     flush_on_close: true,
     pool: false,
     buffer: false,
+    steps: false,
 };
 /// Write transactions per workload (the storage is closed and reopened half way).
 const TXNS: usize = 36;
@@ -120,6 +122,9 @@ struct Workload {
     /// opens without the option, so the buffer put back from the journal is applied by the
     /// commit after recovery.
     buffer: bool,
+    /// With `buffer`: applies in steps of 2 pages (`Storage::set_apply_step_pages`), so most
+    /// applies are step records that carry the rest of the buffer.
+    steps: bool,
 }
 
 fn workload_opts(env: Arc<dyn StorageEnv>, w: Workload) -> Options {
@@ -175,6 +180,8 @@ struct Outcome {
     commits: u64,
     /// The most entries the write buffer held after a commit.
     buffered: u64,
+    /// The most apply steps one open counted.
+    steps: u64,
     error: Option<String>,
 }
 
@@ -233,10 +240,13 @@ fn workload(
 ) -> omnibus::Result<()> {
     let mut rng = SmallRng::seed_from_u64(wl.seed);
     let mut s = Storage::open(path, workload_opts(env.clone(), wl))?;
+    let step = if wl.steps { 2 } else { 0 };
+    s.set_apply_step_pages(step);
     for t in 0..TXNS {
         if t == TXNS / 2 {
             s.close()?;
             s = Storage::open(path, workload_opts(env.clone(), wl))?;
+            s.set_apply_step_pages(step);
         }
         if wl.bulk && t == TXNS / 3 {
             // About 3 MiB of two-page overflow values in one commit, flushed, then deleted in
@@ -290,9 +300,10 @@ fn workload(
             continue;
         }
         commit(w, model, out)?;
-        let buffered = s.stats().buffer_entries;
+        let stats = s.stats();
         let mut o = out.lock().unwrap();
-        o.buffered = o.buffered.max(buffered);
+        o.buffered = o.buffered.max(stats.buffer_entries);
+        o.steps = o.steps.max(stats.apply_steps);
         drop(o);
         if !wl.inline_flush && rng.random_bool(0.2) {
             s.flush()?;
@@ -354,6 +365,12 @@ fn run_once(base: &Path, w: Workload) -> Vec<Snap<Expect>> {
         w.buffer,
         "{w:?}: buffered entries seen: {}",
         out.buffered
+    );
+    assert_eq!(
+        out.steps > 0,
+        w.steps,
+        "{w:?}: apply steps seen: {}",
+        out.steps
     );
     let has = |what: &str| snaps.iter().any(|s| s.what == what);
     if w.bulk {

@@ -59,7 +59,7 @@ impl WriteTransaction {
             return Ok(None);
         }
         if !self.apply_settled && self.must_apply() {
-            self.apply_buffered()?;
+            self.apply_due()?;
         }
         if self.logical.is_some() {
             return self.prepare_logical().map(Some);
@@ -210,10 +210,15 @@ impl WriteTransaction {
         };
         // Grow the data file before anything is journaled: ENOSPC here loses nothing.
         self.inner.ensure_data_len(self.next_page)?;
-        let record = commit_record(self.inner.storage_id, txn, meta, &images, |p| {
+        let mut record = commit_record(self.inner.storage_id, txn, meta, &images, |p| {
             bases.get(&p).copied()
         });
         drop(bases);
+        let step = self.step.take();
+        if let Some(c) = &step {
+            // An apply step: its pages, and the entries it leaves buffered (design.md 3.10).
+            record = crate::journal::record::step_record(record, &c.carried);
+        }
         let journaled = (record.pages as u64, record.page_diffs as u64);
         tracing::trace!(
             storage = self.inner.storage_id,
@@ -230,6 +235,7 @@ impl WriteTransaction {
             meta,
             images,
             logical: None,
+            step,
         }))
     }
 
@@ -261,6 +267,7 @@ impl WriteTransaction {
             meta,
             images: Vec::new(),
             logical: Some((ops, delta)),
+            step: None,
         })
     }
 
@@ -281,6 +288,9 @@ pub(crate) struct PreparedCommit {
     /// A logical commit's operations and the keys they add to the count (`write/logical.rs`);
     /// `None` for a page commit.
     logical: Option<(super::logical::LogicalOps, i64)>,
+    /// An apply step's carried entries (`write/logical.rs`): the commit publishes them as the
+    /// buffer of txn id `txn + 1`.
+    step: Option<super::logical::StepCarry>,
 }
 
 impl std::fmt::Debug for PreparedCommit {
@@ -290,9 +300,9 @@ impl std::fmt::Debug for PreparedCommit {
 }
 
 impl PreparedCommit {
-    /// The transaction id.
+    /// The transaction id the commit publishes (an apply step's second one).
     pub fn txn_id(&self) -> u64 {
-        self.txn.txn_id
+        self.txn.txn_id + self.step.is_some() as u64
     }
 
     /// The journal record to write (once; later calls return an empty padding-free record).
@@ -342,6 +352,9 @@ impl PreparedCommit {
         t.inner
             .pages_journaled_as_diffs
             .fetch_add(self.journaled.1, Ordering::Relaxed);
+        if self.step.is_some() {
+            t.inner.apply_steps.fetch_add(1, Ordering::Relaxed);
+        }
         for (s, l) in t.local_free.iter() {
             writer.alloc.reusable.insert(s, l);
         }
@@ -374,6 +387,7 @@ impl PreparedCommit {
             self.meta,
             std::mem::take(&mut self.images),
             &freed,
+            self.step.take(),
         );
         if normal.is_empty() {
             writer.alloc.recycle(normal);

@@ -4,7 +4,11 @@
 //! compaction move), or a commit that would take the buffer past its size or age, first
 //! *applies*: every buffered entry and the transaction's own operations go into the tree, and
 //! the transaction commits as an ordinary page transaction (invariant I13: a page commit of a
-//! buffered storage holds every buffered entry committed before it).
+//! buffered storage holds every buffered entry committed before it). With
+//! [`crate::Storage::set_apply_step_pages`], an apply that a commit must make is a *step*: it
+//! applies entries in key order from where the last one stopped until the transaction has
+//! copied that many pages, and its commit carries the entries left over (record kind 6, I13's
+//! "in its tree or in the entries it carries").
 
 use std::collections::BTreeMap;
 
@@ -20,6 +24,28 @@ const DIRECT_OPS: usize = 4096;
 
 /// The operations of a logical commit, shared with the buffer it joins: key, value or `None`.
 pub(crate) type LogicalOps = Vec<(crate::buffer::BufKey, Option<Arc<[u8]>>)>;
+
+/// Bytes an operation on `key` counts for in the buffer ([`crate::buffer::entry_bytes`]).
+fn op_bytes(key: &[u8], value: Option<&[u8]>) -> u64 {
+    crate::buffer::entry_bytes(key.len(), value.map_or(0, <[u8]>::len))
+}
+
+/// What an apply step leaves buffered, published with its commit (`Inner::publish_commit`).
+#[derive(Debug, Clone)]
+pub(crate) struct StepCarry {
+    /// The entries still buffered, in key order, as its record carries them.
+    pub carried: LogicalOps,
+    /// The same entries as the next state's buffer.
+    pub buffer: crate::buffer::Buffer,
+    /// Bytes `buffer` counts for.
+    pub buffer_bytes: u64,
+    /// Keys `buffer` adds to the tree's count after the step.
+    pub len_delta: i64,
+    /// Since when `buffer` pins the journal: the step itself, whose record holds every entry.
+    pub buffer_since: Option<std::time::Instant>,
+    /// Where the next step starts.
+    pub sweep: Option<crate::buffer::Sweep>,
+}
 
 impl WriteTransaction {
     /// The logical operation on `key` as this transaction sees it, if the transaction or the
@@ -40,7 +66,9 @@ impl WriteTransaction {
         let Some(ops) = &mut self.logical else {
             return false;
         };
-        ops.insert(key.to_vec(), Some(value.to_vec()));
+        let old = ops.insert(key.to_vec(), Some(value.to_vec()));
+        self.logical_len += op_bytes(key, Some(value));
+        self.logical_len -= old.map_or(0, |o| op_bytes(key, o.as_deref()));
         self.changed = true;
         true
     }
@@ -51,7 +79,9 @@ impl WriteTransaction {
         let Some(ops) = &mut self.logical else {
             return false;
         };
-        ops.insert(key.to_vec(), None);
+        let old = ops.insert(key.to_vec(), None);
+        self.logical_len += op_bytes(key, None);
+        self.logical_len -= old.map_or(0, |o| op_bytes(key, o.as_deref()));
         self.changed = true;
         true
     }
@@ -101,22 +131,49 @@ impl WriteTransaction {
     /// the transaction itself has [`DIRECT_OPS`] operations or more (it fills leaves by itself:
     /// buffering would only copy its entries once more).
     pub(super) fn must_apply(&self) -> bool {
-        let Some(ops) = &self.logical else {
-            return false;
-        };
-        if ops.len() >= DIRECT_OPS {
-            return true;
-        }
-        let own: u64 = ops
-            .iter()
-            .map(|(k, v)| crate::buffer::entry_bytes(k.len(), v.as_ref().map_or(0, Vec::len)))
-            .sum();
-        self.base.buffer_bytes + own
-            > self
+        self.must_apply_as().is_some()
+    }
+
+    /// Whether committing now must apply the buffer ([`WriteTransaction::must_apply`]), and if
+    /// so whether directly (`Some(true)`: the whole buffer with this transaction's operations,
+    /// a large transaction) or as due (`Some(false)`: a step where the storage applies in
+    /// steps). In a storage that applies in steps, a transaction of [`DIRECT_OPS`] operations
+    /// or more is buffered too, and applied in steps like the rest: its keys are taken to be
+    /// scattered (an index batch), where buffering is what spares the leaves, and a whole
+    /// apply would copy as many pages as the leaves they land on in one transaction.
+    /// Whether the buffer holds this transaction's operations within its size.
+    fn fits_buffer(&self) -> bool {
+        self.base.buffer_bytes + self.logical_bytes()
+            <= self
                 .inner
                 .buffer_limit
                 .load(std::sync::atomic::Ordering::Relaxed)
-            || self.base.buffer_aged(self.inner.opts.flush_max_age)
+    }
+
+    /// Bytes this logical transaction's operations count for in the buffer (0 in a page
+    /// transaction).
+    pub(crate) fn logical_bytes(&self) -> u64 {
+        if self.logical.is_some() {
+            self.logical_len
+        } else {
+            0
+        }
+    }
+
+    fn must_apply_as(&self) -> Option<bool> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let ops = self.logical.as_ref()?;
+        let stepping = self.inner.apply_step_pages.load(Relaxed) > 0
+            && self
+                .inner
+                .steps_paused
+                .load(std::sync::atomic::Ordering::Acquire)
+                == 0;
+        if ops.len() >= DIRECT_OPS && !stepping {
+            return Some(true);
+        }
+        (!self.fits_buffer() || self.base.buffer_aged(self.inner.opts.flush_max_age))
+            .then_some(false)
     }
 
     /// Applies the buffer now if committing must apply it ([`WriteTransaction::must_apply`]), and
@@ -128,8 +185,139 @@ impl WriteTransaction {
     pub(crate) fn apply_if_due(&mut self) -> Result<()> {
         self.apply_settled = true;
         if self.changed && self.must_apply() {
-            self.apply_buffered()?;
+            self.apply_due()?;
         }
+        Ok(())
+    }
+
+    /// The apply that [`WriteTransaction::must_apply`] asks for: a step when the storage
+    /// applies in steps ([`crate::Storage::set_apply_step_pages`]), none is paused and the
+    /// transaction is not one to write the tree directly; else the whole buffer.
+    ///
+    /// Errors: as [`WriteTransaction::apply_buffered`].
+    pub(super) fn apply_due(&mut self) -> Result<()> {
+        let cap = self
+            .inner
+            .apply_step_pages
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if self.must_apply_as() == Some(false) && cap > 0 {
+            // Only aged, not full: a step of no pages, whose record journals the buffer anew so
+            // that it pins no older journal file, and whose entries keep gathering per leaf.
+            let cap = if self.fits_buffer() {
+                0
+            } else {
+                usize::try_from(cap).unwrap_or(usize::MAX)
+            };
+            let r = self.apply_step(cap);
+            return self.fail(r);
+        }
+        self.apply_buffered()
+    }
+
+    /// An apply step: turns this logical transaction into a page transaction that applies the
+    /// buffered entries and its own operations (merged, in key order) from where the last step
+    /// stopped, until it has copied `cap` pages (none with `cap` 0) or passed the last key, and
+    /// keeps the rest for its commit to carry ([`StepCarry`]). A step that reaches every entry
+    /// is a whole apply. Made at the commit, once the transaction's operations are done: the
+    /// transaction's reads see the tree only afterwards.
+    fn apply_step(&mut self, cap: usize) -> Result<()> {
+        use crate::buffer::{BufKey, Sweep};
+        // The count this transaction leaves visible: the committed one and its own changes.
+        let delta = self.logical_delta()?;
+        let Some(ops) = self.logical.take() else {
+            return Ok(());
+        };
+        let base = self.base.clone();
+        self.changed = true;
+        let visible = base.len() as i64 + delta;
+        let from: Option<Vec<u8>> = base
+            .sweep
+            .as_ref()
+            .and_then(|s| s.from.as_ref())
+            .map(|k| k.as_ref().to_vec());
+        let lo = from.as_deref().map_or(Bound::Unbounded, Bound::Included);
+        // Entries from `from` on, applied until the pages reach `cap`: `stop` is the first one
+        // left (bounded by the entries buffered and the transaction's own).
+        let mut stop: Option<Vec<u8>> = None;
+        let mut applied = 0usize;
+        {
+            let own = ops
+                .range::<[u8], _>((lo, Bound::Unbounded))
+                .map(|(k, v)| Ok((&k[..], v.as_deref())));
+            let buffered = buffer_range(&base.buffer, lo, Bound::Unbounded);
+            for item in MergeNewer::new(own, buffered) {
+                let (k, v) = item?;
+                if (applied > 0 || cap == 0) && self.dirty_pages() >= cap {
+                    stop = Some(k.to_vec());
+                    break;
+                }
+                match v {
+                    Some(v) => self.put_inner(k, v)?,
+                    None => {
+                        if self.get(k)?.is_some() {
+                            self.delete_inner(k)?;
+                        }
+                    }
+                }
+                applied += 1;
+            }
+        }
+        if from.is_none() && stop.is_none() {
+            // Every entry in one step: a whole apply (its commit empties the buffer).
+            return Ok(());
+        }
+        // What is left: the committed buffer outside `[from, stop)` and the transaction's own
+        // operations there, newest first.
+        let in_step = |k: &[u8]| {
+            from.as_deref().is_none_or(|f| k >= f) && stop.as_deref().is_none_or(|s| k < s)
+        };
+        let mut buffer = base.buffer.clone();
+        let mut bytes = base.buffer_bytes;
+        let hi = stop.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+        let drop: Vec<BufKey> = buffer_range(&base.buffer, lo, hi)
+            .filter_map(|item| item.ok().map(|(k, _)| BufKey::from(k)))
+            .collect();
+        for k in drop {
+            if let Some(e) = buffer.remove(k.as_ref()) {
+                bytes -= crate::buffer::entry_bytes(
+                    k.as_ref().len(),
+                    e.value.as_ref().map_or(0, |v| v.len()),
+                );
+            }
+        }
+        for (k, v) in ops.iter().filter(|(k, _)| !in_step(k)) {
+            crate::buffer::put_entry(
+                &mut buffer,
+                &mut bytes,
+                BufKey::from(&k[..]),
+                v.as_deref().map(Arc::from),
+            );
+        }
+        let carried: LogicalOps = buffer
+            .iter()
+            .map(|(k, e)| (k.clone(), e.value.clone()))
+            .collect();
+        // The next step starts at the first key left, or again at the first key once a step
+        // passes the last. The step's record journals every entry it leaves, so none of them
+        // pins an older journal file: the buffer's age starts again now.
+        let (buffer_since, sweep) = if carried.is_empty() {
+            (None, None)
+        } else {
+            (
+                Some(std::time::Instant::now()),
+                Some(Sweep {
+                    from: stop.map(|k| BufKey::from(&k[..])),
+                }),
+            )
+        };
+        self.step = Some(StepCarry {
+            len_delta: visible - self.entries as i64,
+            carried,
+            buffer,
+            buffer_bytes: bytes,
+            buffer_since,
+            sweep,
+        });
         Ok(())
     }
 
