@@ -24,8 +24,8 @@
 //! grew to 3.97 GB of anonymous memory under a 512 MiB budget that way. So the budget is held
 //! on [`crate::live_image_bytes`], every page image alive in the process ([`crate::page::Image`],
 //! counted from creation to the drop of its last holder), plus the write buffers of the
-//! buffered index storages ([`crate::live_buffer_bytes`], which the engine caps together at a
-//! quarter of the budget): while they exceed the budget, the
+//! buffered index storages ([`crate::live_buffer_bytes`], which the engine caps together at
+//! two thirds of the budget): while they exceed the budget, the
 //! flusher frees the excess and 1/8 of the budget more from its scratch tables, largest first, and looks again
 //! every [`OVER_BUDGET_TICK`]; and the storage actors wait before each transaction
 //! ([`pace`], [`PACE_MAX`] at most: a snapshot held for long must slow writers, never stop

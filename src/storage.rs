@@ -455,8 +455,12 @@ impl Storage {
     /// transaction has copied `pages` pages, commits them with the entries still buffered, and
     /// leaves those for the next steps (design.md section 16, record kind 6). Each leaf is then
     /// written with every entry that reached it since the sweep last passed it, and one commit
-    /// holds at most about `pages` pages of images. Applies made for another reason (a flush,
-    /// a close, a backup, a range delete, a transaction of 4,096 operations or more) are whole.
+    /// holds at most about `pages` pages of images. A commit that finds the buffer aged
+    /// ([`Options::flush_max_age`]) but not full takes a step of no pages: its record journals
+    /// the buffer anew, so that the buffer pins no older journal file. A transaction of 4,096
+    /// operations or more (which writes the tree directly when the storage does not step) is
+    /// buffered and stepped like the rest. Applies made for another reason (a flush, a close, a backup, a range delete,
+    /// compaction) are whole.
     /// Not stored: the next open starts at 0. The actor engine sets it for the buffered index
     /// storages (1/16 of its memory budget, as an index batch's transactions).
     pub fn set_apply_step_pages(&self, pages: u64) {

@@ -70,8 +70,8 @@ impl IndexDefinition {
     /// An index named `name` (its branch storage; the rules of
     /// [`crate::Database::validate_storage_name`], checked by `define_index`) with map function
     /// `map`. Defaults: at least 250 ms between the starts of two batches, at most 16,384 document
-    /// changes per batch, 32 MiB of reconcile memory, no forced rebuild, a write buffer of
-    /// [`Self::DEFAULT_WRITE_BUFFER_BYTES`] (within the engine's share).
+    /// changes per batch, 32 MiB of reconcile memory, no forced rebuild, no write buffer
+    /// ([`Self::DEFAULT_WRITE_BUFFER_BYTES`]).
     pub fn new(
         name: impl Into<String>,
         map: impl Fn(&[u8], &[u8]) -> Vec<Vec<u8>> + Send + Sync + 'static,
@@ -152,12 +152,15 @@ impl IndexDefinition {
         self
     }
 
-    /// The default of [`Self::write_buffer_bytes`]: 64 MiB, so that the engine's share
-    /// decides (two thirds of the memory budget split over the buffered indexes: 3.4 MiB each
-    /// for 100 indexes under the default 512 MiB budget). Measured with 100 scattered indexes
-    /// over 240 s (docs/BENCHMARKS.md, "Buffered indexes in `bench shop`"): 0.35x the bytes
-    /// written per document of unbuffered indexes, 1.2x the documents/s, no budget overrun.
-    pub const DEFAULT_WRITE_BUFFER_BYTES: u64 = 64 << 20;
+    /// The default of [`Self::write_buffer_bytes`]: 0, no buffer. Measured with 100 scattered
+    /// indexes (docs/BENCHMARKS.md, "Buffered indexes in `bench shop`"): buffered, a run of
+    /// 240 s wrote 0.35x the bytes per document of one whose whole buffers were applied at
+    /// once, within the memory budget; but the first minute, with the trees in memory, costs
+    /// about 1.3x the CPU per document of unbuffered indexes (the buffer's persistent map
+    /// copies a node path per entry, and each entry is looked up in the tree for the count),
+    /// and the indexes lag further behind. Buffer an index whose tree outgrows the memory
+    /// budget, with `write_buffer_bytes(64 << 20)` (the engine's share then decides).
+    pub const DEFAULT_WRITE_BUFFER_BYTES: u64 = 0;
 
     /// Bytes of index entries the index storage buffers before its commits apply them to its
     /// tree ([`crate::Options::write_buffer_bytes`], docs/design.md section 16): an index

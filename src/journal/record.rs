@@ -745,21 +745,28 @@ mod tests {
         assert_eq!(RecordHeader::decode(&b), None);
     }
 
-    #[test]
-    fn trimmed_images_roundtrip() {
+    /// A leaf of one entry `key` -> `value` encoded as page 7 of txn 3, and the meta of a
+    /// commit with it as the root (20 pages, one entry).
+    fn one_leaf(key: &[u8], value: &[u8]) -> (Box<[u8]>, CommitMeta) {
         use crate::page::node::{LeafEntry, Node, Val};
         let leaf = Node::Leaf(vec![LeafEntry {
-            key: b"k".to_vec(),
-            val: Val::Inline(b"v".to_vec()),
+            key: key.to_vec(),
+            val: Val::Inline(value.to_vec()),
         }])
         .encode(7, 3);
-        let full = crate::page::node::encode_overflow(&[9u8; 20_000], 9, 3);
         let meta = CommitMeta {
             root: 7,
             freedir: 0,
             next_page: 20,
             entries: 1,
         };
+        (leaf, meta)
+    }
+
+    #[test]
+    fn trimmed_images_roundtrip() {
+        let (leaf, meta) = one_leaf(b"k", b"v");
+        let full = crate::page::node::encode_overflow(&[9u8; 20_000], 9, 3);
         let rec = commit_record(
             1,
             3,
@@ -788,18 +795,7 @@ mod tests {
 
     #[test]
     fn step_records_hold_a_commit_and_the_carried_entries() {
-        use crate::page::node::{LeafEntry, Node, Val};
-        let leaf = Node::Leaf(vec![LeafEntry {
-            key: b"a".to_vec(),
-            val: Val::Inline(b"1".to_vec()),
-        }])
-        .encode(7, 3);
-        let meta = CommitMeta {
-            root: 7,
-            freedir: 0,
-            next_page: 20,
-            entries: 1,
-        };
+        let (leaf, meta) = one_leaf(b"a", b"1");
         let commit = commit_record(
             1,
             3,

@@ -493,6 +493,23 @@ fn journal_files_with_buffered_entries_outlive_flushes_until_applied() {
     assert_eq!(s.stats().buffer_entries, 3000, "back from the journal");
 }
 
+/// Opens the storage at `path` with `o`, applying in steps of `step` pages, with 5,000 keys
+/// `k000000`.. in its flushed tree (the same form as [`key`]'s); returns it and its model.
+fn stepping(path: &std::path::Path, o: Options, step: u64) -> (Storage, Model) {
+    let s = Storage::open(path, o).unwrap();
+    s.set_apply_step_pages(step);
+    let mut model = Model::new();
+    let mut w = s.begin_write().unwrap();
+    for i in 0..5000u32 {
+        let k = format!("k{i:06}").into_bytes();
+        w.put(&k, b"base").unwrap();
+        model.insert(k, b"base".to_vec());
+    }
+    w.commit().unwrap();
+    s.flush().unwrap();
+    (s, model)
+}
+
 /// An apply step's pages flushed without the entries it carried: the header records the step's
 /// page txn, one below the state's, so the reopen reads the step's record again and puts back
 /// exactly the entries it left buffered (and every later one), over a tree that holds the rest.
@@ -504,17 +521,7 @@ fn a_flushed_apply_step_still_gives_back_the_entries_it_carried() {
         flush_on_close: false,
         ..opts(16 << 10)
     };
-    let s = Storage::open(&path, o.clone()).unwrap();
-    s.set_apply_step_pages(2);
-    let mut model = Model::new();
-    let mut w = s.begin_write().unwrap();
-    for i in 0..5000u32 {
-        let k = format!("k{i:06}").into_bytes();
-        w.put(&k, b"base").unwrap();
-        model.insert(k, b"base".to_vec());
-    }
-    w.commit().unwrap();
-    s.flush().unwrap();
+    let (s, mut model) = stepping(&path, o.clone(), 2);
     // Scattered one-key commits until one of them is a step that leaves entries buffered.
     let mut rng = SmallRng::seed_from_u64(4);
     let mut stepped = false;
@@ -564,17 +571,7 @@ fn an_aged_buffer_in_steps_is_journaled_anew_not_applied() {
         flush_on_close: false,
         ..opts(16 << 20)
     };
-    let s = Storage::open(&path, o.clone()).unwrap();
-    s.set_apply_step_pages(64);
-    let mut model = Model::new();
-    let mut w = s.begin_write().unwrap();
-    for i in 0..5000u32 {
-        let k = format!("k{i:06}").into_bytes();
-        w.put(&k, b"base").unwrap();
-        model.insert(k, b"base".to_vec());
-    }
-    w.commit().unwrap();
-    s.flush().unwrap();
+    let (s, mut model) = stepping(&path, o.clone(), 64);
     let base = s.stats();
     let mut rng = SmallRng::seed_from_u64(5);
     for _ in 0..400 {

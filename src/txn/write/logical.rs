@@ -293,6 +293,10 @@ impl WriteTransaction {
                 v.as_deref().map(Arc::from),
             );
         }
+        if buffer.is_empty() {
+            // Nothing left (the entries below `from` were applied since): a whole apply.
+            return Ok(());
+        }
         let carried: LogicalOps = buffer
             .iter()
             .map(|(k, e)| (k.clone(), e.value.clone()))
@@ -300,23 +304,15 @@ impl WriteTransaction {
         // The next step starts at the first key left, or again at the first key once a step
         // passes the last. The step's record journals every entry it leaves, so none of them
         // pins an older journal file: the buffer's age starts again now.
-        let (buffer_since, sweep) = if carried.is_empty() {
-            (None, None)
-        } else {
-            (
-                Some(std::time::Instant::now()),
-                Some(Sweep {
-                    from: stop.map(|k| BufKey::from(&k[..])),
-                }),
-            )
-        };
         self.step = Some(StepCarry {
             len_delta: visible - self.entries as i64,
             carried,
             buffer,
             buffer_bytes: bytes,
-            buffer_since,
-            sweep,
+            buffer_since: Some(std::time::Instant::now()),
+            sweep: Some(Sweep {
+                from: stop.map(|k| BufKey::from(&k[..])),
+            }),
         });
         Ok(())
     }
