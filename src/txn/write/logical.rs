@@ -134,13 +134,6 @@ impl WriteTransaction {
         self.must_apply_as().is_some()
     }
 
-    /// Whether committing now must apply the buffer ([`WriteTransaction::must_apply`]), and if
-    /// so whether directly (`Some(true)`: the whole buffer with this transaction's operations,
-    /// a large transaction) or as due (`Some(false)`: a step where the storage applies in
-    /// steps). In a storage that applies in steps, a transaction of [`DIRECT_OPS`] operations
-    /// or more is buffered too, and applied in steps like the rest: its keys are taken to be
-    /// scattered (an index batch), where buffering is what spares the leaves, and a whole
-    /// apply would copy as many pages as the leaves they land on in one transaction.
     /// Whether the buffer holds this transaction's operations within its size.
     fn fits_buffer(&self) -> bool {
         self.base.buffer_bytes + self.logical_bytes()
@@ -160,20 +153,32 @@ impl WriteTransaction {
         }
     }
 
+    /// Whether committing now must apply the buffer ([`WriteTransaction::must_apply`]), and if
+    /// so whether directly (`Some(true)`: the whole buffer with this transaction's operations,
+    /// a large transaction) or as due (`Some(false)`: a step where the storage applies in
+    /// steps). In a storage that applies in steps, a transaction of [`DIRECT_OPS`] operations
+    /// or more is buffered too, and applied in steps like the rest: its keys are taken to be
+    /// scattered (an index batch), where buffering is what spares the leaves, and a whole
+    /// apply would copy as many pages as the leaves they land on in one transaction.
     fn must_apply_as(&self) -> Option<bool> {
-        use std::sync::atomic::Ordering::Relaxed;
         let ops = self.logical.as_ref()?;
-        let stepping = self.inner.apply_step_pages.load(Relaxed) > 0
-            && self
-                .inner
-                .steps_paused
-                .load(std::sync::atomic::Ordering::Acquire)
-                == 0;
-        if ops.len() >= DIRECT_OPS && !stepping {
+        if ops.len() >= DIRECT_OPS && self.step_pages().is_none() {
             return Some(true);
         }
         (!self.fits_buffer() || self.base.buffer_aged(self.inner.opts.flush_max_age))
             .then_some(false)
+    }
+
+    /// The pages of an apply step when the storage applies in steps now: set
+    /// ([`crate::Storage::set_apply_step_pages`]), with a buffer (a size of 0 turns buffering
+    /// off: the next commit applies it whole), and not paused (a backup under the engine).
+    fn step_pages(&self) -> Option<usize> {
+        use std::sync::atomic::Ordering::{Acquire, Relaxed};
+        let cap = self.inner.apply_step_pages.load(Relaxed);
+        let on = cap > 0
+            && self.inner.buffer_limit.load(Relaxed) > 0
+            && self.inner.steps_paused.load(Acquire) == 0;
+        on.then(|| usize::try_from(cap).unwrap_or(usize::MAX))
     }
 
     /// Applies the buffer now if committing must apply it ([`WriteTransaction::must_apply`]), and
@@ -196,18 +201,10 @@ impl WriteTransaction {
     ///
     /// Errors: as [`WriteTransaction::apply_buffered`].
     pub(super) fn apply_due(&mut self) -> Result<()> {
-        let cap = self
-            .inner
-            .apply_step_pages
-            .load(std::sync::atomic::Ordering::Relaxed);
-        if self.must_apply_as() == Some(false) && cap > 0 {
+        if let (Some(false), Some(cap)) = (self.must_apply_as(), self.step_pages()) {
             // Only aged, not full: a step of no pages, whose record journals the buffer anew so
             // that it pins no older journal file, and whose entries keep gathering per leaf.
-            let cap = if self.fits_buffer() {
-                0
-            } else {
-                usize::try_from(cap).unwrap_or(usize::MAX)
-            };
+            let cap = if self.fits_buffer() { 0 } else { cap };
             let r = self.apply_step(cap);
             return self.fail(r);
         }
@@ -365,5 +362,60 @@ impl WriteTransaction {
                 .map(|(k, v)| (crate::buffer::BufKey::from(&k[..]), v.map(Arc::from)))
                 .collect(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{FlushMode, Options, Storage};
+
+    fn one_put(s: &Storage, i: u32) {
+        let mut w = s.begin_write().unwrap();
+        w.put(format!("k{:06}", (i * 7919) % 3000), [b'v'; 40])
+            .unwrap();
+        w.commit().unwrap();
+    }
+
+    /// A commit that must apply takes a step only while steps are on: a backup under the
+    /// engine pauses them (its copy of a tree left mid-sweep would lack the entries carried),
+    /// and a buffer turned off at run time is applied whole by the next commit, not carried.
+    #[test]
+    fn paused_steps_and_a_buffer_turned_off_apply_the_whole_buffer() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = Options {
+            write_buffer_bytes: 16 << 10,
+            flush_mode: FlushMode::Manual,
+            ..Options::default()
+        };
+        let s = Storage::open(dir.path().join("s"), o).unwrap();
+        s.set_apply_step_pages(1);
+        let mut w = s.begin_write().unwrap();
+        for i in 0..3000u32 {
+            w.put(format!("k{i:06}"), b"v").unwrap();
+        }
+        w.commit().unwrap();
+        s.flush().unwrap();
+        let before = s.stats();
+        let paused = s.pause_apply_steps();
+        for i in 0..400 {
+            one_put(&s, i);
+        }
+        let st = s.stats();
+        assert_eq!(st.apply_steps, before.apply_steps, "{st:?}");
+        assert!(
+            st.pages_journaled > before.pages_journaled,
+            "the full buffer was applied: {st:?}"
+        );
+        drop(paused);
+        for i in 400..800 {
+            one_put(&s, i);
+        }
+        let st = s.stats();
+        assert!(st.apply_steps > before.apply_steps, "{st:?}");
+        assert!(st.buffer_entries > 0, "{st:?}");
+        s.set_write_buffer_bytes(0);
+        one_put(&s, 800);
+        assert_eq!(s.stats().buffer_entries, 0, "{:?}", s.stats());
+        assert_eq!(s.begin_read().unwrap().len(), 3000);
     }
 }
