@@ -452,7 +452,9 @@ impl Storage {
     /// transaction, whose dirty pages are as many as the leaves its entries land on. With
     /// `pages` > 0 the apply is a *step*: it applies the buffered entries in key order from
     /// where the last step stopped (wrapping around at the last key, a sweep) until the
-    /// transaction has copied `pages` pages, commits them with the entries still buffered, and
+    /// transaction has copied `pages` pages and what is left fits the buffer's size (so the
+    /// buffer never grows past it by more than one transaction's operations), commits them
+    /// with the entries still buffered, and
     /// leaves those for the next steps (design.md section 16, record kind 6). Each leaf is then
     /// written with every entry that reached it since the sweep last passed it, and one commit
     /// holds at most about `pages` pages of images. A commit that finds the buffer aged

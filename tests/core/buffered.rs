@@ -601,3 +601,32 @@ fn an_aged_buffer_in_steps_is_journaled_anew_not_applied() {
     assert_same(&s.begin_read().unwrap(), &model, &mut rng, 10_000);
     assert_eq!(s.stats().buffer_entries, st.buffer_entries);
 }
+
+/// Steps of one page over commits that each add more entries than such a step applies: the
+/// buffer stays within its size plus one commit's operations (steps of `n` pages went on
+/// carrying the rest, and the buffer, and every step record journaling it, grew without bound).
+#[test]
+fn small_steps_keep_the_buffer_within_its_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let (s, mut model) = stepping(&path, opts(16 << 10), 1);
+    let mut rng = SmallRng::seed_from_u64(6);
+    let mut most = 0u64;
+    for _ in 0..300 {
+        let mut w = s.begin_write().unwrap();
+        for _ in 0..20 {
+            let (k, v) = (key(&mut rng, 100_000), vec![7u8; 100]);
+            w.put(&k, &v).unwrap();
+            model.insert(k, v);
+        }
+        w.commit().unwrap();
+        most = most.max(s.stats().buffer_bytes);
+    }
+    let st = s.stats();
+    assert!(st.apply_steps > 50, "{st:?}");
+    assert!(
+        most <= (16 << 10) + 20 * 200,
+        "the buffer reached {most} bytes: {st:?}"
+    );
+    assert_same(&s.begin_read().unwrap(), &model, &mut rng, 100_000);
+}

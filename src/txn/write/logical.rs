@@ -213,14 +213,24 @@ impl WriteTransaction {
 
     /// An apply step: turns this logical transaction into a page transaction that applies the
     /// buffered entries and its own operations (merged, in key order) from where the last step
-    /// stopped, until it has copied `cap` pages (none with `cap` 0) or passed the last key, and
-    /// keeps the rest for its commit to carry ([`StepCarry`]). A step that reaches every entry
+    /// stopped, until it has copied `cap` pages (none with `cap` 0) and what is left fits the
+    /// buffer's size, or it has passed the last key, and keeps the rest for its commit to carry
+    /// ([`StepCarry`]). A step that reaches every entry
     /// is a whole apply. Made at the commit, once the transaction's operations are done: the
     /// transaction's reads see the tree only afterwards.
     fn apply_step(&mut self, cap: usize) -> Result<()> {
         use crate::buffer::{BufKey, Sweep};
         // The count this transaction leaves visible: the committed one and its own changes.
         let delta = self.logical_delta()?;
+        // What the buffer would hold without the step (an upper bound: an operation on a key
+        // already buffered counts twice): a step goes on past `cap` pages until what is left
+        // is within the buffer's size, so the buffer never grows past it by more than one
+        // transaction's operations, however small the steps.
+        let limit = self
+            .inner
+            .buffer_limit
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let mut left = self.base.buffer_bytes + self.logical_bytes();
         let Some(ops) = self.logical.take() else {
             return Ok(());
         };
@@ -244,10 +254,11 @@ impl WriteTransaction {
             let buffered = buffer_range(&base.buffer, lo, Bound::Unbounded);
             for item in MergeNewer::new(own, buffered) {
                 let (k, v) = item?;
-                if (applied > 0 || cap == 0) && self.dirty_pages() >= cap {
+                if (applied > 0 || cap == 0) && self.dirty_pages() >= cap && left <= limit {
                     stop = Some(k.to_vec());
                     break;
                 }
+                left = left.saturating_sub(op_bytes(k, v));
                 match v {
                     Some(v) => self.put_inner(k, v)?,
                     None => {
