@@ -1250,7 +1250,13 @@ impl Inner {
         // a second txn id for them), holds exactly the entries the step carried.
         let (txn_id, buffer, len_delta, buffer_since, sweep) = match step {
             None => (txn, Default::default(), 0, None, None),
-            Some(c) => (txn + 1, c.buffer, c.len_delta, c.buffer_since, c.sweep),
+            Some(c) => (
+                txn + 1,
+                c.buffer,
+                c.len_delta,
+                Some(c.buffer_since),
+                Some(c.sweep),
+            ),
         };
         let next = Arc::new(State {
             txn_id,

@@ -467,9 +467,7 @@ fn journal_files_with_buffered_entries_outlive_flushes_until_applied() {
         w.commit().unwrap();
         model.insert(k.into_bytes(), v.into_bytes());
         if i % 500 == 499 {
-            let open = s.begin_write().unwrap();
-            let r = s.flush().unwrap();
-            drop(open);
+            let r = flush_pages_only(&s);
             assert!(r.flushed_txn < s.stats().last_committed_txn, "{r:?}");
         }
     }
@@ -491,6 +489,15 @@ fn journal_files_with_buffered_entries_outlive_flushes_until_applied() {
     }
     drop(r);
     assert_eq!(s.stats().buffer_entries, 3000, "back from the journal");
+}
+
+/// `Storage::flush` with a write transaction open: the buffer cannot be applied (that needs
+/// the writer), so only the pages are flushed.
+fn flush_pages_only(s: &Storage) -> omnibus::FlushReport {
+    let open = s.begin_write().unwrap();
+    let r = s.flush().unwrap();
+    drop(open);
+    r
 }
 
 /// Opens the storage at `path` with `o`, applying in steps of `step` pages, with 5,000 keys
@@ -541,9 +548,7 @@ fn a_flushed_apply_step_still_gives_back_the_entries_it_carried() {
     assert!(stepped, "no apply step left entries buffered");
     let carried = s.stats().buffer_entries;
     // A flush while a writer is open flushes pages only: the step's pages, not its buffer.
-    let open = s.begin_write().unwrap();
-    let r = s.flush().unwrap();
-    drop(open);
+    let r = flush_pages_only(&s);
     assert_eq!(r.flushed_txn + 1, s.stats().last_committed_txn, "{r:?}");
     s.sync_journal().unwrap();
     drop(s);
@@ -591,9 +596,7 @@ fn an_aged_buffer_in_steps_is_journaled_anew_not_applied() {
     );
     // A flush while a writer is open flushes pages only, and lets every journal file before
     // the last step go.
-    let open = s.begin_write().unwrap();
-    s.flush().unwrap();
-    drop(open);
+    flush_pages_only(&s);
     assert!(s.stats().journal_files <= 3, "{:?}", s.stats());
     s.sync_journal().unwrap();
     drop(s);

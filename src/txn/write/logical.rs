@@ -42,9 +42,9 @@ pub(crate) struct StepCarry {
     /// Keys `buffer` adds to the tree's count after the step.
     pub len_delta: i64,
     /// Since when `buffer` pins the journal: the step itself, whose record holds every entry.
-    pub buffer_since: Option<std::time::Instant>,
+    pub buffer_since: std::time::Instant,
     /// Where the next step starts.
-    pub sweep: Option<crate::buffer::Sweep>,
+    pub sweep: crate::buffer::Sweep,
 }
 
 impl WriteTransaction {
@@ -317,10 +317,10 @@ impl WriteTransaction {
             carried,
             buffer,
             buffer_bytes: bytes,
-            buffer_since: Some(std::time::Instant::now()),
-            sweep: Some(Sweep {
+            buffer_since: std::time::Instant::now(),
+            sweep: Sweep {
                 from: stop.map(|k| BufKey::from(&k[..])),
-            }),
+            },
         });
         Ok(())
     }
