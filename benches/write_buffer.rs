@@ -7,15 +7,17 @@
 //!   keys (`--preload`), so that each batch lands on as many leaves as it has keys;
 //! - eventual commits: one random key a commit, `Durability::Eventual`;
 //! - sorted inserts: batches of 10,000 ascending keys;
-//! - reads: random in-cache gets and full forward scans of the loaded storage, with its buffer
-//!   full (before an apply) and empty (after `flush`);
+//! - reads: random in-cache gets and full forward scans of the loaded storage, flushed (no
+//!   page in its scratch table), with 200,000 more keys in its buffer (`--read-buffered`) and
+//!   then with them applied and flushed: the same keys, the same tree pages read through the
+//!   map, so that the ratio is the buffer's merge alone;
 //! - recovery: the open of a storage whose full 64 MiB buffer is only in the journal.
 //!
 //! The storages flush only where a case ends (`FlushMode::Manual`), with both timed in the case
 //! (the buffered storage applies its buffer there): all of a case's work is in its time. Prints keys/s (or commits/s) per case and the
 //! buffered/unbuffered ratio.
 //!
-//! `cargo bench --bench write_buffer -- [--preload N] [--batches N] [--dir D]`
+//! `cargo bench --bench write_buffer -- [--preload N] [--batches N] [--read-buffered N] [--dir D]`
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -34,6 +36,8 @@ struct Config {
     /// Random keys loaded into each storage first (10,000 a commit, flushed), so that the
     /// batches land in a tree of many leaves.
     preload: u64,
+    /// Keys buffered for the reads with a full buffer.
+    read_buffered: u64,
 }
 
 fn parse() -> Config {
@@ -41,6 +45,7 @@ fn parse() -> Config {
         dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-tmp"),
         batches: 60,
         preload: 1_000_000,
+        read_buffered: 200_000,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -51,6 +56,12 @@ fn parse() -> Config {
                     .next()
                     .and_then(|n| n.parse().ok())
                     .expect("--preload N")
+            }
+            "--read-buffered" => {
+                cfg.read_buffered = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .expect("--read-buffered N")
             }
             "--batches" => {
                 cfg.batches = args
@@ -205,9 +216,49 @@ fn main() {
         w.commit().expect("commit");
     });
 
-    // Reads of the buffered storage with its buffer full, then empty (applied by the flush).
+    let f = [flushed(&off), flushed(&on)];
+    println!(
+        "  (the synced batches' closing flush: {:.2} s / {:.2} s, the buffered one with its apply)",
+        f[0], f[1]
+    );
+    t[0] += f[0];
+    t[1] += f[1];
+    assert_eq!(on.stats().buffer_entries, 0, "flush applied the buffer");
+    row(
+        "synced batches of 1,000 keys",
+        "keys/s",
+        cfg.batches as f64 * 1000.0,
+        t,
+    );
+
+    // Reads of the buffered storage: flushed, then with more keys in its buffer (a few
+    // commits of 4,000 keys, under `DIRECT_OPS`, within its size and age: nothing applied, no
+    // page copied), then with those
+    // applied and flushed. Either way the tree's pages are read through the map.
+    let extra = cfg.read_buffered;
+    let mut next = 0u64;
+    while next < extra {
+        let mut w = on.begin_write().expect("begin");
+        for _ in 0..4_000.min(extra - next) {
+            let n = 1 << 44 | next;
+            w.put(batch_key(n), value(n)).expect("put");
+            next += 1;
+        }
+        w.commit().expect("commit");
+    }
+    let st = on.stats();
+    assert_eq!(st.buffer_entries, extra, "the extra keys stay buffered");
+    assert_eq!(st.scratch_bytes, 0, "no page was copied");
+    // A third of the gets ask for a buffered key, the rest for keys in the tree.
     let keys: Vec<[u8; 24]> = (0..200_000u64)
-        .map(|i| batch_key(splitmix(i) % (cfg.batches * 1000)))
+        .map(|i| {
+            let r = splitmix(i);
+            if i % 3 == 0 && extra > 0 {
+                batch_key((1 << 44) | (r % extra))
+            } else {
+                batch_key(r % (cfg.batches * 1000))
+            }
+        })
         .collect();
     let gets = |s: &Storage| {
         let r = s.begin_read().expect("read");
@@ -229,21 +280,10 @@ fn main() {
     gets(&on);
     let full = [gets(&on), gets(&on)];
     let (scan_full, n) = scan(&on);
-
-    let f = [flushed(&off), flushed(&on)];
-    println!(
-        "  (the synced batches' closing flush: {:.2} s / {:.2} s, the buffered one with its apply)",
-        f[0], f[1]
-    );
-    t[0] += f[0];
-    t[1] += f[1];
+    on.flush().expect("flush");
+    on.flush().expect("flush");
     assert_eq!(on.stats().buffer_entries, 0, "flush applied the buffer");
-    row(
-        "synced batches of 1,000 keys",
-        "keys/s",
-        cfg.batches as f64 * 1000.0,
-        t,
-    );
+    assert_eq!(on.stats().scratch_bytes, 0, "flush wrote every page");
     gets(&on);
     let empty = [gets(&on), gets(&on)];
     let (scan_empty, n2) = scan(&on);

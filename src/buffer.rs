@@ -4,17 +4,28 @@
 //!
 //! A buffered commit journals its operations as one logical record (design.md 3.9) and adds
 //! them here instead of copying leaves; an *apply* (an ordinary page transaction) later moves
-//! all of them into the tree at once, so a leaf is written once for the many entries pending
-//! on it rather than once per entry. The buffer is a persistent ordered map (`imbl::OrdMap`)
-//! inside the published [`crate::state::State`]: a snapshot holds the buffer as of its own
-//! transaction, so reads see exactly the commits up to theirs (invariant I13), and an apply
-//! never changes what an older snapshot sees.
+//! them into the tree, so a leaf is written once for the many entries pending on it rather
+//! than once per entry.
+//!
+//! The buffer is a short list of immutable sorted *runs*, shared by reference count, inside
+//! the published [`crate::state::State`]: a commit adds its operations (already sorted) as a
+//! new run, and runs of similar size are merged, newest over oldest, as a binary counter
+//! carries, so that each run is at least [`MERGE_RATIO`] times the size of the next newer one
+//! (the logarithmic method of Bentley and Saxe, as an LSM-tree's in-memory levels). A commit
+//! therefore copies no older entry unless it merges runs, and an entry is copied about
+//! log(entries / commit size) times in all, sequentially; a lookup searches each run, newest
+//! first. A snapshot holds the runs as of its own transaction, so reads see exactly the
+//! commits up to theirs (invariant I13), and an apply never changes what an older snapshot
+//! sees.
 
 use std::cmp::Ordering;
 use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::error::Result;
+
+mod bloom;
+use bloom::{key_hash, Bloom};
 
 /// Bytes of write buffers of the process ([`live_buffer_bytes`]).
 static LIVE_BUFFER_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -23,7 +34,7 @@ static LIVE_BUFFER_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::Atom
 /// key, its value and 64 bytes, as [`crate::StorageStats::buffer_bytes`]): the sibling of
 /// [`crate::live_image_bytes`], and held with it under the actor runtime's memory budget. A
 /// storage counts its current buffer from open to close; an older snapshot that still holds a
-/// buffer already applied is not counted (its entries share the current buffer's nodes or are
+/// buffer already applied is not counted (its runs are shared with the current buffer or are
 /// about to be freed). One relaxed atomic load.
 pub fn live_buffer_bytes() -> u64 {
     LIVE_BUFFER_BYTES.load(std::sync::atomic::Ordering::Relaxed)
@@ -40,15 +51,303 @@ pub(crate) fn account(old: u64, new: u64) {
     }
 }
 
-/// One buffered entry: the newest committed operation on its key, newer than the tree.
-#[derive(Debug, Clone)]
-pub(crate) struct BufEntry {
-    /// The value put; `None` for a delete (a tombstone hiding the tree's entry).
-    pub value: Option<Arc<[u8]>>,
+/// One buffered operation, the newest committed on its key: the key, and the value put or
+/// `None` for a delete (a tombstone hiding the tree's entry).
+pub(crate) type RunEntry = (BufKey, Option<Arc<[u8]>>);
+
+/// How much larger than the next newer run each run is kept: a new run is merged into the one
+/// before it while that one holds at most this many times its entries. With 4 the buffer holds
+/// at most log4(entries / smallest commit) + 1 runs (10 for a million one-key commits), and an
+/// entry is copied about twice per level it passes.
+pub(crate) const MERGE_RATIO: usize = 4;
+
+/// Runs of at least this many entries get a [`Bloom`] filter: a smaller one is searched in a
+/// few cache lines anyway.
+const BLOOM_MIN: usize = 256;
+
+/// One run of a [`Buffer`]: entries strictly increasing by key, and, for a large run, a filter
+/// of its keys, built by the first lookup that reaches the run (a storage that only writes,
+/// an index, never builds one). Reads as its slice of entries.
+struct Run {
+    entries: Arc<[RunEntry]>,
+    bloom: std::sync::OnceLock<Option<Bloom>>,
 }
 
-/// Buffered entries by key.
-pub(crate) type Buffer = imbl::OrdMap<BufKey, BufEntry>;
+impl Run {
+    fn new(entries: Arc<[RunEntry]>) -> Run {
+        Run {
+            entries,
+            bloom: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// False when the run cannot hold a key of hash `h` ([`key_hash`]).
+    fn may_contain(&self, h: u64) -> bool {
+        let bloom = self.bloom.get_or_init(|| {
+            (self.entries.len() >= BLOOM_MIN).then(|| {
+                Bloom::new(
+                    self.entries.len(),
+                    self.entries.iter().map(|(k, _)| key_hash(k.as_ref())),
+                )
+            })
+        });
+        bloom.as_ref().is_none_or(|b| b.may_contain(h))
+    }
+}
+
+impl std::ops::Deref for Run {
+    type Target = [RunEntry];
+    fn deref(&self) -> &[RunEntry] {
+        &self.entries
+    }
+}
+
+/// Buffered entries: sorted runs, oldest first, each strictly increasing by key; on a key held
+/// by several runs the newest run's entry is the buffer's. Cloning shares the runs.
+#[derive(Clone, Default)]
+pub(crate) struct Buffer {
+    runs: Vec<Arc<Run>>,
+    /// Entries in all runs together (a key in two runs counts twice until they merge).
+    held: usize,
+}
+
+impl std::fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sizes: Vec<usize> = self.runs.iter().map(|r| r.len()).collect();
+        write!(f, "Buffer(runs {sizes:?})")
+    }
+}
+
+impl Buffer {
+    /// A buffer of one run, shared: `entries`, which must be strictly increasing by key.
+    pub fn from_run(entries: Arc<[RunEntry]>) -> Buffer {
+        debug_assert!(entries.windows(2).all(|w| w[0].0 < w[1].0));
+        if entries.is_empty() {
+            return Buffer::default();
+        }
+        Buffer {
+            held: entries.len(),
+            runs: vec![Arc::new(Run::new(entries))],
+        }
+    }
+
+    /// True when no entry is buffered.
+    pub fn is_empty(&self) -> bool {
+        self.held == 0
+    }
+
+    /// Entries held: each key once per run that holds it (the runs merge keys as they merge).
+    pub fn len(&self) -> usize {
+        self.held
+    }
+
+    /// The newest operation on `key`, if buffered (`Some(None)`: a delete): one binary search
+    /// per run, newest run first, skipping a run whose keys' range or filter rules the key out.
+    pub fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
+        if self.runs.is_empty() {
+            return None;
+        }
+        let h = key_hash(key);
+        self.runs.iter().rev().find_map(|run| {
+            let (first, last) = (run.first()?, run.last()?);
+            if key < first.0.as_ref() || key > last.0.as_ref() {
+                return None;
+            }
+            if !run.may_contain(h) {
+                return None;
+            }
+            run.binary_search_by(|(k, _)| k.as_ref().cmp(key))
+                .ok()
+                .map(|i| run[i].1.as_deref())
+        })
+    }
+
+    /// Adds the operations of one commit, newer than every entry held: `entries` strictly
+    /// increasing by key (a caller whose entries may not be, a journal record being replayed,
+    /// uses [`Buffer::push_unsorted`]). Returns the change of [`entry_bytes`] over the entries
+    /// held: the new entries' bytes, less those of older entries a merge of runs dropped.
+    pub fn push_run(&mut self, entries: Vec<RunEntry>) -> i64 {
+        debug_assert!(entries.windows(2).all(|w| w[0].0 < w[1].0));
+        if entries.is_empty() {
+            return 0;
+        }
+        let mut delta: i64 = entries.iter().map(|(k, v)| bytes_of(k, v) as i64).sum();
+        self.held += entries.len();
+        self.runs.push(Arc::new(Run::new(entries.into())));
+        // Bounded: every merge removes a run.
+        while self.runs.len() >= 2 {
+            let n = self.runs.len();
+            if self.runs[n - 2].len() > MERGE_RATIO * self.runs[n - 1].len() {
+                break;
+            }
+            let (Some(newer), Some(older)) = (self.runs.pop(), self.runs.pop()) else {
+                unreachable!("two runs are held");
+            };
+            let merged = merge_runs(&older, &newer);
+            let dropped = older.len() + newer.len() - merged.len();
+            if dropped > 0 {
+                delta -= shadowed_bytes(&older, &newer);
+                self.held -= dropped;
+            }
+            self.runs.push(Arc::new(Run::new(merged.into())));
+        }
+        delta
+    }
+
+    /// [`Buffer::push_run`] of operations in any order, the last of a repeated key winning.
+    pub fn push_unsorted(&mut self, mut entries: Vec<RunEntry>) -> i64 {
+        if !entries.windows(2).all(|w| w[0].0 < w[1].0) {
+            // A stable sort keeps a repeated key's operations in order: keep the last of each.
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut out: Vec<RunEntry> = Vec::with_capacity(entries.len());
+            for e in entries {
+                match out.last_mut() {
+                    Some(l) if l.0 == e.0 => *l = e,
+                    _ => out.push(e),
+                }
+            }
+            entries = out;
+        }
+        self.push_run(entries)
+    }
+
+    /// The buffer's entries within `(start, end)`, each key once with its newest operation, in
+    /// key order from either end. `start` past `end` selects nothing.
+    pub fn range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Merged<'_> {
+        if range_is_empty(start, end) {
+            return Merged { runs: Vec::new() };
+        }
+        let runs = self
+            .runs
+            .iter()
+            .map(|run| {
+                let lo = match start {
+                    Bound::Unbounded => 0,
+                    Bound::Included(s) => run.partition_point(|(k, _)| k.as_ref() < s),
+                    Bound::Excluded(s) => run.partition_point(|(k, _)| k.as_ref() <= s),
+                };
+                let hi = match end {
+                    Bound::Unbounded => run.len(),
+                    Bound::Included(e) => run.partition_point(|(k, _)| k.as_ref() <= e),
+                    Bound::Excluded(e) => run.partition_point(|(k, _)| k.as_ref() < e),
+                };
+                &run[lo..hi.max(lo)]
+            })
+            .filter(|r| !r.is_empty())
+            .collect();
+        Merged { runs }
+    }
+
+    /// Every entry, each key once with its newest operation, in key order.
+    pub fn iter(&self) -> Merged<'_> {
+        self.range(Bound::Unbounded, Bound::Unbounded)
+    }
+}
+
+/// [`entry_bytes`] of one run entry.
+pub(crate) fn bytes_of(k: &BufKey, v: &Option<Arc<[u8]>>) -> u64 {
+    entry_bytes(k.as_ref().len(), v.as_ref().map_or(0, |v| v.len()))
+}
+
+/// `newer` merged over `older` (both strictly increasing): one entry per key, `newer`'s where
+/// both hold it.
+fn merge_runs(older: &[RunEntry], newer: &[RunEntry]) -> Vec<RunEntry> {
+    let mut out = Vec::with_capacity(older.len() + newer.len());
+    let (mut i, mut j) = (0, 0);
+    // Bounded: every turn moves `i`, `j` or both forward.
+    while i < older.len() && j < newer.len() {
+        match older[i].0.cmp(&newer[j].0) {
+            Ordering::Less => {
+                out.push(older[i].clone());
+                i += 1;
+            }
+            Ordering::Greater => {
+                out.push(newer[j].clone());
+                j += 1;
+            }
+            Ordering::Equal => {
+                out.push(newer[j].clone());
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    out.extend_from_slice(&older[i..]);
+    out.extend_from_slice(&newer[j..]);
+    out
+}
+
+/// Bytes of the entries of `older` whose key `newer` also holds (both strictly increasing).
+fn shadowed_bytes(older: &[RunEntry], newer: &[RunEntry]) -> i64 {
+    let (mut i, mut j, mut n) = (0, 0, 0i64);
+    while i < older.len() && j < newer.len() {
+        match older[i].0.cmp(&newer[j].0) {
+            Ordering::Less => i += 1,
+            Ordering::Greater => j += 1,
+            Ordering::Equal => {
+                n += bytes_of(&older[i].0, &older[i].1) as i64;
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    n
+}
+
+/// The runs of a [`Buffer`] within a range merged into one stream: each key once, with the
+/// newest run's operation, from either end. Each step compares the ends of every run left
+/// (at most [`Buffer::runs`]).
+pub(crate) struct Merged<'a> {
+    /// The part of each run not yet yielded, oldest run first.
+    runs: Vec<&'a [RunEntry]>,
+}
+
+impl<'a> Merged<'a> {
+    /// The next entry from the front (`front`) or the back: the smallest (largest) key at that
+    /// end of any run, with the newest run's operation, and that key taken off every run (a
+    /// run holding the key holds it at that end, the others being past it).
+    fn take(&mut self, front: bool) -> Option<&'a RunEntry> {
+        let mut best: Option<&'a RunEntry> = None;
+        for run in &self.runs {
+            let Some(e) = (if front { run.first() } else { run.last() }) else {
+                continue;
+            };
+            let better = best.is_none_or(|b| {
+                let o = e.0.cmp(&b.0);
+                // Later runs are newer: on an equal key the later one wins.
+                o == Ordering::Equal || (o == Ordering::Less) == front
+            });
+            if better {
+                best = Some(e);
+            }
+        }
+        let best = best?;
+        for run in self.runs.iter_mut() {
+            let end = if front { run.first() } else { run.last() };
+            if end.is_some_and(|(rk, _)| *rk == best.0) {
+                *run = if front {
+                    &run[1..]
+                } else {
+                    &run[..run.len() - 1]
+                };
+            }
+        }
+        Some(best)
+    }
+}
+
+impl<'a> Iterator for Merged<'a> {
+    type Item = &'a RunEntry;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.take(true)
+    }
+}
+
+impl DoubleEndedIterator for Merged<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.take(false)
+    }
+}
 
 /// Where the apply steps of a buffered storage stand ([`crate::Storage::set_apply_step_pages`],
 /// design.md section 16): the tree holds part of what was buffered before its last page
@@ -63,10 +362,11 @@ pub(crate) struct Sweep {
 const INLINE_KEY: usize = 46;
 
 /// A buffered key: held inline when at most [`INLINE_KEY`] bytes (index entries, most
-/// document ids), else shared on the heap. A lookup compares the key with about
-/// log2(entries) keys of the map's nodes: inline, each comparison reads the node itself instead
-/// of following a pointer to a heap allocation (a cache miss each, at a few hundred thousand
-/// entries: lookups took twice as long as the tree's own).
+/// document ids), else shared on the heap. A lookup compares the key with about log2(entries)
+/// keys of each run it searches: inline, each comparison reads the run itself instead of
+/// following a pointer to a heap allocation (a cache miss each, at a few hundred thousand
+/// entries: lookups took twice as long as the tree's own), and a run's merge copies keys
+/// without touching reference counts.
 #[derive(Clone)]
 pub(crate) enum BufKey {
     /// A short key: its length and bytes.
@@ -129,8 +429,9 @@ impl std::fmt::Debug for BufKey {
     }
 }
 
-/// Bytes an entry of key `k` and value `v` counts for in the buffer's size (its key and value,
-/// and a fixed 64 bytes for the map's node slot, the reference counts and the txn id).
+/// Bytes an entry of key `k` and value `v` counts for in the buffer's size: its key and value,
+/// and a fixed 64 bytes for its slot in a run (a [`RunEntry`]: the inline key and the value's
+/// pointer) and the value's reference counts.
 pub(crate) fn entry_bytes(key_len: usize, value_len: usize) -> u64 {
     (key_len + value_len + 64) as u64
 }
@@ -266,23 +567,8 @@ where
     }
 }
 
-/// Puts operation `value` (`None`: a delete) on `key` into `buffer`, replacing the key's older
-/// one, and keeps `bytes` ([`entry_bytes`] of every entry) up to date.
-pub(crate) fn put_entry(
-    buffer: &mut Buffer,
-    bytes: &mut u64,
-    key: BufKey,
-    value: Option<Arc<[u8]>>,
-) {
-    let len = key.as_ref().len();
-    *bytes += entry_bytes(len, value.as_ref().map_or(0, |v| v.len()));
-    if let Some(old) = buffer.insert(key, BufEntry { value }) {
-        *bytes -= entry_bytes(len, old.value.as_ref().map_or(0, |v| v.len()));
-    }
-}
-
 /// True when no key lies within `(start, end)`: its start is past its end. `BTreeMap::range`
-/// and imbl's `range` panic on such bounds; every range call of the crate selects nothing.
+/// panics on such bounds; every range call of the crate selects nothing.
 pub(crate) fn range_is_empty(start: Bound<&[u8]>, end: Bound<&[u8]>) -> bool {
     match (start, end) {
         (Bound::Included(s), Bound::Included(e)) => s > e,
@@ -298,15 +584,9 @@ pub(crate) fn buffer_range<'a>(
     start: Bound<&[u8]>,
     end: Bound<&[u8]>,
 ) -> impl DoubleEndedIterator<Item = LayerItem<'a>> + Send + Sync + 'a {
-    let range = if range_is_empty(start, end) {
-        None
-    } else {
-        Some(buffer.range::<_, [u8]>((start, end)))
-    };
-    range
-        .into_iter()
-        .flatten()
-        .map(|(k, e)| Ok((k.as_ref(), e.value.as_deref())))
+    buffer
+        .range(start, end)
+        .map(|(k, v)| Ok((k.as_ref(), v.as_deref())))
 }
 
 #[cfg(test)]
@@ -316,6 +596,100 @@ mod tests {
 
     fn items(m: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Vec<LayerItem<'_>> {
         m.iter().map(|(k, v)| Ok((&k[..], v.as_deref()))).collect()
+    }
+
+    /// Commits of random sizes pushed as runs read back, by `get` and by `range` from either
+    /// end, exactly as a map of the newest operation per key; the runs keep their sizes
+    /// apart by [`MERGE_RATIO`] (so few are held) and the bytes returned add up to what the
+    /// runs hold.
+    #[test]
+    fn runs_read_as_the_newest_operation_per_key() {
+        let mut x = 11u64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for round in 0..40 {
+            let mut b = Buffer::default();
+            let mut model: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+            let mut bytes = 0i64;
+            let keys = 1 + rnd(if round % 2 == 0 { 50 } else { 3000 });
+            for _ in 0..rnd(200) {
+                let mut ops: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+                let most = if rnd(4) == 0 { 400 } else { 8 };
+                for _ in 0..1 + rnd(most) {
+                    let k = format!("k{:05}", rnd(keys)).into_bytes();
+                    let v = (rnd(4) > 0).then(|| vec![rnd(256) as u8; rnd(30) as usize]);
+                    ops.insert(k, v);
+                }
+                let run: Vec<RunEntry> = ops
+                    .iter()
+                    .map(|(k, v)| (BufKey::from(&k[..]), v.as_deref().map(Arc::from)))
+                    .collect();
+                model.extend(ops);
+                bytes += b.push_run(run);
+                let sizes: Vec<usize> = b.runs.iter().map(|r| r.len()).collect();
+                assert!(
+                    sizes.windows(2).all(|w| w[0] > MERGE_RATIO * w[1]),
+                    "{sizes:?}"
+                );
+            }
+            let held: u64 = b
+                .runs
+                .iter()
+                .flat_map(|r| r.iter())
+                .map(|(k, v)| bytes_of(k, v))
+                .sum();
+            assert_eq!(bytes, held as i64);
+            assert_eq!(b.len(), b.runs.iter().map(|r| r.len()).sum::<usize>());
+            for i in 0..keys + 5 {
+                let k = format!("k{i:05}").into_bytes();
+                assert_eq!(
+                    b.get(&k).map(|v| v.map(<[u8]>::to_vec)),
+                    model.get(&k).cloned(),
+                    "{k:?}"
+                );
+            }
+            let lo = format!("k{:05}", rnd(keys)).into_bytes();
+            let hi = format!("k{:05}", rnd(keys)).into_bytes();
+            let own = |it: &mut dyn Iterator<Item = &RunEntry>| -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+                it.map(|(k, v)| (k.as_ref().to_vec(), v.as_deref().map(<[u8]>::to_vec)))
+                    .collect()
+            };
+            let bounds = (Bound::Included(&lo[..]), Bound::Excluded(&hi[..]));
+            let expect: Vec<_> = if lo < hi {
+                model
+                    .range::<[u8], _>(bounds)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            assert_eq!(own(&mut b.range(bounds.0, bounds.1)), expect);
+            let mut back = own(&mut b.range(bounds.0, bounds.1).rev());
+            back.reverse();
+            assert_eq!(back, expect);
+            let all: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            let mut it = b.iter();
+            let (mut f, mut bk) = (Vec::new(), Vec::new());
+            loop {
+                let front = rnd(2) == 0;
+                let Some((k, v)) = (if front { it.next() } else { it.next_back() }) else {
+                    break;
+                };
+                let o = (k.as_ref().to_vec(), v.as_deref().map(<[u8]>::to_vec));
+                if front {
+                    f.push(o);
+                } else {
+                    bk.push(o);
+                }
+            }
+            bk.reverse();
+            f.extend(bk);
+            assert_eq!(f, all);
+        }
     }
 
     /// Merging from the front, the back, or both ends alternately yields exactly the newer

@@ -198,8 +198,17 @@ pub(crate) struct State {
     pub buffer: crate::buffer::Buffer,
     /// Bytes the buffer counts for ([`crate::buffer::entry_bytes`] of each entry).
     pub buffer_bytes: u64,
-    /// Keys the buffer adds to the tree's `entries` (negative: removes).
-    pub len_delta: i64,
+    /// Keys the buffer adds to the tree's `entries` (negative: removes), once counted: by the
+    /// first [`State::len`] of this state (one tree lookup per buffered entry), or by the
+    /// logical commit that published it, from its base's count (one lookup per key it
+    /// changed) once [`State::len_wanted`] is set. So a buffered commit looks nothing up to
+    /// count until someone asks the storage for its count.
+    pub len_delta: std::sync::OnceLock<i64>,
+    /// Set, for every state of the storage, by the first [`State::len`] that had to count:
+    /// from then on logical commits keep the count as they commit (so a storage whose count
+    /// is read often, its stats by a monitor, does not pay one lookup per buffered entry at
+    /// each read).
+    pub len_wanted: Arc<std::sync::atomic::AtomicBool>,
     /// Since when the buffer pins the journal (`None`: the buffer is empty): when its oldest
     /// entry was committed, or the last apply step, whose record holds every entry it left.
     pub buffer_since: Option<Instant>,
@@ -259,7 +268,7 @@ impl State {
             txn_id: self.tree_txn,
             buffer: Default::default(),
             buffer_bytes: 0,
-            len_delta: 0,
+            len_delta: std::sync::OnceLock::from(0),
             buffer_since: None,
             ..(**self).clone()
         }))
@@ -277,21 +286,30 @@ impl State {
         self.buffer_due_in(max_age).is_some_and(|d| d.is_zero())
     }
 
-    /// Keys visible in this state: the tree's, and the buffered entries' net count.
+    /// Keys visible in this state: the tree's, and the buffered entries' net count, counted at
+    /// the first call ([`State::count_buffer_delta`]) and kept. If a tree lookup fails (a
+    /// damaged page) the buffered entries are left out of the count, uncached.
     pub fn len(&self) -> u64 {
-        (self.entries as i64).saturating_add(self.len_delta).max(0) as u64
+        let delta = match self.len_delta.get() {
+            Some(d) => *d,
+            None => {
+                self.len_wanted
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                match self.count_buffer_delta() {
+                    Ok(d) => *self.len_delta.get_or_init(|| d),
+                    Err(_) => 0,
+                }
+            }
+        };
+        (self.entries as i64).saturating_add(delta).max(0) as u64
     }
 
     /// The buffered entries' net count over the tree, by looking each one up in the tree:
-    /// +1 for a put of a key the tree lacks, -1 for a delete of a key it has (used once at open,
-    /// after the journal's logical records are back in the buffer).
+    /// +1 for a put of a key the tree lacks, -1 for a delete of a key it has.
     ///
     /// Errors: [`Error::Corruption`] from a tree lookup.
     pub fn count_buffer_delta(&self) -> Result<i64> {
-        let entries = self
-            .buffer
-            .iter()
-            .map(|(k, e)| (k.as_ref(), e.value.is_some()));
+        let entries = self.buffer.iter().map(|(k, v)| (k.as_ref(), v.is_some()));
         self.net_count(entries, false)
     }
 
@@ -309,7 +327,7 @@ impl State {
         let mut n = 0i64;
         for (k, put) in ops {
             let before = match buffer.then(|| self.buffer.get(k)).flatten() {
-                Some(e) => e.value.is_some(),
+                Some(v) => v.is_some(),
                 None => crate::btree::get(self, k)?.is_some(),
             };
             n += put as i64 - before as i64;

@@ -934,7 +934,8 @@ impl Inner {
             tree_txn: hdr.flushed_txn,
             buffer: Default::default(),
             buffer_bytes: 0,
-            len_delta: 0,
+            len_delta: Default::default(),
+            len_wanted: Default::default(),
             buffer_since: None,
             sweep: None,
             scratch: Default::default(),
@@ -943,9 +944,6 @@ impl Inner {
             mapping,
         };
         let files = recover(&*env, &journals_dir, &borrowed, &hdr, &mut state)?;
-        if !state.buffer.is_empty() {
-            state.len_delta = state.count_buffer_delta()?;
-        }
         let max_no = files.keys().next_back().copied().unwrap_or(0);
         let replayed = state.txn_id > hdr.flushed_txn;
         if replayed {
@@ -1248,12 +1246,11 @@ impl Inner {
         // A page commit of a buffered storage holds every buffered entry before it (design.md
         // invariant I13): the buffer starts empty again, or, after an apply step (which takes
         // a second txn id for them), holds exactly the entries the step carried.
-        let (txn_id, buffer, len_delta, buffer_since, sweep) = match step {
-            None => (txn, Default::default(), 0, None, None),
+        let (txn_id, buffer, buffer_since, sweep) = match step {
+            None => (txn, Default::default(), None, None),
             Some(c) => (
                 txn + 1,
-                c.buffer,
-                c.len_delta,
+                crate::buffer::Buffer::from_run(c.carried),
                 Some(c.buffer_since),
                 Some(c.sweep),
             ),
@@ -1268,7 +1265,8 @@ impl Inner {
             tree_txn: txn,
             buffer,
             buffer_bytes: buffered,
-            len_delta,
+            len_delta: Default::default(),
+            len_wanted: cur.len_wanted.clone(),
             buffer_since,
             sweep,
             scratch,
@@ -1288,22 +1286,24 @@ impl Inner {
     }
 
     /// Publishes logical commit `txn` of a buffered storage: its operations `ops` (key, value
-    /// or `None` for a delete) join the buffer; the tree is unchanged.
-    /// `delta` is the keys the operations add to the state's count (negative: remove).
-    pub fn publish_logical(&self, txn: u64, ops: &crate::txn::LogicalOps, delta: i64) {
+    /// or `None` for a delete, strictly increasing by key) join the buffer as its newest run;
+    /// the tree is unchanged. `delta`, when the commit counted its keys
+    /// ([`State::len_wanted`]), is what they add to the count.
+    pub fn publish_logical(&self, txn: u64, ops: crate::txn::LogicalOps, delta: Option<i64>) {
         let _g = lock(&self.publish);
         let cur = self.current.load_full();
         debug_assert_eq!(cur.txn_id + 1, txn, "commits publish in txn order");
         let mut buffer = cur.buffer.clone();
-        let mut bytes = cur.buffer_bytes;
-        for (k, v) in ops {
-            crate::buffer::put_entry(&mut buffer, &mut bytes, k.clone(), v.clone());
-        }
+        let grown = buffer.push_run(ops);
+        let bytes = cur.buffer_bytes.saturating_add_signed(grown);
         let next = Arc::new(State {
             txn_id: txn,
             buffer,
             buffer_bytes: bytes,
-            len_delta: cur.len_delta + delta,
+            len_delta: match (delta, cur.len_delta.get()) {
+                (Some(d), Some(c)) => std::sync::OnceLock::from(c + d),
+                _ => Default::default(),
+            },
             buffer_since: cur.buffer_since.or_else(|| Some(Instant::now())),
             ..(*cur).clone()
         });

@@ -70,8 +70,8 @@ impl IndexDefinition {
     /// An index named `name` (its branch storage; the rules of
     /// [`crate::Database::validate_storage_name`], checked by `define_index`) with map function
     /// `map`. Defaults: at least 250 ms between the starts of two batches, at most 16,384 document
-    /// changes per batch, 32 MiB of reconcile memory, no forced rebuild, no write buffer
-    /// ([`Self::DEFAULT_WRITE_BUFFER_BYTES`]).
+    /// changes per batch, 32 MiB of reconcile memory, no forced rebuild, a write buffer of the
+    /// engine's share ([`Self::DEFAULT_WRITE_BUFFER_BYTES`]).
     pub fn new(
         name: impl Into<String>,
         map: impl Fn(&[u8], &[u8]) -> Vec<Vec<u8>> + Send + Sync + 'static,
@@ -152,15 +152,14 @@ impl IndexDefinition {
         self
     }
 
-    /// The default of [`Self::write_buffer_bytes`]: 0, no buffer. Measured with 100 scattered
-    /// indexes (docs/BENCHMARKS.md, "Buffered indexes in `bench shop`"): buffered, a run of
-    /// 240 s wrote 0.35x the bytes per document of one whose whole buffers were applied at
-    /// once, within the memory budget; but the first minute, with the trees in memory, costs
-    /// about 1.3x the CPU per document of unbuffered indexes (the buffer's persistent map
-    /// copies a node path per entry, and each entry is looked up in the tree for the count),
-    /// and the indexes lag further behind. Buffer an index whose tree outgrows the memory
-    /// budget, with `write_buffer_bytes(64 << 20)` (the engine's share then decides).
-    pub const DEFAULT_WRITE_BUFFER_BYTES: u64 = 0;
+    /// The default of [`Self::write_buffer_bytes`]: 64 MiB asked, so the engine's share
+    /// decides (3.4 MiB for each of 100 indexes under the default 512 MiB budget). Measured
+    /// with the main job's 100 scattered indexes (docs/BENCHMARKS.md, "Buffered indexes in
+    /// `bench shop`"): buffered, they write less than half the bytes per document of unbuffered
+    /// ones in the first minute and a sixth at 600 s, at less CPU per document, within the
+    /// memory budget. `write_buffer_bytes(0)` turns the buffer off for an index whose entries
+    /// should reach its tree at every batch.
+    pub const DEFAULT_WRITE_BUFFER_BYTES: u64 = 64 << 20;
 
     /// Bytes of index entries the index storage buffers before its commits apply them to its
     /// tree ([`crate::Options::write_buffer_bytes`], docs/design.md section 16): an index

@@ -260,14 +260,12 @@ fn put_scratch(state: &mut State, p: u64, txn: u64, image: crate::page::SharedIm
 
 /// Puts the operations of a replayed logical record into `state`'s write buffer, newest last.
 fn put_buffered(state: &mut State, ops: &[(&[u8], Option<&[u8]>)]) {
-    for (k, v) in ops {
-        crate::buffer::put_entry(
-            &mut state.buffer,
-            &mut state.buffer_bytes,
-            crate::buffer::BufKey::from(*k),
-            v.map(std::sync::Arc::from),
-        );
-    }
+    let run = ops
+        .iter()
+        .map(|(k, v)| (crate::buffer::BufKey::from(*k), v.map(std::sync::Arc::from)))
+        .collect();
+    let delta = state.buffer.push_unsorted(run);
+    state.buffer_bytes = state.buffer_bytes.saturating_add_signed(delta);
     state
         .buffer_since
         .get_or_insert_with(std::time::Instant::now);

@@ -33,7 +33,11 @@ impl ReadTransaction {
         self.state.txn_id
     }
 
-    /// Keys in the snapshot.
+    /// Keys in the snapshot. In a storage with a write buffer whose buffer holds entries, the
+    /// first call on a snapshot looks up every buffered key in the tree (to tell new keys from
+    /// replaced ones) and keeps the count: commits do not count their keys as they buffer them.
+    /// If a lookup fails (a damaged page), the count leaves the buffered entries out, and reads
+    /// of the damaged keys report the damage.
     pub fn len(&self) -> u64 {
         self.state.len()
     }
@@ -49,8 +53,8 @@ impl ReadTransaction {
     /// malformed. A key that could never be stored (empty, over 1,024 bytes) is simply absent.
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<&[u8]>> {
         let key = key.as_ref();
-        if let Some(e) = self.state.buffer.get(key) {
-            return Ok(e.value.as_deref());
+        if let Some(v) = self.state.buffer.get(key) {
+            return Ok(v);
         }
         btree::get(&self.state, key)
     }
@@ -75,10 +79,8 @@ impl ReadTransaction {
         }
         // Buffered keys are answered from the buffer (one lookup each); the others from the
         // tree, together.
-        let buffered: Vec<Option<Option<&[u8]>>> = keys
-            .iter()
-            .map(|k| buffer.get(k.as_ref()).map(|e| e.value.as_deref()))
-            .collect();
+        let buffered: Vec<Option<Option<&[u8]>>> =
+            keys.iter().map(|k| buffer.get(k.as_ref())).collect();
         let in_tree: Vec<&[u8]> = keys
             .iter()
             .zip(&buffered)

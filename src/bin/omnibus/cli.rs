@@ -498,8 +498,8 @@ pub struct ShopArgs {
     /// Bytes of write buffer per index storage (`IndexDefinition::write_buffer_bytes`: index
     /// entries journaled as logical records and applied to the index's tree in steps once many
     /// are pending; the engine caps the buffers together at two thirds of its memory budget)
-    /// [default: the engine's, `IndexDefinition::DEFAULT_WRITE_BUFFER_BYTES`, 0: no buffer;
-    /// 67108864 lets the engine's share decide].
+    /// [default: the engine's, `IndexDefinition::DEFAULT_WRITE_BUFFER_BYTES`, 67108864: the
+    /// engine's share decides; 0: no buffer].
     #[arg(long, value_name = "BYTES", default_value_t = omnibus::actors::IndexDefinition::DEFAULT_WRITE_BUFFER_BYTES)]
     pub index_buffer: u64,
     /// Seconds of inserting per mode [default: 20, when --docs is not given].

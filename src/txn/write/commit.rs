@@ -242,8 +242,16 @@ impl WriteTransaction {
     /// [`WriteTransaction::prepare`] of a logical transaction: its operations as one logical
     /// record; nothing is allocated, no page changes.
     fn prepare_logical(mut self) -> Result<PreparedCommit> {
-        let delta = self.logical_delta();
-        let delta = self.fail(delta)?;
+        // The keys this commit adds to the count, only once the storage's count is wanted
+        // and its base's is known (`State::len_wanted`): one lookup per key changed.
+        let delta = if self.base.len_wanted.load(Ordering::Relaxed)
+            && self.base.len_delta.get().is_some()
+        {
+            let d = self.logical_delta();
+            Some(self.fail(d)?)
+        } else {
+            None
+        };
         let ops = self.take_logical().unwrap_or_default();
         let record =
             crate::journal::record::logical_record(self.inner.storage_id, self.txn_id, &ops);
@@ -285,9 +293,9 @@ pub(crate) struct PreparedCommit {
     images: Vec<(u64, crate::page::SharedImage)>,
     /// Page images in the record, and how many are diffs.
     journaled: (u64, u64),
-    /// A logical commit's operations and the keys they add to the count (`write/logical.rs`);
-    /// `None` for a page commit.
-    logical: Option<(super::logical::LogicalOps, i64)>,
+    /// A logical commit's operations (`write/logical.rs`) and, when it counted them, the keys
+    /// they add to the count; `None` for a page commit.
+    logical: Option<(super::logical::LogicalOps, Option<i64>)>,
     /// An apply step's carried entries (`write/logical.rs`): the commit publishes them as the
     /// buffer of txn id `txn + 1`.
     step: Option<super::logical::StepCarry>,
@@ -340,7 +348,7 @@ impl PreparedCommit {
         let mut writer = t.writer.take().ok_or(Error::Closed)?;
         if let Some((ops, delta)) = self.logical.take() {
             // Nothing was allocated or freed: the operations join the buffer.
-            t.inner.publish_logical(t.txn_id, &ops, delta);
+            t.inner.publish_logical(t.txn_id, ops, delta);
             t.taken.clear();
             t.inner.return_writer(writer);
             t.inner.after_commit();

@@ -33,14 +33,11 @@ fn op_bytes(key: &[u8], value: Option<&[u8]>) -> u64 {
 /// What an apply step leaves buffered, published with its commit (`Inner::publish_commit`).
 #[derive(Debug, Clone)]
 pub(crate) struct StepCarry {
-    /// The entries still buffered, in key order, as its record carries them.
-    pub carried: LogicalOps,
-    /// The same entries as the next state's buffer.
-    pub buffer: crate::buffer::Buffer,
-    /// Bytes `buffer` counts for.
+    /// The entries still buffered, in key order, as its record carries them: the next state's
+    /// buffer, as one run.
+    pub carried: Arc<[crate::buffer::RunEntry]>,
+    /// Bytes `carried` counts for in the buffer.
     pub buffer_bytes: u64,
-    /// Keys `buffer` adds to the tree's count after the step.
-    pub len_delta: i64,
     /// Since when `buffer` pins the journal: the step itself, whose record holds every entry.
     pub buffer_since: std::time::Instant,
     /// Where the next step starts.
@@ -55,10 +52,7 @@ impl WriteTransaction {
         if let Some(v) = ops.get(key) {
             return Some(v.clone());
         }
-        self.base
-            .buffer
-            .get(key)
-            .map(|e| e.value.as_ref().map(|v| v.to_vec()))
+        self.base.buffer.get(key).map(|v| v.map(<[u8]>::to_vec))
     }
 
     /// Records a put while the transaction is logical; `false` in a page transaction.
@@ -219,9 +213,7 @@ impl WriteTransaction {
     /// is a whole apply. Made at the commit, once the transaction's operations are done: the
     /// transaction's reads see the tree only afterwards.
     fn apply_step(&mut self, cap: usize) -> Result<()> {
-        use crate::buffer::{BufKey, Sweep};
-        // The count this transaction leaves visible: the committed one and its own changes.
-        let delta = self.logical_delta()?;
+        use crate::buffer::{BufKey, RunEntry, Sweep};
         // What the buffer would hold without the step (an upper bound: an operation on a key
         // already buffered counts twice): a step goes on past `cap` pages until what is left
         // is within the buffer's size, so the buffer never grows past it by more than one
@@ -236,7 +228,6 @@ impl WriteTransaction {
         };
         let base = self.base.clone();
         self.changed = true;
-        let visible = base.len() as i64 + delta;
         let from: Option<Vec<u8>> = base
             .sweep
             .as_ref()
@@ -275,47 +266,58 @@ impl WriteTransaction {
             return Ok(());
         }
         // What is left: the committed buffer outside `[from, stop)` and the transaction's own
-        // operations there, newest first.
+        // operations there, newest first, as one run.
         let in_step = |k: &[u8]| {
             from.as_deref().is_none_or(|f| k >= f) && stop.as_deref().is_none_or(|s| k < s)
         };
-        let mut buffer = base.buffer.clone();
-        let mut bytes = base.buffer_bytes;
-        let hi = stop.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-        let drop: Vec<BufKey> = buffer_range(&base.buffer, lo, hi)
-            .filter_map(|item| item.ok().map(|(k, _)| BufKey::from(k)))
-            .collect();
-        for k in drop {
-            if let Some(e) = buffer.remove(k.as_ref()) {
-                bytes -= crate::buffer::entry_bytes(
-                    k.as_ref().len(),
-                    e.value.as_ref().map_or(0, |v| v.len()),
-                );
+        let hi = stop.as_deref().map_or(Bound::Unbounded, Bound::Included);
+        let mut older = base
+            .buffer
+            .range(
+                Bound::Unbounded,
+                from.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
+            )
+            .filter(|_| from.is_some())
+            .chain(
+                base.buffer
+                    .range(hi, Bound::Unbounded)
+                    .filter(|_| stop.is_some()),
+            )
+            .peekable();
+        let mut newer = ops.iter().filter(|(k, _)| !in_step(k)).peekable();
+        let mut carried: Vec<RunEntry> = Vec::new();
+        // Bounded: every turn takes an entry of `older`, `newer` or both.
+        loop {
+            let order = match (older.peek(), newer.peek()) {
+                (None, None) => break,
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (Some(o), Some(n)) => o.0.as_ref().cmp(&n.0[..]),
+            };
+            if order == std::cmp::Ordering::Less {
+                carried.extend(older.next().cloned());
+                continue;
+            }
+            if order == std::cmp::Ordering::Equal {
+                older.next();
+            }
+            if let Some((k, v)) = newer.next() {
+                carried.push((BufKey::from(&k[..]), v.as_deref().map(Arc::from)));
             }
         }
-        for (k, v) in ops.iter().filter(|(k, _)| !in_step(k)) {
-            crate::buffer::put_entry(
-                &mut buffer,
-                &mut bytes,
-                BufKey::from(&k[..]),
-                v.as_deref().map(Arc::from),
-            );
-        }
-        if buffer.is_empty() {
+        if carried.is_empty() {
             // Nothing left (the entries below `from` were applied since): a whole apply.
             return Ok(());
         }
-        let carried: LogicalOps = buffer
+        let bytes = carried
             .iter()
-            .map(|(k, e)| (k.clone(), e.value.clone()))
-            .collect();
+            .map(|(k, v)| crate::buffer::bytes_of(k, v))
+            .sum();
         // The next step starts at the first key left, or again at the first key once a step
         // passes the last. The step's record journals every entry it leaves, so none of them
         // pins an older journal file: the buffer's age starts again now.
         self.step = Some(StepCarry {
-            len_delta: visible - self.entries as i64,
-            carried,
-            buffer,
+            carried: carried.into(),
             buffer_bytes: bytes,
             buffer_since: std::time::Instant::now(),
             sweep: Sweep {
@@ -346,10 +348,7 @@ impl WriteTransaction {
 
     fn apply_ops(&mut self, ops: &BTreeMap<Vec<u8>, Option<Vec<u8>>>, base: &State) -> Result<()> {
         let own = ops.iter().map(|(k, v)| Ok((&k[..], v.as_deref())));
-        let buffered = base
-            .buffer
-            .iter()
-            .map(|(k, e)| Ok((k.as_ref(), e.value.as_deref())));
+        let buffered = buffer_range(&base.buffer, Bound::Unbounded, Bound::Unbounded);
         for item in MergeNewer::new(own, buffered) {
             let (k, v) = item?;
             match v {
