@@ -5,7 +5,8 @@
 //! - synced batches: commits of 1,000 random 24-byte keys with 150-byte values,
 //!   `Durability::Immediate`, into storages preloaded with 1,000,000 random
 //!   keys (`--preload`), so that each batch lands on as many leaves as it has keys;
-//! - eventual commits: one random key a commit, `Durability::Eventual`;
+//! - eventual commits: one random key a commit, `Durability::Eventual`, 100,000 of them (with
+//!   the flush that ends the case: it applies the buffer to as many leaves as the commits hit);
 //! - sorted inserts: batches of 10,000 ascending keys;
 //! - reads: random in-cache gets and full forward scans of the loaded storage, flushed (no
 //!   page in its scratch table), with 200,000 more keys in its buffer (`--read-buffered`) and
@@ -289,7 +290,7 @@ fn main() {
     let (scan_empty, n2) = scan(&on);
     assert_eq!(n, n2);
 
-    let commits = 200u64;
+    let commits = 5_000u64;
     let mut t = alternate(both, 20, |s, b| {
         for i in 0..commits {
             let n = 1 << 40 | (b * commits + i);
