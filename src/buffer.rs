@@ -598,19 +598,48 @@ mod tests {
         m.iter().map(|(k, v)| Ok((&k[..], v.as_deref()))).collect()
     }
 
+    type Owned = (Vec<u8>, Option<Vec<u8>>);
+
+    /// A xorshift generator from `seed`: each call a number below its argument.
+    fn xorshift(mut x: u64) -> impl FnMut(u64) -> u64 {
+        move |n| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        }
+    }
+
+    /// Every item of `it`, taken from a random end each time (`rnd`): the front's items in
+    /// order, then the back's reversed, which must be the iterator's order.
+    fn from_both_ends<I: DoubleEndedIterator<Item = Owned>>(
+        mut it: I,
+        rnd: &mut impl FnMut(u64) -> u64,
+    ) -> Vec<Owned> {
+        let (mut f, mut b) = (Vec::new(), Vec::new());
+        loop {
+            let front = rnd(2) == 0;
+            let Some(o) = (if front { it.next() } else { it.next_back() }) else {
+                break;
+            };
+            if front {
+                f.push(o);
+            } else {
+                b.push(o);
+            }
+        }
+        b.reverse();
+        f.extend(b);
+        f
+    }
+
     /// Commits of random sizes pushed as runs read back, by `get` and by `range` from either
     /// end, exactly as a map of the newest operation per key; the runs keep their sizes
     /// apart by [`MERGE_RATIO`] (so few are held) and the bytes returned add up to what the
     /// runs hold.
     #[test]
     fn runs_read_as_the_newest_operation_per_key() {
-        let mut x = 11u64;
-        let mut rnd = |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut rnd = xorshift(11);
         for round in 0..40 {
             let mut b = Buffer::default();
             let mut model: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
@@ -672,23 +701,10 @@ mod tests {
             back.reverse();
             assert_eq!(back, expect);
             let all: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-            let mut it = b.iter();
-            let (mut f, mut bk) = (Vec::new(), Vec::new());
-            loop {
-                let front = rnd(2) == 0;
-                let Some((k, v)) = (if front { it.next() } else { it.next_back() }) else {
-                    break;
-                };
-                let o = (k.as_ref().to_vec(), v.as_deref().map(<[u8]>::to_vec));
-                if front {
-                    f.push(o);
-                } else {
-                    bk.push(o);
-                }
-            }
-            bk.reverse();
-            f.extend(bk);
-            assert_eq!(f, all);
+            let it = b
+                .iter()
+                .map(|(k, v)| (k.as_ref().to_vec(), v.as_deref().map(<[u8]>::to_vec)));
+            assert_eq!(from_both_ends(it, &mut rnd), all);
         }
     }
 
@@ -696,13 +712,7 @@ mod tests {
     /// stream's items over the older one's, each once, in order.
     #[test]
     fn merge_newer_matches_a_map_union_from_both_ends() {
-        let mut x = 7u64;
-        let mut rnd = |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut rnd = xorshift(7);
         for _ in 0..300 {
             let mut newer = BTreeMap::new();
             let mut older = BTreeMap::new();
@@ -730,25 +740,11 @@ mod tests {
             let mut back = own(m().rev().collect());
             back.reverse();
             assert_eq!(back, expect);
-            // Alternating ends: the front's items in order, then the back's reversed.
-            let mut it = m();
-            let (mut f, mut b) = (Vec::new(), Vec::new());
-            loop {
-                let front = rnd(2) == 0;
-                let Some(item) = (if front { it.next() } else { it.next_back() }) else {
-                    break;
-                };
-                let (k, v) = item.unwrap();
-                let o = (k.to_vec(), v.map(<[u8]>::to_vec));
-                if front {
-                    f.push(o);
-                } else {
-                    b.push(o);
-                }
-            }
-            b.reverse();
-            f.extend(b);
-            assert_eq!(f, expect);
+            let it = m().map(|r| {
+                let (k, v) = r.unwrap();
+                (k.to_vec(), v.map(<[u8]>::to_vec))
+            });
+            assert_eq!(from_both_ends(it, &mut rnd), expect);
         }
     }
 }
