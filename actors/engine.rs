@@ -1195,8 +1195,11 @@ impl DatabaseHandle {
         block_on(self.wait_for_index(name))
     }
 
-    /// Progress and counters of every defined index, by name. Cheap: no I/O beyond reading
-    /// each index storage's applied record from a snapshot.
+    /// Progress and counters of every defined index, by name. No I/O beyond reading each index
+    /// storage's applied record from a snapshot, and its count of entries: for a buffered index
+    /// (the default) the first call counts the buffered entries against the tree (one lookup
+    /// each, tens of milliseconds for hundreds of thousands), after which the index's commits
+    /// keep the count as they go (one lookup per entry, `crate::Storage` `len`).
     pub fn index_stats(&self) -> Vec<IndexStats> {
         let root_txn = self.inner.feed.acked_txn.load(Ordering::Acquire);
         let entries: Vec<(Arc<IndexShared>, Storage)> = self

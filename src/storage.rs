@@ -221,8 +221,11 @@ pub struct StorageStats {
     pub pages_journaled_as_diffs: u64,
     /// The journal writer's counters (commits, batches, fdatasyncs, ...).
     pub journal: JournalStats,
-    /// Entries in the write buffer, not yet applied to the tree
-    /// ([`Options::write_buffer_bytes`]; 0 without one).
+    /// Entries the write buffer holds, not yet applied to the tree
+    /// ([`Options::write_buffer_bytes`]; 0 without one). A key put or deleted again by a later
+    /// commit counts once per run of the buffer that holds it until those runs merge
+    /// (docs/design.md section 16), as [`StorageStats::buffer_bytes`] counts its bytes: what
+    /// the buffer holds in memory, not the keys it changes (for those, `len`).
     pub buffer_entries: u64,
     /// Bytes the write buffer counts for (each entry its key, its value and 64 bytes).
     pub buffer_bytes: u64,
