@@ -70,7 +70,7 @@ const BLOOM_MIN: usize = 256;
 /// an index, never builds one). Reads as its slice of entries.
 struct Run {
     entries: Arc<[RunEntry]>,
-    bloom: std::sync::OnceLock<Option<Bloom>>,
+    bloom: std::sync::OnceLock<Bloom>,
 }
 
 impl Run {
@@ -81,17 +81,15 @@ impl Run {
         }
     }
 
-    /// False when the run cannot hold a key of hash `h` ([`key_hash`]).
+    /// False when the run cannot hold a key of hash `h` ([`key_hash`]); asked of runs of
+    /// [`BLOOM_MIN`] entries or more, the first ask building the filter.
     fn may_contain(&self, h: u64) -> bool {
-        let bloom = self.bloom.get_or_init(|| {
-            (self.entries.len() >= BLOOM_MIN).then(|| {
-                Bloom::new(
-                    self.entries.len(),
-                    self.entries.iter().map(|(k, _)| key_hash(k.as_ref())),
-                )
+        self.bloom
+            .get_or_init(|| {
+                let keys = self.entries.iter().map(|(k, _)| key_hash(k.as_ref()));
+                Bloom::new(self.entries.len(), keys)
             })
-        });
-        bloom.as_ref().is_none_or(|b| b.may_contain(h))
+            .may_contain(h)
     }
 }
 
@@ -144,16 +142,14 @@ impl Buffer {
     /// The newest operation on `key`, if buffered (`Some(None)`: a delete): one binary search
     /// per run, newest run first, skipping a run whose keys' range or filter rules the key out.
     pub fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
-        if self.runs.is_empty() {
-            return None;
-        }
-        let h = key_hash(key);
+        // Hashed once, and only if a run has a filter to ask.
+        let mut h = None;
         self.runs.iter().rev().find_map(|run| {
             let (first, last) = (run.first()?, run.last()?);
             if key < first.0.as_ref() || key > last.0.as_ref() {
                 return None;
             }
-            if !run.may_contain(h) {
+            if run.len() >= BLOOM_MIN && !run.may_contain(*h.get_or_insert_with(|| key_hash(key))) {
                 return None;
             }
             run.binary_search_by(|(k, _)| k.as_ref().cmp(key))
@@ -183,12 +179,9 @@ impl Buffer {
             let (Some(newer), Some(older)) = (self.runs.pop(), self.runs.pop()) else {
                 unreachable!("two runs are held");
             };
-            let merged = merge_runs(&older, &newer);
-            let dropped = older.len() + newer.len() - merged.len();
-            if dropped > 0 {
-                delta -= shadowed_bytes(&older, &newer);
-                self.held -= dropped;
-            }
+            let (merged, shadowed) = merge_runs(&older, &newer);
+            self.held -= older.len() + newer.len() - merged.len();
+            delta -= shadowed as i64;
             self.runs.push(Arc::new(Run::new(merged.into())));
         }
         delta
@@ -250,10 +243,10 @@ pub(crate) fn bytes_of(k: &BufKey, v: &Option<Arc<[u8]>>) -> u64 {
 }
 
 /// `newer` merged over `older` (both strictly increasing): one entry per key, `newer`'s where
-/// both hold it.
-fn merge_runs(older: &[RunEntry], newer: &[RunEntry]) -> Vec<RunEntry> {
+/// both hold it; and the bytes ([`bytes_of`]) of the entries of `older` so dropped.
+pub(crate) fn merge_runs(older: &[RunEntry], newer: &[RunEntry]) -> (Vec<RunEntry>, u64) {
     let mut out = Vec::with_capacity(older.len() + newer.len());
-    let (mut i, mut j) = (0, 0);
+    let (mut i, mut j, mut shadowed) = (0, 0, 0);
     // Bounded: every turn moves `i`, `j` or both forward.
     while i < older.len() && j < newer.len() {
         match older[i].0.cmp(&newer[j].0) {
@@ -266,6 +259,7 @@ fn merge_runs(older: &[RunEntry], newer: &[RunEntry]) -> Vec<RunEntry> {
                 j += 1;
             }
             Ordering::Equal => {
+                shadowed += bytes_of(&older[i].0, &older[i].1);
                 out.push(newer[j].clone());
                 i += 1;
                 j += 1;
@@ -274,24 +268,7 @@ fn merge_runs(older: &[RunEntry], newer: &[RunEntry]) -> Vec<RunEntry> {
     }
     out.extend_from_slice(&older[i..]);
     out.extend_from_slice(&newer[j..]);
-    out
-}
-
-/// Bytes of the entries of `older` whose key `newer` also holds (both strictly increasing).
-fn shadowed_bytes(older: &[RunEntry], newer: &[RunEntry]) -> i64 {
-    let (mut i, mut j, mut n) = (0, 0, 0i64);
-    while i < older.len() && j < newer.len() {
-        match older[i].0.cmp(&newer[j].0) {
-            Ordering::Less => i += 1,
-            Ordering::Greater => j += 1,
-            Ordering::Equal => {
-                n += bytes_of(&older[i].0, &older[i].1) as i64;
-                i += 1;
-                j += 1;
-            }
-        }
-    }
-    n
+    (out, shadowed)
 }
 
 /// The runs of a [`Buffer`] within a range merged into one stream: each key once, with the

@@ -20,6 +20,14 @@ fn opts(buffer: u64) -> Options {
     }
 }
 
+/// [`opts`] whose close leaves the buffer in the journal (as a crash does).
+fn kept(buffer: u64) -> Options {
+    Options {
+        flush_on_close: false,
+        ..opts(buffer)
+    }
+}
+
 fn key(rng: &mut SmallRng, space: u32) -> Vec<u8> {
     format!("k{:06}", rng.random_range(0..space)).into_bytes()
 }
@@ -370,10 +378,7 @@ fn dropping_a_buffered_storage_applies_its_buffer() {
 fn a_read_only_backup_of_buffered_entries_is_refused_as_read_only() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
-    let keep = Options {
-        flush_on_close: false,
-        ..opts(64 << 20)
-    };
+    let keep = kept(64 << 20);
     let s = Storage::open(&path, keep).unwrap();
     let mut w = s.begin_write().unwrap();
     w.put("k", "v").unwrap();
@@ -442,8 +447,7 @@ fn journal_files_with_buffered_entries_outlive_flushes_until_applied() {
     let path = dir.path().join("s");
     let o = Options {
         journal_file_size: 64 << 10,
-        flush_on_close: false,
-        ..opts(64 << 20)
+        ..kept(64 << 20)
     };
     let s = Storage::open(&path, o.clone()).unwrap();
     // A page commit first (an empty buffer takes a direct transaction of DIRECT_OPS keys), so
@@ -524,10 +528,7 @@ fn stepping(path: &std::path::Path, o: Options, step: u64) -> (Storage, Model) {
 fn a_flushed_apply_step_still_gives_back_the_entries_it_carried() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
-    let o = Options {
-        flush_on_close: false,
-        ..opts(16 << 10)
-    };
+    let o = kept(16 << 10);
     let (s, mut model) = stepping(&path, o.clone(), 2);
     // Scattered one-key commits until one of them is a step that leaves entries buffered.
     let mut rng = SmallRng::seed_from_u64(4);
@@ -573,8 +574,7 @@ fn an_aged_buffer_in_steps_is_journaled_anew_not_applied() {
     let o = Options {
         flush_max_age: std::time::Duration::from_millis(1),
         journal_file_size: 64 << 10,
-        flush_on_close: false,
-        ..opts(16 << 20)
+        ..kept(16 << 20)
     };
     let (s, mut model) = stepping(&path, o.clone(), 64);
     let base = s.stats();

@@ -1,7 +1,7 @@
 //! [`PowerLossEnv`]: keeps, for every file and directory under a root, what a power loss could
 //! leave of it, and writes such a state out on [`PowerLossEnv::crash`].
 //!
-//! The model (design brief, "The power-loss model"):
+//! The model (docs/design.md, section 9, "Assumptions about the media"):
 //! - every inode has a *live* state, the real file (what reads and the engine's read-only maps
 //!   see), and a *durable* state, an in-memory image of its bytes and length;
 //! - writes, `set_len`, `allocate` and `punch_hole` change the real file and are appended, in

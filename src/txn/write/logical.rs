@@ -271,7 +271,7 @@ impl WriteTransaction {
             from.as_deref().is_none_or(|f| k >= f) && stop.as_deref().is_none_or(|s| k < s)
         };
         let hi = stop.as_deref().map_or(Bound::Unbounded, Bound::Included);
-        let mut older = base
+        let older: Vec<RunEntry> = base
             .buffer
             .range(
                 Bound::Unbounded,
@@ -283,28 +283,14 @@ impl WriteTransaction {
                     .range(hi, Bound::Unbounded)
                     .filter(|_| stop.is_some()),
             )
-            .peekable();
-        let mut newer = ops.iter().filter(|(k, _)| !in_step(k)).peekable();
-        let mut carried: Vec<RunEntry> = Vec::new();
-        // Bounded: every turn takes an entry of `older`, `newer` or both.
-        loop {
-            let order = match (older.peek(), newer.peek()) {
-                (None, None) => break,
-                (Some(_), None) => std::cmp::Ordering::Less,
-                (None, Some(_)) => std::cmp::Ordering::Greater,
-                (Some(o), Some(n)) => o.0.as_ref().cmp(&n.0[..]),
-            };
-            if order == std::cmp::Ordering::Less {
-                carried.extend(older.next().cloned());
-                continue;
-            }
-            if order == std::cmp::Ordering::Equal {
-                older.next();
-            }
-            if let Some((k, v)) = newer.next() {
-                carried.push((BufKey::from(&k[..]), v.as_deref().map(Arc::from)));
-            }
-        }
+            .cloned()
+            .collect();
+        let newer: Vec<RunEntry> = ops
+            .iter()
+            .filter(|(k, _)| !in_step(k))
+            .map(|(k, v)| (BufKey::from(&k[..]), v.as_deref().map(Arc::from)))
+            .collect();
+        let (carried, _) = crate::buffer::merge_runs(&older, &newer);
         if carried.is_empty() {
             // Nothing left (the entries below `from` were applied since): a whole apply.
             return Ok(());
