@@ -521,6 +521,15 @@ fn stepping(path: &std::path::Path, o: Options, step: u64) -> (Storage, Model) {
     (s, model)
 }
 
+/// Commits one put of a random key among 10,000 and records it in `model`.
+fn put_one(s: &Storage, model: &mut Model, rng: &mut SmallRng) {
+    let (k, v) = (key(rng, 10_000), value(rng));
+    let mut w = s.begin_write().unwrap();
+    w.put(&k, &v).unwrap();
+    w.commit().unwrap();
+    model.insert(k, v);
+}
+
 /// An apply step's pages flushed without the entries it carried: the header records the step's
 /// page txn, one below the state's, so the reopen reads the step's record again and puts back
 /// exactly the entries it left buffered (and every later one), over a tree that holds the rest.
@@ -535,11 +544,7 @@ fn a_flushed_apply_step_still_gives_back_the_entries_it_carried() {
     let mut stepped = false;
     for _ in 0..20_000 {
         let before = s.stats().apply_steps;
-        let (k, v) = (key(&mut rng, 10_000), value(&mut rng));
-        let mut w = s.begin_write().unwrap();
-        w.put(&k, &v).unwrap();
-        w.commit().unwrap();
-        model.insert(k, v);
+        put_one(&s, &mut model, &mut rng);
         let st = s.stats();
         if st.apply_steps > before && st.buffer_entries > 0 {
             stepped = true;
@@ -581,11 +586,7 @@ fn an_aged_buffer_in_steps_is_journaled_anew_not_applied() {
     let mut rng = SmallRng::seed_from_u64(5);
     for _ in 0..400 {
         std::thread::sleep(std::time::Duration::from_millis(2));
-        let (k, v) = (key(&mut rng, 10_000), value(&mut rng));
-        let mut w = s.begin_write().unwrap();
-        w.put(&k, &v).unwrap();
-        w.commit().unwrap();
-        model.insert(k, v);
+        put_one(&s, &mut model, &mut rng);
     }
     let st = s.stats();
     assert!(st.apply_steps >= 100, "{st:?}");
