@@ -160,11 +160,12 @@ pub(crate) fn pause_apply_steps(storage: &Storage) -> crate::storage::StepsPause
     storage.pause_apply_steps()
 }
 
-/// Moves the write buffer of `txn`'s storage into the tree within `txn` (an aged buffer; a
-/// backup's copy of pages).
+/// Moves the write buffer of `txn`'s storage into the tree within `txn`: one apply step where
+/// the storage applies in steps (an idle storage's aged buffer), the whole buffer where steps
+/// are off or paused (a backup's copy of pages).
 #[inline]
 pub(crate) fn apply_write_buffer(txn: &mut WriteTransaction) -> Result<()> {
-    txn.apply_buffered()
+    txn.apply_buffer_now()
 }
 
 /// Poisons `storage` and its journal (a storage actor panicked while writing it).

@@ -31,7 +31,7 @@ use bloom::{key_hash, Bloom};
 static LIVE_BUFFER_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Bytes the write buffers of every open storage of the process count for now (each entry its
-/// key, its value and 64 bytes, as [`crate::StorageStats::buffer_bytes`]): the sibling of
+/// key, its value and 16 bytes, as [`crate::StorageStats::buffer_bytes`]): the sibling of
 /// [`crate::live_image_bytes`], and held with it under the actor runtime's memory budget. A
 /// storage counts its current buffer from open to close; an older snapshot that still holds a
 /// buffer already applied is not counted (its runs are shared with the current buffer or are
@@ -51,9 +51,9 @@ pub(crate) fn account(old: u64, new: u64) {
     }
 }
 
-/// One buffered operation, the newest committed on its key: the key, and the value put or
-/// `None` for a delete (a tombstone hiding the tree's entry).
-pub(crate) type RunEntry = (BufKey, Option<Arc<[u8]>>);
+/// One buffered operation as read from a run: the key, and the value put or `None` for a
+/// delete (a tombstone hiding the tree's entry).
+pub(crate) type Entry<'a> = (&'a [u8], Option<&'a [u8]>);
 
 /// How much larger than the next newer run each run is kept: a new run is merged into the one
 /// before it while that one holds at most this many times its entries. With 4 the buffer holds
@@ -65,20 +65,91 @@ pub(crate) const MERGE_RATIO: usize = 4;
 /// few cache lines anyway.
 const BLOOM_MIN: usize = 256;
 
-/// One run of a [`Buffer`]: entries strictly increasing by key, and, for a large run, a filter
-/// of its keys, built by the first lookup that reaches the run (a storage that only writes,
-/// an index, never builds one). Reads as its slice of entries.
-struct Run {
-    entries: Arc<[RunEntry]>,
+/// Where one entry of a [`Run`] lies in the run's bytes: its key at `at`, `klen` bytes, then
+/// its value, `vlen - 1` bytes (`vlen` 0: a tombstone, no value).
+#[derive(Clone, Copy)]
+struct Slot {
+    at: u64,
+    vlen: u32,
+    klen: u16,
+}
+
+/// Bytes a run spends per entry besides its key and value: its [`Slot`].
+const SLOT_BYTES: usize = std::mem::size_of::<Slot>();
+
+/// One run of a [`Buffer`]: entries strictly increasing by key, their keys and values back to
+/// back in one allocation with a 16-byte slot each (an index entry of a 30-byte key takes 46
+/// bytes; as a pair of an inline key and a shared value it took about 96), and, for a large
+/// run, a filter of its keys, built by the first lookup that reaches the run (a storage that
+/// only writes, an index, never builds one). Immutable once built ([`RunBuilder`]).
+pub(crate) struct Run {
+    bytes: Box<[u8]>,
+    slots: Box<[Slot]>,
     bloom: std::sync::OnceLock<Bloom>,
 }
 
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Run({} entries, {} bytes)", self.len(), self.bytes.len())
+    }
+}
+
 impl Run {
-    fn new(entries: Arc<[RunEntry]>) -> Run {
-        Run {
-            entries,
-            bloom: std::sync::OnceLock::new(),
+    /// Entries in the run.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// True when the run holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// The key of entry `i` (`i < len`).
+    fn key(&self, i: usize) -> &[u8] {
+        let s = self.slots[i];
+        let at = s.at as usize;
+        &self.bytes[at..at + s.klen as usize]
+    }
+
+    /// Entry `i` (`i < len`).
+    pub fn entry(&self, i: usize) -> Entry<'_> {
+        let s = self.slots[i];
+        let at = s.at as usize;
+        let k_end = at + s.klen as usize;
+        let v = (s.vlen > 0).then(|| &self.bytes[k_end..k_end + s.vlen as usize - 1]);
+        (&self.bytes[at..k_end], v)
+    }
+
+    /// Every entry, in key order.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = Entry<'_>> + ExactSizeIterator + Clone {
+        (0..self.len()).map(|i| self.entry(i))
+    }
+
+    /// [`entry_bytes`] of every entry together.
+    pub fn entry_bytes(&self) -> u64 {
+        (self.bytes.len() + SLOT_BYTES * self.slots.len()) as u64
+    }
+
+    /// The first index whose key is not below `key` (`inclusive`) or not at or below it.
+    fn lower(&self, key: &[u8], inclusive: bool) -> usize {
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let k = self.key(mid);
+            if k < key || (!inclusive && k == key) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
         }
+        lo
+    }
+
+    /// The value of `key` in this run (`Some(None)`: a tombstone).
+    fn find(&self, key: &[u8]) -> Option<Option<&[u8]>> {
+        let i = self.lower(key, true);
+        (i < self.len() && self.key(i) == key).then(|| self.entry(i).1)
     }
 
     /// False when the run cannot hold a key of hash `h` ([`key_hash`]); asked of runs of
@@ -86,17 +157,79 @@ impl Run {
     fn may_contain(&self, h: u64) -> bool {
         self.bloom
             .get_or_init(|| {
-                let keys = self.entries.iter().map(|(k, _)| key_hash(k.as_ref()));
-                Bloom::new(self.entries.len(), keys)
+                let keys = (0..self.len()).map(|i| key_hash(self.key(i)));
+                Bloom::new(self.len(), keys)
             })
             .may_contain(h)
     }
 }
 
-impl std::ops::Deref for Run {
-    type Target = [RunEntry];
-    fn deref(&self) -> &[RunEntry] {
-        &self.entries
+/// Builds a [`Run`] from entries pushed in strictly increasing key order.
+#[derive(Default)]
+pub(crate) struct RunBuilder {
+    bytes: Vec<u8>,
+    slots: Vec<Slot>,
+}
+
+impl RunBuilder {
+    /// A builder with room for `entries` entries of `bytes` key and value bytes together.
+    pub fn with_capacity(entries: usize, bytes: usize) -> RunBuilder {
+        RunBuilder {
+            bytes: Vec::with_capacity(bytes),
+            slots: Vec::with_capacity(entries),
+        }
+    }
+
+    /// Appends `(key, value)`, whose key must be above every key pushed before: keys of at most
+    /// [`crate::MAX_KEY_LEN`] bytes and values of at most [`crate::MAX_VALUE_LEN`], as every
+    /// operation a transaction or a journal record holds.
+    pub fn push(&mut self, (k, v): Entry<'_>) {
+        debug_assert!(self.slots.last().is_none_or(|_| self.last_key() < k));
+        let at = self.bytes.len() as u64;
+        self.bytes.extend_from_slice(k);
+        if let Some(v) = v {
+            self.bytes.extend_from_slice(v);
+        }
+        self.slots.push(Slot {
+            at,
+            // A value's length + 1 (0: a tombstone); values fit u32 (MAX_VALUE_LEN).
+            vlen: v.map_or(0, |v| u32::try_from(v.len()).unwrap_or(u32::MAX - 1) + 1),
+            klen: u16::try_from(k.len()).unwrap_or(u16::MAX),
+        });
+    }
+
+    fn last_key(&self) -> &[u8] {
+        self.slots.last().map_or(&[][..], |s| {
+            let at = s.at as usize;
+            &self.bytes[at..at + s.klen as usize]
+        })
+    }
+
+    /// The run of the entries pushed.
+    pub fn finish(self) -> Run {
+        Run {
+            bytes: self.bytes.into_boxed_slice(),
+            slots: self.slots.into_boxed_slice(),
+            bloom: std::sync::OnceLock::new(),
+        }
+    }
+}
+
+impl Default for Run {
+    /// A run of no entries.
+    fn default() -> Run {
+        RunBuilder::default().finish()
+    }
+}
+
+impl<'a> FromIterator<Entry<'a>> for Run {
+    /// The run of `entries`, which must be strictly increasing by key.
+    fn from_iter<I: IntoIterator<Item = Entry<'a>>>(entries: I) -> Run {
+        let mut b = RunBuilder::default();
+        for e in entries {
+            b.push(e);
+        }
+        b.finish()
     }
 }
 
@@ -117,15 +250,14 @@ impl std::fmt::Debug for Buffer {
 }
 
 impl Buffer {
-    /// A buffer of one run, shared: `entries`, which must be strictly increasing by key.
-    pub fn from_run(entries: Arc<[RunEntry]>) -> Buffer {
-        debug_assert!(entries.windows(2).all(|w| w[0].0 < w[1].0));
-        if entries.is_empty() {
+    /// A buffer of one run, shared.
+    pub fn from_run(run: Arc<Run>) -> Buffer {
+        if run.is_empty() {
             return Buffer::default();
         }
         Buffer {
-            held: entries.len(),
-            runs: vec![Arc::new(Run::new(entries))],
+            held: run.len(),
+            runs: vec![run],
         }
     }
 
@@ -145,31 +277,28 @@ impl Buffer {
         // Hashed once, and only if a run has a filter to ask.
         let mut h = None;
         self.runs.iter().rev().find_map(|run| {
-            let (first, last) = (run.first()?, run.last()?);
-            if key < first.0.as_ref() || key > last.0.as_ref() {
+            let n = run.len();
+            if n == 0 || key < run.key(0) || key > run.key(n - 1) {
                 return None;
             }
-            if run.len() >= BLOOM_MIN && !run.may_contain(*h.get_or_insert_with(|| key_hash(key))) {
+            if n >= BLOOM_MIN && !run.may_contain(*h.get_or_insert_with(|| key_hash(key))) {
                 return None;
             }
-            run.binary_search_by(|(k, _)| k.as_ref().cmp(key))
-                .ok()
-                .map(|i| run[i].1.as_deref())
+            run.find(key)
         })
     }
 
-    /// Adds the operations of one commit, newer than every entry held: `entries` strictly
-    /// increasing by key (a caller whose entries may not be, a journal record being replayed,
-    /// uses [`Buffer::push_unsorted`]). Returns the change of [`entry_bytes`] over the entries
-    /// held: the new entries' bytes, less those of older entries a merge of runs dropped.
-    pub fn push_run(&mut self, entries: Vec<RunEntry>) -> i64 {
-        debug_assert!(entries.windows(2).all(|w| w[0].0 < w[1].0));
-        if entries.is_empty() {
+    /// Adds the operations of one commit, newer than every entry held (a caller whose entries
+    /// may not be in order, a journal record being replayed, uses [`Buffer::push_unsorted`]).
+    /// Returns the change of [`entry_bytes`] over the entries held: the new entries' bytes,
+    /// less those of older entries a merge of runs dropped.
+    pub fn push_run(&mut self, run: Run) -> i64 {
+        if run.is_empty() {
             return 0;
         }
-        let mut delta: i64 = entries.iter().map(|(k, v)| bytes_of(k, v) as i64).sum();
-        self.held += entries.len();
-        self.runs.push(Arc::new(Run::new(entries.into())));
+        let mut delta = run.entry_bytes() as i64;
+        self.held += run.len();
+        self.runs.push(Arc::new(run));
         // Bounded: every merge removes a run.
         while self.runs.len() >= 2 {
             let n = self.runs.len();
@@ -182,17 +311,17 @@ impl Buffer {
             let (merged, shadowed) = merge_runs(&older, &newer);
             self.held -= older.len() + newer.len() - merged.len();
             delta -= shadowed as i64;
-            self.runs.push(Arc::new(Run::new(merged.into())));
+            self.runs.push(Arc::new(merged));
         }
         delta
     }
 
     /// [`Buffer::push_run`] of operations in any order, the last of a repeated key winning.
-    pub fn push_unsorted(&mut self, mut entries: Vec<RunEntry>) -> i64 {
+    pub fn push_unsorted(&mut self, mut entries: Vec<Entry<'_>>) -> i64 {
         if !entries.windows(2).all(|w| w[0].0 < w[1].0) {
             // A stable sort keeps a repeated key's operations in order: keep the last of each.
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
-            let mut out: Vec<RunEntry> = Vec::with_capacity(entries.len());
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            let mut out: Vec<Entry<'_>> = Vec::with_capacity(entries.len());
             for e in entries {
                 match out.last_mut() {
                     Some(l) if l.0 == e.0 => *l = e,
@@ -201,7 +330,7 @@ impl Buffer {
             }
             entries = out;
         }
-        self.push_run(entries)
+        self.push_run(entries.into_iter().collect())
     }
 
     /// The buffer's entries within `(start, end)`, each key once with its newest operation, in
@@ -216,17 +345,17 @@ impl Buffer {
             .map(|run| {
                 let lo = match start {
                     Bound::Unbounded => 0,
-                    Bound::Included(s) => run.partition_point(|(k, _)| k.as_ref() < s),
-                    Bound::Excluded(s) => run.partition_point(|(k, _)| k.as_ref() <= s),
+                    Bound::Included(s) => run.lower(s, true),
+                    Bound::Excluded(s) => run.lower(s, false),
                 };
                 let hi = match end {
                     Bound::Unbounded => run.len(),
-                    Bound::Included(e) => run.partition_point(|(k, _)| k.as_ref() <= e),
-                    Bound::Excluded(e) => run.partition_point(|(k, _)| k.as_ref() < e),
+                    Bound::Included(e) => run.lower(e, false),
+                    Bound::Excluded(e) => run.lower(e, true),
                 };
-                &run[lo..hi.max(lo)]
+                (&**run, lo, hi.max(lo))
             })
-            .filter(|r| !r.is_empty())
+            .filter(|(_, lo, hi)| lo < hi)
             .collect();
         Merged { runs }
     }
@@ -237,60 +366,65 @@ impl Buffer {
     }
 }
 
-/// [`entry_bytes`] of one run entry.
-pub(crate) fn bytes_of(k: &BufKey, v: &Option<Arc<[u8]>>) -> u64 {
-    entry_bytes(k.as_ref().len(), v.as_ref().map_or(0, |v| v.len()))
-}
-
 /// `newer` merged over `older` (both strictly increasing): one entry per key, `newer`'s where
-/// both hold it; and the bytes ([`bytes_of`]) of the entries of `older` so dropped.
-pub(crate) fn merge_runs(older: &[RunEntry], newer: &[RunEntry]) -> (Vec<RunEntry>, u64) {
-    let mut out = Vec::with_capacity(older.len() + newer.len());
+/// both hold it; and the bytes ([`entry_bytes`]) of the entries of `older` so dropped. Copies
+/// each entry's bytes once, with no per-entry allocation.
+pub(crate) fn merge_runs(older: &Run, newer: &Run) -> (Run, u64) {
+    let mut out = RunBuilder::with_capacity(
+        older.len() + newer.len(),
+        older.bytes.len() + newer.bytes.len(),
+    );
     let (mut i, mut j, mut shadowed) = (0, 0, 0);
     // Bounded: every turn moves `i`, `j` or both forward.
     while i < older.len() && j < newer.len() {
-        match older[i].0.cmp(&newer[j].0) {
+        match older.key(i).cmp(newer.key(j)) {
             Ordering::Less => {
-                out.push(older[i].clone());
+                out.push(older.entry(i));
                 i += 1;
             }
             Ordering::Greater => {
-                out.push(newer[j].clone());
+                out.push(newer.entry(j));
                 j += 1;
             }
             Ordering::Equal => {
-                shadowed += bytes_of(&older[i].0, &older[i].1);
-                out.push(newer[j].clone());
+                let (k, v) = older.entry(i);
+                shadowed += entry_bytes(k.len(), v.map_or(0, <[u8]>::len));
+                out.push(newer.entry(j));
                 i += 1;
                 j += 1;
             }
         }
     }
-    out.extend_from_slice(&older[i..]);
-    out.extend_from_slice(&newer[j..]);
-    (out, shadowed)
+    for e in (i..older.len()).map(|i| older.entry(i)) {
+        out.push(e);
+    }
+    for e in (j..newer.len()).map(|j| newer.entry(j)) {
+        out.push(e);
+    }
+    (out.finish(), shadowed)
 }
 
 /// The runs of a [`Buffer`] within a range merged into one stream: each key once, with the
 /// newest run's operation, from either end. Each step compares the ends of every run left
 /// (at most [`Buffer::runs`]).
 pub(crate) struct Merged<'a> {
-    /// The part of each run not yet yielded, oldest run first.
-    runs: Vec<&'a [RunEntry]>,
+    /// Each run's part not yet yielded, `[lo, hi)`, oldest run first.
+    runs: Vec<(&'a Run, usize, usize)>,
 }
 
 impl<'a> Merged<'a> {
     /// The next entry from the front (`front`) or the back: the smallest (largest) key at that
     /// end of any run, with the newest run's operation, and that key taken off every run (a
     /// run holding the key holds it at that end, the others being past it).
-    fn take(&mut self, front: bool) -> Option<&'a RunEntry> {
-        let mut best: Option<&'a RunEntry> = None;
-        for run in &self.runs {
-            let Some(e) = (if front { run.first() } else { run.last() }) else {
+    fn take(&mut self, front: bool) -> Option<Entry<'a>> {
+        let mut best: Option<Entry<'a>> = None;
+        for &(run, lo, hi) in &self.runs {
+            if lo >= hi {
                 continue;
-            };
+            }
+            let e = run.entry(if front { lo } else { hi - 1 });
             let better = best.is_none_or(|b| {
-                let o = e.0.cmp(&b.0);
+                let o = e.0.cmp(b.0);
                 // Later runs are newer: on an equal key the later one wins.
                 o == Ordering::Equal || (o == Ordering::Less) == front
             });
@@ -299,14 +433,14 @@ impl<'a> Merged<'a> {
             }
         }
         let best = best?;
-        for run in self.runs.iter_mut() {
-            let end = if front { run.first() } else { run.last() };
-            if end.is_some_and(|(rk, _)| *rk == best.0) {
-                *run = if front {
-                    &run[1..]
-                } else {
-                    &run[..run.len() - 1]
-                };
+        for (run, lo, hi) in self.runs.iter_mut() {
+            if *lo >= *hi {
+                continue;
+            }
+            if front && run.key(*lo) == best.0 {
+                *lo += 1;
+            } else if !front && run.key(*hi - 1) == best.0 {
+                *hi -= 1;
             }
         }
         Some(best)
@@ -314,7 +448,7 @@ impl<'a> Merged<'a> {
 }
 
 impl<'a> Iterator for Merged<'a> {
-    type Item = &'a RunEntry;
+    type Item = Entry<'a>;
     fn next(&mut self) -> Option<Self::Item> {
         self.take(true)
     }
@@ -331,86 +465,15 @@ impl DoubleEndedIterator for Merged<'_> {
 /// commit, and the rest is still buffered.
 #[derive(Debug, Clone)]
 pub(crate) struct Sweep {
-    /// The key the next step applies from (`None`: the first key).
-    pub from: Option<BufKey>,
-}
-
-/// Longest key a [`BufKey`] holds inline.
-const INLINE_KEY: usize = 46;
-
-/// A buffered key: held inline when at most [`INLINE_KEY`] bytes (index entries, most
-/// document ids), else shared on the heap. A lookup compares the key with about log2(entries)
-/// keys of each run it searches: inline, each comparison reads the run itself instead of
-/// following a pointer to a heap allocation (a cache miss each, at a few hundred thousand
-/// entries: lookups took twice as long as the tree's own), and a run's merge copies keys
-/// without touching reference counts.
-#[derive(Clone)]
-pub(crate) enum BufKey {
-    /// A short key: its length and bytes.
-    Inline(u8, [u8; INLINE_KEY]),
-    /// A longer one.
-    Heap(Arc<[u8]>),
-}
-
-impl From<&[u8]> for BufKey {
-    fn from(k: &[u8]) -> BufKey {
-        if k.len() <= INLINE_KEY {
-            let mut b = [0u8; INLINE_KEY];
-            b[..k.len()].copy_from_slice(k);
-            BufKey::Inline(k.len() as u8, b)
-        } else {
-            BufKey::Heap(Arc::from(k))
-        }
-    }
-}
-
-impl AsRef<[u8]> for BufKey {
-    fn as_ref(&self) -> &[u8] {
-        match self {
-            BufKey::Inline(n, b) => &b[..*n as usize],
-            BufKey::Heap(a) => a,
-        }
-    }
-}
-
-impl std::borrow::Borrow<[u8]> for BufKey {
-    fn borrow(&self) -> &[u8] {
-        self.as_ref()
-    }
-}
-
-impl PartialEq for BufKey {
-    fn eq(&self, o: &BufKey) -> bool {
-        self.as_ref() == o.as_ref()
-    }
-}
-
-impl Eq for BufKey {}
-
-impl PartialOrd for BufKey {
-    fn partial_cmp(&self, o: &BufKey) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-
-impl Ord for BufKey {
-    /// The bytes' order, as `[u8]`'s (so that lookups by `&[u8]` agree).
-    fn cmp(&self, o: &BufKey) -> Ordering {
-        self.as_ref().cmp(o.as_ref())
-    }
-}
-
-impl std::fmt::Debug for BufKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "BufKey({:?})", self.as_ref())
-    }
+    /// Among leaves with as many pending entries, the next step takes those from this key on
+    /// first (`None`: from the first key).
+    pub from: Option<Box<[u8]>>,
 }
 
 /// Bytes an entry of key `k` and value `v` counts for in the buffer's size: its key and value,
-/// and a fixed 64 bytes for its slot in a run (a [`RunEntry`]: the inline key and the value's
-/// pointer) and the value's reference counts.
+/// and its 16-byte slot in a run ([`Run`]).
 pub(crate) fn entry_bytes(key_len: usize, value_len: usize) -> u64 {
-    (key_len + value_len + 64) as u64
+    (key_len + value_len + SLOT_BYTES) as u64
 }
 
 /// An item of a merge input: a key and its value, `None` for a tombstone.
@@ -561,9 +624,7 @@ pub(crate) fn buffer_range<'a>(
     start: Bound<&[u8]>,
     end: Bound<&[u8]>,
 ) -> impl DoubleEndedIterator<Item = LayerItem<'a>> + Send + Sync + 'a {
-    buffer
-        .range(start, end)
-        .map(|(k, v)| Ok((k.as_ref(), v.as_deref())))
+    buffer.range(start, end).map(Ok)
 }
 
 #[cfg(test)]
@@ -630,10 +691,7 @@ mod tests {
                     let v = (rnd(4) > 0).then(|| vec![rnd(256) as u8; rnd(30) as usize]);
                     ops.insert(k, v);
                 }
-                let run: Vec<RunEntry> = ops
-                    .iter()
-                    .map(|(k, v)| (BufKey::from(&k[..]), v.as_deref().map(Arc::from)))
-                    .collect();
+                let run: Run = ops.iter().map(|(k, v)| (&k[..], v.as_deref())).collect();
                 model.extend(ops);
                 bytes += b.push_run(run);
                 let sizes: Vec<usize> = b.runs.iter().map(|r| r.len()).collect();
@@ -646,7 +704,7 @@ mod tests {
                 .runs
                 .iter()
                 .flat_map(|r| r.iter())
-                .map(|(k, v)| bytes_of(k, v))
+                .map(|(k, v)| entry_bytes(k.len(), v.map_or(0, <[u8]>::len)))
                 .sum();
             assert_eq!(bytes, held as i64);
             assert_eq!(b.len(), b.runs.iter().map(|r| r.len()).sum::<usize>());
@@ -660,8 +718,8 @@ mod tests {
             }
             let lo = format!("k{:05}", rnd(keys)).into_bytes();
             let hi = format!("k{:05}", rnd(keys)).into_bytes();
-            let own = |it: &mut dyn Iterator<Item = &RunEntry>| -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
-                it.map(|(k, v)| (k.as_ref().to_vec(), v.as_deref().map(<[u8]>::to_vec)))
+            let own = |it: &mut dyn Iterator<Item = Entry<'_>>| -> Vec<Owned> {
+                it.map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
                     .collect()
             };
             let bounds = (Bound::Included(&lo[..]), Bound::Excluded(&hi[..]));
@@ -678,9 +736,7 @@ mod tests {
             back.reverse();
             assert_eq!(back, expect);
             let all: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-            let it = b
-                .iter()
-                .map(|(k, v)| (k.as_ref().to_vec(), v.as_deref().map(<[u8]>::to_vec)));
+            let it = b.iter().map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)));
             assert_eq!(from_both_ends(it, &mut rnd), all);
         }
     }

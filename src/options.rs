@@ -118,11 +118,11 @@ pub struct Options {
     /// puts and deletes journals its operations as one logical record and adds them to an
     /// in-memory buffer that every read merges over the B+tree, instead of copying a leaf per
     /// key; once the buffer holds more than this many bytes (each entry counted as its key,
-    /// its value and 64 bytes), or its oldest entry is older than
+    /// its value and 16 bytes), or its oldest entry is older than
     /// [`Options::flush_max_age`], the committing writer applies all of it to the tree in one
     /// page transaction, so each leaf is written once for the many entries pending on it
-    /// (design.md section 16), or, with [`crate::Storage::set_apply_step_pages`], a key range
-    /// of it at a time. A transaction of 4,096 operations or more, a range delete and
+    /// (design.md section 16), or, with [`crate::Storage::set_apply_step_pages`], the leaves
+    /// with the most entries pending first. A transaction of 4,096 operations or more, a range delete and
     /// compaction write the tree directly, applying the buffer with them. Flushes,
     /// `Storage::flush` and a clean close apply it too.
     /// Reopening after a crash puts the journaled entries back into the buffer. The background

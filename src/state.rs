@@ -309,7 +309,7 @@ impl State {
     ///
     /// Errors: [`Error::Corruption`] from a tree lookup.
     pub fn count_buffer_delta(&self) -> Result<i64> {
-        let entries = self.buffer.iter().map(|(k, v)| (k.as_ref(), v.is_some()));
+        let entries = self.buffer.iter().map(|(k, v)| (k, v.is_some()));
         self.net_count(entries, false)
     }
 

@@ -227,7 +227,7 @@ pub struct StorageStats {
     /// (docs/design.md section 16), as [`StorageStats::buffer_bytes`] counts its bytes: what
     /// the buffer holds in memory, not the keys it changes (for those, `len`).
     pub buffer_entries: u64,
-    /// Bytes the write buffer counts for (each entry its key, its value and 64 bytes).
+    /// Bytes the write buffer counts for (each entry its key, its value and 16 bytes).
     pub buffer_bytes: u64,
     /// Page commits since open that were apply steps ([`Storage::set_apply_step_pages`]):
     /// part of the buffer applied, the rest carried.
@@ -453,14 +453,15 @@ impl Storage {
     /// Sets the most pages an apply that a commit must make (the buffer full or aged) copies
     /// before it stops: 0 (the default at open) applies the whole buffer in one page
     /// transaction, whose dirty pages are as many as the leaves its entries land on. With
-    /// `pages` > 0 the apply is a *step*: it applies the buffered entries in key order from
-    /// where the last step stopped (wrapping around at the last key, a sweep) until the
-    /// transaction has copied `pages` pages and what is left fits the buffer's size (so the
-    /// buffer never grows past it by more than one transaction's operations), commits them
-    /// with the entries still buffered, and
-    /// leaves those for the next steps (design.md section 16, record kind 6). Each leaf is then
-    /// written with every entry that reached it since the sweep last passed it, and one commit
-    /// holds at most about `pages` pages of images. A commit that finds the buffer aged
+    /// `pages` > 0 the apply is a *step*: it groups the buffered entries by the tree's leaf
+    /// they land in and applies whole leaves' worth, the leaves with the most entries pending
+    /// first (as PerconaFT flushes its heaviest child; among equals, from where the last step
+    /// ended, wrapping around at the last key), until the transaction has copied `pages` pages
+    /// and what is left fits the buffer's size (so the buffer never grows past it by more than
+    /// one transaction's operations), commits them with the entries still buffered, and
+    /// leaves those for the next steps (design.md section 16, record kind 6). Each leaf copy
+    /// then takes the most entries a leaf has pending, and one commit holds at most about
+    /// `pages` pages of images. A commit that finds the buffer aged
     /// ([`Options::flush_max_age`]) but not full takes a step of no pages: its record journals
     /// the buffer anew, so that the buffer pins no older journal file. A transaction of 4,096
     /// operations or more (which writes the tree directly when the storage does not step) is

@@ -7,6 +7,7 @@
 //! returned as slices of the map or of scratch pages, without copying.
 
 mod cursor;
+pub(crate) mod leaves;
 mod multi;
 mod range;
 

@@ -188,24 +188,24 @@ const OP_DELETE: u8 = 2;
 /// each a key and a value, or a key and `None` for a delete. Body:
 /// `count u32 | count × (op u8 | key len u16 | key | [value len u32 | value])`, op 1 a put
 /// (with its value), 2 a delete (without). The body's crc32 is in the record header.
-pub fn logical_record<K: AsRef<[u8]>, V: AsRef<[u8]>>(
-    storage_id: u64,
-    txn_id: u64,
-    ops: &[(K, Option<V>)],
-) -> OutRecord {
-    let len: usize = 4 + ops
-        .iter()
-        .map(|(k, v)| 3 + k.as_ref().len() + v.as_ref().map_or(0, |v| 4 + v.as_ref().len()))
-        .sum::<usize>();
+pub fn logical_record<'a, I>(storage_id: u64, txn_id: u64, ops: I) -> OutRecord
+where
+    I: IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
+    I::IntoIter: Clone,
+{
+    let ops = ops.into_iter();
+    let (mut count, mut len) = (0usize, 4usize);
+    for (k, v) in ops.clone() {
+        count += 1;
+        len += 3 + k.len() + v.map_or(0, |v| 4 + v.len());
+    }
     let mut b = Vec::with_capacity(len);
-    b.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+    b.extend_from_slice(&(count as u32).to_le_bytes());
     for (k, v) in ops {
-        let k = k.as_ref();
         b.push(if v.is_some() { OP_PUT } else { OP_DELETE });
         b.extend_from_slice(&(k.len() as u16).to_le_bytes());
         b.extend_from_slice(k);
         if let Some(v) = v {
-            let v = v.as_ref();
             b.extend_from_slice(&(v.len() as u32).to_le_bytes());
             b.extend_from_slice(v);
         }
@@ -226,10 +226,11 @@ pub fn logical_record<K: AsRef<[u8]>, V: AsRef<[u8]>>(
 /// `t + 1`. A step takes two txn ids, its pages `t` and the carried buffer `t + 1`, so that a
 /// flush of its pages, which records `t` in the header, still leaves the record to replay for
 /// the buffer (design.md 3.10).
-pub fn step_record<K: AsRef<[u8]>, V: AsRef<[u8]>>(
-    commit: OutRecord,
-    carried: &[(K, Option<V>)],
-) -> OutRecord {
+pub fn step_record<'a, I>(commit: OutRecord, carried: I) -> OutRecord
+where
+    I: IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
+    I::IntoIter: Clone,
+{
     debug_assert_eq!(commit.kind, RecordKind::Commit);
     let logical = logical_record(commit.storage_id, commit.txn_id + 1, carried);
     let mut parts = Vec::with_capacity(commit.parts.len() + 2);
@@ -805,7 +806,7 @@ mod tests {
         );
         let pages = commit.pages;
         let carried: Vec<(&[u8], Option<&[u8]>)> = vec![(b"b", Some(b"2")), (b"c", None)];
-        let rec = step_record(commit, &carried);
+        let rec = step_record(commit, carried.iter().copied());
         assert_eq!(
             (rec.kind, rec.txn_id, rec.pages),
             (RecordKind::Step, 4, pages)

@@ -260,11 +260,7 @@ fn put_scratch(state: &mut State, p: u64, txn: u64, image: crate::page::SharedIm
 
 /// Puts the operations of a replayed logical record into `state`'s write buffer, newest last.
 fn put_buffered(state: &mut State, ops: &[(&[u8], Option<&[u8]>)]) {
-    let run = ops
-        .iter()
-        .map(|(k, v)| (crate::buffer::BufKey::from(*k), v.map(std::sync::Arc::from)))
-        .collect();
-    let delta = state.buffer.push_unsorted(run);
+    let delta = state.buffer.push_unsorted(ops.to_vec());
     state.buffer_bytes = state.buffer_bytes.saturating_add_signed(delta);
     state
         .buffer_since

@@ -53,6 +53,7 @@ fn bench_shop_tiny_runs_both_modes() {
         "commits per journal batch",
         "journal bytes/document",
         "disk bytes/document",
+        "device bytes/document",
         "index lag p99",
     ] {
         let line = out
@@ -73,6 +74,13 @@ fn bench_shop_tiny_runs_both_modes() {
         assert!(m["fdatasyncs"].as_u64().unwrap() > 0);
         assert!(m["documents_per_s"].as_f64().unwrap() > 0.0);
         assert!(!m["distribution"].as_array().unwrap().is_empty());
+        // The device's count: null where the directory's device has no block statistics,
+        // else what the run's synced commits wrote.
+        let device = &m["device_bytes_per_document"];
+        assert!(
+            device.is_null() || device.as_f64().unwrap() > 0.0,
+            "{device}"
+        );
     }
     let img = std::fs::read(&png).unwrap();
     assert_eq!(&img[..8], b"\x89PNG\r\n\x1a\n");

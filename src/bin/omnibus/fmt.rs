@@ -100,6 +100,20 @@ pub fn process_write_bytes() -> Option<u64> {
     Some(written.saturating_sub(field("cancelled_write_bytes:").unwrap_or(0)))
 }
 
+/// Bytes the block device holding `path` has written so far (sectors written, field 7 of
+/// `/sys/dev/block/MAJOR:MINOR/stat`, times 512): what reached the device from every process,
+/// where [`process_write_bytes`] counts what this process dirtied (a whole large folio of the
+/// page cache for a write into part of it). `None` where the path's device has no such file
+/// (a tmpfs, Btrfs's anonymous devices).
+pub fn device_write_bytes(path: &Path) -> Option<u64> {
+    let st = rustix::fs::stat(path).ok()?;
+    let dev = st.st_dev;
+    let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
+    let s = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/stat")).ok()?;
+    let sectors: u64 = s.split_whitespace().nth(6)?.parse().ok()?;
+    Some(sectors * 512)
+}
+
 /// The file system type of `path` (statfs magic number, named when known).
 pub fn fs_type(path: &Path) -> String {
     let Ok(st) = rustix::fs::statfs(path) else {

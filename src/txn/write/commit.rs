@@ -217,7 +217,7 @@ impl WriteTransaction {
         let step = self.step.take();
         if let Some(c) = &step {
             // An apply step: its pages, and the entries it leaves buffered (design.md 3.10).
-            record = crate::journal::record::step_record(record, &c.carried);
+            record = crate::journal::record::step_record(record, c.carried.iter());
         }
         let journaled = (record.pages as u64, record.page_diffs as u64);
         tracing::trace!(
@@ -254,7 +254,7 @@ impl WriteTransaction {
         };
         let ops = self.take_logical().unwrap_or_default();
         let record =
-            crate::journal::record::logical_record(self.inner.storage_id, self.txn_id, &ops);
+            crate::journal::record::logical_record(self.inner.storage_id, self.txn_id, ops.iter());
         let meta = CommitMeta {
             root: self.root,
             freedir: self.dir_page,

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::buffer::{buffer_range, LayerItem, MergeNewer};
+use crate::buffer::{buffer_range, Entry, LayerItem, MergeNewer};
 
 /// Operations from which a transaction of a buffered storage writes the tree directly (with
 /// the buffer) instead of buffering: about as many as a commit needs to fill the leaves it
@@ -22,8 +22,8 @@ use crate::buffer::{buffer_range, LayerItem, MergeNewer};
 /// buffered).
 const DIRECT_OPS: usize = 4096;
 
-/// The operations of a logical commit, shared with the buffer it joins: key, value or `None`.
-pub(crate) type LogicalOps = Vec<(crate::buffer::BufKey, Option<Arc<[u8]>>)>;
+/// The operations of a logical commit, in key order, as the run it adds to the buffer.
+pub(crate) type LogicalOps = crate::buffer::Run;
 
 /// Bytes an operation on `key` counts for in the buffer ([`crate::buffer::entry_bytes`]).
 fn op_bytes(key: &[u8], value: Option<&[u8]>) -> u64 {
@@ -35,13 +35,49 @@ fn op_bytes(key: &[u8], value: Option<&[u8]>) -> u64 {
 pub(crate) struct StepCarry {
     /// The entries still buffered, in key order, as its record carries them: the next state's
     /// buffer, as one run.
-    pub carried: Arc<[crate::buffer::RunEntry]>,
+    pub carried: Arc<crate::buffer::Run>,
     /// Bytes `carried` counts for in the buffer.
     pub buffer_bytes: u64,
     /// Since when `buffer` pins the journal: the step itself, whose record holds every entry.
     pub buffer_since: std::time::Instant,
     /// Where the next step starts.
     pub sweep: crate::buffer::Sweep,
+}
+
+/// A transaction's operations merged over the committed buffer: every pending entry once, in
+/// key order, the transaction's own where both hold a key.
+fn pending_entries<'a>(
+    ops: &'a BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    buffer: &'a crate::buffer::Buffer,
+) -> Vec<Entry<'a>> {
+    let mut out = Vec::with_capacity(ops.len() + buffer.len());
+    let mut own = ops.iter().peekable();
+    let mut buf = buffer.iter().peekable();
+    // Bounded: each turn consumes at least one item of the two finite inputs.
+    loop {
+        let take_own = match (own.peek(), buf.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some((k, _)), Some((b, _))) => match k.as_slice().cmp(b) {
+                std::cmp::Ordering::Less => true,
+                std::cmp::Ordering::Equal => {
+                    // The transaction's operation replaces the buffered one.
+                    buf.next();
+                    true
+                }
+                std::cmp::Ordering::Greater => false,
+            },
+        };
+        if take_own {
+            if let Some((k, v)) = own.next() {
+                out.push((k.as_slice(), v.as_deref()));
+            }
+        } else if let Some(e) = buf.next() {
+            out.push(e);
+        }
+    }
+    out
 }
 
 impl WriteTransaction {
@@ -205,15 +241,38 @@ impl WriteTransaction {
         self.apply_buffered()
     }
 
-    /// An apply step: turns this logical transaction into a page transaction that applies the
-    /// buffered entries and its own operations (merged, in key order) from where the last step
-    /// stopped, until it has copied `cap` pages (none with `cap` 0) and what is left fits the
-    /// buffer's size, or it has passed the last key, and keeps the rest for its commit to carry
-    /// ([`StepCarry`]). A step that reaches every entry
-    /// is a whole apply. Made at the commit, once the transaction's operations are done: the
-    /// transaction's reads see the tree only afterwards.
+    /// Applies the buffer now, whether or not committing must: one step
+    /// ([`WriteTransaction::apply_step`] of the storage's step pages) where the storage applies
+    /// in steps and they are not paused, else the whole buffer. So a storage actor that applies
+    /// the aged buffer of an idle storage drains it a step at a time, each bounded in pages
+    /// (the whole buffer at once copied as many pages as the leaves it lands on: 100 idle
+    /// index storages, each with a full buffer, took the page images to 2 GiB against a
+    /// 512 MiB budget), while a backup, which pauses steps first, gets the whole buffer applied.
+    ///
+    /// Errors: as [`WriteTransaction::apply_buffered`].
+    pub(crate) fn apply_buffer_now(&mut self) -> Result<()> {
+        match self.step_pages() {
+            Some(cap) => {
+                let r = self.apply_step(cap);
+                self.fail(r)
+            }
+            None => self.apply_buffered(),
+        }
+    }
+
+    /// An apply step: turns this logical transaction into a page transaction that applies
+    /// part of the buffered entries and its own operations, leaf by leaf, the leaves with the
+    /// most pending entries first (as PerconaFT flushes its heaviest child), until it has
+    /// copied `cap` pages (none with `cap` 0) and what is left fits the buffer's size, and
+    /// keeps the rest for its commit to carry ([`StepCarry`]). A leaf here is one of the
+    /// committed tree's ([`crate::btree::leaves::leaf_runs`]); among leaves with as many
+    /// entries, those from where the last step's last leaf ended come first, wrapping around
+    /// at the last key (a sweep), so a storage whose keys spread evenly still has every leaf
+    /// written in turn. A step that reaches every entry is a whole apply. Made at the commit,
+    /// once the transaction's operations are done: the transaction's reads see the tree only
+    /// afterwards.
     fn apply_step(&mut self, cap: usize) -> Result<()> {
-        use crate::buffer::{BufKey, RunEntry, Sweep};
+        use crate::buffer::{RunBuilder, Sweep};
         // What the buffer would hold without the step (an upper bound: an operation on a key
         // already buffered counts twice): a step goes on past `cap` pages until what is left
         // is within the buffer's size, so the buffer never grows past it by more than one
@@ -227,28 +286,31 @@ impl WriteTransaction {
             return Ok(());
         };
         let base = self.base.clone();
+        let pending = pending_entries(&ops, &base.buffer);
+        if pending.is_empty() {
+            return Ok(());
+        }
         self.changed = true;
-        let from: Option<Vec<u8>> = base
-            .sweep
-            .as_ref()
-            .and_then(|s| s.from.as_ref())
-            .map(|k| k.as_ref().to_vec());
-        let lo = from.as_deref().map_or(Bound::Unbounded, Bound::Included);
-        // Entries from `from` on, applied until the pages reach `cap`: `stop` is the first one
-        // left (bounded by the entries buffered and the transaction's own).
-        let mut stop: Option<Vec<u8>> = None;
-        let mut applied = 0usize;
-        {
-            let own = ops
-                .range::<[u8], _>((lo, Bound::Unbounded))
-                .map(|(k, v)| Ok((&k[..], v.as_deref())));
-            let buffered = buffer_range(&base.buffer, lo, Bound::Unbounded);
-            for item in MergeNewer::new(own, buffered) {
-                let (k, v) = item?;
-                if (applied > 0 || cap == 0) && self.dirty_pages() >= cap && left <= limit {
-                    stop = Some(k.to_vec());
-                    break;
-                }
+        let runs = crate::btree::leaves::leaf_runs(&base, pending.iter().map(|e| e.0))?;
+        // Each leaf's entries: `pending[starts[g]..starts[g + 1]]`.
+        let mut starts = Vec::with_capacity(runs.len() + 1);
+        starts.push(0usize);
+        for n in &runs {
+            starts.push(starts[starts.len() - 1] + *n as usize);
+        }
+        let from: Option<&[u8]> = base.sweep.as_ref().and_then(|s| s.from.as_deref());
+        let mut order: Vec<usize> = (0..runs.len()).collect();
+        order.sort_unstable_by_key(|&g| {
+            let before_sweep = from.is_some_and(|f| pending[starts[g]].0 < f);
+            (std::cmp::Reverse(runs[g]), before_sweep, g)
+        });
+        let mut taken = vec![false; runs.len()];
+        let mut last: Option<usize> = None;
+        for g in order {
+            if (last.is_some() || cap == 0) && self.dirty_pages() >= cap && left <= limit {
+                break;
+            }
+            for &(k, v) in &pending[starts[g]..starts[g + 1]] {
                 left = left.saturating_sub(op_bytes(k, v));
                 match v {
                     Some(v) => self.put_inner(k, v)?,
@@ -258,57 +320,36 @@ impl WriteTransaction {
                         }
                     }
                 }
-                applied += 1;
             }
+            taken[g] = true;
+            last = Some(g);
         }
-        if from.is_none() && stop.is_none() {
+        if taken.iter().all(|&t| t) {
             // Every entry in one step: a whole apply (its commit empties the buffer).
             return Ok(());
         }
-        // What is left: the committed buffer outside `[from, stop)` and the transaction's own
-        // operations there, newest first, as one run.
-        let in_step = |k: &[u8]| {
-            from.as_deref().is_none_or(|f| k >= f) && stop.as_deref().is_none_or(|s| k < s)
-        };
-        let hi = stop.as_deref().map_or(Bound::Unbounded, Bound::Included);
-        let older: Vec<RunEntry> = base
-            .buffer
-            .range(
-                Bound::Unbounded,
-                from.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
-            )
-            .filter(|_| from.is_some())
-            .chain(
-                base.buffer
-                    .range(hi, Bound::Unbounded)
-                    .filter(|_| stop.is_some()),
-            )
-            .cloned()
-            .collect();
-        let newer: Vec<RunEntry> = ops
-            .iter()
-            .filter(|(k, _)| !in_step(k))
-            .map(|(k, v)| (BufKey::from(&k[..]), v.as_deref().map(Arc::from)))
-            .collect();
-        let (carried, _) = crate::buffer::merge_runs(&older, &newer);
-        if carried.is_empty() {
-            // Nothing left (the entries below `from` were applied since): a whole apply.
-            return Ok(());
+        let mut carried = RunBuilder::default();
+        for e in (0..runs.len())
+            .filter(|&g| !taken[g])
+            .flat_map(|g| &pending[starts[g]..starts[g + 1]])
+        {
+            carried.push(*e);
         }
-        let bytes = carried
-            .iter()
-            .map(|(k, v)| crate::buffer::bytes_of(k, v))
-            .sum();
-        // The next step starts at the first key left, or again at the first key once a step
-        // passes the last. The step's record journals every entry it leaves, so none of them
-        // pins an older journal file: the buffer's age starts again now.
+        let carried = carried.finish();
+        let bytes = carried.entry_bytes();
+        // The next step's ties start after the last leaf this one applied (where this one's
+        // started when it applied none), or again at the first key past the last leaf. The
+        // step's record journals every entry it leaves, so none of them pins an older journal
+        // file: the buffer's age starts again now.
+        let next_from = match last {
+            None => from.map(Box::from),
+            Some(g) => pending.get(starts[g + 1]).map(|e| Box::from(e.0)),
+        };
         self.step = Some(StepCarry {
-            carried: carried.into(),
+            carried: Arc::new(carried),
             buffer_bytes: bytes,
             buffer_since: std::time::Instant::now(),
-            sweep: Sweep {
-                from: stop.map(|k| BufKey::from(&k[..])),
-            },
+            sweep: Sweep { from: next_from },
         });
         Ok(())
     }
@@ -353,11 +394,7 @@ impl WriteTransaction {
     /// in a page transaction.
     pub(super) fn take_logical(&mut self) -> Option<LogicalOps> {
         let ops = self.logical.take()?;
-        Some(
-            ops.into_iter()
-                .map(|(k, v)| (crate::buffer::BufKey::from(&k[..]), v.map(Arc::from)))
-                .collect(),
-        )
+        Some(ops.iter().map(|(k, v)| (&k[..], v.as_deref())).collect())
     }
 }
 
@@ -370,6 +407,112 @@ mod tests {
         w.put(format!("k{:06}", (i * 7919) % 3000), [b'v'; 40])
             .unwrap();
         w.commit().unwrap();
+    }
+
+    /// A step applies the leaf with the most pending entries first: with entries spread one
+    /// per leaf from the first key on and many pending on one leaf at the last key, a step of
+    /// a few pages applies the crowded leaf and leaves the spread entries buffered (a step in
+    /// key order applied the spread ones, one leaf copy each, and kept the crowded leaf).
+    #[test]
+    fn a_step_applies_the_leaf_with_the_most_pending_entries_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = Options {
+            write_buffer_bytes: 1 << 20,
+            flush_mode: FlushMode::Manual,
+            ..Options::default()
+        };
+        let s = Storage::open(dir.path().join("s"), o).unwrap();
+        let mut w = s.begin_write().unwrap();
+        for i in 0..20_000u32 {
+            w.put(format!("k{:08}", i * 2), [b'v'; 10]).unwrap();
+        }
+        w.commit().unwrap();
+        s.flush().unwrap();
+        s.set_apply_step_pages(4);
+        // 50 entries, each in a leaf of its own (400 stored keys apart).
+        for i in 0..50u32 {
+            let mut w = s.begin_write().unwrap();
+            w.put(format!("k{:08}", i * 800 + 1), [b'n'; 10]).unwrap();
+            w.commit().unwrap();
+        }
+        // 200 entries between the last two stored keys: one leaf.
+        for c in 0..20u32 {
+            let mut w = s.begin_write().unwrap();
+            for j in 0..10 {
+                w.put(format!("k00039996a{:04}", c * 10 + j), [b'h'; 10])
+                    .unwrap();
+            }
+            w.commit().unwrap();
+        }
+        let before = s.stats();
+        assert_eq!(before.apply_steps, 0, "{before:?}");
+        assert_eq!(before.buffer_entries, 250, "{before:?}");
+        // The buffer is full past here: the next commit takes a step.
+        s.set_write_buffer_bytes(before.buffer_bytes - 1);
+        let mut w = s.begin_write().unwrap();
+        w.put("k00039996b", [b'h'; 10]).unwrap();
+        w.commit().unwrap();
+        let after = s.stats();
+        assert_eq!(after.apply_steps, 1, "{after:?}");
+        assert!(
+            (45..=50).contains(&after.buffer_entries),
+            "the crowded leaf applied, the spread entries still buffered: {after:?}"
+        );
+        let r = s.begin_read().unwrap();
+        assert_eq!(r.len(), 20_000 + 251);
+        assert_eq!(r.get("k00039996a0150").unwrap(), Some(&[b'h'; 10][..]));
+        assert_eq!(r.get("k00000801").unwrap(), Some(&[b'n'; 10][..]));
+    }
+
+    /// Applying the buffer of an idle storage that applies in steps takes one step, bounded
+    /// in pages, not the whole buffer (which copied a page per leaf the buffer reached: an
+    /// engine's idle indexes so took their page images far past the memory budget); with
+    /// steps paused (a backup) it applies the whole buffer.
+    #[test]
+    fn applying_an_idle_buffer_takes_one_step_unless_steps_are_paused() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = Options {
+            write_buffer_bytes: 1 << 20,
+            flush_mode: FlushMode::Manual,
+            ..Options::default()
+        };
+        let s = Storage::open(dir.path().join("s"), o).unwrap();
+        let mut w = s.begin_write().unwrap();
+        for i in 0..20_000u32 {
+            w.put(format!("k{:08}", i * 2), [b'v'; 10]).unwrap();
+        }
+        w.commit().unwrap();
+        s.flush().unwrap();
+        s.set_apply_step_pages(4);
+        // 100 entries, each in a leaf of its own: far from full.
+        let mut w = s.begin_write().unwrap();
+        for i in 0..100u32 {
+            w.put(format!("k{:08}", i * 400 + 1), b"n").unwrap();
+        }
+        w.commit().unwrap();
+        let before = s.stats();
+        let mut w = s.begin_write().unwrap();
+        w.apply_buffer_now().unwrap();
+        w.commit().unwrap();
+        let after = s.stats();
+        assert_eq!(after.apply_steps, before.apply_steps + 1, "{after:?}");
+        assert!(
+            (90..100).contains(&after.buffer_entries),
+            "a few leaves applied, the rest still buffered: {after:?}"
+        );
+        assert!(
+            after.pages_journaled - before.pages_journaled < 20,
+            "{before:?} {after:?}"
+        );
+        let paused = s.pause_apply_steps();
+        let mut w = s.begin_write().unwrap();
+        w.apply_buffer_now().unwrap();
+        w.commit().unwrap();
+        drop(paused);
+        let st = s.stats();
+        assert_eq!(st.buffer_entries, 0, "{st:?}");
+        assert_eq!(st.apply_steps, after.apply_steps, "{st:?}");
+        assert_eq!(s.begin_read().unwrap().len(), 20_100);
     }
 
     /// A commit that must apply takes a step only while steps are on: a backup under the

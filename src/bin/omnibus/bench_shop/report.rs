@@ -232,7 +232,7 @@ fn print_table(rs: &[ModeResult]) {
     println!("{header}");
     // (label, value, higher is better)
     type Get = fn(&ModeResult) -> f64;
-    let rows: [(&str, Get, bool, usize); 21] = [
+    let rows: [(&str, Get, bool, usize); 22] = [
         ("documents/s", |r| r.documents_per_s, true, 0),
         ("CPU us/document", |r| r.cpu_us_per_document, false, 0),
         (
@@ -302,6 +302,12 @@ fn print_table(rs: &[ModeResult]) {
         (
             "disk bytes/document",
             |r| r.disk_bytes_per_document.unwrap_or(0.0),
+            false,
+            0,
+        ),
+        (
+            "device bytes/document",
+            |r| r.device_bytes_per_document.unwrap_or(0.0),
             false,
             0,
         ),

@@ -70,6 +70,10 @@ pub(super) struct ModeResult {
     /// Bytes sent to the disk per document: /proc/self/io `write_bytes` less
     /// `cancelled_write_bytes` over the run (`fmt::process_write_bytes`).
     pub(super) disk_bytes_per_document: Option<f64>,
+    /// Bytes the block device under the run's directory wrote per document over the run
+    /// (`fmt::device_write_bytes`: every process's writes to that device, and only what
+    /// reached it).
+    pub(super) device_bytes_per_document: Option<f64>,
     /// Index lag (a document's acknowledgement to its index batch's commit): the largest of the
     /// indexes' p50, p99 and max (the slowest index), from `index_stats`.
     pub(super) index_lag_ms_p50: f64,
@@ -263,6 +267,7 @@ fn run_mode_in(
         .map_err(|e| Fail::io(format!("starting the tokio runtime: {e}")))?;
     let stats0 = db.stats();
     let disk0 = fmt::process_write_bytes();
+    let device0 = fmt::device_write_bytes(tmp);
     let done = Arc::new(AtomicU64::new(0));
     let db_dir = tmp.join("shop.omnibus");
     let mut storages: Vec<omnibus::Storage> = vec![root.storage().clone()];
@@ -354,6 +359,7 @@ fn run_mode_in(
         .map_err(|e| Fail::from(e).context("closing the database"))?;
     let close_seconds = close.elapsed().as_secs_f64();
     let disk1 = fmt::process_write_bytes();
+    let device1 = fmt::device_write_bytes(tmp);
     let docs = lat.len();
     let slowest =
         |f: fn(&omnibus::actors::IndexStats) -> f64| reports.iter().map(f).fold(0.0, f64::max);
@@ -408,6 +414,9 @@ fn run_mode_in(
         batches: end.batches - stats0.batches,
         journal_bytes_per_document: per_doc(end.journal_bytes - stats0.journal_bytes),
         disk_bytes_per_document: disk0.zip(disk1).map(|(a, b)| per_doc(b.saturating_sub(a))),
+        device_bytes_per_document: device0
+            .zip(device1)
+            .map(|(a, b)| per_doc(b.saturating_sub(a))),
         index_lag_ms_p50: slowest(|r| r.apply_lag.p50_ms),
         index_lag_ms_p99: slowest(|r| r.apply_lag.p99_ms),
         index_lag_ms_max: slowest(|r| r.apply_lag.max_ms),
