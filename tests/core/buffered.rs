@@ -445,8 +445,11 @@ fn a_buffer_resized_at_run_time_buffers_then_applies() {
 fn journal_files_with_buffered_entries_outlive_flushes_until_applied() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
+    // An hour of age: the 3,000 synced commits below take longer than the default 5 s on a
+    // loaded machine, and a commit that finds the buffer aged applies it.
     let o = Options {
         journal_file_size: 64 << 10,
+        flush_max_age: std::time::Duration::from_secs(3600),
         ..kept(64 << 20)
     };
     let s = Storage::open(&path, o.clone()).unwrap();

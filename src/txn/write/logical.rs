@@ -409,19 +409,15 @@ mod tests {
         w.commit().unwrap();
     }
 
-    /// A step applies the leaf with the most pending entries first: with entries spread one
-    /// per leaf from the first key on and many pending on one leaf at the last key, a step of
-    /// a few pages applies the crowded leaf and leaves the spread entries buffered (a step in
-    /// key order applied the spread ones, one leaf copy each, and kept the crowded leaf).
-    #[test]
-    fn a_step_applies_the_leaf_with_the_most_pending_entries_first() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A buffered storage (1 MiB) whose tree holds 20,000 keys `k{2i:08}` (at most a few
+    /// hundred a leaf), flushed, applying in steps of 4 pages.
+    fn stepping_storage(dir: &std::path::Path) -> Storage {
         let o = Options {
             write_buffer_bytes: 1 << 20,
             flush_mode: FlushMode::Manual,
             ..Options::default()
         };
-        let s = Storage::open(dir.path().join("s"), o).unwrap();
+        let s = Storage::open(dir.join("s"), o).unwrap();
         let mut w = s.begin_write().unwrap();
         for i in 0..20_000u32 {
             w.put(format!("k{:08}", i * 2), [b'v'; 10]).unwrap();
@@ -429,6 +425,17 @@ mod tests {
         w.commit().unwrap();
         s.flush().unwrap();
         s.set_apply_step_pages(4);
+        s
+    }
+
+    /// A step applies the leaf with the most pending entries first: with entries spread one
+    /// per leaf from the first key on and many pending on one leaf at the last key, a step of
+    /// a few pages applies the crowded leaf and leaves the spread entries buffered (a step in
+    /// key order applied the spread ones, one leaf copy each, and kept the crowded leaf).
+    #[test]
+    fn a_step_applies_the_leaf_with_the_most_pending_entries_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = stepping_storage(dir.path());
         // 50 entries, each in a leaf of its own (400 stored keys apart).
         for i in 0..50u32 {
             let mut w = s.begin_write().unwrap();
@@ -471,20 +478,8 @@ mod tests {
     #[test]
     fn applying_an_idle_buffer_takes_one_step_unless_steps_are_paused() {
         let dir = tempfile::tempdir().unwrap();
-        let o = Options {
-            write_buffer_bytes: 1 << 20,
-            flush_mode: FlushMode::Manual,
-            ..Options::default()
-        };
-        let s = Storage::open(dir.path().join("s"), o).unwrap();
-        let mut w = s.begin_write().unwrap();
-        for i in 0..20_000u32 {
-            w.put(format!("k{:08}", i * 2), [b'v'; 10]).unwrap();
-        }
-        w.commit().unwrap();
-        s.flush().unwrap();
-        s.set_apply_step_pages(4);
-        // 100 entries, each in a leaf of its own: far from full.
+        let s = stepping_storage(dir.path());
+        // 100 entries spread over the tree's leaves: far from full.
         let mut w = s.begin_write().unwrap();
         for i in 0..100u32 {
             w.put(format!("k{:08}", i * 400 + 1), b"n").unwrap();
