@@ -229,8 +229,8 @@ pub struct StorageStats {
     pub buffer_entries: u64,
     /// Bytes the write buffer counts for (each entry its key, its value and 16 bytes).
     pub buffer_bytes: u64,
-    /// Page commits since open that were apply steps ([`Storage::set_apply_step_pages`]):
-    /// part of the buffer applied, the rest carried.
+    /// Page commits since this open that were apply steps ([`Storage::set_apply_step_pages`]):
+    /// part of the buffer applied, the rest carried. Starts at 0 at each open.
     pub apply_steps: u64,
 }
 

@@ -390,12 +390,25 @@ pub fn handle_interrupts() {
                 leave_cgroup(group, parent_procs);
             }
             for d in c.dirs.iter().rev() {
-                if std::fs::remove_dir_all(d).is_err() {
-                    let _ = std::fs::remove_file(d);
-                }
+                remove_while_written(d);
             }
             std::process::exit(128 + sig);
         });
+}
+
+/// Removes `path` (a directory with what it holds, or a file) while the engine's threads,
+/// still running, may create files in it: a removal that finds a directory not empty (a file
+/// created after it listed the directory) tries again, 50 times 20 ms at most. Regression: a
+/// SIGTERM on a loaded machine left a run's directory behind.
+fn remove_while_written(path: &Path) {
+    for _ in 0..50 {
+        match std::fs::remove_dir_all(path) {
+            Ok(()) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(_) if std::fs::remove_file(path).is_ok() => return,
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
 }
 
 /// Moves the process back to its parent cgroup and removes `group`.
