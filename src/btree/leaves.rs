@@ -15,11 +15,10 @@ use crate::state::State;
 
 use super::MAX_DEPTH;
 
-/// One level of the walk: a branch, and the exclusive upper bound of its key range (`None`:
-/// unbounded, the tree's last node at its level).
+/// One level of the walk: a branch's page, and the exclusive upper bound of its key range
+/// (`None`: unbounded, the tree's last node at its level).
 struct Level<'a> {
     page: u64,
-    branch: BranchView<'a>,
     upper: Option<&'a [u8]>,
 }
 
@@ -35,10 +34,10 @@ pub(crate) fn leaf_runs<'k>(
 ) -> Result<Vec<u32>> {
     let mut runs: Vec<u32> = Vec::new();
     let mut stack: Vec<Level<'_>> = Vec::new();
-    // The current leaf's page and upper bound; `None` before the first key.
-    let mut leaf: Option<(u64, Option<&[u8]>)> = None;
+    // The current leaf's upper bound; `None` before the first key.
+    let mut leaf: Option<Option<&[u8]>> = None;
     for k in keys {
-        if let (Some((_, upper)), Some(n)) = (leaf, runs.last_mut()) {
+        if let (Some(upper), Some(n)) = (leaf, runs.last_mut()) {
             if upper.is_none_or(|u| k < u) {
                 *n += 1;
                 continue;
@@ -51,53 +50,28 @@ pub(crate) fn leaf_runs<'k>(
         {
             stack.pop();
         }
-        let found = descend(state, &mut stack, k)?;
-        if leaf.is_some_and(|(p, _)| p == found.0) {
-            // Unreachable with strictly increasing keys, kept exact all the same.
-            if let Some(n) = runs.last_mut() {
-                *n += 1;
-            }
-        } else {
-            runs.push(1);
-        }
-        leaf = Some(found);
+        leaf = Some(descend(state, &mut stack, k)?);
+        runs.push(1);
     }
     Ok(runs)
 }
 
 /// Descends from the deepest level on `stack` (from the root when it is empty) to the leaf
-/// holding `k`, pushing the branches passed; returns the leaf's page and upper bound.
-fn descend<'a>(
-    state: &'a State,
-    stack: &mut Vec<Level<'a>>,
-    k: &[u8],
-) -> Result<(u64, Option<&'a [u8]>)> {
+/// holding `k`, pushing the branches passed (that level again among them); returns the
+/// leaf's upper bound.
+fn descend<'a>(state: &'a State, stack: &mut Vec<Level<'a>>, k: &[u8]) -> Result<Option<&'a [u8]>> {
     let corrupt = |p: u64, what: &str| Error::corruption(state.path(), Some(p), None, what);
-    let (mut p, mut upper) = match stack.last() {
-        Some(l) => {
-            let i = l
-                .branch
-                .child_index(k)
-                .ok_or_else(|| corrupt(l.page, "malformed branch page"))?;
-            let child = l
-                .branch
-                .child(i)
-                .ok_or_else(|| corrupt(l.page, "malformed branch page"))?;
-            let bound = if i < l.branch.keys() {
-                l.branch.key(i)
-            } else {
-                l.upper
-            };
-            (child, bound)
-        }
-        None if state.root == 0 => return Ok((0, None)),
+    // The deepest level left holds `k`: descend again from it (from the root when none is).
+    let (mut p, mut upper) = match stack.pop() {
+        Some(l) => (l.page, l.upper),
+        None if state.root == 0 => return Ok(None),
         None => (state.root, None),
     };
     // Bounded: a tree is at most MAX_DEPTH levels deep.
     for _ in 0..MAX_DEPTH {
         let (img, h) = state.page(p)?;
         match h.kind {
-            PageKind::Leaf => return Ok((p, upper)),
+            PageKind::Leaf => return Ok(upper),
             PageKind::Branch => {
                 let branch = BranchView::new(img, &h);
                 let i = branch
@@ -111,11 +85,7 @@ fn descend<'a>(
                 } else {
                     upper
                 };
-                stack.push(Level {
-                    page: p,
-                    branch,
-                    upper,
-                });
+                stack.push(Level { page: p, upper });
                 p = child;
                 upper = bound;
             }

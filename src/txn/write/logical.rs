@@ -6,7 +6,7 @@
 //! the transaction commits as an ordinary page transaction (invariant I13: a page commit of a
 //! buffered storage holds every buffered entry committed before it). With
 //! [`crate::Storage::set_apply_step_pages`], an apply that a commit must make is a *step*: it
-//! applies entries in key order from where the last one stopped until the transaction has
+//! applies the entries of the leaves with the most pending first until the transaction has
 //! copied that many pages, and its commit carries the entries left over (record kind 6, I13's
 //! "in its tree or in the entries it carries").
 
@@ -40,44 +40,21 @@ pub(crate) struct StepCarry {
     pub buffer_bytes: u64,
     /// Since when `buffer` pins the journal: the step itself, whose record holds every entry.
     pub buffer_since: std::time::Instant,
-    /// Where the next step starts.
+    /// Where the next step's ties among equally loaded leaves start.
     pub sweep: crate::buffer::Sweep,
 }
 
 /// A transaction's operations merged over the committed buffer: every pending entry once, in
 /// key order, the transaction's own where both hold a key.
-fn pending_entries<'a>(
+fn pending<'a>(
     ops: &'a BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     buffer: &'a crate::buffer::Buffer,
-) -> Vec<Entry<'a>> {
-    let mut out = Vec::with_capacity(ops.len() + buffer.len());
-    let mut own = ops.iter().peekable();
-    let mut buf = buffer.iter().peekable();
-    // Bounded: each turn consumes at least one item of the two finite inputs.
-    loop {
-        let take_own = match (own.peek(), buf.peek()) {
-            (None, None) => break,
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (Some((k, _)), Some((b, _))) => match k.as_slice().cmp(b) {
-                std::cmp::Ordering::Less => true,
-                std::cmp::Ordering::Equal => {
-                    // The transaction's operation replaces the buffered one.
-                    buf.next();
-                    true
-                }
-                std::cmp::Ordering::Greater => false,
-            },
-        };
-        if take_own {
-            if let Some((k, v)) = own.next() {
-                out.push((k.as_slice(), v.as_deref()));
-            }
-        } else if let Some(e) = buf.next() {
-            out.push(e);
-        }
-    }
-    out
+) -> impl Iterator<Item = LayerItem<'a>> + 'a {
+    let own = ops.iter().map(|(k, v)| Ok((&k[..], v.as_deref())));
+    MergeNewer::new(
+        own,
+        buffer_range(buffer, Bound::Unbounded, Bound::Unbounded),
+    )
 }
 
 impl WriteTransaction {
@@ -286,7 +263,7 @@ impl WriteTransaction {
             return Ok(());
         };
         let base = self.base.clone();
-        let pending = pending_entries(&ops, &base.buffer);
+        let pending: Vec<Entry<'_>> = pending(&ops, &base.buffer).collect::<Result<_>>()?;
         if pending.is_empty() {
             return Ok(());
         }
@@ -312,14 +289,7 @@ impl WriteTransaction {
             }
             for &(k, v) in &pending[starts[g]..starts[g + 1]] {
                 left = left.saturating_sub(op_bytes(k, v));
-                match v {
-                    Some(v) => self.put_inner(k, v)?,
-                    None => {
-                        if self.get(k)?.is_some() {
-                            self.delete_inner(k)?;
-                        }
-                    }
-                }
+                self.apply_entry(k, v)?;
             }
             taken[g] = true;
             last = Some(g);
@@ -369,25 +339,20 @@ impl WriteTransaction {
             // The commit publishes a state with an empty buffer, even if nothing else changed.
             self.changed = true;
         }
-        let r = self.apply_ops(&ops, &base);
+        let r = pending(&ops, &base.buffer).try_for_each(|e| {
+            let (k, v) = e?;
+            self.apply_entry(k, v)
+        });
         self.fail(r)
     }
 
-    fn apply_ops(&mut self, ops: &BTreeMap<Vec<u8>, Option<Vec<u8>>>, base: &State) -> Result<()> {
-        let own = ops.iter().map(|(k, v)| Ok((&k[..], v.as_deref())));
-        let buffered = buffer_range(&base.buffer, Bound::Unbounded, Bound::Unbounded);
-        for item in MergeNewer::new(own, buffered) {
-            let (k, v) = item?;
-            match v {
-                Some(v) => self.put_inner(k, v)?,
-                None => {
-                    if self.get(k)?.is_some() {
-                        self.delete_inner(k)?;
-                    }
-                }
-            }
+    /// Writes one pending entry into the tree: a put, or the delete of a key the tree holds.
+    fn apply_entry(&mut self, k: &[u8], v: Option<&[u8]>) -> Result<()> {
+        match v {
+            Some(v) => self.put_inner(k, v),
+            None if self.get(k)?.is_some() => self.delete_inner(k).map(drop),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// The operations of a logical commit, in key order, for its record and the buffer; `None`
