@@ -86,6 +86,14 @@ pub struct DatabaseStats {
     pub journal_files_live: u64,
     /// Pre-zeroed journal files ready in the pool.
     pub prezeroed_ready: u64,
+    /// Released journal files reused through the pool instead of deleted
+    /// ([`JournalStats::files_recycled`]).
+    pub journal_files_recycled: u64,
+    /// Bytes of zeros written into journal files ahead of their records: whole new pool files,
+    /// windows ahead of the write position and inline zeroing (the sum of
+    /// [`JournalStats::pool_zero_bytes`], `background_zero_bytes` and `inline_zero_bytes`; a
+    /// file created on the commit path because the pool was empty counts in `files_created`).
+    pub journal_zero_bytes: u64,
     /// Open storages (root included).
     pub storages: u64,
 }
@@ -100,6 +108,9 @@ impl DatabaseStats {
         self.links_made += j.links_made;
         self.journal_files_live += j.files_live;
         self.prezeroed_ready += j.pool_ready;
+        self.journal_files_recycled += j.files_recycled;
+        self.journal_zero_bytes +=
+            j.pool_zero_bytes + j.background_zero_bytes + j.inline_zero_bytes;
     }
 }
 

@@ -15,7 +15,8 @@
 //!   before it), and before a released file is recycled into the pool, every branch `Journals/`
 //!   whose entry for it was removed since its last fsync is fsynced too, so a power loss cannot
 //!   bring back a name for the file's new contents. Only files this journal created in this
-//!   session, with no other name, are recycled.
+//!   session, with no other name, are recycled, from whichever `Journals/` held the last name
+//!   (a branch's is fsynced right after the rename).
 //!
 //! Apart from this module, only `database.rs` creates or removes journal file names (see
 //! `docs/ARCHITECTURE.md`).
@@ -36,6 +37,11 @@ use super::Prezero;
 use super::{Io, Journal, StorageDir, Waiting};
 use crate::env::{EnvFile, OpenMode};
 use crate::error::{Error, Result};
+
+/// Released files kept in the pool beyond its target: one released file arrives about as often
+/// as one is taken, but not exactly when the pool wants one, and a file kept saves writing a
+/// whole journal file of zeros.
+const RECYCLED_SPARE: usize = 1;
 
 impl Io {
     /// Before the first file: storage `owner` in `owner_dir` registered, no file yet.
@@ -351,13 +357,14 @@ impl Journal {
                 .join(super::file_name(*no));
             let last = io.entries.get(no).map(|p| p.len() == 1).unwrap_or(true);
             // Recycle only a file this journal created in this session whose only name is the
-            // one being removed: a file from an earlier session may still be hard-linked from
-            // another directory (a branch opened standalone), and reusing it would overwrite
-            // records another storage still needs.
+            // one being removed, whichever storage holds it (in a database the last name is
+            // mostly a branch's: its buffered entries keep records longest): a file from an
+            // earlier session may still be hard-linked from another directory (a branch opened
+            // standalone), and reusing it would overwrite records another storage still needs.
             let recycle = last
-                && sid == self.owner
                 && io.created.contains(no)
-                && self.pool.ready_len() < self.pool.target
+                && self.pool.target > 0
+                && self.pool.ready_len() < self.pool.target + RECYCLED_SPARE
                 && std::fs::metadata(&path)
                     .map(|m| std::os::unix::fs::MetadataExt::nlink(&m) == 1)
                     .unwrap_or(false);
@@ -371,9 +378,17 @@ impl Journal {
                     .unwrap_or(false);
                 if ok {
                     self.make_unlinks_durable(&mut io, *no)?;
-                    self.env.rename(&path, &to).map(|()| {
+                    self.env.rename(&path, &to).and_then(|()| {
+                        if sid != self.owner {
+                            // The name left a branch's `Journals/`: that removal is made
+                            // durable before the file can be reused, as every other one.
+                            self.env
+                                .sync_dir(&sd.dir.join(crate::layout::JOURNALS_DIR))?;
+                            self.dir_syncs.fetch_add(1, Ordering::Relaxed);
+                        }
                         self.pool.put(to);
                         self.files_recycled.fetch_add(1, Ordering::Relaxed);
+                        Ok(())
                     })
                 } else {
                     self.env.remove_file(&path)

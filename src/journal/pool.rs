@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use super::lock;
@@ -35,6 +35,8 @@ pub(super) struct Pool {
     pub(super) wanted: AtomicBool,
     /// Files to keep ready (the journal's `pool_files`; 0 = no pool).
     pub(super) target: usize,
+    /// Bytes of zeros written into new pool files since open.
+    pub(super) zero_bytes: AtomicU64,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -47,6 +49,7 @@ impl Pool {
             stop: AtomicBool::new(false),
             wanted: AtomicBool::new(false),
             target,
+            zero_bytes: AtomicU64::new(0),
             thread: Mutex::new(None),
         }
     }
@@ -149,7 +152,10 @@ fn pool_loop(pool: &Pool, env: &dyn StorageEnv, dir: &Path, size: u64, k: &mut u
                     Ok(())
                 });
             match r {
-                Ok(()) => lock(&pool.ready).push_back(p),
+                Ok(()) => {
+                    pool.zero_bytes.fetch_add(size, Ordering::Relaxed);
+                    lock(&pool.ready).push_back(p)
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "preparing a pre-zeroed journal file failed");
                     let _ = env.remove_file(&p);

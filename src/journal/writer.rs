@@ -80,6 +80,9 @@ pub struct JournalStats {
     pub files_recycled: u64,
     /// Pre-zeroed files ready in the pool.
     pub pool_ready: u64,
+    /// Bytes of zeros written into new pool files (whole files, by the pool thread), off the
+    /// commit path. A recycled file is reused as it is and adds nothing here.
+    pub pool_zero_bytes: u64,
     /// Bytes of zeros written (and synced) ahead of the write position by the background
     /// pre-zeroing thread ([`Prezero::Ahead`]), off the commit path.
     pub background_zero_bytes: u64,
@@ -290,6 +293,7 @@ impl Journal {
             files_live: io.entries.len() as u64,
             files_recycled: self.files_recycled.load(Ordering::Relaxed),
             pool_ready: self.pool.ready_len() as u64,
+            pool_zero_bytes: self.pool.zero_bytes.load(Ordering::Relaxed),
             background_zero_bytes: self.zero.bytes.load(Ordering::Relaxed),
             inline_zero_bytes: self.inline_zero_bytes.load(Ordering::Relaxed),
             inline_zeroings: self.inline_zeroings.load(Ordering::Relaxed),

@@ -209,6 +209,138 @@ fn old_journal_files_are_released() {
     }
 }
 
+/// Runs rounds of commits into a database of a root and branch `b` (3,000-byte values, 64 KiB
+/// journal files, a pool of one) through a hooked environment that watches every journal file
+/// leaving a branch `Journals/` (removed, or renamed into the pool) and every file taken from the
+/// pool. Each round flushes the two storages in `order` (`"b"` or `"root"` first: the storage
+/// flushed last holds the file's last name) until three files are recycled, then reopens the
+/// database and reads every value back. Returns the recycles seen (each file's number and whether
+/// its last name was a branch's), the files taken from the pool
+/// while a branch's removal of their name was not durable yet, and the database's count of
+/// recycled files.
+fn recycle_rounds(branch_last: bool) -> (Vec<(u64, bool)>, Vec<String>, u64) {
+    use omnibus::env::testing::{HookedEnv, OpKind};
+    use omnibus::env::DefaultEnv;
+    use std::collections::{HashMap, HashSet};
+    use std::path::{Path, PathBuf};
+    use std::sync::Mutex;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let env = Arc::new(HookedEnv::new(Arc::new(DefaultEnv::new())));
+    // Branch `Journals/` -> journal numbers whose name left it since its last fsync.
+    let pending: Arc<Mutex<HashMap<PathBuf, HashSet<u64>>>> = Arc::default();
+    // (journal number, renamed from a branch's `Journals/`)
+    let recycled = Arc::new(Mutex::new(Vec::<(u64, bool)>::new()));
+    let violations = Arc::new(Mutex::new(Vec::<String>::new()));
+    let (p2, r2, v2) = (pending.clone(), recycled.clone(), violations.clone());
+    let number = |p: &Path| -> Option<u64> {
+        let n = p.file_name()?.to_str()?;
+        n.get(..16)?.parse().ok()
+    };
+    let in_branch = |p: &Path| p.components().any(|c| c.as_os_str() == "Indexes");
+    env.set_hook(Box::new(move |op| {
+        let mut pending = p2.lock().unwrap();
+        let pooled = |p: &Path| p.to_string_lossy().ends_with(".zeroed");
+        let check = |no: u64, what: &str| {
+            for (d, nos) in pending.iter() {
+                if nos.contains(&no) {
+                    v2.lock().unwrap().push(format!(
+                        "file {no} {what} while its name's removal from {} is not durable",
+                        d.display()
+                    ));
+                }
+            }
+        };
+        match op.kind {
+            OpKind::Rename if op.to.is_some_and(pooled) => {
+                // Every other branch's removal is durable before the file goes to the pool.
+                if let Some(no) = number(op.path) {
+                    if !in_branch(op.path) {
+                        check(no, "recycled");
+                    }
+                    r2.lock().unwrap().push((no, in_branch(op.path)));
+                    if in_branch(op.path) {
+                        if let Some(parent) = op.path.parent() {
+                            pending.entry(parent.to_path_buf()).or_default().insert(no);
+                        }
+                    }
+                }
+            }
+            OpKind::Rename if pooled(op.path) => {
+                // Taken from the pool: its new contents are about to be written.
+                if let Some(no) = number(op.path) {
+                    check(no, "reused");
+                }
+            }
+            OpKind::Remove if in_branch(op.path) => {
+                if let (Some(parent), Some(no)) = (op.path.parent(), number(op.path)) {
+                    pending.entry(parent.to_path_buf()).or_default().insert(no);
+                }
+            }
+            OpKind::SyncDir => {
+                pending.remove(op.path);
+            }
+            _ => {}
+        }
+        None
+    }));
+    let opts = || Options {
+        env: env.clone(),
+        flush_mode: FlushMode::Manual,
+        journal_file_size: 64 << 10,
+        journal_prezero: omnibus::Prezero::WholeFile,
+        journal_pool_files: 1,
+        ..Options::default()
+    };
+    let db = Database::open(&path, opts()).unwrap();
+    let b = db.create_storage("b").unwrap();
+    let root = db.root();
+    let value =
+        |round: u32, i: usize, k: u32| vec![(round as usize * 31 + i * 7 + k as usize) as u8; 3000];
+    let mut written = Vec::new();
+    // Bounded: rounds of commits through a few journal files, then flushes (the storage
+    // flushed first releases its names, the other then releases the last name and may
+    // recycle), until three files are recycled.
+    for round in 0..200u32 {
+        for (i, s) in [&b, &root, &root, &root].into_iter().enumerate() {
+            for k in 0..6u32 {
+                let key = format!("r{round:03}-{i}-{k}");
+                let mut w = s.begin_write().unwrap();
+                w.put(&key, value(round, i, k)).unwrap();
+                w.commit().unwrap();
+                written.push((i == 0, key, value(round, i, k)));
+            }
+        }
+        if branch_last {
+            root.flush().unwrap();
+            b.flush().unwrap();
+        } else {
+            b.flush().unwrap();
+            root.flush().unwrap();
+        }
+        if recycled.lock().unwrap().len() >= 3 {
+            break;
+        }
+    }
+    let counted = db.stats().journal_files_recycled;
+    drop((b, root, db));
+    // Recycled files hold new records over old ones: every value reads back after a reopen.
+    let db = Database::open(&path, opts()).unwrap();
+    let b = db.storage("b").unwrap();
+    let root = db.root();
+    for (in_b, key, v) in &written {
+        let s = if *in_b { &b } else { &root };
+        let r = s.begin_read().unwrap();
+        assert_eq!(r.get(key).unwrap(), Some(&v[..]), "{key}");
+    }
+    drop((b, root, db));
+    env.clear();
+    let seen = recycled.lock().unwrap().clone();
+    let v = violations.lock().unwrap().clone();
+    (seen, v, counted)
+}
+
 /// A released journal file is recycled (renamed into the pool and later overwritten as a new
 /// journal file) only after every branch `Journals/` whose entry for it was removed has been
 /// fsynced since: otherwise a power loss could bring the branch's entry back, naming the new
@@ -216,92 +348,22 @@ fn old_journal_files_are_released() {
 /// records and reports corruption).
 #[test]
 fn a_journal_file_is_recycled_only_after_branch_unlinks_are_durable() {
-    use omnibus::env::testing::{HookedEnv, OpKind};
-    use omnibus::env::DefaultEnv;
-    use std::collections::{HashMap, HashSet};
-    use std::path::PathBuf;
-    use std::sync::Mutex;
+    let (seen, violations, counted) = recycle_rounds(false);
+    assert!(violations.is_empty(), "{violations:?}");
+    assert!(!seen.is_empty(), "no journal file was recycled");
+    assert_eq!(counted, seen.len() as u64);
+}
 
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("db");
-    let env = Arc::new(HookedEnv::new(Arc::new(DefaultEnv::new())));
-    // Branch `Journals/` -> file names removed from it since its last fsync.
-    let pending: Arc<Mutex<HashMap<PathBuf, HashSet<String>>>> = Arc::default();
-    let recycled = Arc::new(Mutex::new(Vec::<String>::new()));
-    let violations = Arc::new(Mutex::new(Vec::<String>::new()));
-    let (p2, r2, v2) = (pending.clone(), recycled.clone(), violations.clone());
-    let name = |p: &std::path::Path| {
-        p.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    };
-    env.set_hook(Box::new(move |op| {
-        let mut pending = p2.lock().unwrap();
-        match op.kind {
-            OpKind::Remove if op.path.components().any(|c| c.as_os_str() == "Indexes") => {
-                if let Some(parent) = op.path.parent() {
-                    pending
-                        .entry(parent.to_path_buf())
-                        .or_default()
-                        .insert(name(op.path));
-                }
-            }
-            OpKind::SyncDir => {
-                pending.remove(op.path);
-            }
-            OpKind::Rename if op.to.is_some_and(|t| name(t).ends_with(".zeroed")) => {
-                let n = name(op.path);
-                for (d, names) in pending.iter() {
-                    if names.contains(&n) {
-                        v2.lock().unwrap().push(format!(
-                            "{n} recycled while its removal from {} is not durable",
-                            d.display()
-                        ));
-                    }
-                }
-                r2.lock().unwrap().push(n);
-            }
-            _ => {}
-        }
-        None
-    }));
-    let db = Database::open(
-        &path,
-        Options {
-            env: env.clone(),
-            flush_mode: FlushMode::Manual,
-            journal_file_size: 64 << 10,
-            journal_prezero: omnibus::Prezero::WholeFile,
-            journal_pool_files: 1,
-            ..Options::default()
-        },
-    )
-    .unwrap();
-    let b = db.create_storage("b").unwrap();
-    let root = db.root();
-    let value = vec![7u8; 3000];
-    // Bounded: rounds of commits through a few journal files, then flushes (the branch
-    // releases its entries, then the root releases and may recycle), until a file is recycled.
-    for round in 0..200u32 {
-        for (i, s) in [&b, &root, &root, &root].into_iter().enumerate() {
-            for k in 0..6u32 {
-                let mut w = s.begin_write().unwrap();
-                w.put(format!("r{round:03}-{i}-{k}"), &value).unwrap();
-                w.commit().unwrap();
-            }
-        }
-        b.flush().unwrap();
-        root.flush().unwrap();
-        if recycled.lock().unwrap().len() >= 3 {
-            break;
-        }
-    }
-    let v = violations.lock().unwrap().clone();
-    assert!(v.is_empty(), "{v:?}");
+/// A journal file whose last name is a branch's is recycled too (it was deleted, and the pool
+/// zeroed a whole new file for every file a database started), and the branch's `Journals/` is
+/// fsynced before the file is reused.
+#[test]
+fn a_journal_file_whose_last_name_is_a_branch_s_is_recycled() {
+    let (seen, violations, counted) = recycle_rounds(true);
+    assert!(violations.is_empty(), "{violations:?}");
     assert!(
-        !recycled.lock().unwrap().is_empty(),
-        "no journal file was recycled"
+        seen.iter().any(|(_, from_branch)| *from_branch),
+        "no journal file was recycled from the branch: {seen:?}"
     );
-    drop((b, root, db));
-    env.clear();
+    assert_eq!(counted, seen.len() as u64);
 }

@@ -52,6 +52,7 @@ fn bench_shop_tiny_runs_both_modes() {
         "commits per fdatasync",
         "commits per journal batch",
         "journal bytes/document",
+        "journal zeros/document",
         "disk bytes/document",
         "device bytes/document",
         "index lag p99",
@@ -76,6 +77,8 @@ fn bench_shop_tiny_runs_both_modes() {
         assert!(!m["distribution"].as_array().unwrap().is_empty());
         // The device's count: null where the directory's device has no block statistics,
         // else what the run's synced commits wrote.
+        assert!(m["journal_zero_bytes_per_document"].as_f64().unwrap() >= 0.0);
+        assert!(m["journal_files_recycled"].is_u64(), "{m}");
         let device = &m["device_bytes_per_document"];
         assert!(
             device.is_null() || device.as_f64().unwrap() > 0.0,

@@ -232,7 +232,7 @@ fn print_table(rs: &[ModeResult]) {
     println!("{header}");
     // (label, value, higher is better)
     type Get = fn(&ModeResult) -> f64;
-    let rows: [(&str, Get, bool, usize); 22] = [
+    let rows: [(&str, Get, bool, usize); 23] = [
         ("documents/s", |r| r.documents_per_s, true, 0),
         ("CPU us/document", |r| r.cpu_us_per_document, false, 0),
         (
@@ -296,6 +296,12 @@ fn print_table(rs: &[ModeResult]) {
         (
             "journal bytes/document",
             |r| r.journal_bytes_per_document,
+            false,
+            0,
+        ),
+        (
+            "journal zeros/document",
+            |r| r.journal_zero_bytes_per_document,
             false,
             0,
         ),

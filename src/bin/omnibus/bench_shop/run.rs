@@ -67,6 +67,11 @@ pub(super) struct ModeResult {
     pub(super) commits_per_fdatasync: f64,
     pub(super) batches: u64,
     pub(super) journal_bytes_per_document: f64,
+    /// Zeros written into journal files ahead of their records, per document
+    /// (`DatabaseStats::journal_zero_bytes`; a recycled journal file is reused as it is).
+    pub(super) journal_zero_bytes_per_document: f64,
+    /// Released journal files reused instead of deleted (`DatabaseStats::journal_files_recycled`).
+    pub(super) journal_files_recycled: u64,
     /// Bytes sent to the disk per document: /proc/self/io `write_bytes` less
     /// `cancelled_write_bytes` over the run (`fmt::process_write_bytes`).
     pub(super) disk_bytes_per_document: Option<f64>,
@@ -413,6 +418,10 @@ fn run_mode_in(
         },
         batches: end.batches - stats0.batches,
         journal_bytes_per_document: per_doc(end.journal_bytes - stats0.journal_bytes),
+        journal_zero_bytes_per_document: per_doc(
+            end.journal_zero_bytes - stats0.journal_zero_bytes,
+        ),
+        journal_files_recycled: end.journal_files_recycled - stats0.journal_files_recycled,
         disk_bytes_per_document: disk0.zip(disk1).map(|(a, b)| per_doc(b.saturating_sub(a))),
         device_bytes_per_document: device0
             .zip(device1)
