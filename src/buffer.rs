@@ -22,8 +22,6 @@ use std::cmp::Ordering;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use crate::error::Result;
-
 mod bloom;
 use bloom::{key_hash, Bloom};
 
@@ -356,7 +354,8 @@ impl Buffer {
                 (&**run, lo, hi.max(lo))
             })
             .filter(|(_, lo, hi)| lo < hi)
-            .collect();
+            .collect::<Vec<_>>();
+        debug_assert!(runs.len() < 64, "runs grow by MERGE_RATIO");
         Merged { runs }
     }
 
@@ -417,29 +416,51 @@ impl<'a> Merged<'a> {
     /// end of any run, with the newest run's operation, and that key taken off every run (a
     /// run holding the key holds it at that end, the others being past it).
     fn take(&mut self, front: bool) -> Option<Entry<'a>> {
+        if let [(run, lo, hi)] = &mut self.runs[..] {
+            // One run: its entries as they are.
+            if *lo >= *hi {
+                return None;
+            }
+            let i = if front {
+                *lo += 1;
+                *lo - 1
+            } else {
+                *hi -= 1;
+                *hi
+            };
+            return Some(run.entry(i));
+        }
         let mut best: Option<Entry<'a>> = None;
-        for &(run, lo, hi) in &self.runs {
+        // The runs holding `best`'s key at this end, as bits by position (fewer than 64 runs:
+        // each run holds over `MERGE_RATIO` times the entries of the next).
+        let mut holders = 0u64;
+        for (i, &(run, lo, hi)) in self.runs.iter().enumerate() {
             if lo >= hi {
                 continue;
             }
             let e = run.entry(if front { lo } else { hi - 1 });
-            let better = best.is_none_or(|b| {
-                let o = e.0.cmp(b.0);
+            match best.map(|b| e.0.cmp(b.0)) {
                 // Later runs are newer: on an equal key the later one wins.
-                o == Ordering::Equal || (o == Ordering::Less) == front
-            });
-            if better {
-                best = Some(e);
+                Some(Ordering::Equal) => {
+                    best = Some(e);
+                    holders |= 1 << i;
+                }
+                Some(o) if (o == Ordering::Less) != front => {}
+                _ => {
+                    best = Some(e);
+                    holders = 1 << i;
+                }
             }
         }
         let best = best?;
-        for (run, lo, hi) in self.runs.iter_mut() {
-            if *lo >= *hi {
-                continue;
-            }
-            if front && run.key(*lo) == best.0 {
+        // Bounded: one turn per bit set.
+        while holders != 0 {
+            let i = holders.trailing_zeros() as usize;
+            holders &= holders - 1;
+            let (_, lo, hi) = &mut self.runs[i];
+            if front {
                 *lo += 1;
-            } else if !front && run.key(*hi - 1) == best.0 {
+            } else {
                 *hi -= 1;
             }
         }
@@ -476,133 +497,103 @@ pub(crate) fn entry_bytes(key_len: usize, value_len: usize) -> u64 {
     (key_len + value_len + SLOT_BYTES) as u64
 }
 
-/// An item of a merge input: a key and its value, `None` for a tombstone.
-pub(crate) type LayerItem<'a> = Result<(&'a [u8], Option<&'a [u8]>)>;
+/// A write transaction's entries newer than the tree (its own operations over the buffer), in
+/// key order within a range (tombstones included).
+pub(crate) type Layer<'a> = Box<dyn DoubleEndedIterator<Item = Entry<'a>> + Send + Sync + 'a>;
 
-/// Two sorted, double-ended streams of `(key, value or tombstone)` merged into one: on equal
-/// keys the newer stream's item is yielded and the older one's dropped. Used twice: a write
-/// transaction's own changes over the committed buffer, and buffered entries over the tree.
-/// The first error of either stream is yielded once and ends the merge.
+/// Two sorted, double-ended streams of entries merged into one: on equal keys the newer
+/// stream's entry is yielded and the older one's dropped. Used twice: a write transaction's own
+/// changes over the committed buffer, and buffered entries over the tree (whose errors the
+/// caller keeps beside the stream: `btree::range`). Each end keeps the next entry of both
+/// streams that it has looked at, so every entry is taken from its stream once, and each entry
+/// yielded costs one key comparison.
 pub(crate) struct MergeNewer<'a, A, B> {
     newer: A,
     older: B,
-    /// Items taken from a stream's front (`.0`) or back (`.1`) end and not yielded yet: each
-    /// end of the merge looks at the next item of both streams.
-    newer_peek: (Option<LayerItem<'a>>, Option<LayerItem<'a>>),
-    older_peek: (Option<LayerItem<'a>>, Option<LayerItem<'a>>),
-    done: bool,
+    /// Entries taken from a stream's front (`[0]`) or back (`[1]`) end and not yielded yet.
+    newer_peek: [Option<Entry<'a>>; 2],
+    older_peek: [Option<Entry<'a>>; 2],
 }
 
 impl<'a, A, B> MergeNewer<'a, A, B>
 where
-    A: DoubleEndedIterator<Item = LayerItem<'a>>,
-    B: DoubleEndedIterator<Item = LayerItem<'a>>,
+    A: DoubleEndedIterator<Item = Entry<'a>>,
+    B: DoubleEndedIterator<Item = Entry<'a>>,
 {
     /// Merges `newer` over `older`; both must be sorted by key, without repeated keys.
     pub fn new(newer: A, older: B) -> Self {
         MergeNewer {
             newer,
             older,
-            newer_peek: (None, None),
-            older_peek: (None, None),
-            done: false,
+            newer_peek: [None, None],
+            older_peek: [None, None],
         }
     }
 
-    /// The next item of one end: `front` picks the smaller key, the back end the larger.
-    fn step(&mut self, front: bool) -> Option<LayerItem<'a>> {
-        if self.done {
-            return None;
-        }
-        let n = take_end(&mut self.newer, &mut self.newer_peek, front);
-        let o = take_end(&mut self.older, &mut self.older_peek, front);
-        let (n, o) = match (n, o) {
-            (None, None) => return None,
-            (Some(Err(e)), o) => {
-                self.put_back(None, o, front);
-                self.done = true;
-                return Some(Err(e));
-            }
-            (n, Some(Err(e))) => {
-                self.put_back(n, None, front);
-                self.done = true;
-                return Some(Err(e));
-            }
-            (Some(Ok(n)), None) => return Some(Ok(n)),
-            (None, Some(Ok(o))) => return Some(Ok(o)),
-            (Some(Ok(n)), Some(Ok(o))) => (n, o),
-        };
-        let order = n.0.cmp(o.0);
-        let newer_first = if front {
-            order != Ordering::Greater
-        } else {
-            order != Ordering::Less
-        };
-        if order == Ordering::Equal {
-            // The same key in both: the newer stream's item, the older one dropped.
-            return Some(Ok(n));
-        }
-        if newer_first {
-            self.put_back(None, Some(Ok(o)), front);
-            Some(Ok(n))
-        } else {
-            self.put_back(Some(Ok(n)), None, front);
-            Some(Ok(o))
-        }
+    /// The older stream (the caller's way to its error slot, if it keeps one).
+    pub fn older_mut(&mut self) -> &mut B {
+        &mut self.older
     }
 
-    fn put_back(&mut self, n: Option<LayerItem<'a>>, o: Option<LayerItem<'a>>, front: bool) {
-        let (np, op) = if front {
-            (&mut self.newer_peek.0, &mut self.older_peek.0)
-        } else {
-            (&mut self.newer_peek.1, &mut self.older_peek.1)
-        };
-        if n.is_some() {
-            *np = n;
-        }
-        if o.is_some() {
-            *op = o;
+    /// The next entry of one end: `front` picks the smaller key, the back end the larger.
+    fn step(&mut self, front: bool) -> Option<Entry<'a>> {
+        let end = usize::from(!front);
+        fill(&mut self.newer, &mut self.newer_peek, front);
+        fill(&mut self.older, &mut self.older_peek, front);
+        match (self.newer_peek[end], self.older_peek[end]) {
+            (None, None) => None,
+            (Some(n), None) => self.newer_peek[end].take().map(|_| n),
+            (None, Some(o)) => self.older_peek[end].take().map(|_| o),
+            (Some(n), Some(o)) => {
+                let order = n.0.cmp(o.0);
+                if order == Ordering::Equal {
+                    // The same key in both: the newer stream's entry, the older one dropped.
+                    self.newer_peek[end] = None;
+                    self.older_peek[end] = None;
+                    Some(n)
+                } else if (order == Ordering::Less) == front {
+                    self.newer_peek[end] = None;
+                    Some(n)
+                } else {
+                    self.older_peek[end] = None;
+                    Some(o)
+                }
+            }
         }
     }
 }
 
-/// The next item at one end of a stream: the one peeked at that end, else the stream's own,
-/// else the one peeked at the other end (the stream's last item, taken by the other end).
-fn take_end<'a, I: DoubleEndedIterator<Item = LayerItem<'a>>>(
+/// Makes sure one end of a stream has its next entry peeked, if any is left: the stream's own
+/// from that end, else the one peeked at the other end (the stream's last entry, taken by the
+/// other end).
+fn fill<'a, I: DoubleEndedIterator<Item = Entry<'a>>>(
     it: &mut I,
-    peek: &mut (Option<LayerItem<'a>>, Option<LayerItem<'a>>),
+    peek: &mut [Option<Entry<'a>>; 2],
     front: bool,
-) -> Option<LayerItem<'a>> {
-    if front {
-        peek.0
-            .take()
-            .or_else(|| it.next())
-            .or_else(|| peek.1.take())
-    } else {
-        peek.1
-            .take()
-            .or_else(|| it.next_back())
-            .or_else(|| peek.0.take())
+) {
+    let (end, other) = if front { (0, 1) } else { (1, 0) };
+    if peek[end].is_none() {
+        peek[end] = if front { it.next() } else { it.next_back() }.or_else(|| peek[other].take());
     }
 }
 
 impl<'a, A, B> Iterator for MergeNewer<'a, A, B>
 where
-    A: DoubleEndedIterator<Item = LayerItem<'a>>,
-    B: DoubleEndedIterator<Item = LayerItem<'a>>,
+    A: DoubleEndedIterator<Item = Entry<'a>>,
+    B: DoubleEndedIterator<Item = Entry<'a>>,
 {
-    type Item = LayerItem<'a>;
-    fn next(&mut self) -> Option<LayerItem<'a>> {
+    type Item = Entry<'a>;
+    fn next(&mut self) -> Option<Entry<'a>> {
         self.step(true)
     }
 }
 
 impl<'a, A, B> DoubleEndedIterator for MergeNewer<'a, A, B>
 where
-    A: DoubleEndedIterator<Item = LayerItem<'a>>,
-    B: DoubleEndedIterator<Item = LayerItem<'a>>,
+    A: DoubleEndedIterator<Item = Entry<'a>>,
+    B: DoubleEndedIterator<Item = Entry<'a>>,
 {
-    fn next_back(&mut self) -> Option<LayerItem<'a>> {
+    fn next_back(&mut self) -> Option<Entry<'a>> {
         self.step(false)
     }
 }
@@ -618,22 +609,13 @@ pub(crate) fn range_is_empty(start: Bound<&[u8]>, end: Bound<&[u8]>) -> bool {
     }
 }
 
-/// The buffered entries of `buffer` within `(start, end)`, as merge items.
-pub(crate) fn buffer_range<'a>(
-    buffer: &'a Buffer,
-    start: Bound<&[u8]>,
-    end: Bound<&[u8]>,
-) -> impl DoubleEndedIterator<Item = LayerItem<'a>> + Send + Sync + 'a {
-    buffer.range(start, end).map(Ok)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    fn items(m: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Vec<LayerItem<'_>> {
-        m.iter().map(|(k, v)| Ok((&k[..], v.as_deref()))).collect()
+    fn items(m: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Vec<Entry<'_>> {
+        m.iter().map(|(k, v)| (&k[..], v.as_deref())).collect()
     }
 
     type Owned = (Vec<u8>, Option<Vec<u8>>);
@@ -760,12 +742,9 @@ mod tests {
             let mut expect = older.clone();
             expect.extend(newer.clone());
             let expect: Vec<(Vec<u8>, Option<Vec<u8>>)> = expect.into_iter().collect();
-            let own = |v: Vec<LayerItem<'_>>| -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+            let own = |v: Vec<Entry<'_>>| -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
                 v.into_iter()
-                    .map(|r| {
-                        let (k, v) = r.unwrap();
-                        (k.to_vec(), v.map(<[u8]>::to_vec))
-                    })
+                    .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
                     .collect()
             };
             let m = || MergeNewer::new(items(&newer).into_iter(), items(&older).into_iter());
@@ -773,10 +752,7 @@ mod tests {
             let mut back = own(m().rev().collect());
             back.reverse();
             assert_eq!(back, expect);
-            let it = m().map(|r| {
-                let (k, v) = r.unwrap();
-                (k.to_vec(), v.map(<[u8]>::to_vec))
-            });
+            let it = m().map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)));
             assert_eq!(from_both_ends(it, &mut rnd), expect);
         }
     }

@@ -3,13 +3,95 @@
 
 use std::ops::Bound;
 
-use crate::buffer::{buffer_range, LayerItem, MergeNewer};
-use crate::error::Result;
+use crate::buffer::{Entry, Layer, MergeNewer, Merged};
+use crate::error::{Error, Result};
 
 use super::cursor::{Source, TreeRange};
 
-/// Entries newer than the tree, in key order within the range (tombstones included).
-type Layer<'a> = Box<dyn DoubleEndedIterator<Item = LayerItem<'a>> + Send + Sync + 'a>;
+/// The tree's entries as merge entries. The first error ends them (from both ends) and waits
+/// in `err` for the [`Range`] to yield it.
+struct TreeEntries<'a> {
+    tree: TreeRange<'a>,
+    err: Option<Error>,
+    failed: bool,
+}
+
+impl<'a> TreeEntries<'a> {
+    fn item(&mut self, item: Option<Result<(&'a [u8], &'a [u8])>>) -> Option<Entry<'a>> {
+        match item? {
+            Ok((k, v)) => Some((k, Some(v))),
+            Err(e) => {
+                self.err = Some(e);
+                self.failed = true;
+                None
+            }
+        }
+    }
+}
+
+impl<'a> Iterator for TreeEntries<'a> {
+    type Item = Entry<'a>;
+    fn next(&mut self) -> Option<Entry<'a>> {
+        if self.failed {
+            return None;
+        }
+        let item = self.tree.next();
+        self.item(item)
+    }
+}
+
+impl DoubleEndedIterator for TreeEntries<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        let item = self.tree.next_back();
+        self.item(item)
+    }
+}
+
+/// Entries of `L` merged over the tree's, with the tree's first error.
+struct Over<'a, L> {
+    merge: MergeNewer<'a, L, TreeEntries<'a>>,
+    /// An error was yielded: the iterator has ended.
+    done: bool,
+}
+
+impl<'a, L: DoubleEndedIterator<Item = Entry<'a>>> Over<'a, L> {
+    fn new(layer: L, tree: TreeRange<'a>) -> Self {
+        let tree = TreeEntries {
+            tree,
+            err: None,
+            failed: false,
+        };
+        Over {
+            merge: MergeNewer::new(layer, tree),
+            done: false,
+        }
+    }
+
+    /// The next entry from one end, skipping buffered deletes (each is skipped once), or the
+    /// tree's error (an entry merged past it is dropped: the iterator ends there).
+    fn step(&mut self, front: bool) -> Option<Result<(&'a [u8], &'a [u8])>> {
+        // Bounded: every turn takes an entry from a finite stream.
+        while !self.done {
+            let item = if front {
+                self.merge.next()
+            } else {
+                self.merge.next_back()
+            };
+            if let Some(e) = self.merge.older_mut().err.take() {
+                self.done = true;
+                return Some(Err(e));
+            }
+            match item? {
+                (k, Some(v)) => return Some(Ok((k, v))),
+                (_, None) => continue,
+            }
+        }
+        None
+    }
+}
 
 /// An ordered iterator over the entries whose keys fall in a range, as `(key, value)` slices
 /// borrowed from the snapshot or the write transaction (no copy).
@@ -31,15 +113,19 @@ pub struct Range<'a> {
 enum Inner<'a> {
     /// No buffered entry in the range's source: the tree's cursor alone.
     Tree(TreeRange<'a>),
-    /// The buffered entries merged over the tree's.
-    Merged(MergeNewer<'a, Layer<'a>, Layer<'a>>),
+    /// A snapshot's buffered entries merged over its tree's.
+    Buffered(Over<'a, Merged<'a>>),
+    /// A write transaction's own operations and buffered entries merged over its tree's.
+    Txn(Over<'a, Layer<'a>>),
 }
 
 impl std::fmt::Debug for Range<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.inner {
             Inner::Tree(t) => t.fmt(f),
-            Inner::Merged(_) => f.write_str("Range(merged with the write buffer)"),
+            Inner::Buffered(_) | Inner::Txn(_) => {
+                f.write_str("Range(merged with the write buffer)")
+            }
         }
     }
 }
@@ -49,19 +135,15 @@ impl<'a> Range<'a> {
     /// the root). Errors: corruption met on that descent.
     pub(crate) fn new(src: Source<'a>, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Result<Self> {
         let tree = TreeRange::new(src, start, end)?;
-        let layer: Option<Layer<'a>> = match src {
+        let inner = match src {
             Source::Snapshot(state) if !state.buffer.is_empty() => {
-                Some(Box::new(buffer_range(&state.buffer, start, end)))
+                Inner::Buffered(Over::new(state.buffer.range(start, end), tree))
             }
-            Source::Snapshot(_) => None,
-            Source::Txn(txn) => txn.buffered_layer(start, end),
-        };
-        let inner = match layer {
-            None => Inner::Tree(tree),
-            Some(layer) => {
-                let tree: Layer<'a> = Box::new(tree.map(|r| r.map(|(k, v)| (k, Some(v)))));
-                Inner::Merged(MergeNewer::new(layer, tree))
-            }
+            Source::Snapshot(_) => Inner::Tree(tree),
+            Source::Txn(txn) => match txn.buffered_layer(start, end) {
+                Some(layer) => Inner::Txn(Over::new(layer, tree)),
+                None => Inner::Tree(tree),
+            },
         };
         Ok(Range { inner })
     }
@@ -84,14 +166,8 @@ impl<'a> Range<'a> {
                     t.next_back()
                 }
             }
-            Inner::Merged(m) => loop {
-                let item = if front { m.next() } else { m.next_back() };
-                match item? {
-                    Ok((k, Some(v))) => return Some(Ok((k, v))),
-                    Ok((_, None)) => continue,
-                    Err(e) => return Some(Err(e)),
-                }
-            },
+            Inner::Buffered(m) => m.step(front),
+            Inner::Txn(m) => m.step(front),
         }
     }
 }

@@ -637,3 +637,63 @@ fn small_steps_keep_the_buffer_within_its_size() {
     );
     assert_same(&s.begin_read().unwrap(), &model, &mut rng, 100_000);
 }
+
+/// A damaged leaf met while a range merges buffered entries over the tree ends the range with
+/// one error, from either end, and never yields entries past it as if the leaf were empty.
+#[test]
+fn a_damaged_leaf_under_buffered_entries_ends_a_range_with_one_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let k = |i: u32| format!("key{i:06}");
+    {
+        let s = Storage::open(&path, opts(1 << 20)).unwrap();
+        let mut w = s.begin_write().unwrap();
+        for i in 0..5_000 {
+            w.put(k(i), [7u8; 100]).unwrap();
+        }
+        w.commit().unwrap();
+        s.flush().unwrap();
+        s.flush().unwrap();
+    }
+    // Damage the leaf in the middle of the data file's leaves.
+    let data = path.join("data.pages");
+    let mut bytes = std::fs::read(&data).unwrap();
+    let leaves: Vec<usize> = (2..bytes.len() / 8192)
+        .filter(|p| bytes[p * 8192 + 4] == 3)
+        .collect();
+    assert!(leaves.len() > 10, "{} leaves", leaves.len());
+    let p = leaves[leaves.len() / 2];
+    bytes[p * 8192 + 4000] ^= 0xff;
+    std::fs::write(&data, &bytes).unwrap();
+
+    let s = Storage::open(&path, opts(1 << 20)).unwrap();
+    let mut w = s.begin_write().unwrap();
+    for i in (1..5_000).step_by(7) {
+        w.put(format!("key{i:06}x"), "buffered").unwrap();
+    }
+    w.commit().unwrap();
+    assert!(s.stats().buffer_entries > 0);
+    let r = s.begin_read().unwrap();
+    for back in [false, true] {
+        let mut it = r.iter().unwrap();
+        let mut seen = 0usize;
+        let mut errors = 0usize;
+        // Bounded: 5,714 entries at most, then the end.
+        loop {
+            let item = if back { it.next_back() } else { it.next() };
+            match item {
+                Some(Ok(_)) => seen += 1,
+                Some(Err(omnibus::Error::Corruption(_))) => errors += 1,
+                Some(Err(e)) => panic!("{e:?}"),
+                None => break,
+            }
+            assert!(seen + errors <= 5_714 + 1);
+        }
+        assert_eq!(errors, 1, "back {back}");
+        assert!(
+            seen < 5_714,
+            "back {back}: {seen} entries, the damaged leaf's among them"
+        );
+        assert!(it.next().is_none() && it.next_back().is_none());
+    }
+}

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::buffer::{buffer_range, Entry, LayerItem, MergeNewer};
+use crate::buffer::{Entry, Layer, MergeNewer};
 
 /// Operations from which a transaction of a buffered storage writes the tree directly (with
 /// the buffer) instead of buffering: about as many as a commit needs to fill the leaves it
@@ -49,12 +49,9 @@ pub(crate) struct StepCarry {
 fn pending<'a>(
     ops: &'a BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     buffer: &'a crate::buffer::Buffer,
-) -> impl Iterator<Item = LayerItem<'a>> + 'a {
-    let own = ops.iter().map(|(k, v)| Ok((&k[..], v.as_deref())));
-    MergeNewer::new(
-        own,
-        buffer_range(buffer, Bound::Unbounded, Bound::Unbounded),
-    )
+) -> impl Iterator<Item = Entry<'a>> + 'a {
+    let own = ops.iter().map(|(k, v)| (&k[..], v.as_deref()));
+    MergeNewer::new(own, buffer.iter())
 }
 
 impl WriteTransaction {
@@ -100,23 +97,22 @@ impl WriteTransaction {
         &'a self,
         start: Bound<&[u8]>,
         end: Bound<&[u8]>,
-    ) -> Option<Box<dyn DoubleEndedIterator<Item = LayerItem<'a>> + Send + Sync + 'a>> {
+    ) -> Option<Layer<'a>> {
         let ops = self.logical.as_ref()?;
         if ops.is_empty() && self.base.buffer.is_empty() {
             return None;
         }
-        let own: Box<dyn DoubleEndedIterator<Item = LayerItem<'a>> + Send + Sync + 'a> =
-            if crate::buffer::range_is_empty(start, end) {
-                Box::new(std::iter::empty())
-            } else {
-                Box::new(
-                    ops.range::<[u8], _>((start, end))
-                        .map(|(k, v)| Ok((&k[..], v.as_deref()))),
-                )
-            };
+        let own: Layer<'a> = if crate::buffer::range_is_empty(start, end) {
+            Box::new(std::iter::empty())
+        } else {
+            Box::new(
+                ops.range::<[u8], _>((start, end))
+                    .map(|(k, v)| (&k[..], v.as_deref())),
+            )
+        };
         Some(Box::new(MergeNewer::new(
             own,
-            buffer_range(&self.base.buffer, start, end),
+            self.base.buffer.range(start, end),
         )))
     }
 
@@ -263,7 +259,7 @@ impl WriteTransaction {
             return Ok(());
         };
         let base = self.base.clone();
-        let pending: Vec<Entry<'_>> = pending(&ops, &base.buffer).collect::<Result<_>>()?;
+        let pending: Vec<Entry<'_>> = pending(&ops, &base.buffer).collect();
         if pending.is_empty() {
             return Ok(());
         }
@@ -339,10 +335,7 @@ impl WriteTransaction {
             // The commit publishes a state with an empty buffer, even if nothing else changed.
             self.changed = true;
         }
-        let r = pending(&ops, &base.buffer).try_for_each(|e| {
-            let (k, v) = e?;
-            self.apply_entry(k, v)
-        });
+        let r = pending(&ops, &base.buffer).try_for_each(|(k, v)| self.apply_entry(k, v));
         self.fail(r)
     }
 
