@@ -236,9 +236,11 @@ macro_rules! run_query {
     }};
 }
 
-fn opts() -> Options {
+/// `buffer`: the storage's `write_buffer_bytes` (0: none).
+fn opts(buffer: u64) -> Options {
     Options {
         flush_scratch_bytes: 4 << 20,
+        write_buffer_bytes: buffer,
         ..Options::default()
     }
 }
@@ -252,10 +254,14 @@ fn assert_checked(s: &Storage) {
     );
 }
 
-fn run(initial: Vec<(u16, u8)>, ops: Vec<Op>) {
+/// Runs `ops` after `initial` against the model. With a write buffer of `buffer` bytes, each
+/// commit is buffered, and applied whole or (`step` pages > 0) in steps once the buffer is full,
+/// while the snapshot taken at the commit before is still read.
+fn run(initial: Vec<(u16, u8)>, ops: Vec<Op>, buffer: u64, step: u64) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
-    let s = Storage::open(&path, opts()).unwrap();
+    let s = Storage::open(&path, opts(buffer)).unwrap();
+    s.set_apply_step_pages(step);
     let mut model = Model::new();
     let mut w = s.begin_write().unwrap();
     for (k, v) in initial {
@@ -316,7 +322,7 @@ fn run(initial: Vec<(u16, u8)>, ops: Vec<Op>) {
     assert_checked(&s);
     drop(snap);
     drop(s);
-    let s = Storage::open(&path, opts()).unwrap();
+    let s = Storage::open(&path, opts(buffer)).unwrap();
     let r = s.begin_read().unwrap();
     run_query!(&r, &next, &Query::Range(B::Un, B::Un, vec![]));
     assert_checked(&s);
@@ -334,6 +340,17 @@ proptest! {
         initial in prop::collection::vec((0..KEYS, any::<u8>()), 0..1500),
         ops in prop::collection::vec(op_strategy(), 1..120),
     ) {
-        run(initial, ops);
+        run(initial, ops, 0, 0);
+    }
+
+    /// The same over a write buffer of 16 KiB (a few dozen entries: most commits apply it),
+    /// applied whole or in steps of 1 to 3 pages.
+    #[test]
+    fn ordered_reads_over_a_write_buffer_match_a_btreemap(
+        initial in prop::collection::vec((0..KEYS, any::<u8>()), 0..1500),
+        ops in prop::collection::vec(op_strategy(), 1..120),
+        step in 0..4u64,
+    ) {
+        run(initial, ops, 16 << 10, step);
     }
 }
