@@ -148,6 +148,7 @@ impl<'a> NodeRef<'a> {
         }
     }
 
+    #[inline]
     fn cell(&self, i: usize) -> Option<(&'a [u8], CellVal<'a>)> {
         match self {
             NodeRef::LeafPage(v) => v.cell(i).map(|(k, v)| (k, CellVal::Ref(v))),

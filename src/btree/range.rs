@@ -156,8 +156,9 @@ impl<'a> Range<'a> {
         }
     }
 
-    /// The next entry from one end, skipping buffered deletes (each is skipped once).
-    fn step(&mut self, front: bool) -> Option<Result<(&'a [u8], &'a [u8])>> {
+    /// The next entry of a merged range from one end (kept out of the tree-only path's code).
+    #[inline(never)]
+    fn merged_step(&mut self, front: bool) -> Option<Result<(&'a [u8], &'a [u8])>> {
         match &mut self.inner {
             Inner::Tree(t) => {
                 if front {
@@ -175,14 +176,24 @@ impl<'a> Range<'a> {
 impl<'a> Iterator for Range<'a> {
     type Item = Result<(&'a [u8], &'a [u8])>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
-        self.step(true)
+        // The tree alone (no buffered entry in the range) is the common case: kept one call
+        // deep (behind a shared step function, a tree-only scan measured slower).
+        match &mut self.inner {
+            Inner::Tree(t) => t.next(),
+            _ => self.merged_step(true),
+        }
     }
 }
 
 impl DoubleEndedIterator for Range<'_> {
+    #[inline]
     fn next_back(&mut self) -> Option<Self::Item> {
-        self.step(false)
+        match &mut self.inner {
+            Inner::Tree(t) => t.next_back(),
+            _ => self.merged_step(false),
+        }
     }
 }
 
