@@ -14,8 +14,8 @@
 //!   file since its last fsync is fsynced (design.md invariant I5, one fsync covering every link made
 //!   before it), and before a released file is recycled into the pool, every branch `Journals/`
 //!   whose entry for it was removed since its last fsync is fsynced too, so a power loss cannot
-//!   bring back a name for the file's new contents. Only files this journal created in this
-//!   session, with no other name, are recycled, from whichever `Journals/` held the last name
+//!   bring back a name for the file's new contents. Only files this journal created since this
+//!   open, with no other name, are recycled, from whichever `Journals/` held the last name
 //!   (a branch's is fsynced right after the rename).
 //!
 //! Apart from this module, only `database.rs` creates or removes journal file names (see
@@ -356,10 +356,10 @@ impl Journal {
                 .join(crate::layout::JOURNALS_DIR)
                 .join(super::file_name(*no));
             let last = io.entries.get(no).map(|p| p.len() == 1).unwrap_or(true);
-            // Recycle only a file this journal created in this session whose only name is the
+            // Recycle only a file this journal created since this open whose only name is the
             // one being removed, whichever storage holds it (in a database the last name is
             // mostly a branch's: its buffered entries keep records longest): a file from an
-            // earlier session may still be hard-linked from another directory (a branch opened
+            // earlier open may still be hard-linked from another directory (a branch opened
             // standalone), and reusing it would overwrite records another storage still needs.
             let recycle = last
                 && io.created.contains(no)
