@@ -542,8 +542,8 @@ where
         fill(&mut self.older, &mut self.older_peek, front);
         match (self.newer_peek[end], self.older_peek[end]) {
             (None, None) => None,
-            (Some(n), None) => self.newer_peek[end].take().map(|_| n),
-            (None, Some(o)) => self.older_peek[end].take().map(|_| o),
+            (Some(_), None) => self.newer_peek[end].take(),
+            (None, Some(_)) => self.older_peek[end].take(),
             (Some(n), Some(o)) => {
                 let order = n.0.cmp(o.0);
                 if order == Ordering::Equal {

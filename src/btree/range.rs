@@ -8,12 +8,11 @@ use crate::error::{Error, Result};
 
 use super::cursor::{Source, TreeRange};
 
-/// The tree's entries as merge entries. The first error ends them (from both ends) and waits
-/// in `err` for the [`Range`] to yield it.
+/// The tree's entries as merge entries. The first error waits in `err` for the [`Range`] to
+/// yield it (the cursor ends after an error, from both ends).
 struct TreeEntries<'a> {
     tree: TreeRange<'a>,
     err: Option<Error>,
-    failed: bool,
 }
 
 impl<'a> TreeEntries<'a> {
@@ -22,7 +21,6 @@ impl<'a> TreeEntries<'a> {
             Ok((k, v)) => Some((k, Some(v))),
             Err(e) => {
                 self.err = Some(e);
-                self.failed = true;
                 None
             }
         }
@@ -32,9 +30,6 @@ impl<'a> TreeEntries<'a> {
 impl<'a> Iterator for TreeEntries<'a> {
     type Item = Entry<'a>;
     fn next(&mut self) -> Option<Entry<'a>> {
-        if self.failed {
-            return None;
-        }
         let item = self.tree.next();
         self.item(item)
     }
@@ -42,9 +37,6 @@ impl<'a> Iterator for TreeEntries<'a> {
 
 impl DoubleEndedIterator for TreeEntries<'_> {
     fn next_back(&mut self) -> Option<Self::Item> {
-        if self.failed {
-            return None;
-        }
         let item = self.tree.next_back();
         self.item(item)
     }
@@ -59,11 +51,7 @@ struct Over<'a, L> {
 
 impl<'a, L: DoubleEndedIterator<Item = Entry<'a>>> Over<'a, L> {
     fn new(layer: L, tree: TreeRange<'a>) -> Self {
-        let tree = TreeEntries {
-            tree,
-            err: None,
-            failed: false,
-        };
+        let tree = TreeEntries { tree, err: None };
         Over {
             merge: MergeNewer::new(layer, tree),
             done: false,
@@ -71,7 +59,9 @@ impl<'a, L: DoubleEndedIterator<Item = Entry<'a>>> Over<'a, L> {
     }
 
     /// The next entry from one end, skipping buffered deletes (each is skipped once), or the
-    /// tree's error (an entry merged past it is dropped: the iterator ends there).
+    /// tree's error (an entry merged past it is dropped: the iterator ends there). Out of
+    /// line: a tree-only range's `next` stays small.
+    #[inline(never)]
     fn step(&mut self, front: bool) -> Option<Result<(&'a [u8], &'a [u8])>> {
         // Bounded: every turn takes an entry from a finite stream.
         while !self.done {
@@ -155,22 +145,6 @@ impl<'a> Range<'a> {
             None => Range::new(src, Bound::Included(prefix), Bound::Unbounded),
         }
     }
-
-    /// The next entry of a merged range from one end (kept out of the tree-only path's code).
-    #[inline(never)]
-    fn merged_step(&mut self, front: bool) -> Option<Result<(&'a [u8], &'a [u8])>> {
-        match &mut self.inner {
-            Inner::Tree(t) => {
-                if front {
-                    t.next()
-                } else {
-                    t.next_back()
-                }
-            }
-            Inner::Buffered(m) => m.step(front),
-            Inner::Txn(m) => m.step(front),
-        }
-    }
 }
 
 impl<'a> Iterator for Range<'a> {
@@ -182,7 +156,8 @@ impl<'a> Iterator for Range<'a> {
         // deep (behind a shared step function, a tree-only scan measured slower).
         match &mut self.inner {
             Inner::Tree(t) => t.next(),
-            _ => self.merged_step(true),
+            Inner::Buffered(m) => m.step(true),
+            Inner::Txn(m) => m.step(true),
         }
     }
 }
@@ -192,7 +167,8 @@ impl DoubleEndedIterator for Range<'_> {
     fn next_back(&mut self) -> Option<Self::Item> {
         match &mut self.inner {
             Inner::Tree(t) => t.next_back(),
-            _ => self.merged_step(false),
+            Inner::Buffered(m) => m.step(false),
+            Inner::Txn(m) => m.step(false),
         }
     }
 }

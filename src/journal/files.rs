@@ -378,18 +378,19 @@ impl Journal {
                     .unwrap_or(false);
                 if ok {
                     self.make_unlinks_durable(&mut io, *no)?;
-                    self.env.rename(&path, &to).and_then(|()| {
+                    let renamed = self.env.rename(&path, &to);
+                    if renamed.is_ok() {
                         if sid != self.owner {
                             // The name left a branch's `Journals/`: that removal is made
                             // durable before the file can be reused, as every other one.
-                            self.env
-                                .sync_dir(&sd.dir.join(crate::layout::JOURNALS_DIR))?;
-                            self.dir_syncs.fetch_add(1, Ordering::Relaxed);
+                            let seq = io.seq;
+                            io.seq += 1;
+                            self.sync_dirs_after(&mut io, vec![(sid, seq)])?;
                         }
                         self.pool.put(to);
                         self.files_recycled.fetch_add(1, Ordering::Relaxed);
-                        Ok(())
-                    })
+                    }
+                    renamed
                 } else {
                     self.env.remove_file(&path)
                 }
