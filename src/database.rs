@@ -279,10 +279,8 @@ impl Database {
                     }
                 }
                 let cfg = JournalConfig {
-                    file_size: opts.journal_file_size,
-                    prezero: opts.journal_prezero,
                     pool_files: opts.journal_pool_files.max(1),
-                    eventual_sync: std::time::Duration::from_millis(opts.eventual_sync_ms),
+                    ..JournalConfig::of(&opts)
                 };
                 // Never below the header's start statement: the journal opens before the root
                 // recovers, and a new file that took the number of a stated file whose every

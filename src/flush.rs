@@ -205,7 +205,12 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
     if target.txn_id < cur.txn_id {
         // A snapshot holds the flush back: what it keeps in the scratch table.
         out.limited_by_snapshot = Some(target.txn_id);
-        for sp in cur.scratch.values().filter(|sp| sp.txn > target.txn_id) {
+        for sp in cur
+            .scratch
+            .folded()
+            .values()
+            .filter(|sp| sp.txn > target.txn_id)
+        {
             out.pages_held_back += (sp.image.len() / PAGE_SIZE) as u64;
             out.bytes_held_back += sp.image.len() as u64;
         }
@@ -470,7 +475,8 @@ fn write_pages(inner: &Inner, target: &State, already: u64) -> Result<u64> {
         runs.clear();
         Ok(())
     };
-    for (p, sp) in target.scratch.iter() {
+    let scratch = target.scratch.folded();
+    for (p, sp) in scratch.iter() {
         if sp.txn <= already {
             continue;
         }

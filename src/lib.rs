@@ -148,9 +148,11 @@ mod freespace;
 #[doc(hidden)]
 pub mod fuzzing;
 mod journal;
+mod journal_io;
 mod layout;
 mod options;
 mod page;
+mod scratch;
 mod state;
 mod storage;
 #[cfg(feature = "testing")]
@@ -165,7 +167,7 @@ pub use backup::BackupReport;
 pub use btree::{CheckReport, HiddenPages, KeyRange, Range};
 pub use buffer::live_buffer_bytes;
 pub use database::{Database, DatabaseStats};
-pub use env::WriteMode;
+pub use env::{JournalIo, WriteMode};
 pub use error::{Corruption, Error, IndexFailure, Result};
 pub use journal::{JournalStats, Prezero};
 pub use options::{Durability, FlushMode, JournalMode, Options};

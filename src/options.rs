@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::env::{default_env, StorageEnv, WriteMode};
+use crate::env::{default_env, JournalIo, StorageEnv, WriteMode};
 use crate::error::{Error, Result};
 use crate::journal::Prezero;
 
@@ -103,6 +103,11 @@ pub struct Options {
     /// per device in the process (a short probe at the first flush that writes pages; see
     /// [`WriteMode::describe`]). `OMNIBUS_WRITE_MODE` overrides it.
     pub write_mode: WriteMode,
+    /// How journal batches reach the device (one write and one sync each). Default
+    /// [`JournalIo::Auto`]: measured once per device in the process (a short probe when a
+    /// journal opens; see [`JournalIo::describe`]), `pwritev` + `fdatasync` on a tie.
+    /// `OMNIBUS_JOURNAL_IO` overrides it.
+    pub journal_io: JournalIo,
     /// For [`crate::Database::open`]: when some branch storages are damaged (they fail to open
     /// with [`Error::Corruption`] or [`Error::NotAStorage`]; see [`crate::Database::damaged`]),
     /// still let the healthy storages be written. Default `false`: such a database opens,
@@ -150,6 +155,7 @@ impl Default for Options {
             journal_pool_files: 0,
             journal_mode: JournalMode::Shared,
             write_mode: WriteMode::Auto,
+            journal_io: JournalIo::Auto,
             write_with_damaged_storages: false,
             eventual_sync_ms: 100,
             write_buffer_bytes: 0,

@@ -17,16 +17,8 @@ use crate::env::EnvFile;
 use crate::error::{Error, Result};
 use crate::page::{check_image, PageHeader, PAGE_SIZE};
 
-/// A page image in the scratch table: written by `txn`, `image.len()` is a multiple of 8 KiB.
-/// Stored inline in the table (cloning it is one reference-count increment).
-#[derive(Debug, Clone)]
-pub(crate) struct ScratchPage {
-    pub txn: u64,
-    pub image: crate::page::SharedImage,
-}
-
-/// Scratch table: page number -> latest committed, unflushed image (sorted, for the flush).
-pub(crate) type Scratch = imbl::OrdMap<u64, ScratchPage>;
+/// Scratch table: page number -> latest committed, unflushed image (`scratch.rs`).
+pub(crate) use crate::scratch::{Scratch, ScratchPage};
 
 /// A read-only map of the data file, with a bit per page saying its checksum was verified.
 pub(crate) struct Mapping {

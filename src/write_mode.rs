@@ -51,24 +51,14 @@ const PREFERENCE: [WriteMode; 4] = [
 /// overrides it (an invalid value is ignored with a warning). A failed probe falls back to
 /// [`WriteMode::VectoredFileIo`] and says why.
 pub fn resolve(requested: WriteMode, env: &Arc<dyn StorageEnv>, dir: &Path) -> (WriteMode, String) {
-    let mut mode = requested;
-    let mut why = "Options::write_mode".to_string();
-    if let Ok(v) = std::env::var("OMNIBUS_WRITE_MODE") {
-        match WriteMode::parse(&v) {
-            Some(m) => {
-                mode = m;
-                why = "OMNIBUS_WRITE_MODE".into();
-            }
-            None => {
-                // Once per process, not once per storage.
-                static WARNED: std::sync::atomic::AtomicBool =
-                    std::sync::atomic::AtomicBool::new(false);
-                if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                    tracing::warn!("OMNIBUS_WRITE_MODE={v:?} is not auto, mmap, file_io, vectored_file_io or io_ring; ignored");
-                }
-            }
-        }
-    }
+    let (mode, why) = env_override(
+        "OMNIBUS_WRITE_MODE",
+        "auto, mmap, file_io, vectored_file_io or io_ring",
+        WriteMode::parse,
+    )
+    .map_or((requested, "Options::write_mode"), |m| {
+        (m, "OMNIBUS_WRITE_MODE")
+    });
     if mode == WriteMode::IoRing && !crate::env::io_backend().io_uring {
         return (
             mode,
@@ -114,6 +104,45 @@ pub fn resolve(requested: WriteMode, env: &Arc<dyn StorageEnv>, dir: &Path) -> (
     chosen
 }
 
+/// The value of the environment variable `var` parsed by `parse`; `None` when unset or
+/// invalid (an invalid value is ignored with one warning per variable and process, naming
+/// the `expected` spellings). Shared by the write mode and the journal I/O path.
+pub(crate) fn env_override<T>(
+    var: &'static str,
+    expected: &str,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Option<T> {
+    let v = std::env::var(var).ok()?;
+    let parsed = parse(&v);
+    if parsed.is_none() {
+        static WARNED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+        let mut w = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+        if !w.contains(&var) {
+            w.push(var);
+            tracing::warn!("{var}={v:?} is not {expected}; ignored");
+        }
+    }
+    parsed
+}
+
+/// Each candidate's median of its probe times (µs, sorted in place), and a summary
+/// (`name median µs, ...`, in the candidates' order). Shared by the write mode and the journal
+/// I/O path probes.
+pub(crate) fn medians<M: Copy>(
+    times: &mut [(M, Vec<u128>)],
+    name: impl Fn(M) -> &'static str,
+) -> (Vec<(M, u128)>, String) {
+    let mut table = Vec::new();
+    let mut out = Vec::new();
+    for (m, t) in times.iter_mut() {
+        t.sort_unstable();
+        let med = t.get(t.len() / 2).copied().unwrap_or(0);
+        table.push(format!("{} {med} µs", name(*m)));
+        out.push((*m, med));
+    }
+    (out, table.join(", "))
+}
+
 /// The mode to use given each mode's median probe time (µs): the first of `PREFERENCE`
 /// within `TIE` of the fastest.
 fn pick(medians: &[(WriteMode, u128)]) -> WriteMode {
@@ -153,15 +182,8 @@ fn probe(env: &dyn StorageEnv, dir: &Path) -> crate::Result<(WriteMode, String)>
                 t.push(t0.elapsed().as_micros());
             }
         }
-        let mut table = Vec::new();
-        let mut medians = Vec::new();
-        for (mode, t) in times.iter_mut() {
-            t.sort_unstable();
-            let med = t[t.len() / 2];
-            table.push(format!("{} {med} µs", mode.name()));
-            medians.push((*mode, med));
-        }
-        Ok((pick(&medians), table.join(", ")))
+        let (medians, table) = medians(&mut times, WriteMode::name);
+        Ok((pick(&medians), table))
     })();
     drop(f);
     let _ = env.remove_file(&path);

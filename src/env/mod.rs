@@ -132,6 +132,45 @@ impl WriteMode {
     }
 }
 
+/// How a journal batch reaches the device ([`EnvFile::write_vectored_and_sync`]);
+/// `Options::journal_io` chooses it (design.md 3.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JournalIo {
+    /// Measure (a short probe when a journal opens, once per device in the process) and pick
+    /// the faster of the others on that file system (the default; see `crate::journal_io`).
+    Auto,
+    /// `pwritev` then `fdatasync`, both issued by the thread that writes the batch: at queue
+    /// depth 1 the cheapest path where measured (no worker thread between the caller and the
+    /// device).
+    Syscalls,
+    /// One `IORING_OP_WRITEV` linked to one `IORING_OP_FSYNC(DATASYNC)` on the writing
+    /// thread's own ring (one `io_uring_enter`; the kernel runs the sync on an io-wq worker).
+    /// Where no ring exists it writes as [`JournalIo::Syscalls`].
+    Ring,
+}
+
+impl JournalIo {
+    /// Every concrete path (all but [`JournalIo::Auto`]), in the order a tie goes to.
+    pub const CONCRETE: [JournalIo; 2] = [JournalIo::Syscalls, JournalIo::Ring];
+
+    /// The name used by `OMNIBUS_JOURNAL_IO` and `omnibus stat`: `auto`, `syscalls`, `ring`.
+    pub fn name(self) -> &'static str {
+        match self {
+            JournalIo::Auto => "auto",
+            JournalIo::Syscalls => "syscalls",
+            JournalIo::Ring => "ring",
+        }
+    }
+
+    /// Parses [`JournalIo::name`]'s spelling; `None` for anything else.
+    pub fn parse(s: &str) -> Option<JournalIo> {
+        [JournalIo::Auto]
+            .into_iter()
+            .chain(JournalIo::CONCRETE)
+            .find(|m| m.name() == s.trim())
+    }
+}
+
 /// One run of a flush: the byte offset where it starts and its pages back to back.
 pub type Run<'a> = (u64, &'a [IoSlice<'a>]);
 
@@ -151,14 +190,22 @@ pub trait EnvFile: Send + Sync + std::fmt::Debug {
     /// `fdatasync`: makes the file's data, and its length, durable.
     fn sync_data(&self) -> EnvResult<()>;
     /// Writes all of `bufs` back to back from `offset`, then makes them durable: one journal
-    /// batch. Returns only after both completed in full. Any number of slices. The default is
-    /// [`EnvFile::write_vectored_all_at`] per `IOV_MAX` slices, then [`EnvFile::sync_data`];
-    /// [`UringEnv`] submits one `IORING_OP_WRITEV` linked to one `IORING_OP_FSYNC(DATASYNC)`
-    /// on the calling thread's own ring of its critical lane.
+    /// batch. Returns only after both completed in full. Any number of slices. The default
+    /// (and every environment's [`JournalIo::Syscalls`]) is [`EnvFile::write_vectored_all_at`]
+    /// per `IOV_MAX` slices, then [`EnvFile::sync_data`]; [`UringEnv`] with [`JournalIo::Ring`]
+    /// submits one `IORING_OP_WRITEV` linked to one `IORING_OP_FSYNC(DATASYNC)` on the calling
+    /// thread's own ring of its critical lane. `io` is never [`JournalIo::Auto`] (the journal
+    /// resolves it when it opens); an environment treats `Auto` as `Syscalls`.
     ///
     /// Errors: the write's or the sync's; after an error nothing of `bufs` may be assumed
     /// durable (and the caller must not retry the sync into success, design.md invariant I2).
-    fn write_vectored_and_sync(&self, bufs: &[IoSlice<'_>], offset: u64) -> EnvResult<()> {
+    fn write_vectored_and_sync(
+        &self,
+        bufs: &[IoSlice<'_>],
+        offset: u64,
+        io: JournalIo,
+    ) -> EnvResult<()> {
+        let _ = io;
         write_vectored_chunks(self, bufs, offset)?;
         self.sync_data()
     }

@@ -23,7 +23,7 @@ use std::io::IoSlice;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{EnvFile, EnvResult, OpenMode, Run, StorageEnv, WriteMode};
+use super::{EnvFile, EnvResult, JournalIo, OpenMode, Run, StorageEnv, WriteMode};
 
 /// Calls of one operation after its first, when each fails with `EINTR` or `EAGAIN` (the same
 /// bound as the io_uring lanes' resubmissions).
@@ -123,8 +123,13 @@ impl EnvFile for RetryFile {
     fn sync_data(&self) -> EnvResult<()> {
         retry(|| self.inner.sync_data())
     }
-    fn write_vectored_and_sync(&self, bufs: &[IoSlice<'_>], offset: u64) -> EnvResult<()> {
-        retry(|| self.inner.write_vectored_and_sync(bufs, offset))
+    fn write_vectored_and_sync(
+        &self,
+        bufs: &[IoSlice<'_>],
+        offset: u64,
+        io: JournalIo,
+    ) -> EnvResult<()> {
+        retry(|| self.inner.write_vectored_and_sync(bufs, offset, io))
     }
     fn write_runs(&self, runs: &[Run<'_>], mode: WriteMode) -> EnvResult<()> {
         retry(|| self.inner.write_runs(runs, mode))

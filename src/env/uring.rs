@@ -3,9 +3,10 @@
 //! by one dedicated thread (RavenDB Voron 7.1's global ring: one ring per lane for all files,
 //! rather than one per file, so the kernel's io-wq workers are shared).
 //!
-//! - The **critical lane** carries the journal: a batch is one `IORING_OP_WRITEV` linked
-//!   (`IOSQE_IO_LINK`) to one `IORING_OP_FSYNC` with `IORING_FSYNC_DATASYNC`, and the journal
-//!   files' other syncs. These run on a ring owned by the thread that writes the batch (the
+//! - The **critical lane** carries the journal: a batch on the [`JournalIo::Ring`] path is one
+//!   `IORING_OP_WRITEV` linked (`IOSQE_IO_LINK`) to one `IORING_OP_FSYNC` with
+//!   `IORING_FSYNC_DATASYNC` (on [`JournalIo::Syscalls`], `pwritev` and `fdatasync` on the
+//!   writing thread, no ring; `crate::journal_io` chooses), and the journal files' other syncs. These run on a ring owned by the thread that writes the batch (the
 //!   shared journal's writer thread, a thread of the actor runtime's journal I/O pool for a
 //!   separate journal, or a standalone
 //!   storage's group-commit leader: one ring per thread, created on first use), which submits
@@ -85,7 +86,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::{DefaultEnv, EnvError, EnvFile, EnvResult, OpenMode, StorageEnv};
+use super::{DefaultEnv, EnvError, EnvFile, EnvResult, JournalIo, OpenMode, StorageEnv};
 
 // The lanes' machinery, by concern (`uring/`): the requests and their answers, the lanes'
 // threads and the calling threads' own rings, a ring's event loop, an operation's rounds, and
@@ -149,6 +150,8 @@ pub struct LaneStats {
     pub enter_interrupted: u64,
     /// Times a request waited for room in the submission queue or the in-flight limit.
     pub sq_full: u64,
+    /// `io_uring_enter` calls (submissions and waits; a lane's thread also enters to sleep).
+    pub enters: u64,
 }
 
 /// How [`UringEnv::with_config`] builds its lanes.
@@ -420,8 +423,19 @@ impl EnvFile for UringFile {
                 .map_err(|(op, e)| EnvError::new(op, self.inner.path(), e))
         })
     }
-    fn write_vectored_and_sync(&self, bufs: &[IoSlice<'_>], offset: u64) -> EnvResult<()> {
-        self.write(bufs, offset, true, self.lane())
+    fn write_vectored_and_sync(
+        &self,
+        bufs: &[IoSlice<'_>],
+        offset: u64,
+        io: JournalIo,
+    ) -> EnvResult<()> {
+        match io {
+            JournalIo::Ring => self.write(bufs, offset, true, self.lane()),
+            // `pwritev` and `fdatasync` on this thread: no ring, no io-wq worker.
+            JournalIo::Syscalls | JournalIo::Auto => {
+                self.inner.write_vectored_and_sync(bufs, offset, io)
+            }
+        }
     }
     fn sync_data(&self) -> EnvResult<()> {
         if self.journal {

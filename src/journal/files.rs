@@ -255,7 +255,7 @@ impl Journal {
                     slices.push(IoSlice::new(p));
                 }
             }
-            prev.write_vectored_and_sync(&slices, pos)?;
+            prev.write_vectored_and_sync(&slices, pos, self.io_path.0)?;
             self.fdatasyncs.fetch_add(1, Ordering::Relaxed);
             self.start_records.fetch_add(1, Ordering::Relaxed);
         }

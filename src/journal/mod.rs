@@ -90,6 +90,8 @@ pub struct Journal {
     owner: u64,
     file_size: u64,
     prezero: Prezero,
+    /// How batches reach the device, resolved at open, and why (`crate::journal_io`).
+    io_path: (crate::env::JournalIo, String),
     /// The group-commit queue (shared with the sync thread, which must not keep the journal
     /// alive: it holds this and a `Weak` of the journal).
     shared: Arc<Mutex<Shared>>,

@@ -46,7 +46,7 @@ use super::pool::{start_pool, Pool};
 use super::prezero::ZeroCtl;
 use super::record::{padding_for, OutRecord, BATCH_ALIGN, RECORD_HEADER_LEN};
 use super::{Io, Journal, Shared, Waiting};
-use crate::env::StorageEnv;
+use crate::env::{JournalIo, StorageEnv};
 use crate::error::{Error, Result};
 use crate::options::Durability;
 
@@ -118,6 +118,22 @@ pub struct JournalConfig {
     /// Longest time an eventual record waits in the queue before the sync thread writes and
     /// syncs it ([`crate::Options::eventual_sync_ms`]).
     pub eventual_sync: Duration,
+    /// How batches reach the device, as requested ([`crate::Options::journal_io`]; resolved
+    /// when the journal opens, `crate::journal_io`).
+    pub io: JournalIo,
+}
+
+impl JournalConfig {
+    /// The journal options of `opts`.
+    pub fn of(opts: &crate::Options) -> JournalConfig {
+        JournalConfig {
+            file_size: opts.journal_file_size,
+            prezero: opts.journal_prezero,
+            pool_files: opts.journal_pool_files,
+            eventual_sync: Duration::from_millis(opts.eventual_sync_ms),
+            io: opts.journal_io,
+        }
+    }
 }
 
 impl Journal {
@@ -132,7 +148,11 @@ impl Journal {
         first_no: u64,
         cfg: JournalConfig,
     ) -> Result<Arc<Journal>> {
-        let j = Arc::new_cyclic(|me| Journal::new(env, owner, owner_dir, cfg, me.clone()));
+        // The batch path first (a short probe in `Journals/` when `Auto`, once per device).
+        let io_path =
+            crate::journal_io::resolve(cfg.io, &env, &owner_dir.join(crate::layout::JOURNALS_DIR));
+        tracing::debug!(journal = %owner_dir.display(), path = io_path.0.name(), why = %io_path.1, "journal I/O path");
+        let j = Arc::new_cyclic(|me| Journal::new(env, owner, owner_dir, cfg, io_path, me.clone()));
         // Leftover pool files from an earlier session are ready to use; others are removed.
         j.pool.adopt_leftovers(&*j.env, &j.dir, cfg.file_size)?;
         {
@@ -150,6 +170,7 @@ impl Journal {
         owner: u64,
         owner_dir: &Path,
         cfg: JournalConfig,
+        io_path: (JournalIo, String),
         me: Weak<Journal>,
     ) -> Journal {
         let zero = Arc::new(ZeroCtl::new(env.clone(), cfg.prezero, cfg.file_size));
@@ -159,6 +180,7 @@ impl Journal {
             owner,
             file_size: cfg.file_size,
             prezero: cfg.prezero,
+            io_path,
             shared: Arc::new(Mutex::new(Shared::default())),
             sync_cv: Arc::new(Condvar::new()),
             eventual_sync: cfg.eventual_sync,
@@ -263,12 +285,19 @@ impl Journal {
                     prezero: Prezero::default(),
                     pool_files: 0,
                     eventual_sync: Duration::from_millis(100),
+                    io: JournalIo::Syscalls,
                 },
+                (JournalIo::Syscalls, "opened read-only".into()),
                 me.clone(),
             )
         });
         lock(&j.shared).poisoned = Some("opened read-only".into());
         j
+    }
+
+    /// How batches reach the device (never [`JournalIo::Auto`]) and why.
+    pub fn io_path(&self) -> (JournalIo, String) {
+        self.io_path.clone()
     }
 
     /// The storage that owns the journal directory (the root, or a storage's own journal):
@@ -596,12 +625,13 @@ impl Journal {
             len,
             "the batch's slices cover its records and padding"
         );
-        // One write and one fdatasync (on io_uring: a linked WRITEV + FSYNC(DATASYNC)).
+        // One write and one fdatasync, by the path chosen at open (`journal_io.rs`).
         // Timed only when a subscriber wants the batch event (no clock read otherwise).
         let timed = tracing::enabled!(tracing::Level::DEBUG).then(std::time::Instant::now);
         {
             let _busy = super::activity::batch();
-            io.file.write_vectored_and_sync(&slices, io.pos)?;
+            io.file
+                .write_vectored_and_sync(&slices, io.pos, self.io_path.0)?;
         }
         if let Some(t) = timed {
             tracing::debug!(
@@ -743,6 +773,7 @@ mod tests {
             prezero: Prezero::Off,
             pool_files: 0,
             eventual_sync: Duration::from_secs(60),
+            io: crate::JournalIo::Auto,
         };
         Journal::open(crate::env::default_env(), OWNER, dir, 1, cfg).unwrap()
     }

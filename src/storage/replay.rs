@@ -244,6 +244,7 @@ fn put_scratch(state: &mut State, p: u64, txn: u64, image: crate::page::SharedIm
     let run = (image.len() / PAGE_SIZE) as u64;
     let inside: Vec<u64> = state
         .scratch
+        .folded()
         .range(p + 1..p + run)
         .map(|(q, _)| *q)
         .collect();

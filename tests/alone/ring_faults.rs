@@ -16,7 +16,7 @@ use omnibus::env::testing::{
     LaneKind, LaneStats, RingFault, RingFaultRule, RingFaults, RingOp, UringConfig,
 };
 use omnibus::env::{DefaultEnv, StorageEnv, UringEnv};
-use omnibus::{Database, FlushMode, Options};
+use omnibus::{Database, FlushMode, JournalIo, Options};
 
 const STORAGES: [&str; 3] = ["docs", "by_name", "by_city"];
 const COMMITS: usize = 40;
@@ -41,10 +41,12 @@ fn rule(op: RingOp, fault: RingFault, skip: u32, times: u32) -> RingFaultRule {
     }
 }
 
+/// The journal's batches on the ring (the path these faults hit), whatever `Auto` would pick.
 fn opts(env: Arc<dyn StorageEnv>) -> Options {
     Options {
         env,
         flush_mode: FlushMode::Manual,
+        journal_io: JournalIo::Ring,
         ..Options::default()
     }
 }

@@ -41,3 +41,42 @@ pub fn diff(want: &Model, got: &Model) -> String {
         want.len()
     )
 }
+
+/// Runs `workload` once per crash point of `points` on a fresh storage under a
+/// [`PowerLossEnv`](omnibus::env::testing::PowerLossEnv) with real syncs (so the inner
+/// environment's own write paths run), crashing after that many durable operations (keeping a
+/// random subset of unsynced writes), or at its end if it finished first; `workload` records
+/// each acknowledged change in the model. `check` then gets the storage's path, the model and
+/// a label (`"<what> crash after <n>"`) to compare the reopened storage with.
+pub fn power_loss_rounds(
+    points: &[u64],
+    what: &str,
+    mut workload: impl FnMut(
+        std::sync::Arc<omnibus::env::testing::PowerLossEnv>,
+        &std::path::Path,
+        &mut Model,
+    ) -> omnibus::Result<()>,
+    check: impl Fn(&std::path::Path, &Model, &str),
+) {
+    use omnibus::env::testing::{CrashMode, PowerLossEnv};
+    for (round, crash_at) in points.iter().copied().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        let pl = std::sync::Arc::new(
+            PowerLossEnv::new(omnibus::env::default_env(), &root).with_real_sync(true),
+        );
+        pl.crash_after(crash_at, CrashMode::KeepSubset, true, round as u64)
+            .unwrap();
+        let path = root.join("s");
+        let mut model = Model::new();
+        let r = workload(pl.clone(), &path, &mut model);
+        assert!(
+            r.is_ok() || pl.is_crashed(),
+            "{what}: failed without a crash: {r:?}"
+        );
+        if !pl.is_crashed() {
+            pl.crash(CrashMode::KeepSubset, true, round as u64).unwrap();
+        }
+        check(&path, &model, &format!("{what} crash after {crash_at}"));
+    }
+}

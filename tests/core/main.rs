@@ -23,6 +23,7 @@ mod durability_shared_journal;
 mod early_reuse;
 mod freed_pages;
 mod hole_punch;
+mod journal_io;
 mod journal_prezero_background;
 mod journal_start_cost;
 mod journal_zeros;

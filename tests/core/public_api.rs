@@ -32,8 +32,8 @@ use omnibus::env::{
 #[allow(unused_imports)]
 use omnibus::{
     BackupReport, CheckReport, CompactReport, Corruption, Database, DatabaseStats, Durability,
-    Error, FlushMode, FlushReport, HiddenPages, IndexFailure, JournalMode, JournalStats, KeyRange,
-    Options, Prezero, Range, ReadTransaction, Result, Storage, StorageStats, WriteMode,
+    Error, FlushMode, FlushReport, HiddenPages, IndexFailure, JournalIo, JournalMode, JournalStats,
+    KeyRange, Options, Prezero, Range, ReadTransaction, Result, Storage, StorageStats, WriteMode,
     WriteTransaction, MAX_KEY_LEN, MAX_VALUE_LEN, PAGE_SIZE,
 };
 
@@ -50,6 +50,7 @@ fn every_intended_item_is_public() {
     let _: fn(&Storage) -> Result<CompactReport> = Storage::compact;
     let _: fn(&Storage) -> Result<()> = Storage::sync_journal;
     let _: fn(&Storage) -> (WriteMode, String) = Storage::write_mode;
+    let _: fn(&Storage) -> (JournalIo, String) = Storage::journal_io;
     let _: fn(&Storage) -> StorageStats = Storage::stats;
     let _: fn(&Storage) -> Result<CheckReport> = Storage::check;
     let _: fn(Storage) -> Result<()> = Storage::close;
@@ -84,6 +85,7 @@ fn every_intended_item_is_public() {
     let _: fn(&ReadTransaction) -> u64 = ReadTransaction::txn_id;
 
     let _: fn(&Path) -> (Option<WriteMode>, String) = WriteMode::describe;
+    let _: fn(&Path) -> (Option<JournalIo>, String) = JournalIo::describe;
     let _: fn() -> std::sync::Arc<dyn StorageEnv> = default_env;
     let _: fn() -> IoBackend = io_backend;
     let _: fn() -> std::io::Result<UringEnv> = UringEnv::new;
@@ -102,6 +104,7 @@ fn every_intended_item_is_public() {
         journal_mode: JournalMode::Shared,
         journal_prezero: Prezero::default(),
         write_mode: WriteMode::Auto,
+        journal_io: JournalIo::Auto,
         ..Options::default()
     };
     o.validate().unwrap();
@@ -152,7 +155,7 @@ fn no_internal_module_or_export_is_public() {
                 "pub use btree::{CheckReport, HiddenPages, KeyRange, Range};",
                 "pub use buffer::live_buffer_bytes;",
                 "pub use database::{Database, DatabaseStats};",
-                "pub use env::WriteMode;",
+                "pub use env::{JournalIo, WriteMode};",
                 "pub use error::{Corruption, Error, IndexFailure, Result};",
                 "pub use journal::{JournalStats, Prezero};",
                 "pub use options::{Durability, FlushMode, JournalMode, Options};",
@@ -174,6 +177,7 @@ fn no_internal_module_or_export_is_public() {
                 "pub type EnvResult<T> = std::result::Result<T, EnvError>;",
                 "pub enum OpenMode {",
                 "pub enum WriteMode {",
+                "pub enum JournalIo {",
                 "pub type Run<'a> = (u64, &'a [IoSlice<'a>]);",
                 "pub trait EnvFile: Send + Sync + std::fmt::Debug {",
                 "pub trait StorageEnv: Send + Sync + std::fmt::Debug + 'static {",

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use omnibus::env::testing::{CrashMode, PowerLossEnv};
 use omnibus::env::{default_env, DefaultEnv, StorageEnv};
 use omnibus::{FlushMode, Options, Storage, WriteMode};
 
@@ -90,35 +89,18 @@ fn each_mode_flushes_punches_and_rewrites_correctly() {
 #[test]
 fn each_mode_survives_power_loss_at_any_early_durable_operation() {
     for mode in WriteMode::CONCRETE {
-        for (round, crash_at) in [3u64, 9, 17, 26, 40].into_iter().enumerate() {
-            let dir = tempfile::tempdir().unwrap();
-            let root = dir.path().to_path_buf();
-            let pl = Arc::new(PowerLossEnv::new(default_env(), &root).with_real_sync(true));
-            pl.crash_after(crash_at, CrashMode::KeepSubset, true, round as u64)
-                .unwrap();
-            let path = root.join("s");
-            let mut model = BTreeMap::new();
-            let mut run = || -> omnibus::Result<()> {
-                let s = Storage::open(&path, opts(pl.clone(), mode))?;
+        model::power_loss_rounds(
+            &[3, 9, 17, 26, 40],
+            mode.name(),
+            |pl, path, model| {
+                let s = Storage::open(path, opts(pl, mode))?;
                 for k in 0..6 {
-                    load(&s, k * 2_000, 2_000, &mut model)?;
+                    load(&s, k * 2_000, 2_000, model)?;
                     s.flush()?;
                 }
                 Ok(())
-            };
-            let r = run();
-            assert!(
-                r.is_err() || !pl.is_crashed() || model.len() == 12_000,
-                "{mode:?}"
-            );
-            if !pl.is_crashed() {
-                pl.crash(CrashMode::KeepSubset, true, round as u64).unwrap();
-            }
-            assert_content(
-                &path,
-                &model,
-                &format!("{} crash after {crash_at}", mode.name()),
-            );
-        }
+            },
+            assert_content,
+        );
     }
 }

@@ -2,7 +2,9 @@
 //! a storage and commits random keys in a loop, printing each key to stdout only after its
 //! `commit()` returned; the background flusher runs with a small threshold, so flushes (data
 //! file writes, header switches, journal deletions) are under way when the parent kills the
-//! child with SIGKILL at a random moment. The parent then reopens the directory: every printed
+//! child with SIGKILL at a random moment. Rounds alternate the journal's two batch paths
+//! (`OMNIBUS_JOURNAL_IO=syscalls|ring`), and the child prints the path its journal took. The
+//! parent then reopens the directory: every printed
 //! key must be there with its value, every key there must hold the value derived from it (no torn
 //! or foreign values), and `check()` must be clean. The next round continues on the same
 //! directory, so recovery runs on what earlier recoveries and crashes left.
@@ -66,6 +68,7 @@ fn child_entry() {
     let mut out = std::io::stdout().lock();
     // The harness may have left "test child_entry ... " without a newline.
     writeln!(out).unwrap();
+    writeln!(out, "IO {}", s.journal_io().0.name()).unwrap();
     for n in 0u64.. {
         let keys: Vec<String> = (0..rng.random_range(1..6))
             .map(|_| format!("{:016x}", rng.random::<u64>()))
@@ -89,6 +92,8 @@ fn child_entry() {
 struct Printed {
     acked: Vec<String>,
     flushes: u64,
+    /// The journal's batch path (`JournalIo::name`).
+    io: Option<String>,
 }
 
 fn read_child(stdout: impl std::io::Read) -> Printed {
@@ -96,6 +101,7 @@ fn read_child(stdout: impl std::io::Read) -> Printed {
     let mut p = Printed {
         acked: Vec::new(),
         flushes: 0,
+        io: None,
     };
     let mut line = Vec::new();
     loop {
@@ -110,6 +116,8 @@ fn read_child(stdout: impl std::io::Read) -> Printed {
         if let Some(k) = l.strip_prefix("ACK ") {
             assert!(is_key(k), "child printed a malformed key line {l:?}");
             p.acked.push(k.to_string());
+        } else if let Some(io) = l.strip_prefix("IO ") {
+            p.io = Some(io.to_string());
         } else if let Some(n) = l.strip_prefix("FLUSHES ") {
             p.flushes = p.flushes.max(n.parse().unwrap_or(0));
         }
@@ -179,11 +187,14 @@ fn sigkill_loses_no_acknowledged_commit() {
     let mut flushes = 0;
     let mut rounds_with_commits = 0;
     let mut stored = 0;
+    let mut paths_seen = BTreeSet::new();
     for round in 0..ROUNDS {
+        let io = ["syscalls", "ring"][round as usize % 2];
         let mut child = children::spawn(
             Command::new(&exe)
                 .args(["--exact", &child_test, "--nocapture", "--test-threads=1"])
                 .env(CHILD_DIR, &path)
+                .env("OMNIBUS_JOURNAL_IO", io)
                 .env(CHILD_SEED, (seed ^ round).to_string())
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
@@ -210,6 +221,13 @@ fn sigkill_loses_no_acknowledged_commit() {
             rounds_with_commits += 1;
         }
         flushes += printed.flushes;
+        if let Some(p) = printed.io {
+            // The ring needs io_uring in this process; without it the journal says syscalls.
+            if omnibus::env::io_backend().io_uring {
+                assert_eq!(p, io, "round {round}: the child's journal path");
+            }
+            paths_seen.insert(p);
+        }
         acked.extend(printed.acked);
         stored = verify(&path, &acked, round);
     }
@@ -224,4 +242,7 @@ fn sigkill_loses_no_acknowledged_commit() {
         "only {rounds_with_commits} rounds got to commit"
     );
     assert!(flushes > 0, "no background flush ran before a kill");
+    if omnibus::env::io_backend().io_uring {
+        assert_eq!(paths_seen.len(), 2, "rounds ran on {paths_seen:?}");
+    }
 }

@@ -606,11 +606,14 @@ fn stat_plain(a: &StatArgs) -> CliResult {
     let st = storage_stat(PLAIN_STORAGE, &s, false);
     let (mode, mode_why) = omnibus::WriteMode::describe(&a.db);
     let mode_name = mode.map_or("auto", |m| m.name());
+    let (jio, jio_why) = omnibus::JournalIo::describe(&a.db);
+    let jio_name = jio.map_or("auto", |p| p.name());
     if a.json {
         let v = json!({
             "db": a.db.display().to_string(),
             "plain_storage": true,
             "write_mode": { "mode": mode_name, "reason": mode_why },
+            "journal_io": { "path": jio_name, "reason": jio_why },
             "storages": [st],
         });
         println!("{v}");
@@ -621,6 +624,7 @@ fn stat_plain(a: &StatArgs) -> CliResult {
         a.db.display()
     );
     println!("write mode {mode_name} ({mode_why})");
+    println!("journal io {jio_name} ({jio_why})");
     print_storage_stat(&st);
     Ok(())
 }
@@ -667,12 +671,15 @@ pub fn stat(a: StatArgs) -> CliResult {
     let io = omnibus::env::io_backend();
     let (mode, mode_why) = omnibus::WriteMode::describe(&a.db);
     let mode_name = mode.map_or("auto", |m| m.name());
+    let (jio, jio_why) = omnibus::JournalIo::describe(&a.db);
+    let jio_name = jio.map_or("auto", |p| p.name());
     if a.json {
         let v = json!({
             "db": a.db.display().to_string(),
             "io": { "io_uring": io.io_uring, "reason": io.reason },
             "damaged": db.damaged().iter().map(|(n, e)| json!({ "storage": n, "error": e.to_string() })).collect::<Vec<_>>(),
             "write_mode": { "mode": mode_name, "reason": mode_why },
+            "journal_io": { "path": jio_name, "reason": jio_why },
             "storages": all,
             "database_since_open": {
                 "storages": d.storages,
@@ -695,6 +702,7 @@ pub fn stat(a: StatArgs) -> CliResult {
         println!("storage {n}: DAMAGED, left out: {e}");
     }
     println!("write mode {mode_name} ({mode_why})");
+    println!("journal io {jio_name} ({jio_why})");
     for s in &all {
         print_storage_stat(s);
     }

@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::env::{EnvError, EnvFile, EnvResult, OpenMode, StorageEnv};
+use crate::env::{EnvError, EnvFile, EnvResult, JournalIo, OpenMode, StorageEnv};
 
 /// Size in bytes of a disk sector as the power-loss model tears writes: 4 KiB, aligned to file
 /// offsets.
@@ -1417,16 +1417,21 @@ impl EnvFile for PowerLossFile {
         sh.durable_op_done(&mut m, self.inner.path(), false)
     }
 
-    fn write_vectored_and_sync(&self, bufs: &[IoSlice<'_>], offset: u64) -> EnvResult<()> {
+    fn write_vectored_and_sync(
+        &self,
+        bufs: &[IoSlice<'_>],
+        offset: u64,
+        io: JournalIo,
+    ) -> EnvResult<()> {
         // The write and the sync as two changes of the model, under one lock; the real file
-        // gets the inner environment's combined operation (the io_uring lane's linked pair).
+        // gets the inner environment's combined operation (on io_uring, the path `io` says).
         let sh = &self.shared;
         let mut m = sh.lock();
         if m.crashed {
             return Err(eio("pwritev", self.inner.path()));
         }
         let real = if sh.real_sync.load(Ordering::Relaxed) {
-            self.inner.write_vectored_and_sync(bufs, offset)
+            self.inner.write_vectored_and_sync(bufs, offset, io)
         } else {
             crate::env::write_vectored_chunks(&*self.inner, bufs, offset)
         };
@@ -1892,7 +1897,11 @@ mod tests {
             f.write_all_at(b"one", 0).unwrap();
             f.sync_data()?; // 1
             env.sync_dir(root)?; // 2
-            f.write_vectored_and_sync(&[IoSlice::new(b"tw"), IoSlice::new(b"o")], 0)?; // 3
+            f.write_vectored_and_sync(
+                &[IoSlice::new(b"tw"), IoSlice::new(b"o")],
+                0,
+                JournalIo::Syscalls,
+            )?; // 3
             f.write_all_at(b"three", 0)?;
             f.sync_data() // 4
         };

@@ -80,6 +80,7 @@ impl Lane {
         *slot.state.lock().unwrap_or_else(|e| e.into_inner()) = SlotState {
             pending: 1,
             first_error: None,
+            waiting: false,
         };
         let req = Request::new(fd, offset, work, &slot);
         INLINE_RINGS.with(|rings| -> LaneResult {
@@ -133,8 +134,10 @@ impl Lane {
         let mut g = slot.state.lock().unwrap_or_else(|e| e.into_inner());
         // Bounded: the lane answers every request exactly once (`Reply`'s drop included).
         while g.pending > 0 {
+            g.waiting = true;
             g = slot.ready.wait(g).unwrap_or_else(|e| e.into_inner());
         }
+        g.waiting = false;
         match (submit_error, g.first_error.take()) {
             (_, Some(e)) | (Some(e), None) => Err(e),
             (None, None) => Ok(()),
@@ -169,6 +172,7 @@ impl Lane {
             retries: g(&s.retries),
             enter_interrupted: g(&s.enter_interrupted),
             sq_full: g(&s.sq_full),
+            enters: g(&s.enters),
         }
     }
 }

@@ -73,11 +73,15 @@ pub(super) struct ReplySlot {
     pub(super) ready: std::sync::Condvar,
 }
 
-/// Answers still due to the caller, and the first error among those received.
+/// Answers still due to the caller, the first error among those received, and whether the
+/// caller sleeps on the slot's condition variable (a lane's thread answers a waiting caller; a
+/// thread driving its own ring answers itself and needs no wake-up, which would cost a `futex`
+/// system call per journal batch).
 #[derive(Default)]
 pub(super) struct SlotState {
     pub(super) pending: usize,
     pub(super) first_error: Option<(&'static str, io::Error)>,
+    pub(super) waiting: bool,
 }
 
 thread_local! {
@@ -103,7 +107,7 @@ impl Reply {
         if let Err(e) = r {
             g.first_error.get_or_insert(e);
         }
-        if g.pending == 0 {
+        if g.pending == 0 && g.waiting {
             self.slot.ready.notify_one();
         }
         self.sent = true;

@@ -52,6 +52,7 @@ pub(super) struct LaneShared {
     pub(super) retries: AtomicU64,
     pub(super) enter_interrupted: AtomicU64,
     pub(super) sq_full: AtomicU64,
+    pub(super) enters: AtomicU64,
 }
 
 /// An operation in flight on the lane's thread.
@@ -157,6 +158,7 @@ impl RingThread {
     /// (completions not reaped yet) returns to be reaped; any other error is a broken ring and
     /// panics (the lane's death: every waiter gets an error).
     pub(super) fn enter(&mut self, want: usize) {
+        self.shared.enters.fetch_add(1, Ordering::Relaxed);
         let r = if want == 0 {
             self.ring.submit()
         } else {
@@ -179,9 +181,11 @@ impl RingThread {
         self.backlog.push_back(req);
         self.start_backlog();
         // Bounded: every pass reaps at least one completion (or retries an interrupted
-        // enter), and every operation ends within its bounded rounds.
+        // enter), and every operation ends within its bounded rounds. Every SQE in flight here
+        // is this request's, and each gives exactly one CQE (a cancelled link too): one enter
+        // waits for the whole round (a linked write + sync is one system call, not two).
         while !self.backlog.is_empty() || self.slots.iter().any(Option::is_some) {
-            self.enter(1);
+            self.enter(self.in_flight.max(1));
             self.reap();
             self.start_backlog();
         }

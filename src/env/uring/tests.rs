@@ -30,7 +30,7 @@ fn linked_write_and_sync_writes_every_byte() {
     let f = journal_file(&env, dir.path());
     let a = vec![1u8; 5000];
     let b = vec![2u8; 3000];
-    f.write_vectored_and_sync(&[IoSlice::new(&a), IoSlice::new(&b)], 100)
+    f.write_vectored_and_sync(&[IoSlice::new(&a), IoSlice::new(&b)], 100, JournalIo::Ring)
         .unwrap();
     let got = read_all(&*f);
     assert_eq!(got.len(), 8100);
@@ -40,6 +40,62 @@ fn linked_write_and_sync_writes_every_byte() {
     let s = env.lane_stats(LaneKind::Critical);
     assert_eq!(s.ops, 1);
     assert_eq!(s.sqes, 2, "one linked write + sync");
+}
+
+/// Waits (at most 5 s) until the critical lane's own thread has entered its ring to sleep, so
+/// that its one `io_uring_enter` is not counted in what a test measures.
+fn lane_thread_asleep(env: &UringEnv) {
+    let t = std::time::Instant::now();
+    while env.lane_stats(LaneKind::Critical).enters == 0 {
+        assert!(
+            t.elapsed().as_secs() < 5,
+            "the lane's thread never entered its ring"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn a_linked_write_and_sync_on_the_inline_ring_is_one_system_call() {
+    // Regression: the ring waited for one completion at a time, so every batch cost two
+    // `io_uring_enter` calls (the write's completion, then the sync's).
+    let dir = tempfile::tempdir().unwrap();
+    let env = env_with(None, 8);
+    let f = journal_file(&env, dir.path());
+    let block = vec![7u8; 4096];
+    lane_thread_asleep(&env);
+    let before = env.lane_stats(LaneKind::Critical);
+    for i in 0..20u64 {
+        f.write_vectored_and_sync(&[IoSlice::new(&block)], i * 4096, JournalIo::Ring)
+            .unwrap();
+    }
+    let after = env.lane_stats(LaneKind::Critical);
+    assert_eq!(after.ops - before.ops, 20);
+    assert_eq!(
+        after.enters - before.enters,
+        20,
+        "one io_uring_enter per batch"
+    );
+}
+
+#[test]
+fn the_syscalls_path_never_touches_the_ring() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = env_with(None, 8);
+    let f = journal_file(&env, dir.path());
+    let block = vec![9u8; 4096];
+    lane_thread_asleep(&env);
+    let before = env.lane_stats(LaneKind::Critical);
+    for i in 0..10u64 {
+        f.write_vectored_and_sync(&[IoSlice::new(&block)], i * 4096, JournalIo::Syscalls)
+            .unwrap();
+    }
+    let after = env.lane_stats(LaneKind::Critical);
+    assert_eq!(after.ops, before.ops);
+    assert_eq!(after.enters, before.enters);
+    let got = read_all(&*f);
+    assert_eq!(got.len(), 10 * 4096);
+    assert!(got.iter().all(|&x| x == 9));
 }
 
 #[test]
@@ -56,7 +112,7 @@ fn short_write_resubmits_the_rest_and_redoes_the_cancelled_sync() {
     let env = env_with(Some(faults.clone()), 8);
     let f = journal_file(&env, dir.path());
     let data: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
-    f.write_vectored_and_sync(&[IoSlice::new(&data)], 0)
+    f.write_vectored_and_sync(&[IoSlice::new(&data)], 0, JournalIo::Ring)
         .unwrap();
     assert_eq!(read_all(&*f), data);
     let s = env.lane_stats(LaneKind::Critical);
@@ -108,7 +164,7 @@ fn failed_sync_is_not_retried() {
     let env = env_with(Some(faults), 8);
     let f = journal_file(&env, dir.path());
     let e = f
-        .write_vectored_and_sync(&[IoSlice::new(&[1u8; 512])], 0)
+        .write_vectored_and_sync(&[IoSlice::new(&[1u8; 512])], 0, JournalIo::Ring)
         .unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EIO));
     assert_eq!(env.lane_stats(LaneKind::Critical).retries, 0);
@@ -171,13 +227,13 @@ fn a_dead_lane_answers_errors_and_never_hangs() {
     });
     let env = env_with(Some(faults), 8);
     let f = journal_file(&env, dir.path());
-    f.write_vectored_and_sync(&[IoSlice::new(&[1u8; 512])], 0)
+    f.write_vectored_and_sync(&[IoSlice::new(&[1u8; 512])], 0, JournalIo::Ring)
         .unwrap();
     assert!(f
-        .write_vectored_and_sync(&[IoSlice::new(&[2u8; 512])], 512)
+        .write_vectored_and_sync(&[IoSlice::new(&[2u8; 512])], 512, JournalIo::Ring)
         .is_err());
     assert!(f
-        .write_vectored_and_sync(&[IoSlice::new(&[3u8; 512])], 1024)
+        .write_vectored_and_sync(&[IoSlice::new(&[3u8; 512])], 1024, JournalIo::Ring)
         .is_err());
     assert!(f.sync_data().is_err());
 }

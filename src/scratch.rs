@@ -1,0 +1,337 @@
+//! The scratch table: page number -> the latest committed, unflushed image of that page, as a
+//! persistent value that every [`crate::state::State`] holds (a snapshot reads the table of its
+//! state while commits build newer ones).
+//!
+//! Shape: a persistent ordered map (`imbl::OrdMap`, the *base*) plus a short chain of the most
+//! recent commits' changes (*recent*: newest first, each link one commit's puts and removals).
+//! A commit adds one link (its few pages: no copy of anything shared); once the chain holds
+//! [`MAX_DEPTH`] commits or [`MAX_CHANGES`] changes, the next commit folds it into a new base.
+//!
+//! Why: updating the persistent map copies the path to each changed key, and copying one of its
+//! leaves clones every value in it: 64 image references, each a reference count in another
+//! 8 KiB allocation (a cache miss each), then as many decrements when the older version is
+//! dropped. With one-put commits that was a third of a serial commit's CPU (a leaf, two
+//! branches and a bitmap page removed and inserted, each on its own path; docs/BENCHMARKS.md,
+//! serial commits). Folding a chain of commits copies each path once for all of them.
+//!
+//! Lookups: a 256-bit mask of every page the chain holds answers "not in the chain" for most
+//! pages with one test, then the links are searched newest first (the first entry for a page
+//! decides: an image, or `None` for a page removed since), then the base.
+
+use std::sync::Arc;
+
+/// A page image in the scratch table: written by `txn`, `image.len()` is a multiple of 8 KiB.
+/// Stored inline in the table (cloning it is one reference-count increment).
+#[derive(Debug, Clone)]
+pub(crate) struct ScratchPage {
+    pub txn: u64,
+    pub image: crate::page::SharedImage,
+}
+
+/// Commits held in the chain at most before the next commit folds it into the base.
+const MAX_DEPTH: u32 = 8;
+/// Changes held in the chain at most (a large commit folds at once).
+const MAX_CHANGES: usize = 64;
+
+/// The ordered persistent map the base is.
+pub(crate) type Base = imbl::OrdMap<u64, ScratchPage>;
+
+/// Page number -> latest committed, unflushed image (module docs). Cloning is two reference
+/// counts.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Scratch {
+    base: Base,
+    recent: Option<Arc<Recent>>,
+    /// Pages in the table (base and chain merged).
+    len: usize,
+}
+
+/// One commit's changes, and the older commits' chain.
+#[derive(Debug)]
+struct Recent {
+    /// Page -> its image (`None`: removed), in the order applied (a later entry for the same
+    /// page wins).
+    changes: Vec<(u64, Option<ScratchPage>)>,
+    older: Option<Arc<Recent>>,
+    /// Commits in the chain from this one down.
+    depth: u32,
+    /// Changes in the chain from this one down.
+    total: usize,
+    /// Bit `bit(p)` set for every page of the chain from this one down.
+    mask: [u64; 4],
+}
+
+/// The mask bit of page `p` (Fibonacci hashing into 256 bits).
+fn bit(p: u64) -> (usize, u64) {
+    let h = p.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56;
+    ((h >> 6) as usize, 1u64 << (h & 63))
+}
+
+impl Recent {
+    /// The chain's entry for `p`: `Some(Some(image))`, `Some(None)` when removed, `None` when
+    /// the chain says nothing of it.
+    fn find(&self, p: u64) -> Option<Option<&ScratchPage>> {
+        let (w, b) = bit(p);
+        if self.mask[w] & b == 0 {
+            return None;
+        }
+        let mut link = Some(self);
+        // Bounded by MAX_DEPTH links (a longer chain is folded).
+        while let Some(r) = link {
+            if let Some((_, sp)) = r.changes.iter().rev().find(|(q, _)| *q == p) {
+                return Some(sp.as_ref());
+            }
+            link = r.older.as_deref();
+        }
+        None
+    }
+}
+
+impl Scratch {
+    /// An empty table.
+    pub fn new() -> Scratch {
+        Scratch::default()
+    }
+
+    /// The image of page `p`, if the table holds one.
+    pub fn get(&self, p: &u64) -> Option<&ScratchPage> {
+        if let Some(found) = self.recent.as_ref().and_then(|r| r.find(*p)) {
+            return found;
+        }
+        self.base.get(p)
+    }
+
+    /// Whether the table holds page `p`.
+    pub fn contains_key(&self, p: &u64) -> bool {
+        self.get(p).is_some()
+    }
+
+    /// Pages in the table.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the table holds no page.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The table as one ordered map (the chain applied to the base; no copy when the chain is
+    /// empty): for the flush's walk in page order and for ranges.
+    pub fn folded(&self) -> Base {
+        let mut base = self.base.clone();
+        if let Some(r) = &self.recent {
+            apply(&mut base, r);
+        }
+        base
+    }
+
+    /// Folds the chain into the base (the table's content is unchanged).
+    fn fold(&mut self) {
+        if let Some(r) = self.recent.take() {
+            apply(&mut self.base, &r);
+        }
+    }
+
+    /// Puts `sp` as page `p`'s image; returns the image it replaces.
+    pub fn insert(&mut self, p: u64, sp: ScratchPage) -> Option<ScratchPage> {
+        self.fold();
+        let old = self.base.insert(p, sp);
+        if old.is_none() {
+            self.len += 1;
+        }
+        old
+    }
+
+    /// Removes page `p`; returns its image.
+    pub fn remove(&mut self, p: &u64) -> Option<ScratchPage> {
+        self.fold();
+        let old = self.base.remove(p);
+        if old.is_some() {
+            self.len -= 1;
+        }
+        old
+    }
+
+    /// The table after one commit: the pages of `removed` taken out (those it holds), then
+    /// `added` put in, in order. Returns it with the bytes of images it gained (negative when
+    /// it lost more). Costs one link of the chain (no copy of the base), or a fold of the chain
+    /// when it is full.
+    pub fn with_commit(
+        &self,
+        removed: impl IntoIterator<Item = u64>,
+        added: impl IntoIterator<Item = (u64, ScratchPage)>,
+    ) -> (Scratch, i64) {
+        let mut changes: Vec<(u64, Option<ScratchPage>)> = Vec::new();
+        let mut bytes = 0i64;
+        let mut len = self.len;
+        // The page's image before this change: this commit's earlier changes first.
+        let before = |changes: &[(u64, Option<ScratchPage>)], p: u64| -> Option<u64> {
+            match changes.iter().rev().find(|(q, _)| *q == p) {
+                Some((_, sp)) => sp.as_ref().map(|sp| sp.image.len() as u64),
+                None => self.get(&p).map(|sp| sp.image.len() as u64),
+            }
+        };
+        for p in removed {
+            if let Some(old) = before(&changes, p) {
+                bytes -= old as i64;
+                len -= 1;
+                changes.push((p, None));
+            }
+        }
+        for (p, sp) in added {
+            match before(&changes, p) {
+                Some(old) => bytes -= old as i64,
+                None => len += 1,
+            }
+            bytes += sp.image.len() as u64 as i64;
+            changes.push((p, Some(sp)));
+        }
+        if changes.is_empty() {
+            return (self.clone(), 0);
+        }
+        let (depth, total, mut mask) = match &self.recent {
+            Some(r) => (r.depth, r.total, r.mask),
+            None => (0, 0, [0; 4]),
+        };
+        for (p, _) in &changes {
+            let (w, b) = bit(*p);
+            mask[w] |= b;
+        }
+        let link = Arc::new(Recent {
+            total: total + changes.len(),
+            changes,
+            older: self.recent.clone(),
+            depth: depth + 1,
+            mask,
+        });
+        let mut next = Scratch {
+            base: self.base.clone(),
+            recent: Some(link),
+            len,
+        };
+        if depth + 1 >= MAX_DEPTH || next.recent.as_ref().is_some_and(|r| r.total > MAX_CHANGES) {
+            next.fold();
+        }
+        (next, bytes)
+    }
+}
+
+/// Applies `r`'s chain to `base`: each page's newest entry only, in page order (a branch page
+/// copied by one commit of the chain and freed by the next never reaches the base; neighbours
+/// share the copied paths).
+fn apply(base: &mut Base, r: &Recent) {
+    let mut net: Vec<(u64, &Option<ScratchPage>)> = Vec::with_capacity(r.total);
+    let mut link = Some(r);
+    // Bounded by MAX_DEPTH links; newest first, so a stable sort keeps each page's newest
+    // entry first among its equals.
+    while let Some(l) = link {
+        net.extend(l.changes.iter().rev().map(|(p, sp)| (*p, sp)));
+        link = l.older.as_deref();
+    }
+    net.sort_by_key(|(p, _)| *p);
+    net.dedup_by_key(|(p, _)| *p);
+    for (p, sp) in net {
+        match sp {
+            Some(sp) => {
+                base.insert(p, sp.clone());
+            }
+            // `remove` copies the path to the key's leaf even when the key is absent.
+            None if base.contains_key(&p) => {
+                base.remove(&p);
+            }
+            None => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+    use std::collections::BTreeMap;
+
+    fn page(txn: u64, pages: usize) -> ScratchPage {
+        let mut img = vec![0u8; pages * crate::page::PAGE_SIZE];
+        img[..8].copy_from_slice(&txn.to_le_bytes());
+        ScratchPage {
+            txn,
+            image: crate::page::Image::copy_from(&img),
+        }
+    }
+
+    fn same(s: &Scratch, m: &BTreeMap<u64, u64>) {
+        assert_eq!(s.len(), m.len());
+        let f = s.folded();
+        let got: Vec<(u64, u64)> = f.iter().map(|(p, sp)| (*p, sp.txn)).collect();
+        let want: Vec<(u64, u64)> = m.iter().map(|(p, t)| (*p, *t)).collect();
+        assert_eq!(got, want);
+        for p in 0..200u64 {
+            assert_eq!(s.get(&p).map(|sp| sp.txn), m.get(&p).copied(), "page {p}");
+        }
+    }
+
+    /// Random commits (removals and puts, pages overlapping), folds and direct inserts and
+    /// removals, against a `BTreeMap`; every older version kept unchanged (snapshots).
+    #[test]
+    fn commits_and_snapshots_match_a_model() {
+        let mut rng = SmallRng::seed_from_u64(7);
+        let mut s = Scratch::new();
+        let mut m: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut bytes = 0i64;
+        let mut kept: Vec<(Scratch, BTreeMap<u64, u64>)> = Vec::new();
+        for txn in 1..2_000u64 {
+            if rng.random_range(0..50) == 0 {
+                // A direct change (as replay and the flush make).
+                let p = rng.random_range(0..200);
+                if rng.random() {
+                    s.insert(p, page(txn, 1));
+                    m.insert(p, txn);
+                } else {
+                    s.remove(&p);
+                    m.remove(&p);
+                }
+                bytes = m.len() as i64 * crate::page::PAGE_SIZE as i64;
+            } else {
+                let removed: Vec<u64> = (0..rng.random_range(0..5))
+                    .map(|_| rng.random_range(0..200))
+                    .collect();
+                let n = if rng.random_range(0..30) == 0 { 80 } else { 4 };
+                let added: Vec<u64> = (0..rng.random_range(0..n))
+                    .map(|_| rng.random_range(0..200))
+                    .collect();
+                let (next, gained) =
+                    s.with_commit(removed.clone(), added.iter().map(|p| (*p, page(txn, 1))));
+                for p in &removed {
+                    m.remove(p);
+                }
+                for p in &added {
+                    m.insert(*p, txn);
+                }
+                bytes += gained;
+                assert_eq!(bytes, m.len() as i64 * crate::page::PAGE_SIZE as i64);
+                s = next;
+            }
+            same(&s, &m);
+            if txn % 97 == 0 {
+                kept.push((s.clone(), m.clone()));
+            }
+        }
+        for (s, m) in &kept {
+            same(s, m);
+        }
+    }
+
+    #[test]
+    fn the_chain_is_bounded() {
+        let mut s = Scratch::new();
+        for txn in 1..100u64 {
+            s = s.with_commit([txn - 1], [(txn, page(txn, 1))]).0;
+            let depth = s.recent.as_ref().map_or(0, |r| r.depth);
+            assert!(depth < MAX_DEPTH, "depth {depth}");
+        }
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.get(&99).map(|sp| sp.txn), Some(99));
+    }
+}
