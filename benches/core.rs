@@ -6,7 +6,8 @@
 //!    omnibus is measured twice: before `flush()` (pages served from the scratch table) and after
 //!    it (pages served from the read-only mmap of the data file).
 //! 2. `commit`: serial durable commits of one small put vs a raw `pwrite + fdatasync` of the same
-//!    number of bytes to a pre-zeroed file (and a raw append + fdatasync, file growing).
+//!    number of bytes to a pre-zeroed file (and a raw append + fdatasync, file growing); the
+//!    default journal I/O path (`JournalIo::Auto`) beside each path forced.
 //! 3. `prezero`: the same commit loop with `Prezero::Ahead(4 MiB)` vs `Prezero::WholeFile`.
 //! 4. `batch`: synced transactions of 1,000 random keys (24 B keys, 150 B values, the index
 //!    storages' pattern) into a storage of 200,000 keys with default options, vs LMDB doing the
@@ -51,7 +52,7 @@ use hdrhistogram::Histogram;
 mod common;
 use common::{batch_key, key, splitmix, value};
 
-use omnibus::{Durability, FlushMode, Options, Prezero, Storage};
+use omnibus::{Durability, FlushMode, JournalIo, Options, Prezero, Storage};
 
 // ---------------------------------------------------------------------------------------------
 // Configuration
@@ -546,17 +547,22 @@ fn table(base_name: &str, rows: &[&Lat]) {
 
 /// Runs `n` timed commits of every case, alternating cases every `block` commits, and after
 /// each round of blocks pauses (untimed) `pause` times as long as the round took, so the average
-/// write rate stays under the virtual disk's throttle.
+/// write rate stays under the virtual disk's throttle. Each round starts with the next case
+/// (the first block after a pause runs on an idle CPU and disk, and was measured slower: no case
+/// may always be the one that pays it).
 fn interleave(n: usize, block: usize, pause: f64, cases: &mut [(&mut Lat, &mut dyn FnMut())]) {
     let mut done = 0;
+    let mut round = 0;
     while done < n {
         let m = block.min(n - done);
         let t = Instant::now();
-        for (lat, f) in cases.iter_mut() {
+        for i in 0..cases.len() {
+            let (lat, f) = &mut cases[(round + i) % cases.len()];
             for _ in 0..m {
                 lat.time(&mut **f);
             }
         }
+        round += 1;
         done += m;
         if pause > 0.0 {
             std::thread::sleep(t.elapsed().mul_f64(pause));
@@ -704,6 +710,29 @@ fn bench_commit(cfg: &Config, root: &Path) -> CommitResults {
         },
         cfg.commit_preload,
     );
+    let (auto_path, auto_why) = omni.s.journal_io();
+    println!(
+        "  journal I/O path (Options::journal_io auto): {} ({auto_why})",
+        auto_path.name()
+    );
+    // Each path forced, side by side with the default's choice.
+    let mut paths: Vec<(JournalIo, CommitTarget)> = [JournalIo::Syscalls, JournalIo::Ring]
+        .into_iter()
+        .map(|p| {
+            let opts = Options {
+                flush_mode: FlushMode::Manual,
+                journal_io: p,
+                ..Options::default()
+            };
+            let dir = dir.join(format!("omnibus-{}", p.name()));
+            (p, CommitTarget::open(&dir, opts, cfg.commit_preload))
+        })
+        .collect();
+    for (_, t) in paths.iter_mut() {
+        for _ in 0..warm {
+            t.commit_one();
+        }
+    }
     let (b0, c0) = omni.journal();
     for _ in 0..warm {
         omni.commit_one();
@@ -772,7 +801,15 @@ fn bench_commit(cfg: &Config, root: &Path) -> CommitResults {
     let kib = bytes as f64 / 1024.0;
     wait_for_calm_disk(&dir, cfg.calm_wait);
     let mut l_raw = Lat::new(format!("raw pwrite {kib:.1} KiB + fdatasync, pre-zeroed"));
-    let mut l_omni = Lat::new("omnibus commit (FlushMode::Manual)");
+    let mut l_omni = Lat::new(format!(
+        "omnibus commit (FlushMode::Manual), auto: {}",
+        auto_path.name()
+    ));
+    let [(_, sys), (_, ring)] = &mut paths[..] else {
+        unreachable!("two paths")
+    };
+    let mut l_sys = Lat::new("omnibus, journal_io syscalls");
+    let mut l_ring = Lat::new("omnibus, journal_io ring");
     let mut l_pool = Lat::new("omnibus, WholeFile + pool (1 file), 64 MiB");
     let mut l_app = Lat::new(format!("raw append {kib:.1} KiB + fdatasync"));
     let mut l_4k = Lat::new("raw pwrite 4 KiB + fdatasync, pre-zeroed");
@@ -785,6 +822,8 @@ fn bench_commit(cfg: &Config, root: &Path) -> CommitResults {
         &mut [
             (&mut l_raw, &mut || raw.commit_one()),
             (&mut l_omni, &mut || omni.commit_one()),
+            (&mut l_sys, &mut || sys.commit_one()),
+            (&mut l_ring, &mut || ring.commit_one()),
             (&mut l_pool, &mut || pool.commit_one()),
             (&mut l_app, &mut || raw_app.commit_one()),
             (&mut l_4k, &mut || raw4k.commit_one()),
@@ -806,7 +845,9 @@ fn bench_commit(cfg: &Config, root: &Path) -> CommitResults {
     println!();
     table(
         "raw pre-zeroed, same bytes",
-        &[&l_raw, &l_omni, &l_pool, &l_app, &l_4k, &l_4k_app, &l_lmdb],
+        &[
+            &l_raw, &l_omni, &l_sys, &l_ring, &l_pool, &l_app, &l_4k, &l_4k_app, &l_lmdb,
+        ],
     );
     warn_if_throttled(&l_raw);
     println!();
@@ -850,6 +891,7 @@ fn bench_commit(cfg: &Config, root: &Path) -> CommitResults {
         raw: l_raw,
     };
     drop(omni);
+    drop(paths);
     drop(pool);
     drop(bg);
     let _ = std::fs::remove_dir_all(&dir);

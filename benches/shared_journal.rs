@@ -4,8 +4,9 @@
 //! commit and directory fsyncs per second, with the ratios; then a single writer's commit p50
 //! with the pre-zeroed tail (4 MiB ahead, whole pre-zeroed files) vs plain appends.
 //!
-//! Last, the journal's I/O path: io_uring's critical lane vs plain pwritev + fdatasync, at 1 and
-//! T writers: commits/s, p50, p99 and process CPU per commit.
+//! Last, the journal's I/O paths (`Options::journal_io`): io_uring's critical lane vs
+//! `pwritev` + `fdatasync` on the writer's thread, at 1 and T writers: commits/s, p50, p99 and
+//! process CPU per commit. (The first runs use the default, `JournalIo::Auto`.)
 //!
 //! `cargo bench --bench shared_journal -- [--seconds S] [--branches N] [--threads T] [--dir D]`
 //! (`OMNIBUS_BENCH_QUICK=1`: 2 s per mode, 20 branches, 16 threads).
@@ -19,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use omnibus::{Database, JournalMode, Options, Prezero, Storage};
+use omnibus::{Database, JournalIo, JournalMode, Options, Prezero, Storage};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -70,20 +71,15 @@ struct Run {
 }
 
 fn run_mode(a: &Args, mode: JournalMode) -> Run {
-    run_with(a, mode, omnibus::env::default_env(), a.threads)
+    run_with(a, mode, JournalIo::Auto, a.threads)
 }
 
-fn run_with(
-    a: &Args,
-    mode: JournalMode,
-    env: Arc<dyn omnibus::env::StorageEnv>,
-    threads: usize,
-) -> Run {
+fn run_with(a: &Args, mode: JournalMode, journal_io: JournalIo, threads: usize) -> Run {
     std::fs::create_dir_all(&a.dir).unwrap();
     let tmp = tempfile::tempdir_in(&a.dir).unwrap();
     let opts = Options {
         journal_mode: mode,
-        env,
+        journal_io,
         ..Options::default()
     };
     let db = Database::open(tmp.path().join("db"), opts).unwrap();
@@ -143,13 +139,10 @@ fn run_with(
     }
 }
 
-/// The journal's I/O path side by side: io_uring's critical lane (one linked WRITEV +
-/// FSYNC(DATASYNC) per batch) vs plain pwritev + fdatasync on the writer's thread, shared
-/// mode, at 1 and at `a.threads` writers, each pair alternated twice.
+/// The journal's I/O paths side by side ([`JournalIo`]): io_uring's critical lane (one linked
+/// WRITEV + FSYNC(DATASYNC) per batch) vs `pwritev` + `fdatasync` on the writer's thread,
+/// shared mode, at 1 and at `a.threads` writers, each pair alternated twice.
 fn io_paths(a: &Args) {
-    let ring: Arc<dyn omnibus::env::StorageEnv> =
-        Arc::new(omnibus::env::UringEnv::new().expect("io_uring setup"));
-    let plain: Arc<dyn omnibus::env::StorageEnv> = Arc::new(omnibus::env::DefaultEnv::new());
     println!();
     println!(
         "journal I/O path, shared mode ({:.0} s per run, each pair twice):",
@@ -168,8 +161,11 @@ fn io_paths(a: &Args) {
     for threads in [1, a.threads] {
         let mut sum = [(0f64, 0f64, 0f64, 0f64); 2];
         for _ in 0..2 {
-            for (i, env) in [&ring, &plain].into_iter().enumerate() {
-                let r = run_with(&short, JournalMode::Shared, env.clone(), threads);
+            for (i, path) in [JournalIo::Ring, JournalIo::Syscalls]
+                .into_iter()
+                .enumerate()
+            {
+                let r = run_with(&short, JournalMode::Shared, path, threads);
                 let row = (
                     r.commits as f64 / r.secs,
                     r.hist.value_at_quantile(0.5) as f64,
@@ -178,7 +174,7 @@ fn io_paths(a: &Args) {
                 );
                 println!(
                     "{:<8} {:>8} {:>11.0} {:>9.0} {:>9.0} {:>14.1}",
-                    ["ring", "pwritev"][i],
+                    ["ring", "syscalls"][i],
                     threads,
                     row.0,
                     row.1,
@@ -192,7 +188,7 @@ fn io_paths(a: &Args) {
             }
         }
         println!(
-            "ratio ring/pwritev at {threads} writers: commits/s {:.2}x, p50 {:.2}x, p99 {:.2}x, CPU/commit {:.2}x",
+            "ratio ring/syscalls at {threads} writers: commits/s {:.2}x, p50 {:.2}x, p99 {:.2}x, CPU/commit {:.2}x",
             sum[0].0 / sum[1].0,
             sum[0].1 / sum[1].1.max(1.0),
             sum[0].2 / sum[1].2.max(1.0),
