@@ -6,12 +6,12 @@
 //! - The **critical lane** carries the journal: a batch on the [`JournalIo::Ring`] path is one
 //!   `IORING_OP_WRITEV` linked (`IOSQE_IO_LINK`) to one `IORING_OP_FSYNC` with
 //!   `IORING_FSYNC_DATASYNC` (on [`JournalIo::Syscalls`], `pwritev` and `fdatasync` on the
-//!   writing thread, no ring; `crate::journal_io` chooses), and the journal files' other syncs. These run on a ring owned by the thread that writes the batch (the
-//!   shared journal's writer thread, a thread of the actor runtime's journal I/O pool for a
-//!   separate journal, or a standalone
-//!   storage's group-commit leader: one ring per thread, created on first use), which submits
-//!   and waits itself: a hand-off to a lane thread cost two thread wake-ups each way
-//!   (`Lane::call_inline`, docs/BENCHMARKS.md). The lane's own thread
+//!   writing thread, no ring; `crate::journal_io` chooses), and the journal files' other
+//!   syncs. These run on a ring owned by the thread that writes the batch (the shared
+//!   journal's writer thread, a thread of the actor runtime's journal I/O pool for a separate
+//!   journal, or a standalone storage's group-commit leader: one ring per thread, created on
+//!   first use), which submits and waits itself: a hand-off to a lane thread cost two thread
+//!   wake-ups each way (`Lane::call_inline`, docs/BENCHMARKS.md). The lane's own thread
 //!   (`omnibus-ring-critical`) serves the journal files' rare other requests (`fallocate`).
 //! - The **background lane** (`omnibus-ring-background`, its thread at
 //!   `ioprio_set(IOPRIO_CLASS_BE, 7)` and each write SQE carrying that priority) carries the
