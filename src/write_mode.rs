@@ -51,12 +51,23 @@ const PREFERENCE: [WriteMode; 4] = [
 /// overrides it (an invalid value is ignored with a warning). A failed probe falls back to
 /// [`WriteMode::VectoredFileIo`] and says why.
 pub fn resolve(requested: WriteMode, env: &Arc<dyn StorageEnv>, dir: &Path) -> (WriteMode, String) {
-    let (mode, why) = env_override(
+    let (over, note) = env_override(
         "OMNIBUS_WRITE_MODE",
         "auto, mmap, file_io, vectored_file_io or io_ring",
         WriteMode::parse,
-    )
-    .map_or((requested, "Options::write_mode"), |m| {
+    );
+    let (mode, why) = resolve_as(over, requested, env, dir);
+    (mode, noted(why, note))
+}
+
+/// [`resolve`] once the environment variable is read (`over`, when valid).
+fn resolve_as(
+    over: Option<WriteMode>,
+    requested: WriteMode,
+    env: &Arc<dyn StorageEnv>,
+    dir: &Path,
+) -> (WriteMode, String) {
+    let (mode, why) = over.map_or((requested, "Options::write_mode"), |m| {
         (m, "OMNIBUS_WRITE_MODE")
     });
     if mode == WriteMode::IoRing && !crate::env::io_backend().io_uring {
@@ -104,25 +115,38 @@ pub fn resolve(requested: WriteMode, env: &Arc<dyn StorageEnv>, dir: &Path) -> (
     chosen
 }
 
-/// The value of the environment variable `var` parsed by `parse`; `None` when unset or
-/// invalid (an invalid value is ignored with one warning per variable and process, naming
-/// the `expected` spellings). Shared by the write mode and the journal I/O path.
+/// The value of the environment variable `var` parsed by `parse` (`None` when unset or
+/// invalid), and for an invalid value the note the reason carries (`VAR="x" ignored: not
+/// ...`); it is also a warning, once per variable and process, naming the `expected`
+/// spellings. Shared by the write mode and the journal I/O path.
 pub(crate) fn env_override<T>(
     var: &'static str,
     expected: &str,
     parse: impl Fn(&str) -> Option<T>,
-) -> Option<T> {
-    let v = std::env::var(var).ok()?;
+) -> (Option<T>, Option<String>) {
+    let Ok(v) = std::env::var(var) else {
+        return (None, None);
+    };
     let parsed = parse(&v);
-    if parsed.is_none() {
-        static WARNED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
-        let mut w = WARNED.lock().unwrap_or_else(|e| e.into_inner());
-        if !w.contains(&var) {
-            w.push(var);
-            tracing::warn!("{var}={v:?} is not {expected}; ignored");
-        }
+    if parsed.is_some() {
+        return (parsed, None);
     }
-    parsed
+    let note = format!("{var}={v:?} ignored: not {expected}");
+    static WARNED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut w = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+    if !w.contains(&var) {
+        w.push(var);
+        tracing::warn!("{note}");
+    }
+    (None, Some(note))
+}
+
+/// `why`, followed by `note` when there is one (an ignored environment variable).
+pub(crate) fn noted(why: String, note: Option<String>) -> String {
+    match note {
+        Some(n) => format!("{why}; {n}"),
+        None => why,
+    }
 }
 
 /// Each candidate's median of its probe times (µs, sorted in place), and a summary

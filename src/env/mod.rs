@@ -133,7 +133,7 @@ impl WriteMode {
 }
 
 /// How a journal batch reaches the device ([`EnvFile::write_vectored_and_sync`]);
-/// `Options::journal_io` chooses it (design.md 3.2).
+/// `Options::journal_io` chooses it (design.md 4.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum JournalIo {
     /// Measure (a short probe when a journal opens, once per device in the process) and pick

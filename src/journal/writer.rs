@@ -148,9 +148,11 @@ impl Journal {
         first_no: u64,
         cfg: JournalConfig,
     ) -> Result<Arc<Journal>> {
-        // The batch path first (a short probe in `Journals/` when `Auto`, once per device).
-        let io_path =
-            crate::journal_io::resolve(cfg.io, &env, &owner_dir.join(crate::layout::JOURNALS_DIR));
+        // The batch path first (a short probe in `Journals/` when `Auto`, once per device),
+        // after removing any probe file a killed process left there.
+        let journals = owner_dir.join(crate::layout::JOURNALS_DIR);
+        crate::journal_io::sweep(&*env, &journals);
+        let io_path = crate::journal_io::resolve(cfg.io, &env, &journals);
         tracing::debug!(journal = %owner_dir.display(), path = io_path.0.name(), why = %io_path.1, "journal I/O path");
         let j = Arc::new_cyclic(|me| Journal::new(env, owner, owner_dir, cfg, io_path, me.clone()));
         // Leftover pool files from an earlier session are ready to use; others are removed.

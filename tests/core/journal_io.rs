@@ -3,7 +3,8 @@
 //! commits recovered after a drop without a flush, and, under the power-loss environment with
 //! real syncs (so the inner environment's own path runs), a crash after any of the first
 //! durable operations loses no acknowledged commit. `Auto` with a custom environment takes the
-//! syscalls without a probe.
+//! syscalls without a probe; a report (`describe`) writes nothing; a probe file a killed process
+//! left is removed at the next open.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -150,6 +151,21 @@ fn auto_with_the_default_environment_measures_and_leaves_no_probe_file() {
         names.iter().all(|n| !n.contains("probe")),
         "the probe's file is removed: {names:?}"
     );
+    // A report reads what this process measured, and writes nothing.
     let (described, dwhy) = JournalIo::describe(&path);
     assert_eq!(described, Some(io), "{dwhy}");
+    assert_eq!(journal_names(&path), names, "describe wrote nothing");
+}
+
+#[test]
+fn a_probe_file_left_by_a_killed_process_is_removed_by_the_next_open() {
+    // Regression: a process killed while probing left its scratch file in `Journals/` for good.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    drop(Storage::open(&path, opts(default_env(), JournalIo::Syscalls)).unwrap());
+    let stale = path.join("Journals").join(".omnibus-io-probe-4242.journal");
+    std::fs::write(&stale, vec![0u8; 65536]).unwrap();
+    let s = Storage::open(&path, opts(default_env(), JournalIo::Auto)).unwrap();
+    assert!(!stale.exists(), "left: {:?}", journal_names(&path));
+    drop(s);
 }

@@ -1,5 +1,5 @@
 //! A branch storage's own path (`DB/Indexes/NAME`) is refused by every command, naming the
-//! database and `--storage NAME`.
+//! database and `--storage NAME`; so is the database's `Indexes/` directory itself.
 //!
 //! Regression: `ingest` killed with SIGKILL left unflushed index
 //! entries in the shared journal; the journal file was then cut to zero. `check DB` reported
@@ -45,6 +45,26 @@ fn a_branch_path_is_refused_with_the_database_form() {
     }
     // Nothing was written into the branch: no database layout inside it.
     assert!(!branch.join("Indexes").exists());
+    // Nor into the database's `Indexes/` itself (it was opened as a database of its own).
+    let indexes = db_path.join("Indexes");
+    let ix = indexes.to_str().unwrap();
+    for args in [
+        vec!["put", ix, "k", "v"],
+        vec!["get", ix, "k"],
+        vec!["stat", ix],
+    ] {
+        let o = cli_common::omnibus(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("this is the branch directory of the database"),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(
+        !indexes.join("Journals").exists(),
+        "a database was made in Indexes/"
+    );
     // The database form works.
     let db = db_path.to_str().unwrap();
     let o = cli_common::omnibus(&["get", db, "--storage", "c", "k"]);

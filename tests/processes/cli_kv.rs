@@ -2,7 +2,8 @@
 //! `--help` everywhere, and `check` naming the storage, file and page of a corruption (exit 2).
 //! `put` creates a branch storage only with `--create`; `put` and `delete` print JSON with
 //! `--json`; a database path that is a file, or a database held open elsewhere, is an input
-//! error (exit 1) whose message names the path once.
+//! error (exit 1) whose message names the path once. `stat` names the journal I/O path and why,
+//! writes nothing into the database, and names an ignored `OMNIBUS_JOURNAL_IO`.
 
 use serde_json::Value;
 
@@ -398,4 +399,58 @@ fn get_reports_a_bad_key_like_put() {
     let (c, err) = code(&["get", db, &max]);
     assert_eq!(c, Some(1), "{err}");
     assert!(err.ends_with(": not found\n"), "{err}");
+}
+
+#[test]
+fn stat_names_the_journal_io_path_writes_nothing_and_names_an_ignored_override() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let dbs = db.to_str().unwrap();
+    ok(&["put", dbs, "k", "v"]);
+    let journals = |p: &std::path::Path| {
+        let mut v: Vec<String> = std::fs::read_dir(p.join("Journals"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let before = journals(&db);
+    let st: Value = serde_json::from_str(&ok(&["stat", dbs, "--json"])).unwrap();
+    let reason = st["journal_io"]["reason"].as_str().unwrap();
+    assert!(!reason.is_empty(), "{st}");
+    assert!(ok(&["stat", dbs]).contains("journal io "));
+    // Regression: `stat` ran the journal's probe in the database's `Journals/` (a read-only
+    // command writing into the database).
+    assert_eq!(journals(&db), before, "stat wrote into Journals/");
+    // Regression: an invalid value was only a warning on stderr; the reason did not say it.
+    let o = children::output(
+        std::process::Command::new(env!("CARGO_BIN_EXE_omnibus"))
+            .args(["stat", dbs, "--json"])
+            .env("OMNIBUS_JOURNAL_IO", "uring"),
+    )
+    .unwrap();
+    assert!(o.status.success());
+    let st: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let reason = st["journal_io"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("OMNIBUS_JOURNAL_IO=\"uring\" ignored"),
+        "{reason}"
+    );
+    // A valid one is named as the reason.
+    let o = children::output(
+        std::process::Command::new(env!("CARGO_BIN_EXE_omnibus"))
+            .args(["stat", dbs, "--json"])
+            .env("OMNIBUS_JOURNAL_IO", "syscalls"),
+    )
+    .unwrap();
+    let st: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(st["journal_io"]["path"], "syscalls", "{st}");
+    assert!(
+        st["journal_io"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("OMNIBUS_JOURNAL_IO"),
+        "{st}"
+    );
 }

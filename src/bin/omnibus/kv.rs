@@ -608,10 +608,12 @@ fn stat_plain(a: &StatArgs) -> CliResult {
     let mode_name = mode.map_or("auto", |m| m.name());
     let (jio, jio_why) = omnibus::JournalIo::describe(&a.db);
     let jio_name = jio.map_or("auto", |p| p.name());
+    let io = omnibus::env::io_backend();
     if a.json {
         let v = json!({
             "db": a.db.display().to_string(),
             "plain_storage": true,
+            "io": { "io_uring": io.io_uring, "reason": io.reason },
             "write_mode": { "mode": mode_name, "reason": mode_why },
             "journal_io": { "path": jio_name, "reason": jio_why },
             "storages": [st],
@@ -623,6 +625,7 @@ fn stat_plain(a: &StatArgs) -> CliResult {
         "storage {} (a plain storage, not a database: read as it is)",
         a.db.display()
     );
+    println!("io path    {}", io.reason);
     println!("write mode {mode_name} ({mode_why})");
     println!("journal io {jio_name} ({jio_why})");
     print_storage_stat(&st);

@@ -108,6 +108,17 @@ pub fn db_dir(db: &Path) -> CliResult<bool> {
 /// entries)"; `put DB/Indexes/c k v` then wrote into it, made the loss permanent and created an
 /// `Indexes/` directory inside the branch. A branch is read and written through its database.
 pub fn not_a_branch(path: &Path) -> CliResult {
+    // Regression: `put DB/Indexes k v` created a whole new database inside DB's `Indexes/`.
+    if path.file_name() == Some(std::ffi::OsStr::new("Indexes"))
+        && path.parent().is_some_and(omnibus::Database::exists)
+    {
+        let db = path.parent().unwrap_or(Path::new("."));
+        return Err(Fail::input(format!(
+            "{}: this is the branch directory of the database {}: use the database's path (with `--storage NAME` for a branch storage)",
+            path.display(),
+            db.display()
+        )));
+    }
     let parent = path.parent();
     let is_branch = parent.and_then(Path::file_name) == Some(std::ffi::OsStr::new("Indexes"))
         && parent
