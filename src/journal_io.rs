@@ -23,18 +23,16 @@
 //! [`JournalIo::Syscalls`] without a probe. Read-only commands never probe
 //! ([`JournalIo::describe`]).
 
-use std::collections::HashMap;
 use std::io::IoSlice;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::env::{default_env, JournalIo, OpenMode, StorageEnv};
-use crate::write_mode::{env_override, medians, noted};
+use crate::probe::{env_override, medians, noted, DeviceChoices};
 
 /// `Auto`'s choice per device (`st_dev`) in this process.
-static CACHE: OnceLock<Mutex<HashMap<u64, (JournalIo, String)>>> = OnceLock::new();
+static CHOICES: DeviceChoices<JournalIo> = DeviceChoices::new();
 
 /// The probe's scratch file in the journal's directory, followed by the process id (two
 /// processes probing one directory never share a file).
@@ -94,49 +92,13 @@ fn resolve_as(
     if path != JournalIo::Auto {
         return (path, format!("{} by {why}", path.name()));
     }
-    // The engine's retry wrapper is seen through: under it, the default environment probes.
-    let base = env.retry_inner().unwrap_or(env);
-    if !Arc::ptr_eq(base, &default_env()) {
-        return (
-            JournalIo::Syscalls,
-            "auto: a custom storage environment, no probe".into(),
-        );
-    }
     if !ring.io_uring {
         return (
             JournalIo::Syscalls,
             format!("auto: this process has no ring ({})", ring.reason),
         );
     }
-    let dev = match std::fs::metadata(dir) {
-        Ok(m) => m.dev(),
-        Err(e) => {
-            return (
-                JournalIo::Syscalls,
-                format!("auto: no probe ({}: {e})", dir.display()),
-            )
-        }
-    };
-    let cache = CACHE.get_or_init(Default::default);
-    let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(hit) = c.get(&dev) {
-        return hit.clone();
-    }
-    let chosen = measure(env.as_ref(), dir);
-    c.insert(dev, chosen.clone());
-    chosen
-}
-
-/// Runs the probe in `dir` through `env`: the faster path and why, or [`JournalIo::Syscalls`]
-/// with the probe's error.
-fn measure(env: &dyn StorageEnv, dir: &Path) -> (JournalIo, String) {
-    match probe(env, dir) {
-        Ok((p, table)) => (p, format!("auto: measured on this device ({table})")),
-        Err(e) => (
-            JournalIo::Syscalls,
-            format!("auto: probe failed ({e}), syscalls"),
-        ),
-    }
+    CHOICES.choose(env, dir, JournalIo::Syscalls, JournalIo::name, probe)
 }
 
 /// The path to use given each path's median batch time (µs): the faster one, unless the
@@ -225,12 +187,8 @@ impl JournalIo {
             let (p, why) = resolve_as(over, JournalIo::Auto, &default_env(), &journals);
             return (Some(p), noted(why, note));
         }
-        if let Ok(md) = std::fs::metadata(&journals) {
-            if let Some(c) = CACHE.get() {
-                if let Some(hit) = c.lock().unwrap_or_else(|e| e.into_inner()).get(&md.dev()) {
-                    return (Some(hit.0), noted(hit.1.clone(), note));
-                }
-            }
+        if let Some((p, why)) = CHOICES.cached(&journals) {
+            return (Some(p), noted(why, note));
         }
         let why = "auto: measured by a short probe when a journal opens for writing (a \
                    read-only command does not probe)";

@@ -152,6 +152,7 @@ mod journal_io;
 mod layout;
 mod options;
 mod page;
+mod probe;
 mod scratch;
 mod state;
 mod storage;

@@ -126,6 +126,15 @@ impl Scratch {
         base
     }
 
+    /// The table holding exactly `base`'s pages (no chain).
+    pub fn from_base(base: Base) -> Scratch {
+        Scratch {
+            len: base.len(),
+            base,
+            recent: None,
+        }
+    }
+
     /// Folds the chain into the base (the table's content is unchanged).
     fn fold(&mut self) {
         if let Some(r) = self.recent.take() {

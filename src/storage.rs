@@ -1337,7 +1337,8 @@ impl Inner {
             }
             s
         } else {
-            let mut s = cur.scratch.clone();
+            // The folded table, so each removal copies a path of one map (no second fold).
+            let mut s = Scratch::from_base(all.clone());
             for (p, sp) in all.iter() {
                 if sp.txn <= target {
                     s.remove(p);

@@ -13,18 +13,17 @@
 //! a storage opened with another environment (the test environments) gets
 //! [`WriteMode::VectoredFileIo`] without a probe, so tests stay deterministic.
 
-use std::collections::HashMap;
 use std::io::IoSlice;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
-use crate::env::{default_env, OpenMode, StorageEnv, WriteMode};
+use crate::env::{OpenMode, StorageEnv, WriteMode};
 use crate::page::PAGE_SIZE;
+use crate::probe::{env_override, medians, noted, DeviceChoices};
 
 /// `Auto`'s choice per device (`st_dev`) in this process.
-static CACHE: OnceLock<Mutex<HashMap<u64, (WriteMode, String)>>> = OnceLock::new();
+static CHOICES: DeviceChoices<WriteMode> = DeviceChoices::new();
 
 const PROBE_FILE: &str = ".omnibus-write-probe";
 const PROBE_RUNS: usize = 8;
@@ -82,89 +81,7 @@ fn resolve_as(
     if mode != WriteMode::Auto {
         return (mode, format!("{} by {why}", mode.name()));
     }
-    // The engine's retry wrapper is seen through: under it, the default environment probes.
-    let base = env.retry_inner().unwrap_or(env);
-    if !Arc::ptr_eq(base, &default_env()) {
-        return (
-            WriteMode::VectoredFileIo,
-            "auto: a custom storage environment, no probe".into(),
-        );
-    }
-    let dev = match std::fs::metadata(dir) {
-        Ok(m) => m.dev(),
-        Err(e) => {
-            return (
-                WriteMode::VectoredFileIo,
-                format!("auto: no probe ({}: {e})", dir.display()),
-            )
-        }
-    };
-    let cache = CACHE.get_or_init(Default::default);
-    let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(hit) = c.get(&dev) {
-        return hit.clone();
-    }
-    let chosen = match probe(env.as_ref(), dir) {
-        Ok((m, table)) => (m, format!("auto: measured on this device ({table})")),
-        Err(e) => (
-            WriteMode::VectoredFileIo,
-            format!("auto: probe failed ({e}), vectored_file_io"),
-        ),
-    };
-    c.insert(dev, chosen.clone());
-    chosen
-}
-
-/// The value of the environment variable `var` parsed by `parse` (`None` when unset or
-/// invalid), and for an invalid value the note the reason carries (`VAR="x" ignored: not
-/// ...`); it is also a warning, once per variable and process, naming the `expected`
-/// spellings. Shared by the write mode and the journal I/O path.
-pub(crate) fn env_override<T>(
-    var: &'static str,
-    expected: &str,
-    parse: impl Fn(&str) -> Option<T>,
-) -> (Option<T>, Option<String>) {
-    let Ok(v) = std::env::var(var) else {
-        return (None, None);
-    };
-    let parsed = parse(&v);
-    if parsed.is_some() {
-        return (parsed, None);
-    }
-    let note = format!("{var}={v:?} ignored: not {expected}");
-    static WARNED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
-    let mut w = WARNED.lock().unwrap_or_else(|e| e.into_inner());
-    if !w.contains(&var) {
-        w.push(var);
-        tracing::warn!("{note}");
-    }
-    (None, Some(note))
-}
-
-/// `why`, followed by `note` when there is one (an ignored environment variable).
-pub(crate) fn noted(why: String, note: Option<String>) -> String {
-    match note {
-        Some(n) => format!("{why}; {n}"),
-        None => why,
-    }
-}
-
-/// Each candidate's median of its probe times (µs, sorted in place), and a summary
-/// (`name median µs, ...`, in the candidates' order). Shared by the write mode and the journal
-/// I/O path probes.
-pub(crate) fn medians<M: Copy>(
-    times: &mut [(M, Vec<u128>)],
-    name: impl Fn(M) -> &'static str,
-) -> (Vec<(M, u128)>, String) {
-    let mut table = Vec::new();
-    let mut out = Vec::new();
-    for (m, t) in times.iter_mut() {
-        t.sort_unstable();
-        let med = t.get(t.len() / 2).copied().unwrap_or(0);
-        table.push(format!("{} {med} µs", name(*m)));
-        out.push((*m, med));
-    }
-    (out, table.join(", "))
+    CHOICES.choose(env, dir, WriteMode::VectoredFileIo, WriteMode::name, probe)
 }
 
 /// The mode to use given each mode's median probe time (µs): the first of `PREFERENCE`
@@ -236,12 +153,8 @@ fn describe(dir: &Path) -> (Option<WriteMode>, String) {
     {
         return (Some(m), format!("{} by OMNIBUS_WRITE_MODE", m.name()));
     }
-    if let Ok(md) = std::fs::metadata(dir) {
-        if let Some(c) = CACHE.get() {
-            if let Some(hit) = c.lock().unwrap_or_else(|e| e.into_inner()).get(&md.dev()) {
-                return (Some(hit.0), hit.1.clone());
-            }
-        }
+    if let Some((m, why)) = CHOICES.cached(dir) {
+        return (Some(m), why);
     }
     (
         None,

@@ -1,9 +1,9 @@
 //! Serial durable single-key commits, side by side in one run: omnibus, fjall, and a raw
 //! `pwrite` + `fdatasync` of 4 KiB (the floor a synced commit can reach on this device).
 //!
-//! Workload as redb's "individual writes": 24-byte random keys, 150-byte random values, every
-//! commit one new key, acknowledged only once durable; each engine first bulk-loads `--preload`
-//! pairs in one transaction. The cases run interleaved in blocks of 25 commits, the first case
+//! Workload: 24-byte random keys, 150-byte random values, every commit one new key,
+//! acknowledged only once durable; each engine first bulk-loads `--preload` pairs in one
+//! transaction. The cases run interleaved in blocks of 25 commits, the first case
 //! of each round rotating, so that drift on the device (other load, the drive's own state)
 //! falls on all of them alike. See README.md.
 
