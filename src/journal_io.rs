@@ -92,7 +92,7 @@ fn resolve_as(
     if path != JournalIo::Auto {
         return (path, format!("{} by {why}", path.name()));
     }
-    if !ring.io_uring {
+    if !ring.io_uring && crate::probe::is_default_env(env) {
         return (
             JournalIo::Syscalls,
             format!("auto: this process has no ring ({})", ring.reason),

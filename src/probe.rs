@@ -9,6 +9,12 @@ use std::sync::{Arc, Mutex};
 
 use crate::env::{default_env, StorageEnv};
 
+/// Whether `env` is the process's default environment (seen through the engine's retry
+/// wrapper): the only one a probe measures.
+pub(crate) fn is_default_env(env: &Arc<dyn StorageEnv>) -> bool {
+    Arc::ptr_eq(env.retry_inner().unwrap_or(env), &default_env())
+}
+
 /// What a probe chose per device (`st_dev`) in this process, with why.
 pub(crate) struct DeviceChoices<M> {
     cache: Mutex<Option<HashMap<u64, (M, String)>>>,
@@ -16,7 +22,7 @@ pub(crate) struct DeviceChoices<M> {
 
 impl<M: Copy> DeviceChoices<M> {
     /// An empty cache (a `static`).
-    pub(crate) const fn new() -> DeviceChoices<M> {
+    pub const fn new() -> DeviceChoices<M> {
         DeviceChoices {
             cache: Mutex::new(None),
         }
@@ -24,10 +30,10 @@ impl<M: Copy> DeviceChoices<M> {
 
     /// The choice for the device of `dir`: the cached one, or `probe` run now in `dir` (once per
     /// device: the cache's lock is held meanwhile) and cached. Only through the process's
-    /// default environment (seen through the engine's retry wrapper): another environment (the
-    /// test ones), a `dir` whose device cannot be read, or a failed probe gives `fallback`, named
-    /// by `name`, and why.
-    pub(crate) fn choose(
+    /// default environment ([`is_default_env`]): another environment (the test ones), a `dir`
+    /// whose device cannot be read, or a failed probe gives `fallback`, named by `name`, and
+    /// why.
+    pub fn choose(
         &self,
         env: &Arc<dyn StorageEnv>,
         dir: &Path,
@@ -35,8 +41,7 @@ impl<M: Copy> DeviceChoices<M> {
         name: fn(M) -> &'static str,
         probe: impl FnOnce(&dyn StorageEnv, &Path) -> crate::Result<(M, String)>,
     ) -> (M, String) {
-        let base = env.retry_inner().unwrap_or(env);
-        if !Arc::ptr_eq(base, &default_env()) {
+        if !is_default_env(env) {
             return (
                 fallback,
                 "auto: a custom storage environment, no probe".into(),
@@ -63,7 +68,7 @@ impl<M: Copy> DeviceChoices<M> {
     }
 
     /// What this process already chose for the device of `dir`, if anything (no probe).
-    pub(crate) fn cached(&self, dir: &Path) -> Option<(M, String)> {
+    pub fn cached(&self, dir: &Path) -> Option<(M, String)> {
         let dev = std::fs::metadata(dir).ok()?.dev();
         let c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         c.as_ref()?.get(&dev).cloned()
