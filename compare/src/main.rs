@@ -41,6 +41,13 @@ struct Args {
     /// overrides it).
     #[arg(long, default_value = "auto", value_parser = parse_journal_io)]
     journal_io: omnibus::JournalIo,
+    /// omnibus's write buffer in bytes (`Options::write_buffer_bytes`); 0: none (the
+    /// default).
+    #[arg(long, default_value_t = 0)]
+    write_buffer_bytes: u64,
+    /// omnibus's apply steps in pages (`Storage::set_apply_step_pages`); 0: whole applies.
+    #[arg(long, default_value_t = 0)]
+    apply_step_pages: u64,
     /// Seed of the keys and values.
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
@@ -315,9 +322,11 @@ fn main() -> Result<(), BoxError> {
         &omnibus_dir,
         omnibus::Options {
             journal_io: args.journal_io,
+            write_buffer_bytes: args.write_buffer_bytes,
             ..omnibus::Options::default()
         },
     )?;
+    storage.set_apply_step_pages(args.apply_step_pages);
     let (path, why) = storage.journal_io();
     println!("omnibus journal I/O: {} ({why})", path.name());
 
