@@ -9,7 +9,11 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::actor_interface::{self, Durability, ReadTransaction, Result, WriteTransaction};
+use std::ops::Bound;
+
+use crate::actor_interface::{
+    self, Durability, KeyRange, ReadTransaction, Result, WriteTransaction,
+};
 
 /// Where the actors' handles run point reads ([`crate::actors::StorageHandle::get`],
 /// [`crate::actors::StorageHandle::multi_get`] and their `blocking_` twins). Range reads always go to the
@@ -35,13 +39,22 @@ pub enum ReadPath {
     Pool,
 }
 
+/// An owned copy of a range bound.
+pub(crate) fn owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
+    b.map(|k| k.to_vec())
+}
+
 /// One operation of a [`WriteBatch`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WriteOp {
     /// Insert or replace.
     Put(Vec<u8>, Vec<u8>),
     /// Remove (absent keys are fine).
     Delete(Vec<u8>),
+    /// Remove every key in the range (lower bound, upper bound), as
+    /// [`crate::WriteTransaction::delete_range`].
+    DeleteRange(Bound<Vec<u8>>, Bound<Vec<u8>>),
 }
 
 /// Operations applied atomically, in order, by [`crate::actors::StorageHandle::write`], with a
@@ -67,6 +80,21 @@ impl WriteBatch {
     /// Adds a delete.
     pub fn delete(&mut self, key: impl Into<Vec<u8>>) -> &mut WriteBatch {
         self.ops.push(WriteOp::Delete(key.into()));
+        self
+    }
+
+    /// Adds a range delete: every key in `bounds` (range syntax as for
+    /// [`crate::ReadTransaction::range`]: `a..b`, `a..`, `..`, `(Bound, Bound)` pairs) is
+    /// removed when the batch applies, after the batch's earlier operations and before its
+    /// later ones. Cost: as [`crate::WriteTransaction::delete_range`] (whole subtrees freed
+    /// without being copied), except on a database's root with indexes, where each removed
+    /// document is read first so that its index entries go too. Its result in
+    /// [`crate::actors::StorageHandle::write`]'s terms: whether any key was removed.
+    pub fn delete_range<K, R: KeyRange<K>>(&mut self, bounds: R) -> &mut WriteBatch {
+        self.ops.push(WriteOp::DeleteRange(
+            owned(bounds.start_key()),
+            owned(bounds.end_key()),
+        ));
         self
     }
 
@@ -109,6 +137,8 @@ impl WriteBatch {
             match op {
                 WriteOp::Put(k, v) => actor_interface::check_put(k, v)?,
                 WriteOp::Delete(k) => actor_interface::check_put(k, &[])?,
+                // Any bytes bound a range; an empty or inverted one removes nothing.
+                WriteOp::DeleteRange(..) => {}
             }
         }
         Ok(())
@@ -118,6 +148,23 @@ impl WriteBatch {
 /// A job run inside a storage actor's write transaction (engine-internal: the index actors
 /// write their storages this way, so that a storage's write side stays with its actor).
 pub(crate) type ApplyJob = Box<dyn FnOnce(&mut WriteTransaction) -> Result<()> + Send>;
+
+/// What an update closure's run left for the storage actor (`update.rs`): whether to commit
+/// its transaction, whether the engine panicked inside it (poison the storage), and how to
+/// answer once the commit is durable or failed.
+pub(crate) struct UpdateRun {
+    pub commit: bool,
+    pub poison: bool,
+    pub answer: Box<dyn FnOnce(Result<()>) + Send>,
+}
+
+/// An update closure, its types erased (`update::job`): run in a write transaction of its own
+/// with the root's change list for the index feed, if any; given the error instead when no
+/// transaction could begin (it then only answers with it).
+pub(crate) type UpdateJob = Box<
+    dyn FnOnce(Result<(&mut WriteTransaction, Option<&mut Vec<DocumentChange>>)>) -> UpdateRun
+        + Send,
+>;
 
 /// The storage actor's API.
 pub(crate) enum StorageMsg {
@@ -133,6 +180,9 @@ pub(crate) enum StorageMsg {
         job: ApplyJob,
         reply: flume::Sender<Result<()>>,
     },
+    /// Run `job` in a write transaction of its own (never merged with other requests, so that
+    /// its abandonment touches no one else's writes); commit when it says so; it answers.
+    Update { job: UpdateJob },
     /// Root storage only: send every later commit's document changes to `port`, and answer
     /// with a snapshot of the last commit before it (every earlier commit is published, and
     /// every later one will be sent: an index built from the snapshot and fed from the port

@@ -42,6 +42,7 @@ mod journal_writer;
 mod messages;
 mod reader_pool;
 mod storage;
+mod update;
 
 pub use engine::{DatabaseHandle, Engine, EngineOptions, MEMLOCK_PER_EXECUTOR};
 pub use index::{
@@ -54,3 +55,4 @@ pub use index_key::{
 };
 pub use messages::{ReadPath, WriteBatch, WriteOp};
 pub use storage::StorageHandle;
+pub use update::UpdateTransaction;

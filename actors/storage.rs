@@ -51,7 +51,6 @@
 //! feed (the root waits before answering its writers). A feed whose index actor is gone is
 //! dropped.
 
-use std::ops::Bound;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -59,14 +58,18 @@ use std::time::Instant;
 use super::coop;
 use super::io_pool::IoPool;
 use super::journal_writer::{self, JournalMsg};
+use super::messages::owned;
 use super::messages::{
-    ApplyJob, DocumentChange, IndexMsg, ReadPath, RootCommit, RootFeed, StorageMsg, WriteBatch,
-    WriteOp,
+    ApplyJob, DocumentChange, IndexMsg, ReadPath, RootCommit, RootFeed, StorageMsg, UpdateJob,
+    WriteBatch, WriteOp,
 };
 use super::reader_pool::{guarded, snapshot_multi_get, ReadMsg};
+use super::update::{self, delete_op, delete_range_op, put_op, UpdateTransaction};
 use futures_lite::future::block_on;
 
-use crate::actor_interface::{self, Durability, Error, KeyRange, ReadTransaction, Result, Storage};
+use crate::actor_interface::{
+    self, Durability, Error, KeyRange, ReadTransaction, Result, Storage, WriteTransaction,
+};
 
 /// A queued request's payload, in the order of the mailbox.
 enum Payload {
@@ -110,10 +113,18 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
     // Set when applying an aged buffer failed: the storage is poisoned, and only requests
     // (answered with the error) wake the actor from then on.
     let mut aged_failed = false;
+    // An update taken from the mailbox while gathering other requests: it runs next, alone.
+    let mut pending: Option<StorageMsg> = None;
     loop {
-        let due = actor_interface::buffer_due_in(&storage).filter(|_| !aged_failed);
-        let Some(first) = next_message(&rx, due).await else {
-            return;
+        let first = match pending.take() {
+            Some(m) => Some(m),
+            None => {
+                let due = actor_interface::buffer_due_in(&storage).filter(|_| !aged_failed);
+                let Some(first) = next_message(&rx, due).await else {
+                    return;
+                };
+                first
+            }
         };
         let aged = first.is_none();
         let first = first.unwrap_or_else(aged_apply);
@@ -122,6 +133,7 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
         let mut payloads = Vec::new();
         let mut replies = Vec::new();
         let mut control = None;
+        let mut update = None;
         let mut next = Some(first);
         // Bounded by max_requests.
         while let Some(m) = next.take() {
@@ -133,6 +145,15 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
                 StorageMsg::Apply { job, reply } => {
                     payloads.push(Payload::Apply(job));
                     replies.push(Reply::Apply(reply));
+                }
+                // An update runs in a transaction of its own.
+                StorageMsg::Update { job } if payloads.is_empty() => {
+                    update = Some(job);
+                    break;
+                }
+                m @ StorageMsg::Update { .. } => {
+                    pending = Some(m);
+                    break;
                 }
                 m => {
                     control = Some(m);
@@ -147,12 +168,7 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
             let capture = feed.is_some() && !ports.is_empty();
             match apply(&storage, payloads, &journal, &journal_io, capture).await {
                 Ok((per, committed)) => {
-                    if let (Some(f), Some((txn, changes))) = (&feed, committed) {
-                        if capture {
-                            feed_indexes(&mut ports, txn, changes).await;
-                        }
-                        f.acked_txn.store(txn, Ordering::Release);
-                    }
+                    published(&feed, &mut ports, capture, committed).await;
                     for (reply, r) in replies.into_iter().zip(per) {
                         match reply {
                             Reply::Write(tx) => {
@@ -177,6 +193,18 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
                         }
                     }
                 }
+            }
+        }
+        if let Some(job) = update {
+            let capture = feed.is_some() && !ports.is_empty();
+            let (committed, answer) =
+                run_update(&storage, job, &journal, &journal_io, capture).await;
+            match committed {
+                Ok(committed) => {
+                    published(&feed, &mut ports, capture, committed).await;
+                    answer(Ok(()));
+                }
+                Err(e) => answer(Err(e)),
             }
         }
         match control {
@@ -262,6 +290,23 @@ async fn feed_indexes(
     }
 }
 
+/// What follows a durable commit before its requests are answered: on a database's root, its
+/// document changes go to every index feed (when `capture`d), then its txn id is stored as
+/// acknowledged.
+async fn published(
+    feed: &Option<Arc<RootFeed>>,
+    ports: &mut Vec<flume::Sender<IndexMsg>>,
+    capture: bool,
+    committed: Option<(u64, Vec<DocumentChange>)>,
+) {
+    if let (Some(f), Some((txn, changes))) = (feed, committed) {
+        if capture {
+            feed_indexes(ports, txn, changes).await;
+        }
+        f.acked_txn.store(txn, Ordering::Release);
+    }
+}
+
 /// One transaction's per-request results, and `(txn id, document changes)` when it committed.
 type Applied = (Vec<Vec<bool>>, Option<(u64, Vec<DocumentChange>)>);
 
@@ -306,36 +351,12 @@ async fn apply(
                 Payload::Write(b) => {
                     let mut r = Vec::with_capacity(b.len());
                     for op in b.ops {
-                        match op {
-                            WriteOp::Put(k, v) if capture => {
-                                let old = w.get(&k)?;
-                                w.put(&k, &v)?;
-                                r.push(true);
-                                if old.as_deref() != Some(&v[..]) {
-                                    changes.push(DocumentChange {
-                                        key: k,
-                                        old,
-                                        new: Some(v),
-                                    });
-                                }
-                            }
-                            WriteOp::Put(k, v) => {
-                                w.put(&k, &v)?;
-                                r.push(true);
-                            }
-                            WriteOp::Delete(k) if capture => {
-                                let old = w.get(&k)?;
-                                r.push(w.delete(&k)?);
-                                if old.is_some() {
-                                    changes.push(DocumentChange {
-                                        key: k,
-                                        old,
-                                        new: None,
-                                    });
-                                }
-                            }
-                            WriteOp::Delete(k) => r.push(w.delete(&k)?),
-                        }
+                        let ch = if capture { Some(&mut changes) } else { None };
+                        r.push(match op {
+                            WriteOp::Put(k, v) => put_op(&mut w, ch, &k, &v).map(|()| true)?,
+                            WriteOp::Delete(k) => delete_op(&mut w, ch, &k)?,
+                            WriteOp::DeleteRange(a, b) => delete_range_op(&mut w, ch, &(a, b))? > 0,
+                        });
                     }
                     per.push(r);
                 }
@@ -347,6 +368,57 @@ async fn apply(
         }
         Ok((w, per, changes))
     })?;
+    let txn = commit(storage, w, journal, journal_io).await?;
+    Ok((per, txn.map(|txn| (txn, changes))))
+}
+
+/// Runs an update closure's `job` in a write transaction of its own and commits it when the
+/// closure returned `Ok`: `(txn id, document changes)` once durable (`None`: nothing changed or
+/// abandoned), and the job's answer, to be called once the commit is published (with the
+/// commit's error, when it failed). A panic from inside the engine poisons the storage.
+async fn run_update(
+    storage: &Storage,
+    job: UpdateJob,
+    journal: &flume::Sender<JournalMsg>,
+    journal_io: &IoPool,
+    capture: bool,
+) -> (Committed, Box<dyn FnOnce(Result<()>) + Send>) {
+    let mut changes = Vec::new();
+    let mut w = match storage.try_begin_write() {
+        Ok(w) => w,
+        Err(e) => return (Ok(None), job(Err(e)).answer),
+    };
+    let run = job(Ok((&mut w, capture.then_some(&mut changes))));
+    if run.poison {
+        actor_interface::poison_storage(storage, "the engine panicked inside an update closure");
+        let e = Error::Poisoned {
+            cause: "the engine panicked inside an update closure".into(),
+        };
+        return (Err(e), run.answer);
+    }
+    if !run.commit {
+        // Abandoned: the transaction's writes are dropped with it.
+        drop(w);
+        return (Ok(None), run.answer);
+    }
+    let committed = commit(storage, w, journal, journal_io)
+        .await
+        .map(|txn| txn.map(|txn| (txn, changes)));
+    (committed, run.answer)
+}
+
+/// A durable update's `(txn id, document changes)` (`None`: no commit), or the failure.
+type Committed = Result<Option<(u64, Vec<DocumentChange>)>>;
+
+/// Commits `w` through the journal writer: grows the data file first when the transaction
+/// needs it (a blocking `fallocate`, on `journal_io`), prepares the record, waits until the
+/// journal writer made it durable, publishes. The txn id, or `None` when `w` changed nothing.
+async fn commit(
+    storage: &Storage,
+    w: WriteTransaction,
+    journal: &flume::Sender<JournalMsg>,
+    journal_io: &IoPool,
+) -> Result<Option<u64>> {
     // Growing the data file is a blocking `fallocate`: on the journal I/O pool, while this
     // executor serves its other actors. An error (ENOSPC) fails this transaction only; nothing
     // is lost.
@@ -360,14 +432,14 @@ async fn apply(
     }
     let prepared = poison_on_panic(storage, || actor_interface::prepare(w))?;
     let Some(mut p) = prepared else {
-        return Ok((per, None));
+        return Ok(None);
     };
     let txn = actor_interface::prepared_txn_id(&p);
     let record = actor_interface::take_record(&mut p);
     let durability = actor_interface::prepared_durability(&p);
     let written = journal_writer::write(journal, record, durability).await;
     actor_interface::finish(p, written)?;
-    Ok((per, Some((txn, changes))))
+    Ok(Some(txn))
 }
 
 /// A handle to a storage served by actors. `Clone + Send + Sync`; cheap to clone.
@@ -394,10 +466,6 @@ impl std::fmt::Debug for StorageHandle {
     }
 }
 
-fn owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
-    b.map(|k| k.to_vec())
-}
-
 impl StorageHandle {
     /// The storage's name (empty for a root).
     pub fn name(&self) -> &str {
@@ -422,6 +490,14 @@ impl StorageHandle {
     /// Inserts or replaces `key`; returns once durable. Errors: the limits of
     /// [`crate::WriteTransaction::put`] (before anything is sent), [`Error::Poisoned`],
     /// [`Error::Closed`] after shutdown, I/O errors of the commit.
+    ///
+    /// Cancel safety: the request is sent at the future's first poll, unless the actor's
+    /// mailbox is full (then at a later poll). Dropped before it was sent, nothing happens;
+    /// dropped after, the write still commits (or fails) and the outcome is lost: the caller
+    /// cannot tell which. A later read sees the write once any later request to this storage
+    /// has been answered (the actor serves its mailbox in order). The same holds for every
+    /// write method of the handle ([`StorageHandle::delete`], [`StorageHandle::write`],
+    /// [`StorageHandle::update`], [`StorageHandle::compare_and_swap`]).
     pub async fn put(&self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Result<()> {
         let mut b = WriteBatch::new();
         b.put(key, value);
@@ -429,15 +505,89 @@ impl StorageHandle {
     }
 
     /// Removes `key`; returns whether it was present, once durable.
+    ///
+    /// Errors and cancel safety: as [`StorageHandle::put`].
     pub async fn delete(&self, key: impl Into<Vec<u8>>) -> Result<bool> {
         let mut b = WriteBatch::new();
         b.delete(key);
         Ok(self.send_write(b).await?.first().copied().unwrap_or(false))
     }
 
-    /// Applies `batch` atomically; returns once durable.
+    /// Applies `batch` atomically; returns once durable (once queued in the journal for an
+    /// eventual batch: [`WriteBatch::set_durability`]).
+    ///
+    /// Errors and cancel safety: as [`StorageHandle::put`].
     pub async fn write(&self, batch: WriteBatch) -> Result<()> {
         self.send_write(batch).await.map(|_| ())
+    }
+
+    /// Runs `f` in a write transaction of its own on the storage's actor (on its executor, as
+    /// the actor's other transactions) and commits it when `f` returns `Ok`: read-modify-write
+    /// with no other writer in between, as a closure given to LMDB's or redb's single writer.
+    /// Returns `f`'s value once the commit is durable. When `f` returns `Err`, nothing of it
+    /// commits and that error is returned. Reads in `f` see its own writes.
+    ///
+    /// `E` is the caller's error type: anything an [`Error`] converts into (`omnibus::Error`
+    /// itself, `anyhow::Error`, an application enum with a `From<omnibus::Error>`), so `?`
+    /// works on the transaction's calls inside `f` and the caller can abort with an error of
+    /// its own.
+    ///
+    /// On a database's root with indexes, every write in `f` reaches the indexes as a write
+    /// batch's does. Each update is its own transaction (other queued requests are not merged
+    /// into it): a commit and a journal sync per call, so prefer [`StorageHandle::write`] for
+    /// plain writes. `f` runs on an executor thread: keep it short, never block in it.
+    ///
+    /// Errors (converted into `E`): [`Error::UpdatePanicked`] when `f` panicked (nothing
+    /// committed; the storage stays writable); [`Error::Poisoned`], [`Error::Closed`], I/O
+    /// errors of the commit, as for [`StorageHandle::put`]. Cancel safety: as
+    /// [`StorageHandle::put`]: once sent, `f` runs and its transaction commits even when the
+    /// future is dropped.
+    pub async fn update<T, E, F>(&self, f: F) -> std::result::Result<T, E>
+    where
+        F: FnOnce(&mut UpdateTransaction<'_>) -> std::result::Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: From<Error> + Send + 'static,
+    {
+        let (tx, rx) = flume::bounded(1);
+        let job = update::job(f, tx);
+        self.tx
+            .send_async(StorageMsg::Update { job })
+            .await
+            .map_err(|_| E::from(Error::Closed))?;
+        rx.recv_async().await.map_err(|_| E::from(Error::Closed))?
+    }
+
+    /// Sets `key` to `new` (`None`: removes it) if its value is `expected` now (`None`: the key
+    /// is absent), atomically, through [`StorageHandle::update`]. Returns `Ok(Ok(()))` once the
+    /// swap is durable, `Ok(Err(current))` with the value found (nothing written) when it was
+    /// not `expected`.
+    ///
+    /// Errors: as [`StorageHandle::update`], and the limits of
+    /// [`crate::WriteTransaction::put`] for `key` and `new`. Cancel safety: as
+    /// [`StorageHandle::put`].
+    pub async fn compare_and_swap(
+        &self,
+        key: impl Into<Vec<u8>>,
+        expected: Option<&[u8]>,
+        new: Option<Vec<u8>>,
+    ) -> Result<std::result::Result<(), Option<Vec<u8>>>> {
+        let key = key.into();
+        actor_interface::check_put(&key, new.as_deref().unwrap_or_default())?;
+        let expected = expected.map(|e| e.to_vec());
+        self.update(move |t| {
+            let current = t.get(&key)?;
+            if current != expected {
+                return Ok(Err(current));
+            }
+            match new {
+                Some(v) => t.put(&key, v)?,
+                None => {
+                    t.delete(&key)?;
+                }
+            }
+            Ok(Ok(()))
+        })
+        .await
     }
 
     /// The value of `key` in the storage's last published commit (every write acknowledged
@@ -449,6 +599,10 @@ impl StorageHandle {
     ///
     /// Errors: [`Error::Corruption`] when a page on the path fails its checksum or is
     /// malformed; [`Error::Closed`] after shutdown (the storage is closed, or the pool gone).
+    ///
+    /// Cancel safety: dropping the future at any point changes nothing (a read sent to the
+    /// pool is still served, its answer dropped). The same holds for
+    /// [`StorageHandle::range`] and [`StorageHandle::multi_get`].
     pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
         let key = key.as_ref();
         if self.reads == ReadPath::Caller {
@@ -534,6 +688,26 @@ impl StorageHandle {
     /// Blocking [`StorageHandle::write`].
     pub fn blocking_write(&self, batch: WriteBatch) -> Result<()> {
         block_on(self.write(batch))
+    }
+
+    /// Blocking [`StorageHandle::update`].
+    pub fn blocking_update<T, E, F>(&self, f: F) -> std::result::Result<T, E>
+    where
+        F: FnOnce(&mut UpdateTransaction<'_>) -> std::result::Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: From<Error> + Send + 'static,
+    {
+        block_on(self.update(f))
+    }
+
+    /// Blocking [`StorageHandle::compare_and_swap`].
+    pub fn blocking_compare_and_swap(
+        &self,
+        key: impl Into<Vec<u8>>,
+        expected: Option<&[u8]>,
+        new: Option<Vec<u8>>,
+    ) -> Result<std::result::Result<(), Option<Vec<u8>>>> {
+        block_on(self.compare_and_swap(key, expected, new))
     }
 
     /// Blocking [`StorageHandle::get`] (with [`ReadPath::Caller`] it never blocks on a

@@ -46,6 +46,8 @@ pub(crate) use crate::IndexFailure;
 pub(crate) use crate::KeyRange;
 /// How the engine opens its databases.
 pub(crate) use crate::Options;
+/// The iterator of a range read inside an update closure's transaction.
+pub(crate) use crate::Range;
 /// A snapshot: the reads of handles, the reader pool and the index actors.
 pub(crate) use crate::ReadTransaction;
 /// The result type of every actor call.

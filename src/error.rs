@@ -145,6 +145,14 @@ pub enum Error {
     /// The storage was closed.
     #[error("storage is closed")]
     Closed,
+    /// The closure of an actor handle's `update` (or `compare_and_swap`) panicked: its
+    /// transaction was abandoned, nothing of it committed; the storage is not poisoned unless
+    /// the panic came from inside the engine's own code (then [`Error::Poisoned`]).
+    #[error("the update closure panicked: {message}")]
+    UpdatePanicked {
+        /// The panic's message (empty when it was not a string).
+        message: String,
+    },
     /// [`crate::Storage::try_begin_write`] found another write transaction open.
     #[error("another write transaction is open on this storage")]
     WriteInProgress,
@@ -339,6 +347,9 @@ impl Clone for Error {
                 source_dir: source_dir.clone(),
             },
             Error::WriteInProgress => Error::WriteInProgress,
+            Error::UpdatePanicked { message } => Error::UpdatePanicked {
+                message: message.clone(),
+            },
             Error::InvalidOptions(s) => Error::InvalidOptions(s.clone()),
             Error::InvalidStorageName { name, reason } => Error::InvalidStorageName {
                 name: name.clone(),

@@ -7,6 +7,7 @@ use crate::actor_interface::{self, Error, IndexFailure, Result};
 use crate::actors::index_key;
 use crate::actors::messages::{ApplyJob, DocumentChange, StorageMsg};
 use crate::actors::storage::StorageHandle;
+use crate::actors::update::panic_message;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
@@ -17,14 +18,9 @@ pub(crate) fn call_map(
     value: &[u8],
 ) -> std::result::Result<Vec<Vec<u8>>, IndexFailure> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| map(key, value))).map_err(|p| {
-        let message = p
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| p.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
         IndexFailure::MapPanicked {
             key: key.to_vec(),
-            message,
+            message: panic_message(&*p),
         }
     })
 }

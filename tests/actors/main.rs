@@ -21,3 +21,4 @@ mod index_poison;
 mod index_rest;
 mod index_resume;
 mod index_wait;
+mod update;

@@ -197,6 +197,7 @@ fn no_internal_module_or_export_is_public() {
                  index_terms_starting_with, };",
                 "pub use messages::{ReadPath, WriteBatch, WriteOp};",
                 "pub use storage::StorageHandle;",
+                "pub use update::UpdateTransaction;",
             ],
         ),
     ];
