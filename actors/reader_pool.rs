@@ -1,6 +1,7 @@
 //! The reader pool: one reader task per executor, all pulling from one shared bounded flume
 //! mailbox ([`MAILBOX`] messages) and answering from a fresh snapshot of the storage named in
-//! each request; and [`snapshot_multi_get`], the lookups of every actor-side multi-get.
+//! each request (a range read names the snapshot it reads: a stream's chunks all come from one);
+//! and [`snapshot_multi_get`], the lookups of every actor-side multi-get.
 //!
 //! Which reads come here: every range read of a [`super::StorageHandle`]; its point reads
 //! (`get`, `multi_get`) only with [`super::ReadPath::Pool`]. By default
@@ -12,8 +13,8 @@
 //!
 //! Messages in ([`ReadMsg`]): `Get`, `Range`, `MultiGet` from [`super::StorageHandle`]s, `Stop`
 //! from the engine (one per reader). Messages out: each request's result on its one-shot reply.
-//! State owned: none (snapshots are taken per request and dropped after it: a reader never pins
-//! old pages for longer than one request). Invariant: reads take no lock (a snapshot is one
+//! State owned: none (snapshots are taken per request, or come with a range request, and are
+//! dropped after it: a reader never pins old pages for longer than one request). Invariant: reads take no lock (a snapshot is one
 //! atomic load), and a read sees every commit acknowledged before it was sent (the storage
 //! actor publishes a commit before answering its writers). Queue bound: [`MAILBOX`] requests,
 //! then senders wait. Failure: a corrupt page answers that request with
@@ -21,6 +22,7 @@
 
 use std::ops::Bound;
 
+use super::range_stream::read_chunk;
 use crate::actor_interface::{Error, ReadTransaction, Result, Storage};
 
 /// Capacity of the shared reader mailbox (messages).
@@ -36,11 +38,15 @@ pub(crate) enum ReadMsg {
         key: Vec<u8>,
         reply: flume::Sender<Result<Option<Vec<u8>>>>,
     },
+    /// Up to `limit` entries of `start..end` in `snap` (backward when `reverse`), ending with
+    /// the one that reaches `max_bytes` of keys and values.
     Range {
-        storage: Storage,
+        snap: ReadTransaction,
         start: Bound<Vec<u8>>,
         end: Bound<Vec<u8>>,
         limit: usize,
+        max_bytes: usize,
+        reverse: bool,
         reply: flume::Sender<Result<Entries>>,
     },
     MultiGet {
@@ -96,25 +102,16 @@ pub(crate) async fn run(rx: flume::Receiver<ReadMsg>) {
                 let _ = reply.send(r);
             }
             ReadMsg::Range {
-                storage,
+                snap,
                 start,
                 end,
                 limit,
+                max_bytes,
+                reverse,
                 reply,
             } => {
-                let r = guarded(|| {
-                    let snap = storage.begin_read()?;
-                    let b = (
-                        start.as_ref().map(|v| v.as_slice()),
-                        end.as_ref().map(|v| v.as_slice()),
-                    );
-                    let mut out = Vec::new();
-                    for kv in snap.range(b)?.take(limit) {
-                        let (k, v) = kv?;
-                        out.push((k.to_vec(), v.to_vec()));
-                    }
-                    Ok(out)
-                });
+                let r = guarded(|| read_chunk(&snap, &start, &end, limit, max_bytes, reverse));
+                drop(snap);
                 let _ = reply.send(r);
             }
             ReadMsg::MultiGet {

@@ -63,6 +63,7 @@ use super::messages::{
     ApplyJob, DocumentChange, IndexMsg, ReadPath, RootCommit, RootFeed, StorageMsg, UpdateJob,
     WriteBatch, WriteOp,
 };
+use super::range_stream::{RangeIter, RangeStream};
 use super::reader_pool::{guarded, snapshot_multi_get, ReadMsg};
 use super::update::{self, delete_op, delete_range_op, put_op, UpdateTransaction};
 use futures_lite::future::block_on;
@@ -624,11 +625,14 @@ impl StorageHandle {
         rx.recv_async().await.map_err(|_| Error::Closed)?
     }
 
-    /// Up to `limit` entries with keys in `bounds`, in key order, read by the reader pool.
-    /// `bounds` is ordinary range syntax over byte strings or a `(Bound, Bound)` pair, as for
-    /// [`crate::ReadTransaction::range`] ([`KeyRange`]).
+    /// Up to `limit` entries with keys in `bounds`, in key order, read by the reader pool
+    /// from a snapshot of the storage's last published commit, in one `Vec` (for a range of
+    /// any size, [`StorageHandle::range_stream`]). `bounds` is ordinary range syntax over byte
+    /// strings or a `(Bound, Bound)` pair, as for [`crate::ReadTransaction::range`]
+    /// ([`KeyRange`]).
     ///
     /// Errors: as [`crate::ReadTransaction::range`]; [`Error::Closed`] when the runtime is gone.
+    /// Cancel safety: as [`StorageHandle::get`].
     pub async fn range<K, R: KeyRange<K>>(
         &self,
         bounds: R,
@@ -636,10 +640,12 @@ impl StorageHandle {
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let (tx, rx) = flume::bounded(1);
         let m = ReadMsg::Range {
-            storage: self.storage.clone(),
+            snap: self.storage.begin_read()?,
             start: owned(bounds.start_key()),
             end: owned(bounds.end_key()),
             limit,
+            max_bytes: usize::MAX,
+            reverse: false,
             reply: tx,
         };
         self.readers
@@ -647,6 +653,35 @@ impl StorageHandle {
             .await
             .map_err(|_| Error::Closed)?;
         rx.recv_async().await.map_err(|_| Error::Closed)?
+    }
+
+    /// Every entry with a key in `bounds` (as for [`StorageHandle::range`]), in key order, as a
+    /// [`futures_lite::Stream`] (the `futures` crate's `Stream` trait): read by the reader pool
+    /// from one snapshot taken now and held by the stream, a chunk of at most 256 entries or
+    /// 256 KiB at a time, the next one read ahead while the caller consumes the last: bounded
+    /// memory for a range of any size, and the caller's thread never touches a page
+    /// ([`RangeStream`]).
+    ///
+    /// Errors: [`Error::Closed`] when the storage is closed (now); later errors are items of the
+    /// stream (see [`RangeStream`]). Cancel safety: dropping the stream drops the chunk in
+    /// flight; nothing else happens.
+    pub fn range_stream<K, R: KeyRange<K>>(&self, bounds: R) -> Result<RangeStream> {
+        self.stream(bounds, false)
+    }
+
+    /// [`StorageHandle::range_stream`] in descending key order.
+    pub fn range_stream_rev<K, R: KeyRange<K>>(&self, bounds: R) -> Result<RangeStream> {
+        self.stream(bounds, true)
+    }
+
+    fn stream<K, R: KeyRange<K>>(&self, bounds: R, reverse: bool) -> Result<RangeStream> {
+        Ok(RangeStream::new(
+            self.storage.begin_read()?,
+            self.readers.clone(),
+            owned(bounds.start_key()),
+            owned(bounds.end_key()),
+            reverse,
+        ))
     }
 
     /// The values of `keys`, in the caller's order (duplicates allowed), all from one snapshot
@@ -719,13 +754,16 @@ impl StorageHandle {
         block_on(self.get(key))
     }
 
-    /// Blocking [`StorageHandle::range`].
-    pub fn blocking_range<K, R: KeyRange<K>>(
-        &self,
-        bounds: R,
-        limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        block_on(self.range(bounds, limit))
+    /// Every entry with a key in `bounds`, in key order, as a blocking `Iterator` over
+    /// [`StorageHandle::range_stream`] (one snapshot, read ahead in chunks by the reader pool;
+    /// `.take(n)` for the first `n`). Errors: as [`StorageHandle::range_stream`].
+    pub fn blocking_range<K, R: KeyRange<K>>(&self, bounds: R) -> Result<RangeIter> {
+        Ok(RangeIter::new(self.range_stream(bounds)?))
+    }
+
+    /// [`StorageHandle::blocking_range`] in descending key order.
+    pub fn blocking_range_rev<K, R: KeyRange<K>>(&self, bounds: R) -> Result<RangeIter> {
+        Ok(RangeIter::new(self.range_stream_rev(bounds)?))
     }
 
     /// Blocking [`StorageHandle::multi_get`].

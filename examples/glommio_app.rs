@@ -64,13 +64,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n_index = by_age.snapshot()?.len();
     assert_eq!(n_users, 2 * per as u64);
     assert_eq!(n_index, 2 * per as u64);
-    let teens = by_age.blocking_range(
-        (
+    let teens = by_age
+        .blocking_range((
             std::ops::Bound::Included(&b"013/"[..]),
             std::ops::Bound::Excluded(&b"014/"[..]),
-        ),
-        usize::MAX,
-    )?;
+        ))?
+        .collect::<omnibus::Result<Vec<_>>>()?;
     assert!(!teens.is_empty());
     let st = db.stats();
     println!(

@@ -21,4 +21,5 @@ mod index_poison;
 mod index_rest;
 mod index_resume;
 mod index_wait;
+mod range_stream;
 mod update;

@@ -1,0 +1,247 @@
+//! Range reads as a stream ([`RangeStream`]) and as a blocking iterator ([`RangeIter`]): the
+//! entries of a key range of one snapshot, read by the reader pool a chunk at a time.
+//!
+//! The stream takes its snapshot when it is made (one atomic load on the caller's thread, no
+//! page touched) and holds it until dropped: every chunk comes from that one committed state,
+//! whatever commits meanwhile (as a `ReadTransaction` range would; the snapshot keeps the
+//! pages it reads from being reused, so a stream kept open for long holds back flushes, as
+//! any long reader does). The reader pool reads each chunk ([`CHUNK_ENTRIES`] entries or
+//! [`CHUNK_BYTES`] bytes, whichever comes first): the caller's thread never touches a page. One
+//! chunk is read ahead while the caller consumes the last one, so at most two chunks are held
+//! (bounded memory whatever the range's size). Each next chunk starts just past the last key
+//! received (its bound excluded), forward or backward.
+//!
+//! Cancel safety: dropping the stream (or the future of its `next()`) at any point drops the
+//! chunk in flight; nothing else happens.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::ops::Bound;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_lite::Stream;
+
+use super::reader_pool::{Entries, ReadMsg};
+use crate::actor_interface::{Error, ReadTransaction, Result};
+
+/// Entries read by the reader pool per chunk, at most.
+pub const CHUNK_ENTRIES: usize = 256;
+/// Bytes of keys and values per chunk, about: a chunk ends with the entry that reaches it.
+pub const CHUNK_BYTES: usize = 256 << 10;
+
+/// One chunk on its way from the reader pool.
+type Pending = Pin<Box<dyn Future<Output = Result<Entries>> + Send>>;
+
+/// A `Stream` of the `(key, value)` entries of a key range of one snapshot, in key order
+/// (descending for [`crate::actors::StorageHandle::range_stream_rev`]), read ahead by the
+/// reader pool in chunks (module docs: the snapshot held, bounded memory, cancel safety).
+/// Each item is an entry or an error ([`Error::Corruption`] of a page, [`Error::Closed`] once
+/// the engine is gone), after which the stream ends. `Unpin` and `Send`.
+pub struct RangeStream {
+    snap: ReadTransaction,
+    readers: flume::Sender<ReadMsg>,
+    /// The part of the range not yet requested.
+    start: Bound<Vec<u8>>,
+    end: Bound<Vec<u8>>,
+    reverse: bool,
+    /// Entries received and not yet yielded (at most one chunk).
+    buf: VecDeque<(Vec<u8>, Vec<u8>)>,
+    /// The chunk in flight, if any (at most one).
+    pending: Option<Pending>,
+    /// No chunk left to request: the last one came back short, or an error ended the stream.
+    exhausted: bool,
+}
+
+impl std::fmt::Debug for RangeStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RangeStream")
+            .field("snapshot", &self.snap)
+            .field("reverse", &self.reverse)
+            .field("buffered", &self.buf.len())
+            .field("in_flight", &self.pending.is_some())
+            .field("exhausted", &self.exhausted)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RangeStream {
+    /// A stream over `start..end` of `snap`, read by the pool behind `readers`.
+    pub(crate) fn new(
+        snap: ReadTransaction,
+        readers: flume::Sender<ReadMsg>,
+        start: Bound<Vec<u8>>,
+        end: Bound<Vec<u8>>,
+        reverse: bool,
+    ) -> RangeStream {
+        RangeStream {
+            snap,
+            readers,
+            start,
+            end,
+            reverse,
+            buf: VecDeque::new(),
+            pending: None,
+            exhausted: false,
+        }
+    }
+
+    /// Entries received and not yet yielded, plus whether a chunk is in flight: what the
+    /// stream holds in memory now (at most [`CHUNK_ENTRIES`] entries and one chunk in flight).
+    pub fn buffered(&self) -> (usize, bool) {
+        (self.buf.len(), self.pending.is_some())
+    }
+
+    /// Sends the request for the next chunk.
+    fn request(&mut self) {
+        let (tx, rx) = flume::bounded(1);
+        let m = ReadMsg::Range {
+            snap: self.snap.clone(),
+            start: self.start.clone(),
+            end: self.end.clone(),
+            limit: CHUNK_ENTRIES,
+            max_bytes: CHUNK_BYTES,
+            reverse: self.reverse,
+            reply: tx,
+        };
+        // Sent now where the mailbox has room, so the pool reads while the caller consumes
+        // the chunk at hand (a future only runs once polled); else sent when next polled.
+        let unsent = match self.readers.try_send(m) {
+            Ok(()) => None,
+            Err(flume::TrySendError::Full(m)) => Some((self.readers.clone(), m)),
+            Err(flume::TrySendError::Disconnected(_)) => {
+                self.pending = Some(Box::pin(async { Err(Error::Closed) }));
+                return;
+            }
+        };
+        self.pending = Some(Box::pin(async move {
+            if let Some((readers, m)) = unsent {
+                readers.send_async(m).await.map_err(|_| Error::Closed)?;
+            }
+            rx.recv_async().await.map_err(|_| Error::Closed)?
+        }));
+    }
+
+    /// Takes a chunk in: the next one starts past its last key; a short one is the last.
+    fn receive(&mut self, chunk: Entries) {
+        let bytes: usize = chunk.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if chunk.len() < CHUNK_ENTRIES && bytes < CHUNK_BYTES {
+            self.exhausted = true;
+        }
+        match chunk.last() {
+            Some((k, _)) if self.reverse => self.end = Bound::Excluded(k.clone()),
+            Some((k, _)) => self.start = Bound::Excluded(k.clone()),
+            None => self.exhausted = true,
+        }
+        self.buf.extend(chunk);
+    }
+}
+
+impl Stream for RangeStream {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        // Bounded: each turn either yields, ends, waits, or takes in one chunk (after which the
+        // buffer is non-empty or the stream exhausted).
+        for _ in 0..3 {
+            if let Some(e) = this.buf.pop_front() {
+                // Read ahead: the next chunk is on its way while this one is consumed.
+                if this.pending.is_none() && !this.exhausted {
+                    this.request();
+                }
+                return Poll::Ready(Some(Ok(e)));
+            }
+            if this.pending.is_none() {
+                if this.exhausted {
+                    return Poll::Ready(None);
+                }
+                this.request();
+            }
+            let Some(p) = this.pending.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match p.as_mut().poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(r) => {
+                    this.pending = None;
+                    match r {
+                        Ok(chunk) => this.receive(chunk),
+                        Err(e) => {
+                            this.exhausted = true;
+                            return Poll::Ready(Some(Err(e)));
+                        }
+                    }
+                }
+            }
+        }
+        // Three turns always end above: a received chunk is yielded on the next turn, or the
+        // stream is exhausted and ends.
+        Poll::Ready(None)
+    }
+}
+
+/// A blocking `Iterator` over a [`RangeStream`] ([`crate::actors::StorageHandle::blocking_range`]):
+/// each `next` waits for the reader pool when the chunk at hand is used up. For plain threads,
+/// not for async tasks (it blocks them).
+#[derive(Debug)]
+pub struct RangeIter {
+    stream: RangeStream,
+}
+
+impl RangeIter {
+    /// Iterates `stream`.
+    pub(crate) fn new(stream: RangeStream) -> RangeIter {
+        RangeIter { stream }
+    }
+}
+
+impl Iterator for RangeIter {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        futures_lite::future::block_on(futures_lite::StreamExt::next(&mut self.stream))
+    }
+}
+
+/// The entries of `start..end` in `snap` (from the end backward when `reverse`): at most
+/// `limit`, and none past the one that brings the keys' and values' bytes to `max_bytes`.
+/// The reader pool's one range read.
+pub(crate) fn read_chunk(
+    snap: &ReadTransaction,
+    start: &Bound<Vec<u8>>,
+    end: &Bound<Vec<u8>>,
+    limit: usize,
+    max_bytes: usize,
+    reverse: bool,
+) -> Result<Entries> {
+    let b = (
+        start.as_ref().map(|v| v.as_slice()),
+        end.as_ref().map(|v| v.as_slice()),
+    );
+    let range = snap.range(b)?;
+    if reverse {
+        take_chunk(range.rev(), limit, max_bytes)
+    } else {
+        take_chunk(range, limit, max_bytes)
+    }
+}
+
+/// The first entries of `it`, copied out, as [`read_chunk`] bounds them.
+fn take_chunk<'a>(
+    it: impl Iterator<Item = Result<(&'a [u8], &'a [u8])>>,
+    limit: usize,
+    max_bytes: usize,
+) -> Result<Entries> {
+    let mut out = Vec::new();
+    let mut bytes = 0;
+    for kv in it {
+        if out.len() >= limit || bytes >= max_bytes {
+            break;
+        }
+        let (k, v) = kv?;
+        bytes += k.len() + v.len();
+        out.push((k.to_vec(), v.to_vec()));
+    }
+    Ok(out)
+}
