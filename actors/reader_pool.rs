@@ -22,7 +22,6 @@
 
 use std::ops::Bound;
 
-use super::range_stream::read_chunk;
 use crate::actor_interface::{Error, ReadTransaction, Result, Storage};
 
 /// Capacity of the shared reader mailbox (messages).
@@ -77,6 +76,48 @@ pub(crate) fn snapshot_multi_get<K: AsRef<[u8]>>(
         .into_iter()
         .map(|v| v.map(<[u8]>::to_vec))
         .collect())
+}
+
+/// The entries of `start..end` in `snap` (from the end backward when `reverse`): at most
+/// `limit`, and none past the one that brings the keys' and values' bytes to `max_bytes`.
+/// The reader pool's one range read.
+pub(crate) fn read_chunk(
+    snap: &ReadTransaction,
+    start: &Bound<Vec<u8>>,
+    end: &Bound<Vec<u8>>,
+    limit: usize,
+    max_bytes: usize,
+    reverse: bool,
+) -> Result<Entries> {
+    let b = (
+        start.as_ref().map(|v| v.as_slice()),
+        end.as_ref().map(|v| v.as_slice()),
+    );
+    let range = snap.range(b)?;
+    if reverse {
+        take_chunk(range.rev(), limit, max_bytes)
+    } else {
+        take_chunk(range, limit, max_bytes)
+    }
+}
+
+/// The first entries of `it`, copied out, as [`read_chunk`] bounds them.
+fn take_chunk<'a>(
+    it: impl Iterator<Item = Result<(&'a [u8], &'a [u8])>>,
+    limit: usize,
+    max_bytes: usize,
+) -> Result<Entries> {
+    let mut out = Vec::new();
+    let mut bytes = 0;
+    for kv in it {
+        if out.len() >= limit || bytes >= max_bytes {
+            break;
+        }
+        let (k, v) = kv?;
+        bytes += k.len() + v.len();
+        out.push((k.to_vec(), v.to_vec()));
+    }
+    Ok(out)
 }
 
 /// Runs the read `f`, answering a panic in it as [`Error::Poisoned`] ("a reader panicked")
