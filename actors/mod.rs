@@ -40,6 +40,7 @@ mod index_key;
 mod io_pool;
 mod journal_writer;
 mod messages;
+mod placement;
 mod reader_pool;
 mod storage;
 
@@ -53,4 +54,5 @@ pub use index_key::{
     decode_index_entry, index_entry_key, index_term_prefix, index_terms_starting_with,
 };
 pub use messages::{ReadPath, WriteBatch, WriteOp};
+pub use placement::allowed_cpus;
 pub use storage::StorageHandle;
