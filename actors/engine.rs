@@ -4,7 +4,11 @@
 //! `Engine::start` raises the soft `RLIMIT_MEMLOCK` toward the hard limit (glommio refuses to
 //! start under 512 KiB; each executor pins 192 KiB of registered buffers, `MEMLOCK_PER_EXECUTOR`), starts one `LocalExecutor` pinned to each chosen CPU,
 //! marks its thread as an executor (a blocking disk call there is a bug: counted, and a panic
-//! in debug builds), and on each a reader task and a flusher actor. Storage actors and journal
+//! in debug builds), and on each a reader task and a flusher actor. The CPUs are those the
+//! calling thread may run on (`sched_getaffinity`: `taskset`, a container's cpuset), one
+//! executor per allowed CPU by default; fewer executors are spread over NUMA nodes, then over
+//! physical cores before hyperthread siblings, more wrap around the allowed CPUs, and an
+//! explicit CPU outside them is `Error::InvalidOptions` (`placement.rs`). Storage actors and journal
 //! writers are spawned onto executors as databases and storages are opened: a database's root
 //! actor (and its journal writer in separate mode) into the executor's `omnibus-documents` task
 //! queue, every other actor into glommio's default queue (see [`Queue`] and [`PREEMPT_TIMER`]:
@@ -35,6 +39,7 @@ use super::index_check::{check_index, IndexCheckReport};
 use super::io_pool::IoPool;
 use super::journal_writer::{self, JournalMsg};
 use super::messages::{IndexMsg, ReadPath, RootFeed, StorageMsg};
+use super::placement;
 use super::reader_pool::{self, ReadMsg};
 use super::storage::{self as storage_actor, StorageHandle};
 use futures_lite::future::block_on;
@@ -62,10 +67,16 @@ const GLOMMIO_MIN_MEMLOCK: u64 = 512 << 10;
 /// How the engine is laid out.
 #[derive(Debug, Clone)]
 pub struct EngineOptions {
-    /// Executors to start, pinned to CPUs 0..n. Default: every online CPU. Ignored when `cpus`
-    /// is set.
+    /// Executors to start, each pinned to one of the CPUs this process may use (the affinity
+    /// of the thread calling [`Engine::start`]: `taskset`, a container's cpuset). Default: one
+    /// per allowed CPU. Fewer are spread over NUMA nodes first, then over physical cores
+    /// before hyperthread siblings (from sysfs; without it, the allowed CPUs in increasing
+    /// order); more wrap around, executor `i` on the `i % n`-th of the `n` allowed CPUs in that
+    /// order, so executors share CPUs. Ignored when `cpus` is set.
     pub executors: Option<usize>,
-    /// Explicit CPUs, one executor pinned to each.
+    /// Explicit CPUs, one executor pinned to each, in order (a CPU may be named twice: its
+    /// executors share it). Every one must be a CPU this process may use, else
+    /// [`Engine::start`] returns [`Error::InvalidOptions`] naming it and the allowed list.
     pub cpus: Option<Vec<usize>>,
     /// Capacity of each storage actor's mailbox (requests). Default 1,024.
     pub mailbox_capacity: usize,
@@ -199,6 +210,10 @@ struct Executor {
 struct EngineInner {
     executors: Mutex<Vec<Executor>>,
     n: usize,
+    /// The CPU each executor is pinned to, in executor order.
+    cpus: Vec<usize>,
+    /// Each executor's thread id, as its thread reported it.
+    thread_ids: Vec<i32>,
     opts: EngineOptions,
     readers: flume::Sender<ReadMsg>,
     journal_io: IoPool,
@@ -289,12 +304,6 @@ impl std::fmt::Debug for DatabaseHandle {
     }
 }
 
-fn online_cpus() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-}
-
 /// Raises the soft `RLIMIT_MEMLOCK` toward the hard limit to cover `executors` executors.
 ///
 /// glommio refuses to start an executor while the soft limit is under
@@ -355,17 +364,23 @@ fn stable_hash(name: &str) -> usize {
 impl Engine {
     /// Starts the executors and their reader and flusher actors.
     ///
+    /// Executors are placed on the CPUs the calling thread may run on (its `sched_getaffinity`
+    /// mask), as [`EngineOptions::executors`] and [`EngineOptions::cpus`] say.
+    ///
     /// Errors: [`Error::ResourceLimit`] when the locked-memory limit cannot be raised enough
     /// (the message says how much is needed and how to grant it); [`Error::InvalidOptions`] for
-    /// an empty CPU set or a journal executor out of range; I/O errors starting threads.
+    /// an empty CPU set or a CPU of [`EngineOptions::cpus`] outside the calling thread's
+    /// affinity (the message names it and the allowed CPUs); I/O errors reading the affinity
+    /// or starting threads.
     pub fn start(opts: EngineOptions) -> Result<Engine> {
-        let cpus: Vec<usize> = match &opts.cpus {
-            Some(c) if c.is_empty() => return Err(Error::InvalidOptions("empty CPU set".into())),
-            Some(c) => c.clone(),
-            None => (0..opts.executors.unwrap_or_else(online_cpus).max(1))
-                .map(|i| i % online_cpus())
-                .collect(),
-        };
+        let allowed = placement::allowed_cpus()?;
+        let topology = placement::read_topology(Path::new("/sys"), &allowed);
+        let cpus = placement::choose(
+            opts.cpus.as_deref(),
+            opts.executors,
+            &allowed,
+            topology.as_deref(),
+        )?;
         ensure_memlock(cpus.len())?;
         // glommio's executors run on io_uring and panic on their own thread where it cannot be
         // set up (seccomp, containers, kernel.io_uring_disabled): say so here instead.
@@ -383,8 +398,9 @@ impl Engine {
             true,
         )?;
         let (rtx, rrx) = flume::bounded::<ReadMsg>(reader_pool::MAILBOX);
-        // Each executor says it runs; one that dies first (a glommio panic) drops its sender.
-        let (up_tx, up_rx) = flume::bounded::<()>(cpus.len());
+        // Each executor says it runs, with its thread id; one that dies first (a glommio panic)
+        // drops its sender.
+        let (up_tx, up_rx) = flume::bounded::<(usize, i32)>(cpus.len());
         let mut executors = Vec::new();
         let mut pokes = Vec::new();
         let keepalive_wakes = Arc::new(AtomicU64::new(0));
@@ -408,7 +424,7 @@ impl Engine {
                 .io_memory(GLOMMIO_IO_MEMORY)
                 .preempt_timer(PREEMPT_TIMER)
                 .spawn(move || async move {
-                    let _ = up.send(());
+                    let _ = up.send((i, rustix::thread::gettid().as_raw_nonzero().get()));
                     drop(up);
                     // Any blocking disk call on this thread is a bug (checked by the core's
                     // default environment).
@@ -467,12 +483,12 @@ impl Engine {
             });
         }
         drop(up_tx);
+        let mut thread_ids = vec![0; executors.len()];
         for _ in 0..executors.len() {
             // Bounded: every executor either reports or drops its sender (its thread ended).
-            if up_rx
-                .recv_timeout(std::time::Duration::from_secs(30))
-                .is_err()
-            {
+            if let Ok((i, tid)) = up_rx.recv_timeout(std::time::Duration::from_secs(30)) {
+                thread_ids[i] = tid;
+            } else {
                 return Err(Error::ResourceLimit(
                     "an executor thread failed to start (glommio panicked: see stderr); the actor runtime cannot run here".into(),
                 ));
@@ -486,6 +502,8 @@ impl Engine {
                 keepalive_wakes,
                 n: executors.len(),
                 executors: Mutex::new(executors),
+                cpus,
+                thread_ids,
                 opts,
                 readers: rtx,
                 journal_io,
@@ -500,6 +518,19 @@ impl Engine {
     /// Executors running.
     pub fn executors(&self) -> usize {
         self.inner.n
+    }
+
+    /// The CPU each executor is pinned to, in executor order (executor `i` is the thread named
+    /// `omnibus-exec-i-…`). See [`EngineOptions::cpus`] for how they are chosen.
+    pub fn executor_cpus(&self) -> &[usize] {
+        &self.inner.cpus
+    }
+
+    /// Each executor's Linux thread id (`gettid`, as the thread reported it when it started),
+    /// in executor order: `/proc/self/task/<id>/` describes the thread (its name, its
+    /// `Cpus_allowed_list`).
+    pub fn executor_thread_ids(&self) -> &[i32] {
+        &self.inner.thread_ids
     }
 
     /// Transactions of this engine's storages that started over the memory budget

@@ -40,6 +40,7 @@ mod index_key;
 mod io_pool;
 mod journal_writer;
 mod messages;
+mod placement;
 mod range_stream;
 mod reader_pool;
 mod storage;
@@ -55,6 +56,7 @@ pub use index_key::{
     decode_index_entry, index_entry_key, index_term_prefix, index_terms_starting_with,
 };
 pub use messages::{ReadPath, WriteBatch, WriteOp};
+pub use placement::allowed_cpus;
 pub use range_stream::{RangeIter, RangeStream, CHUNK_BYTES, CHUNK_ENTRIES};
 pub use storage::StorageHandle;
 pub use update::UpdateTransaction;

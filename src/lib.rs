@@ -26,9 +26,10 @@
 //! - **Threads**: use the types above directly. Every call is synchronous; commits block the
 //!   calling thread until durable; handles are `Send + Sync`.
 //! - **The actor runtime** ([`actors`]): [`actors::Engine::start`] runs glommio executors pinned
-//!   one per core; [`actors::DatabaseHandle`] and [`actors::StorageHandle`] send requests to a
-//!   storage actor per storage, which merges the requests queued at one moment into one
-//!   transaction (a [`actors::WriteBatch`] is always applied whole). Every handle method has an
+//!   one per CPU the process may use; [`actors::DatabaseHandle`] and [`actors::StorageHandle`]
+//!   send requests to a storage actor per storage, which merges the requests queued at one
+//!   moment into one transaction (a [`actors::WriteBatch`] is always applied whole). Every
+//!   handle method has an
 //!   async form, usable from tokio, glommio or any executor (the futures are `Send`), and a
 //!   `blocking_` form for plain threads; blocking disk calls run on I/O pool threads, never on
 //!   an executor. The actors also keep engine indexes ([`actors::IndexDefinition`]): a branch

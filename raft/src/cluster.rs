@@ -144,8 +144,8 @@ pub fn serve_if_node(args: &[String], who: &str) {
     std::process::exit(code);
 }
 
-/// Runs a node until its stdin closes: opens it ([`RaftNode::open`], one executor pinned to a
-/// CPU chosen by its id), listens (retrying a port still held for up to 10 s), prints
+/// Runs a node until its stdin closes: opens it ([`RaftNode::open`], one executor pinned to one
+/// of the CPUs the process may use, chosen by its id), listens (retrying a port still held for up to 10 s), prints
 /// `listening <addr>`, serves. Errors: opening the node, binding the address.
 pub fn run_node(a: NodeArgs) -> Result<(), Box<dyn std::error::Error>> {
     // The parent holds our stdin: when it goes away, so do we.
@@ -156,9 +156,13 @@ pub fn run_node(a: NodeArgs) -> Result<(), Box<dyn std::error::Error>> {
         }
         std::process::exit(0);
     });
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // One of the CPUs this process may use, chosen by the node's id (nodes side by side).
+    let allowed = omnibus::actors::allowed_cpus()?;
     let engine = Engine::start(EngineOptions {
-        cpus: Some(vec![(a.id as usize) % cpus]),
+        executors: Some(1),
+        cpus: allowed
+            .get((a.id as usize) % allowed.len().max(1))
+            .map(|&c| vec![c]),
         ..Default::default()
     })?;
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -15,6 +15,7 @@ mod buffered_database;
 mod documents_queue;
 mod engine_keepalive;
 mod executor_never_blocks;
+mod executor_placement;
 mod index_build;
 mod index_outside_writes;
 mod index_poison;

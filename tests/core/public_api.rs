@@ -196,6 +196,7 @@ fn no_internal_module_or_export_is_public() {
                 "pub use index_key::{ decode_index_entry, index_entry_key, index_term_prefix, \
                  index_terms_starting_with, };",
                 "pub use messages::{ReadPath, WriteBatch, WriteOp};",
+                "pub use placement::allowed_cpus;",
                 "pub use range_stream::{RangeIter, RangeStream, CHUNK_BYTES, CHUNK_ENTRIES};",
                 "pub use storage::StorageHandle;",
                 "pub use update::UpdateTransaction;",

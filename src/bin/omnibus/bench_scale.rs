@@ -11,10 +11,13 @@
 //!
 //! Each row: ops/s, p50/p99 latency, CPU per op (`getrusage` of the whole process over the
 //! timed part: clients, executors, journal writers and flushers), fdatasyncs, and the speedup
-//! over the smallest executor count run (1 by default). Counts above the CPUs available are
-//! run and marked `oversubscribed` (the executors then share CPUs: `Engine::start` pins
-//! executor i to CPU i modulo the CPU count); a count the engine cannot start (locked-memory
-//! limit) is reported as skipped with the reason. Results go to a table on stdout, `--json`
+//! over the smallest executor count run (1 by default). Counts above the CPUs available (the
+//! process's affinity, `omnibus::actors::allowed_cpus`) are run and marked `oversubscribed`
+//! (the executors then share CPUs: `Engine::start` wraps them around the allowed CPUs); a
+//! count the engine cannot start (locked-memory limit) is reported as skipped with the reason.
+//! Client threads (the read clients, the write clients' tokio workers) are pinned to allowed
+//! CPUs that no executor runs on, round-robin, or to all the allowed CPUs when the executors
+//! take every one (`client_cpus`). Results go to a table on stdout, `--json`
 //! and a `--plot` of throughput against executors.
 
 use std::path::{Path, PathBuf};
@@ -93,8 +96,44 @@ struct Report {
     speedups: std::collections::BTreeMap<String, Vec<(usize, Option<f64>)>>,
 }
 
+/// The CPUs this process may use (its affinity), at least one.
+fn allowed() -> Vec<usize> {
+    match omnibus::actors::allowed_cpus() {
+        Ok(c) if !c.is_empty() => c,
+        _ => vec![0],
+    }
+}
+
 fn cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    allowed().len()
+}
+
+/// The CPUs the clients of `engine` are pinned to: the allowed ones no executor runs on, or
+/// every allowed one when the executors take them all.
+fn client_cpus(engine: &Engine) -> Vec<usize> {
+    let all = allowed();
+    let free: Vec<usize> = all
+        .iter()
+        .copied()
+        .filter(|c| !engine.executor_cpus().contains(c))
+        .collect();
+    if free.is_empty() {
+        all
+    } else {
+        free
+    }
+}
+
+/// Pins the calling thread, client number `i`, to one of `cpus` (round-robin); best effort.
+fn pin_client(i: usize, cpus: &[usize]) {
+    if cpus.is_empty() {
+        return;
+    }
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpus[i % cpus.len()]);
+    if let Err(e) = rustix::thread::sched_setaffinity(None, &set) {
+        tracing::debug!(error = %e, "cannot pin a bench client thread");
+    }
 }
 
 /// The read workloads' key `i` (fixed width, so keys sort by `i`).
@@ -189,9 +228,14 @@ fn skipped(workload: &'static str, executors: usize, why: String) -> Row {
 /// One call of a read client: returns the ops it did (gets, or keys of a multi_get).
 type ReadOp = dyn Fn(&mut SmallRng) -> CliResult<u64> + Send + Sync;
 
-/// `threads` client threads, each calling `op(rng)` (which returns the ops it did) until
-/// `seconds` pass; every call's latency is recorded.
-fn read_clients(threads: usize, seconds: f64, op: Arc<ReadOp>) -> CliResult<Measured> {
+/// `threads` client threads, pinned to `pin` round-robin, each calling `op(rng)` (which
+/// returns the ops it did) until `seconds` pass; every call's latency is recorded.
+fn read_clients(
+    threads: usize,
+    seconds: f64,
+    pin: &[usize],
+    op: Arc<ReadOp>,
+) -> CliResult<Measured> {
     let cpu0 = shop_measure::process_cpu_seconds();
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(seconds);
@@ -200,6 +244,7 @@ fn read_clients(threads: usize, seconds: f64, op: Arc<ReadOp>) -> CliResult<Meas
             .map(|t| {
                 let op = op.clone();
                 s.spawn(move || {
+                    pin_client(t, pin);
                     let mut rng = SmallRng::seed_from_u64(0x5ca1e + t as u64);
                     let mut h = ns_histogram();
                     let mut ops = 0u64;
@@ -257,10 +302,12 @@ fn reads(a: &ScaleArgs, path: &Path, executors: usize) -> CliResult<Vec<Row>> {
         .map_err(|e| Fail::opening(e, path))?;
     let root: StorageHandle = db.root();
     let keys = a.keys;
+    let pin = client_cpus(&engine);
     let h = root.clone();
     let get = read_clients(
         executors,
         a.seconds,
+        &pin,
         Arc::new(move |rng: &mut SmallRng| {
             let k = read_key(rng.random_range(0..keys));
             match h.blocking_get(k)? {
@@ -277,6 +324,7 @@ fn reads(a: &ScaleArgs, path: &Path, executors: usize) -> CliResult<Vec<Row>> {
     let multi = read_clients(
         executors,
         a.seconds,
+        &pin,
         Arc::new(move |rng: &mut SmallRng| {
             let ks: Vec<[u8; 12]> = (0..batch)
                 .map(|_| read_key(rng.random_range(0..keys)))
@@ -326,9 +374,17 @@ fn writes(
     for i in 0..a.storages {
         hs.push(db.blocking_create_storage(&format!("s{i:04}"))?);
     }
+    let pin = client_cpus(&engine);
+    let next = std::sync::atomic::AtomicUsize::new(0);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(executors.clamp(1, cpus()))
         .thread_name("omnibus-scale")
+        .on_thread_start(move || {
+            pin_client(
+                next.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                &pin,
+            )
+        })
         .enable_time()
         .build()
         .map_err(|e| Fail::io(format!("starting the tokio runtime: {e}")))?;
