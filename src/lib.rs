@@ -114,11 +114,13 @@
 //!   [`env::StorageEnv`] and [`env::EnvFile`] to implement your own, [`env::DefaultEnv`]
 //!   (`pwritev` + `fdatasync`), [`env::UringEnv`] (io_uring lanes) and [`env::default_env`],
 //!   which picks one per process.
-//! - [`actors`]: the actor runtime, its handles, write batches and index definitions.
+//! - [`actors`] (feature `actors`, on by default): the actor runtime, its handles, write
+//!   batches and index definitions.
 //!
-//! Cargo features: `cli` (default) builds the `omnibus` command line and pulls its dependencies
-//! (clap, tokio, serde_json, plotters, ...); a library user depends on omnibus with
-//! `default-features = false` to get the engine alone. `testing` (off) adds the test storage
+//! Cargo features: `actors` (default) builds the actor runtime ([`actors`]) and its dependencies
+//! (glommio, futures-lite, hdrhistogram); with `default-features = false` the core engine builds
+//! without them. No feature pulls a command-line dependency: the `omnibus` command line is its
+//! own package, `omnibus-cli` (`cli/`). `testing` (off) adds the test storage
 //! environments (`env::testing`: power loss, fault injection, recording) and `omnibus::testing`
 //! (internals tests inspect; not a stable API); omnibus's own `cargo test` turns it on.
 //! `fuzzing` (off) adds the decoder entry points for `fuzz/`.
@@ -134,6 +136,9 @@
 // leaks into the public API unnoticed.
 #![warn(unnameable_types)]
 
+// The core's interface to the actor runtime: compiled in every build, so that the core keeps
+// its hooks checked; unused without the `actors` feature.
+#[cfg_attr(not(feature = "actors"), allow(dead_code, unused_imports))]
 mod actor_interface;
 mod backup;
 mod btree;
@@ -162,6 +167,7 @@ pub mod testing;
 mod txn;
 mod write_mode;
 
+#[cfg(feature = "actors")]
 #[path = "../actors/mod.rs"]
 pub mod actors;
 

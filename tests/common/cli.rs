@@ -1,4 +1,7 @@
-//! Shared by the command-line tests: run the `omnibus` binary built for this test run.
+//! Shared by the command-line tests (the `cli` binary of the `omnibus-cli` package,
+//! `cli/tests/`): run the `omnibus` binary built for this test run. Cargo sets
+//! `CARGO_BIN_EXE_omnibus` for that package's tests only; the other binaries mount this module
+//! with the rest of `common` and never call it.
 
 use std::process::{Command, Output};
 
@@ -6,7 +9,11 @@ use super::children;
 
 /// Runs `omnibus args...` and returns its output (any exit code).
 pub fn omnibus(args: &[&str]) -> Output {
-    children::output(Command::new(env!("CARGO_BIN_EXE_omnibus")).args(args)).expect("run omnibus")
+    // `env!` would not compile in the other binaries, which mount this module without calling it.
+    #[allow(clippy::option_env_unwrap)]
+    let bin = option_env!("CARGO_BIN_EXE_omnibus")
+        .expect("the omnibus binary is built for the omnibus-cli package's tests only");
+    children::output(Command::new(bin).args(args)).expect("run omnibus")
 }
 
 /// Runs `omnibus args...` on a database or storage this test process has just closed: again
@@ -15,7 +22,7 @@ pub fn omnibus(args: &[&str]) -> Output {
 /// Why: the LOCK is a `flock` on an open file description, which a child process shares from
 /// its fork until its exec closes the descriptor (O_CLOEXEC). When another test of the same
 /// binary spawns a process at that moment, the child holds the closed database's lock for that
-/// instant (`tests/processes/cli_kv.rs` saw it 2 times in 13 runs with tests in parallel, never
+/// instant (`cli/tests/cli_kv.rs` saw it 2 times in 13 runs with tests in parallel, never
 /// with one test thread). The gate of `common::children` now keeps other tests' children from
 /// starting while a test that opens storages here runs, so this retry should no longer fire;
 /// it stays, harmless.

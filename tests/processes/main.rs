@@ -1,8 +1,11 @@
-//! Tests that start processes: the `omnibus` command line, this binary re-run as a child and
-//! killed with SIGKILL, and `mount`, `chmod` or `setpriv` for read-only media and other users.
-//! Every child starts through `common::children`, and a test that opens storages in this
-//! process holds `common::children::no_children_meanwhile()` while it does (a child holds a copy
-//! of this process's descriptors, storage locks included, until its `exec`).
+//! Tests that start processes: this binary re-run as a child and killed with SIGKILL, and
+//! `mount` for other file systems and mounts. Every child starts through `common::children`, and
+//! a test that opens storages in this process holds `common::children::no_children_meanwhile()`
+//! while it does (a child holds a copy of this process's descriptors, storage locks included,
+//! until its `exec`).
+//!
+//! The tests that run the `omnibus` command line are the `cli` binary of the `omnibus-cli`
+//! package (`cli/tests/`): cargo gives the binary's path to that package's tests only.
 
 #[allow(dead_code)] // no binary uses every helper
 #[path = "../common/mod.rs"]
@@ -10,34 +13,7 @@ mod common;
 
 mod actors_sigkill;
 mod already_open;
-mod bitmap_damage_salvage;
-mod branch_pages_missing;
-mod check_causes;
-mod check_header_slot;
-mod check_index;
-mod cli_backup;
-mod cli_bad_input;
-mod cli_bench;
-mod cli_bench_measures;
-mod cli_bench_scale;
-mod cli_binary_values;
-mod cli_branch_path;
-mod cli_check_program_index;
-mod cli_check_storage;
-mod cli_exit_codes;
-mod cli_ingest;
-mod cli_ingest_errors;
-mod cli_ingest_interrupt;
-mod cli_kv;
-mod cli_logging;
-mod cli_plain_storage;
-mod cli_put_damaged_database;
-mod cli_sigkill;
-mod cli_write_input;
 mod crash_sigkill;
 mod cross_device;
-mod damaged_storage;
-mod data_file_truncated;
 mod database_sigkill;
 mod index_model;
-mod read_only;

@@ -12,7 +12,7 @@ use crate::common::cli as cli_common;
 use cli_common::{ok, omnibus};
 
 fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cities_sample.jsonl")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/cities_sample.jsonl")
 }
 
 fn docs(path: &Path) -> Vec<Value> {

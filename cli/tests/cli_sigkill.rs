@@ -46,7 +46,8 @@ fn scan(db: &str, storage: Option<&str>) -> Vec<(String, String)> {
 
 #[test]
 fn sigkill_halfway_then_rerun_completes_everything() {
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cities_sample.jsonl");
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/cities_sample.jsonl");
     let text = std::fs::read_to_string(&fixture).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     let docs: Vec<Value> = lines
