@@ -175,12 +175,16 @@ pub(crate) async fn pace(budget: &Budget) {
     }
 }
 
-/// The scratch bytes of each of `live` and whether a flush is due, asked on `pool`:
+/// The scratch bytes of each of `live` and whether a flush is due, asked on `pool` (which also
+/// refreshes their page residency):
 /// [`Storage::flush_due`] takes the journal's lock, which a batch holds across its `pwritev`
 /// and `fdatasync`, so asking here would hold up this executor for a sync. A closed pool
 /// (shutdown) answers nothing due.
 async fn poll(live: Vec<Storage>, pool: &IoPool) -> (Vec<Storage>, Vec<u64>, Vec<bool>) {
     pool.run(move || {
+        // The page residency that handles' reads on their callers' threads trust (a
+        // `mincore` over each map read that way since the last tick).
+        live.iter().for_each(actor_interface::refresh_residency);
         let scratch = live.iter().map(Storage::scratch_bytes).collect();
         let due = live.iter().map(Storage::flush_due).collect();
         Ok((live, scratch, due))

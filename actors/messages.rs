@@ -25,14 +25,25 @@ use crate::actor_interface::{
 /// journal).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ReadPath {
-    /// On the caller's thread, as LMDB readers do: take a snapshot of the storage's last
-    /// published commit (one atomic load of its `ArcSwap`d state, no lock, no message) and
-    /// read it. No hand-off, no wake-up: measured about 0.3 µs a get against about 12 µs
-    /// through the pool (docs/BENCHMARKS.md). The caller's thread does the work, page faults
-    /// of the read-only map included (a page not in the page cache blocks the caller, an async
-    /// task's executor thread with it, as with [`crate::actors::StorageHandle::snapshot`]). The default.
+    /// On the caller's thread when it cannot fault, else the reader pool. The read takes a
+    /// snapshot of the storage's last published commit (one atomic load of its `ArcSwap`d
+    /// state, no lock, no message) and walks it on the caller's thread as long as every page
+    /// on the key's path is known to be in memory (the scratch table, or a page of the map read
+    /// since the last residency refresh or found in the page cache by it: one `mincore` over
+    /// the map per flusher tick, 50 ms, for storages read this way): about 0.3 µs a get, as
+    /// LMDB readers. At the first page not known resident it stops, touching nothing, and sends
+    /// the read to the reader pool (about 12 µs more, docs/BENCHMARKS.md), so a cold page is
+    /// read on an executor's reader, never by a tokio worker or a glommio task of the
+    /// application. A page evicted between two refreshes can still fault on the caller once.
+    /// [`crate::actors::cold_reads`] counts the reads sent on. The `blocking_` twins read on
+    /// the calling thread in any case (a plain thread may block). The default.
     #[default]
     Caller,
+    /// On the caller's thread always, page faults included (a page not in the page cache
+    /// blocks the caller, an async task's executor thread with it, as with
+    /// [`crate::actors::StorageHandle::snapshot`]): for data known to fit in memory, saving
+    /// the residency check.
+    CallerAlways,
     /// Sent to the reader pool (one reader task per executor, one shared bounded mailbox), one
     /// one-shot reply channel per request: the caller's thread never touches a page, at the
     /// cost of two cross-thread hand-offs per read.

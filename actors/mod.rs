@@ -58,5 +58,5 @@ pub use index_key::{
 pub use messages::{ReadPath, WriteBatch, WriteOp};
 pub use placement::allowed_cpus;
 pub use range_stream::{RangeIter, RangeStream, CHUNK_BYTES, CHUNK_ENTRIES};
-pub use storage::StorageHandle;
+pub use storage::{cold_reads, StorageHandle};
 pub use update::UpdateTransaction;

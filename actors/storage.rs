@@ -51,7 +51,7 @@
 //! feed (the root waits before answering its writers). A feed whose index actor is gone is
 //! dropped.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -443,6 +443,17 @@ async fn commit(
     Ok(Some(txn))
 }
 
+/// Point reads of handles with [`ReadPath::Caller`] that met a page not known to be in memory
+/// and went to the reader pool ([`cold_reads`]).
+static COLD_READS: AtomicU64 = AtomicU64::new(0);
+
+/// How many point reads (`get`, `multi_get`) of handles with [`ReadPath::Caller`] met a page
+/// not known to be in memory and were sent to the reader pool instead of reading it on the
+/// caller's thread, in this process since it started (all engines together).
+pub fn cold_reads() -> u64 {
+    COLD_READS.load(Ordering::Relaxed)
+}
+
 /// A handle to a storage served by actors. `Clone + Send + Sync`; cheap to clone.
 ///
 /// Writes go to the storage's actor and return once durable. Point reads (`get`,
@@ -593,10 +604,13 @@ impl StorageHandle {
 
     /// The value of `key` in the storage's last published commit (every write acknowledged
     /// before the call is seen). With [`ReadPath::Caller`] (the default) it is read on the
-    /// caller's thread from a snapshot, with no message and nothing awaited (the future is
-    /// ready at its first poll, except once every `coop::BUDGET` = 128 such reads of a thread:
-    /// then it returns `Pending` once, waking itself, so that a loop of gets never starves the
-    /// other tasks of the caller's runtime); with [`ReadPath::Pool`] by the reader pool.
+    /// caller's thread from a snapshot when every page on its path is known to be in memory,
+    /// with no message and nothing awaited (the future is ready at its first poll, except once
+    /// every `coop::BUDGET` = 128 such reads of a thread: then it returns `Pending` once,
+    /// waking itself, so that a loop of gets never starves the other tasks of the caller's
+    /// runtime), and by the reader pool otherwise (a cold page never faults on the caller's
+    /// thread); with [`ReadPath::CallerAlways`] always on the caller's thread; with
+    /// [`ReadPath::Pool`] always by the reader pool.
     ///
     /// Errors: [`Error::Corruption`] when a page on the path fails its checksum or is
     /// malformed; [`Error::Closed`] after shutdown (the storage is closed, or the pool gone).
@@ -606,11 +620,17 @@ impl StorageHandle {
     /// [`StorageHandle::range`] and [`StorageHandle::multi_get`].
     pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
         let key = key.as_ref();
-        if self.reads == ReadPath::Caller {
+        if self.reads != ReadPath::Pool {
             // Gives the runtime back now and then (`coop.rs`): a loop of ready gets would
             // otherwise starve every other task of this thread.
             coop::consume(1).await;
-            return self.get_here(key);
+            if self.reads == ReadPath::CallerAlways {
+                return self.get_here(key);
+            }
+            if let Some(r) = self.get_resident_here(key).transpose() {
+                return r;
+            }
+            COLD_READS.fetch_add(1, Ordering::Relaxed);
         }
         let (tx, rx) = flume::bounded(1);
         let m = ReadMsg::Get {
@@ -693,9 +713,17 @@ impl StorageHandle {
     /// Errors: as [`StorageHandle::get`]; nothing is returned for the other keys when one
     /// lookup fails.
     pub async fn multi_get<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Vec<u8>>>> {
-        if self.reads == ReadPath::Caller {
+        if self.reads != ReadPath::Pool {
             coop::consume(keys.len()).await;
-            return self.multi_get_here(keys);
+            if self.reads == ReadPath::CallerAlways {
+                return self.multi_get_here(keys);
+            }
+            // On the caller's thread only when no key's path can fault: the pool's multi_get
+            // reads the cold pages of all the keys together.
+            if let Some(r) = self.multi_get_resident_here(keys).transpose() {
+                return r;
+            }
+            COLD_READS.fetch_add(1, Ordering::Relaxed);
         }
         let (tx, rx) = flume::bounded(1);
         let m = ReadMsg::MultiGet {
@@ -745,10 +773,10 @@ impl StorageHandle {
         block_on(self.compare_and_swap(key, expected, new))
     }
 
-    /// Blocking [`StorageHandle::get`] (with [`ReadPath::Caller`] it never blocks on a
-    /// channel: the read runs right here).
+    /// Blocking [`StorageHandle::get`] (except with [`ReadPath::Pool`] it never blocks on a
+    /// channel: the read runs right here, page faults included).
     pub fn blocking_get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
-        if self.reads == ReadPath::Caller {
+        if self.reads != ReadPath::Pool {
             return self.get_here(key.as_ref());
         }
         block_on(self.get(key))
@@ -768,7 +796,7 @@ impl StorageHandle {
 
     /// Blocking [`StorageHandle::multi_get`].
     pub fn blocking_multi_get<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Vec<u8>>>> {
-        if self.reads == ReadPath::Caller {
+        if self.reads != ReadPath::Pool {
             return self.multi_get_here(keys);
         }
         block_on(self.multi_get(keys))
@@ -780,9 +808,39 @@ impl StorageHandle {
         guarded(|| Ok(self.storage.begin_read()?.get(key)?.map(|v| v.to_vec())))
     }
 
-    /// A multi_get on the caller's thread ([`ReadPath::Caller`]), as [`Self::get_here`].
+    /// A multi_get on the caller's thread ([`ReadPath::CallerAlways`]), as [`Self::get_here`].
     fn multi_get_here<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Vec<u8>>>> {
         guarded(|| snapshot_multi_get(&self.storage.begin_read()?, keys))
+    }
+
+    /// A get on the caller's thread when no page on its path can fault ([`ReadPath::Caller`]):
+    /// `Ok(None)` when some page is not known to be in memory (nothing was read from it).
+    fn get_resident_here(&self, key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
+        guarded(|| {
+            let snap = self.storage.begin_read()?;
+            actor_interface::get_if_resident(&snap, key)
+                .map(|r| r.map(|v| v.map(<[u8]>::to_vec)))
+                .transpose()
+        })
+    }
+
+    /// [`Self::get_resident_here`] for every key of a multi_get, from one snapshot: `Ok(None)`
+    /// as soon as one key's path is not known to be in memory.
+    fn multi_get_resident_here<K: AsRef<[u8]>>(
+        &self,
+        keys: &[K],
+    ) -> Result<Option<Vec<Option<Vec<u8>>>>> {
+        guarded(|| {
+            let snap = self.storage.begin_read()?;
+            let mut out = Vec::with_capacity(keys.len());
+            for k in keys {
+                match actor_interface::get_if_resident(&snap, k.as_ref()) {
+                    Some(r) => out.push(r?.map(<[u8]>::to_vec)),
+                    None => return Ok(None),
+                }
+            }
+            Ok(Some(out))
+        })
     }
 
     /// Requests queued in the storage actor's mailbox now (at most

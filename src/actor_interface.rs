@@ -170,6 +170,22 @@ pub(crate) fn apply_write_buffer(txn: &mut WriteTransaction) -> Result<()> {
     txn.apply_buffer_now()
 }
 
+/// A snapshot's get when no page on its path can fault (`None`: some page is not known to be in
+/// memory): a handle's read on the caller's thread.
+#[inline]
+pub(crate) fn get_if_resident<'a>(
+    snap: &'a ReadTransaction,
+    key: &[u8],
+) -> Option<Result<Option<&'a [u8]>>> {
+    snap.get_if_resident(key)
+}
+
+/// Refreshes `storage`'s page residency bits (a flusher's tick, on its I/O pool).
+#[inline]
+pub(crate) fn refresh_residency(storage: &Storage) {
+    storage.refresh_residency()
+}
+
 /// Poisons `storage` and its journal (a storage actor panicked while writing it).
 #[inline]
 pub(crate) fn poison_storage(storage: &Storage, cause: &str) {

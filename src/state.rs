@@ -7,7 +7,7 @@
 //! freed when the last `Arc<State>` that holds them is dropped (design.md invariant I3).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
@@ -28,6 +28,12 @@ pub(crate) struct Mapping {
     end: Arc<AtomicU64>,
     len: u64,
     verified: Box<[AtomicU64]>,
+    /// One bit per page: known to be in the page cache (read through the map since the last
+    /// [`Mapping::refresh_residency`], or found there by it). What [`Mapping::page_if_resident`]
+    /// trusts, so that an async caller's read never faults on a page known cold.
+    resident: Box<[AtomicU64]>,
+    /// Set by a [`Mapping::page_if_resident`] since the last refresh: the bits are in use.
+    residency_wanted: AtomicBool,
     path: Arc<PathBuf>,
     /// The data file, for [`crate::btree::multi_get`]'s reads of pages not in memory (its
     /// `raw_fd` is the real file, as the map's).
@@ -74,11 +80,14 @@ impl Mapping {
         };
         let pages = (len as usize).div_ceil(PAGE_SIZE);
         let verified = (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
+        let resident = (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
         Ok(Mapping {
             map,
             end,
             len,
             verified,
+            resident,
+            residency_wanted: AtomicBool::new(false),
             path,
             file: file.clone(),
             read_hints: Default::default(),
@@ -119,6 +128,74 @@ impl Mapping {
     pub fn mark_verified(&self, p: u64) {
         if let Some(w) = self.verified.get((p / 64) as usize) {
             w.fetch_or(1u64 << (p % 64), Ordering::Relaxed);
+        }
+    }
+
+    /// Whether page `p`'s residency bit is set.
+    fn known_resident(&self, p: u64) -> bool {
+        self.resident
+            .get((p / 64) as usize)
+            .is_some_and(|w| w.load(Ordering::Relaxed) & (1u64 << (p % 64)) != 0)
+    }
+
+    /// Sets the residency bits of pages `p..p + pages` (they were just read through the map).
+    fn mark_resident(&self, p: u64, pages: u64) {
+        for q in p..p.saturating_add(pages) {
+            if let Some(w) = self.resident.get((q / 64) as usize) {
+                let bit = 1u64 << (q % 64);
+                // A load first: the bit is set on all but a page's first read.
+                if w.load(Ordering::Relaxed) & bit == 0 {
+                    w.fetch_or(bit, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Page `p` and its run as [`Mapping::page`] reads them, when every page of it is known to
+    /// be in the page cache (read through the map since the last
+    /// [`Mapping::refresh_residency`] or found there by it): `None` otherwise, without touching
+    /// the map. A page evicted since it was last known resident still faults: the bits are as
+    /// fresh as the last refresh.
+    pub fn page_if_resident(&self, p: u64) -> Option<Result<(&[u8], PageHeader)>> {
+        // The bits are in use: the next refresh must run (a load first, so that readers on
+        // many threads do not all write one cache line).
+        if !self.residency_wanted.load(Ordering::Relaxed) {
+            self.residency_wanted.store(true, Ordering::Relaxed);
+        }
+        if !self.known_resident(p) {
+            return None;
+        }
+        let r = self.page(p, false);
+        if let Ok((img, _)) = &r {
+            let pages = (img.len() / PAGE_SIZE) as u64;
+            if !(1..pages).all(|i| self.known_resident(p + i)) {
+                return None;
+            }
+        }
+        Some(r)
+    }
+
+    /// Sets every page's residency bit from the page cache (one `mincore` over the map), when
+    /// [`Mapping::page_if_resident`] was used since the last refresh (else nothing: no cost
+    /// for a storage nobody reads that way). Pages evicted since they were read lose their
+    /// bit; pages read in by anyone gain it. About 1 ms per GiB mapped.
+    pub fn refresh_residency(&self) {
+        if !self.residency_wanted.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let Some(map) = &self.map else {
+            return;
+        };
+        let end = (self.end.load(Ordering::Acquire) as usize).min(map.len());
+        let Some(units) = crate::env::page_reads::resident_units(&map[..end], PAGE_SIZE) else {
+            return;
+        };
+        for (i, w) in self.resident.iter().enumerate() {
+            let mut bits = 0u64;
+            for (b, r) in units.iter().skip(i * 64).take(64).enumerate() {
+                bits |= u64::from(*r) << b;
+            }
+            w.store(bits, Ordering::Relaxed);
         }
     }
 
@@ -163,8 +240,12 @@ impl Mapping {
             if let Some(w) = self.verified.get(word) {
                 w.fetch_or(bit, Ordering::Relaxed);
             }
+            // The checksum read the whole run.
+            self.mark_resident(p, (image.len() / PAGE_SIZE) as u64);
             return Ok((image, h));
         }
+        // The header was read: its page is in memory now.
+        self.mark_resident(p, 1);
         Ok((image, h))
     }
 }
@@ -228,6 +309,21 @@ impl State {
             return Ok((&sp.image, h));
         }
         self.mapping.page(p, false)
+    }
+
+    /// [`State::page`], when reading it cannot fault: a page of the scratch table, or one of
+    /// the map known to be in the page cache ([`Mapping::page_if_resident`]); `None` otherwise.
+    pub fn page_if_resident(&self, p: u64) -> Option<Result<(&[u8], PageHeader)>> {
+        if let Some(sp) = self.scratch.get(&p) {
+            return Some(
+                PageHeader::read(&sp.image)
+                    .map(|h| (&sp.image[..], h))
+                    .ok_or_else(|| {
+                        Error::corruption(self.path(), Some(p), None, "bad scratch page")
+                    }),
+            );
+        }
+        self.mapping.page_if_resident(p)
     }
 
     /// Like [`State::page`] but always verifies the checksum (used by `check`).

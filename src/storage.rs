@@ -409,6 +409,14 @@ impl Storage {
         self.inner.begin_write(false)
     }
 
+    /// Refreshes what the current map knows of its pages' residency in the page cache (one
+    /// `mincore` over the map), when reads asked it since the last refresh
+    /// ([`crate::ReadTransaction::get_if_resident`]); else nothing. The actor engine's flushers
+    /// call it every tick, on their I/O pool.
+    pub(crate) fn refresh_residency(&self) {
+        self.inner.current.load().mapping.refresh_residency();
+    }
+
     /// A snapshot of the last committed state. Never blocks, takes no lock.
     ///
     /// Errors: [`Error::Closed`] after [`Storage::close`].

@@ -31,52 +31,82 @@ fn corrupt(state: &State, page: u64, what: &str) -> Error {
 
 /// Resolves a value reference to its bytes (overflow runs read in place).
 pub(crate) fn value<'a>(state: &'a State, v: ValRef<'a>) -> Result<&'a [u8]> {
-    match v {
+    value_via(state, v, &|p| Some(state.page(p)))
+        .unwrap_or_else(|| Err(corrupt(state, state.root, "page not read")))
+}
+
+/// [`value`], reading the overflow run with `page` (`None`: not read).
+fn value_via<'a>(
+    state: &'a State,
+    v: ValRef<'a>,
+    page: &impl Fn(u64) -> Option<Result<(&'a [u8], PageHeader)>>,
+) -> Option<Result<&'a [u8]>> {
+    Some(match v {
         ValRef::Inline(b) => Ok(b),
-        ValRef::Overflow { page, len } => {
-            let (img, h) = state.page(page)?;
-            if h.kind != PageKind::Overflow {
-                return Err(corrupt(state, page, "expected an overflow page"));
-            }
-            img.get(HEADER_LEN..HEADER_LEN + len as usize)
-                .ok_or_else(|| corrupt(state, page, "overflow run shorter than its value"))
-        }
-    }
+        ValRef::Overflow { page: o, len } => match page(o)? {
+            Err(e) => Err(e),
+            Ok((img, h)) if h.kind == PageKind::Overflow => img
+                .get(HEADER_LEN..HEADER_LEN + len as usize)
+                .ok_or_else(|| corrupt(state, o, "overflow run shorter than its value")),
+            Ok(_) => Err(corrupt(state, o, "expected an overflow page")),
+        },
+    })
 }
 
 /// Looks `key` up in the tree of `state`.
 pub(crate) fn get<'a>(state: &'a State, key: &[u8]) -> Result<Option<&'a [u8]>> {
+    get_via(state, key, |p| Some(state.page(p)))
+        .unwrap_or_else(|| Err(corrupt(state, state.root, "page not read")))
+}
+
+/// [`get`], when every page it needs is known to be in memory ([`State::page_if_resident`]):
+/// `None`, with nothing read past the first page that is not, otherwise. So an async caller can
+/// read on its own thread without a page fault, and send the others elsewhere.
+pub(crate) fn get_if_resident<'a>(
+    state: &'a State,
+    key: &[u8],
+) -> Option<Result<Option<&'a [u8]>>> {
+    get_via(state, key, |p| state.page_if_resident(p))
+}
+
+/// The lookup of [`get`], reading each page with `page` (`None`: stop, answering `None`).
+fn get_via<'a>(
+    state: &'a State,
+    key: &[u8],
+    page: impl Fn(u64) -> Option<Result<(&'a [u8], PageHeader)>>,
+) -> Option<Result<Option<&'a [u8]>>> {
     let mut p = state.root;
     if p == 0 {
-        return Ok(None);
+        return Some(Ok(None));
     }
     for _ in 0..MAX_DEPTH {
-        let (img, h) = state.page(p)?;
+        let (img, h) = match page(p)? {
+            Ok(x) => x,
+            Err(e) => return Some(Err(e)),
+        };
         match h.kind {
             PageKind::Branch => {
                 let v = BranchView::new(img, &h);
-                p = v
-                    .child_index(key)
-                    .and_then(|i| v.child(i))
-                    .ok_or_else(|| corrupt(state, p, "malformed branch page"))?;
+                match v.child_index(key).and_then(|i| v.child(i)) {
+                    Some(c) => p = c,
+                    None => return Some(Err(corrupt(state, p, "malformed branch page"))),
+                }
             }
             PageKind::Leaf => {
                 let v = LeafView::new(img, &h);
-                return match v.search(key) {
+                return Some(match v.search(key) {
                     None => Err(corrupt(state, p, "malformed leaf page")),
                     Some(Err(_)) => Ok(None),
-                    Some(Ok(i)) => {
-                        let (_, val) = v
-                            .cell(i)
-                            .ok_or_else(|| corrupt(state, p, "malformed leaf cell"))?;
-                        value(state, val).map(Some)
-                    }
-                };
+                    Some(Ok(i)) => match v.cell(i) {
+                        None => Err(corrupt(state, p, "malformed leaf cell")),
+                        Some((_, val)) => value_via(state, val, &page)?.map(Some),
+                    },
+                });
             }
-            _ => return Err(corrupt(state, p, "expected a branch or leaf page")),
+            _ => return Some(Err(corrupt(state, p, "expected a branch or leaf page"))),
         }
     }
-    Err(corrupt(state, p, "tree deeper than 32 levels"))
+    Some(Err(corrupt(state, p, "tree deeper than 32 levels")))
 }
 
 /// What [`crate::Storage::check`] found.

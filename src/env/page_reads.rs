@@ -142,6 +142,41 @@ pub fn is_resident(span: &[u8]) -> bool {
     r == 0 && vec.iter().all(|b| b & 1 == 1)
 }
 
+/// Which `unit`-byte pieces of `span` (a whole read-only map, page aligned; `unit` a multiple of
+/// the OS page) are wholly in the page cache: one `mincore` for the whole span, then one bool
+/// per piece. `None` when `mincore` failed (the caller then keeps what it knew).
+pub fn resident_units(span: &[u8], unit: usize) -> Option<Vec<bool>> {
+    let ps = os_page();
+    if span.is_empty()
+        || unit == 0
+        || !unit.is_multiple_of(ps)
+        || !(span.as_ptr() as usize).is_multiple_of(ps)
+    {
+        return None;
+    }
+    let n = span.len().div_ceil(ps);
+    let mut vec = vec![0u8; n];
+    // SAFETY: `span` is page aligned and part of a live mapping (the caller's map outlives this
+    // call); `vec` has one byte per OS page of it, as mincore writes; mincore reads nothing
+    // through the address.
+    let r = unsafe {
+        libc::mincore(
+            span.as_ptr() as *mut libc::c_void,
+            span.len(),
+            vec.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    let per = unit / ps;
+    Some(
+        vec.chunks(per)
+            .map(|c| c.iter().all(|b| b & 1 == 1))
+            .collect(),
+    )
+}
+
 /// One page, or overflow run, to read from a data file: `pages` pages from `page`.
 #[derive(Debug)]
 pub struct PageRead {

@@ -59,6 +59,18 @@ impl ReadTransaction {
         btree::get(&self.state, key)
     }
 
+    /// [`ReadTransaction::get`], when it can answer without a page fault: every page on the
+    /// key's path is in memory (a page of the scratch table, or one of the map known to be in
+    /// the page cache: read since the last residency refresh, or found there by it); `None`
+    /// otherwise, having touched no page that is not. The actors' handles read this way on the
+    /// caller's thread and send the rest to their reader pool.
+    pub(crate) fn get_if_resident(&self, key: &[u8]) -> Option<Result<Option<&[u8]>>> {
+        if let Some(v) = self.state.buffer.get(key) {
+            return Some(Ok(v));
+        }
+        btree::get_if_resident(&self.state, key)
+    }
+
     /// The values of `keys`, in their order (duplicates answered each), each equal to what
     /// [`ReadTransaction::get`] returns for it, borrowed from the snapshot.
     ///
@@ -158,5 +170,71 @@ impl ReadTransaction {
 
     fn source(&self) -> Source<'_> {
         Source::Snapshot(&self.state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Options, Storage};
+
+    /// Evicts the pages of `span` (part of this process's read-only map) from the page cache.
+    fn page_out(span: &[u8]) {
+        // SAFETY: `span` is page aligned and lies within a live read-only mapping; the advice
+        // changes no byte of it (a later read faults the same bytes back in from the file).
+        let r = unsafe {
+            libc::madvise(
+                span.as_ptr() as *mut libc::c_void,
+                span.len(),
+                libc::MADV_PAGEOUT,
+            )
+        };
+        assert_eq!(
+            r,
+            0,
+            "madvise(MADV_PAGEOUT): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+
+    #[test]
+    fn reads_if_resident_trust_only_pages_known_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let key = |i: u32| format!("key-{i:05}").into_bytes();
+        {
+            let s = Storage::open(&path, Options::default()).unwrap();
+            let mut w = s.begin_write().unwrap();
+            for i in 0..3000 {
+                w.put(key(i), vec![b'v'; 200]).unwrap();
+            }
+            w.commit().unwrap();
+        }
+        // Reopened: the pages are in the file only (no scratch table), none known resident.
+        let s = Storage::open(&path, Options::default()).unwrap();
+        let r = s.begin_read().unwrap();
+        assert!(r.get_if_resident(&key(7)).is_none());
+        assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
+        // Its path was just read: known resident now.
+        assert_eq!(
+            r.get_if_resident(&key(7)).unwrap().unwrap(),
+            Some(&[b'v'; 200][..])
+        );
+        // The whole file paged out: a refresh learns it, and the read is refused again.
+        let state = r.state_for_tests();
+        let pages = state.mapping.len() / crate::page::PAGE_SIZE as u64;
+        page_out(state.mapping.span(0, pages).unwrap());
+        s.refresh_residency();
+        assert!(r.get_if_resident(&key(7)).is_none());
+        // Read back in by someone else (a plain read), a refresh finds it.
+        let span = state.mapping.span(0, pages).unwrap();
+        let sum: u64 = span.iter().step_by(4096).map(|b| u64::from(*b)).sum();
+        assert!(sum > 0);
+        s.refresh_residency();
+        assert_eq!(
+            r.get_if_resident(&key(7)).unwrap().unwrap(),
+            Some(&[b'v'; 200][..])
+        );
+        // A key that is absent is answered without a fault too.
+        assert_eq!(r.get_if_resident(&key(99_999)).unwrap().unwrap(), None);
     }
 }

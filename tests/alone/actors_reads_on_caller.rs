@@ -111,6 +111,61 @@ fn point_reads_run_on_the_callers_thread() {
     ));
 }
 
+#[test]
+fn a_point_read_that_would_fault_goes_to_the_pool_and_a_warm_one_stays() {
+    let _alone = crate::common::alone();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let start = || {
+        Engine::start(EngineOptions {
+            executors: Some(1),
+            ..EngineOptions::default()
+        })
+        .unwrap()
+    };
+    let engine = start();
+    let db = engine
+        .blocking_open_database(&path, Options::default())
+        .unwrap();
+    let mut b = WriteBatch::new();
+    for i in 0..3000 {
+        b.put(key(i), vec![b'v'; 200]);
+    }
+    db.root().blocking_write(b).unwrap();
+    // Into the data file (else the reopen replays the journal into the scratch table, which
+    // is memory).
+    db.database().flush().unwrap();
+    drop(db);
+    engine.shutdown().unwrap();
+    // Reopened: the root's pages are in its data file only, none known to be in memory.
+    let engine = start();
+    let db = engine
+        .blocking_open_database(&path, Options::default())
+        .unwrap();
+    let root = db.root();
+    let before = omnibus::actors::cold_reads();
+    let mut get = Box::pin(root.get(key(1234)));
+    // Not answered on the caller's thread: sent to the reader pool.
+    assert!(block_on(poll_once(get.as_mut())).is_none());
+    assert_eq!(block_on(get).unwrap(), Some(vec![b'v'; 200]));
+    assert_eq!(omnibus::actors::cold_reads(), before + 1);
+    // The pool's read brought the path in: the same key now reads on the caller's thread.
+    let first = block_on(async { poll_once(root.get(key(1234))).await });
+    assert_eq!(
+        first.expect("ready at first poll").unwrap(),
+        Some(vec![b'v'; 200])
+    );
+    let cold = omnibus::actors::cold_reads();
+    assert_eq!(cold, before + 1);
+    // A multi_get with one cold key goes to the pool whole, and is right.
+    let got = block_on(root.multi_get(&[key(1234), key(7)])).unwrap();
+    assert_eq!(got, vec![Some(vec![b'v'; 200]), Some(vec![b'v'; 200])]);
+    // Blocking reads run on the calling thread whatever the residency.
+    assert_eq!(root.blocking_get(key(2999)).unwrap(), Some(vec![b'v'; 200]));
+    drop((root, db));
+    engine.shutdown().unwrap();
+}
+
 /// An engine with one executor and a root holding `key(0..100)`.
 fn engine_with_keys(dir: &std::path::Path) -> (Engine, omnibus::actors::DatabaseHandle) {
     let engine = Engine::start(EngineOptions {

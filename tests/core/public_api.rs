@@ -198,7 +198,7 @@ fn no_internal_module_or_export_is_public() {
                 "pub use messages::{ReadPath, WriteBatch, WriteOp};",
                 "pub use placement::allowed_cpus;",
                 "pub use range_stream::{RangeIter, RangeStream, CHUNK_BYTES, CHUNK_ENTRIES};",
-                "pub use storage::StorageHandle;",
+                "pub use storage::{cold_reads, StorageHandle};",
                 "pub use update::UpdateTransaction;",
             ],
         ),

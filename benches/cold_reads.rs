@@ -1,0 +1,262 @@
+//! Async point reads of a storage larger than the page cache holds, from a tokio runtime: do
+//! they block the runtime's workers? Side by side in one run, with the same data:
+//!
+//! - `CallerAlways`: every handle `get` reads on the calling worker's thread, page faults
+//!   included (how handles read before reads could check residency);
+//! - `Caller` (the default): a get reads on the caller's thread only when every page on its
+//!   path is known to be in memory, else on the engine's reader pool.
+//!
+//! The storage (`--gib`, default 4) is written once, flushed, and dropped from the page cache
+//! (`fdatasync`, then `posix_fadvise(DONTNEED)` of its data file with nothing mapping it) before
+//! each cold case. A tokio runtime with 2 workers runs 64 tasks doing gets of random keys and one
+//! task ticking every 1 ms; the table gives the largest gap between two ticks and their p99 (a
+//! worker stuck in page faults delays the ticks), and the gets per second. Then the warm rows:
+//! the same tasks over 20,000 keys read once before (every page in memory), gets per second
+//! for both paths.
+//!
+//! `cargo bench --bench cold_reads -- [--gib G] [--seconds S] [--dir D]`
+//! (`OMNIBUS_BENCH_QUICK=1`: 0.25 GiB, 3 s a case).
+
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use omnibus::actors::{Engine, EngineOptions, ReadPath};
+use omnibus::{Database, Options};
+
+const VALUE: usize = 1000;
+const TASKS: usize = 64;
+const WARM_KEYS: u64 = 20_000;
+
+struct Args {
+    gib: f64,
+    seconds: f64,
+    dir: PathBuf,
+}
+
+fn args() -> Args {
+    let quick = std::env::var("OMNIBUS_BENCH_QUICK").is_ok();
+    let mut a = Args {
+        gib: if quick { 0.25 } else { 4.0 },
+        seconds: if quick { 3.0 } else { 10.0 },
+        dir: PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("target")
+            .join("bench-tmp"),
+    };
+    let v: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < v.len() {
+        let next = v.get(i + 1).cloned().unwrap_or_default();
+        match v[i].as_str() {
+            "--gib" => a.gib = next.parse().expect("--gib"),
+            "--seconds" => a.seconds = next.parse().expect("--seconds"),
+            "--dir" => a.dir = PathBuf::from(next),
+            "--bench" => {
+                i += 1;
+                continue;
+            }
+            other => panic!("unknown argument {other}"),
+        }
+        i += 2;
+    }
+    a
+}
+
+fn key(i: u64) -> [u8; 8] {
+    // Spread over the key space so that neighbours are not in one leaf.
+    i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes()
+}
+
+/// Writes `n` keys of `VALUE` bytes into the root of a database at `path` and flushes it.
+fn build(path: &Path, n: u64) {
+    let db = Database::open(path, Options::default()).expect("open");
+    let root = db.root();
+    let per_txn = 20_000;
+    let mut i = 0;
+    while i < n {
+        let mut w = root.begin_write().expect("begin");
+        for j in i..(i + per_txn).min(n) {
+            w.put(key(j), [(j % 251) as u8; VALUE]).expect("put");
+        }
+        w.commit().expect("commit");
+        i += per_txn;
+        if i % 400_000 == 0 {
+            db.flush().expect("flush");
+        }
+    }
+    db.flush().expect("flush");
+}
+
+/// Drops the database's data files from the page cache (nothing may map them now); returns
+/// how many files it advised.
+fn drop_cache(path: &Path) -> usize {
+    let mut n = 0;
+    for entry in walk(path) {
+        if entry.file_name().is_some_and(|n| n == "data.pages") {
+            let f = std::fs::File::open(&entry).expect("open data file");
+            f.sync_data().expect("fdatasync");
+            // SAFETY: an advice on an open file descriptor; no memory is passed.
+            let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+            assert_eq!(r, 0, "posix_fadvise");
+            n += 1;
+        }
+    }
+    n
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).expect("read_dir").flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+struct Row {
+    gets_per_s: f64,
+    max_gap_ms: f64,
+    p99_gap_ms: f64,
+    cold_sent: u64,
+}
+
+/// 64 tasks getting keys of `0..keys` for `seconds` on a 2-worker tokio runtime, one task
+/// ticking every 1 ms.
+fn run(path: &Path, reads: ReadPath, keys: u64, seconds: f64, warm_first: bool) -> Row {
+    let engine = Engine::start(EngineOptions {
+        executors: Some(2),
+        reads,
+        ..EngineOptions::default()
+    })
+    .expect("engine");
+    let db = engine
+        .blocking_open_database(path, Options::default())
+        .expect("open");
+    let root = db.root();
+    if warm_first {
+        for i in 0..keys {
+            root.blocking_get(key(i)).expect("get").expect("present");
+        }
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let stop = Arc::new(AtomicBool::new(false));
+    let gets = Arc::new(AtomicU64::new(0));
+    let cold0 = omnibus::actors::cold_reads();
+    let (gaps, elapsed) = rt.block_on(async {
+        let mut tasks = Vec::new();
+        for t in 0..TASKS as u64 {
+            let (root, stop, gets) = (root.clone(), stop.clone(), gets.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut x = t.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1;
+                while !stop.load(Ordering::Relaxed) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let v = root.get(key(x % keys)).await.expect("get");
+                    assert!(v.is_some());
+                    gets.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        let ticker = {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut gaps = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("hist");
+                let mut iv = tokio::time::interval(Duration::from_millis(1));
+                iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let mut last = Instant::now();
+                while !stop.load(Ordering::Relaxed) {
+                    iv.tick().await;
+                    let now = Instant::now();
+                    gaps.record((now - last).as_micros().max(1) as u64)
+                        .expect("record");
+                    last = now;
+                }
+                gaps
+            })
+        };
+        let t0 = Instant::now();
+        tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+        stop.store(true, Ordering::Relaxed);
+        let elapsed = t0.elapsed();
+        for t in tasks {
+            t.await.expect("task");
+        }
+        (ticker.await.expect("ticker"), elapsed)
+    });
+    let row = Row {
+        gets_per_s: gets.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64(),
+        max_gap_ms: gaps.max() as f64 / 1000.0,
+        p99_gap_ms: gaps.value_at_quantile(0.99) as f64 / 1000.0,
+        cold_sent: omnibus::actors::cold_reads() - cold0,
+    };
+    drop((root, db));
+    engine.shutdown().expect("shutdown");
+    row
+}
+
+fn main() {
+    let a = args();
+    let n = (a.gib * (1u64 << 30) as f64 / (VALUE as f64 + 60.0)) as u64;
+    std::fs::create_dir_all(&a.dir).expect("bench dir");
+    let dir = tempfile::Builder::new()
+        .prefix("cold-reads-")
+        .tempdir_in(&a.dir)
+        .expect("tempdir");
+    let path = dir.path().join("db");
+    let t = Instant::now();
+    build(&path, n);
+    println!(
+        "built {n} keys of {VALUE} B ({:.2} GiB of values) in {:.1} s at {}",
+        n as f64 * VALUE as f64 / (1u64 << 30) as f64,
+        t.elapsed().as_secs_f64(),
+        path.display()
+    );
+    println!(
+        "tokio: 2 workers, {TASKS} tasks doing gets, 1 task ticking every 1 ms; {} s a case",
+        a.seconds
+    );
+    println!();
+    println!("| case | reads | gets/s | largest tick gap (ms) | p99 tick gap (ms) | gets sent to the pool |");
+    println!("|---|---|---|---|---|---|");
+    let mut cold = Vec::new();
+    for reads in [ReadPath::CallerAlways, ReadPath::Caller] {
+        assert!(
+            drop_cache(&path) > 0,
+            "no data file found to drop from the page cache"
+        );
+        let r = run(&path, reads, n, a.seconds, false);
+        println!(
+            "| cold, random keys | {reads:?} | {:.0} | {:.1} | {:.2} | {} |",
+            r.gets_per_s, r.max_gap_ms, r.p99_gap_ms, r.cold_sent
+        );
+        cold.push(r);
+    }
+    let mut warm = Vec::new();
+    for reads in [ReadPath::CallerAlways, ReadPath::Caller] {
+        let r = run(&path, reads, WARM_KEYS, a.seconds, true);
+        println!(
+            "| warm, {WARM_KEYS} keys read before | {reads:?} | {:.0} | {:.1} | {:.2} | {} |",
+            r.gets_per_s, r.max_gap_ms, r.p99_gap_ms, r.cold_sent
+        );
+        warm.push(r);
+    }
+    println!();
+    println!(
+        "cold: largest tick gap Caller / CallerAlways = {:.1} / {:.1} ms; warm gets/s Caller / CallerAlways = {:.2}x",
+        cold[1].max_gap_ms,
+        cold[0].max_gap_ms,
+        warm[1].gets_per_s / warm[0].gets_per_s
+    );
+}
