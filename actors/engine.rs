@@ -45,7 +45,7 @@ use super::storage::{self as storage_actor, StorageHandle};
 use futures_lite::future::block_on;
 
 use crate::actor_interface::{
-    self, BackupReport, Database, DatabaseStats, Error, FlushMode, Journal, Options,
+    self, BackupReport, Database, DatabaseStats, Error, FlushMode, FlushReport, Journal, Options,
     ReadTransaction, Result, Storage, PAGE_SIZE,
 };
 
@@ -719,6 +719,7 @@ impl EngineInner {
             storage,
             tx,
             readers: self.readers.clone(),
+            background: self.background_io.clone(),
             reads: self.opts.reads,
         })
     }
@@ -902,9 +903,34 @@ impl Drop for EngineInner {
 }
 
 impl DatabaseHandle {
-    /// The core database (stats, flush, close are best done through the engine).
-    pub fn database(&self) -> &Database {
+    /// The core database under the engine, for tests that write around the engine on purpose
+    /// (feature `testing`): a write transaction taken through it makes the storage's actor fail
+    /// its requests with [`Error::WriteInProgress`], and root writes made so skip the index feed.
+    #[cfg(feature = "testing")]
+    pub fn core_database_for_tests(&self) -> &Database {
         &self.inner.db
+    }
+
+    /// Writes every committed page of every storage of the database to its data file (as
+    /// [`Database::flush`], branches first, then the root, their reports summed), on the
+    /// engine's background I/O pool; write buffers stay buffered (their actors apply them).
+    /// The engine's flushers do this on their own when due; this is for a caller that wants it
+    /// now (before a copy of the files, a measurement).
+    ///
+    /// Errors: the first storage's flush error (the storage is then poisoned); [`Error::Closed`]
+    /// after shutdown.
+    pub async fn flush(&self) -> Result<FlushReport> {
+        let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
+        let db = self.inner.db.clone();
+        engine
+            .background_io
+            .run(move || actor_interface::flush_database_pages(&db))
+            .await
+    }
+
+    /// Blocking [`DatabaseHandle::flush`].
+    pub fn blocking_flush(&self) -> Result<FlushReport> {
+        block_on(self.flush())
     }
 
     /// The root storage's handle.

@@ -69,7 +69,8 @@ use super::update::{self, delete_op, delete_range_op, put_op, UpdateTransaction}
 use futures_lite::future::block_on;
 
 use crate::actor_interface::{
-    self, Durability, Error, KeyRange, ReadTransaction, Result, Storage, WriteTransaction,
+    self, CheckReport, Durability, Error, FlushReport, KeyRange, ReadTransaction, Result, Storage,
+    StorageStats, WriteTransaction,
 };
 
 /// A queued request's payload, in the order of the mailbox.
@@ -468,6 +469,8 @@ pub struct StorageHandle {
     pub(crate) storage: Storage,
     pub(crate) tx: flume::Sender<StorageMsg>,
     pub(crate) readers: flume::Sender<ReadMsg>,
+    /// The engine's background I/O pool (flushes and checks asked through the handle).
+    pub(crate) background: IoPool,
     /// Where `get` and `multi_get` run (the engine's [`ReadPath`]).
     pub(crate) reads: ReadPath,
 }
@@ -484,9 +487,60 @@ impl StorageHandle {
         &self.name
     }
 
-    /// The core storage (for stats, check, flush).
-    pub fn storage(&self) -> &Storage {
-        &self.storage
+    /// The storage's counters ([`crate::Storage::stats`]): entries, pages, journal, write
+    /// buffer, last committed and flushed txn. Reads shared state only; never blocks.
+    pub fn stats(&self) -> StorageStats {
+        self.storage.stats()
+    }
+
+    /// Bytes a flush would give back now ([`crate::Storage::unflushed_bytes`]; two atomic
+    /// loads).
+    pub fn unflushed_bytes(&self) -> u64 {
+        self.storage.unflushed_bytes()
+    }
+
+    /// Bytes of committed page images held in memory until a flush
+    /// ([`crate::Storage::scratch_bytes`]; one atomic load).
+    pub fn scratch_bytes(&self) -> u64 {
+        self.storage.scratch_bytes()
+    }
+
+    /// The storage's write-buffer size in bytes (0: none; under the engine only index storages
+    /// are buffered, [`crate::actors::IndexDefinition::write_buffer_bytes`]).
+    pub fn write_buffer_bytes(&self) -> u64 {
+        self.storage.write_buffer_bytes()
+    }
+
+    /// Writes the storage's committed pages to its data file now ([`crate::Storage::flush`],
+    /// without applying a write buffer: its actor does), on the engine's background I/O pool.
+    ///
+    /// Errors: an I/O error writing or syncing the data file (the storage is then poisoned);
+    /// [`Error::Poisoned`]; [`Error::Closed`] after shutdown.
+    pub async fn flush(&self) -> Result<FlushReport> {
+        let s = self.storage.clone();
+        self.background
+            .run(move || actor_interface::flush_pages(&s))
+            .await
+    }
+
+    /// Blocking [`StorageHandle::flush`].
+    pub fn blocking_flush(&self) -> Result<FlushReport> {
+        block_on(self.flush())
+    }
+
+    /// Checks the storage's last published commit whole ([`crate::Storage::check`]: every
+    /// page's checksum and the tree's order and links, the free-space map), on the engine's
+    /// background I/O pool, while writes go on.
+    ///
+    /// Errors: as [`crate::Storage::check`]; [`Error::Closed`] after shutdown.
+    pub async fn check(&self) -> Result<CheckReport> {
+        let s = self.storage.clone();
+        self.background.run(move || s.check()).await
+    }
+
+    /// Blocking [`StorageHandle::check`].
+    pub fn blocking_check(&self) -> Result<CheckReport> {
+        block_on(self.check())
     }
 
     async fn send_write(&self, batch: WriteBatch) -> Result<Vec<bool>> {

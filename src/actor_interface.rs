@@ -28,6 +28,8 @@ pub(crate) use crate::live_buffer_bytes;
 pub(crate) use crate::live_image_bytes;
 /// What a database backup through a handle reports.
 pub(crate) use crate::BackupReport;
+/// What a storage check through a handle reports.
+pub(crate) use crate::CheckReport;
 /// Where damage was found (an index's unreadable applied record).
 pub(crate) use crate::Corruption;
 /// Opens a database of storages sharing one journal; the engine attaches it.
@@ -40,6 +42,8 @@ pub(crate) use crate::Durability;
 pub(crate) use crate::Error;
 /// A storage's flush mode (the engine's flushers flush `Manual` storages).
 pub(crate) use crate::FlushMode;
+/// What a flush through a handle reports.
+pub(crate) use crate::FlushReport;
 /// Why an index is poisoned.
 pub(crate) use crate::IndexFailure;
 /// The bounds of a range read sent to the reader pool.
@@ -54,6 +58,8 @@ pub(crate) use crate::ReadTransaction;
 pub(crate) use crate::Result;
 /// A storage handle: what every actor writes, reads and flushes.
 pub(crate) use crate::Storage;
+/// A storage's counters, through its handle.
+pub(crate) use crate::StorageStats;
 /// The transaction a storage actor merges its requests into.
 pub(crate) use crate::WriteTransaction;
 /// The longest key: index entries longer than it are skipped.
@@ -168,6 +174,13 @@ pub(crate) fn pause_apply_steps(storage: &Storage) -> crate::storage::StepsPause
 #[inline]
 pub(crate) fn apply_write_buffer(txn: &mut WriteTransaction) -> Result<()> {
     txn.apply_buffer_now()
+}
+
+/// Flushes the pages of every storage of `db` without applying write buffers (branches first,
+/// then the root; reports summed): a database handle's flush, on the background I/O pool.
+#[inline]
+pub(crate) fn flush_database_pages(db: &Database) -> Result<FlushReport> {
+    db.flush_pages()
 }
 
 /// A snapshot's get when no page on its path can fault (`None`: some page is not known to be in

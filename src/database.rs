@@ -677,12 +677,26 @@ impl Database {
     ///
     /// Errors: the first storage's flush error (the storages after it are not flushed).
     pub fn flush(&self) -> Result<crate::storage::FlushReport> {
+        self.flush_each(Storage::flush)
+    }
+
+    /// [`Database::flush`] without applying write buffers (`Storage::flush_pages` of each
+    /// storage): what the actor engine may do while the storages' actors hold their writers.
+    pub(crate) fn flush_pages(&self) -> Result<crate::storage::FlushReport> {
+        self.flush_each(Storage::flush_pages)
+    }
+
+    /// `flush` of every storage (branches first, then the root), the reports summed.
+    fn flush_each(
+        &self,
+        flush: impl Fn(&Storage) -> Result<crate::storage::FlushReport>,
+    ) -> Result<crate::storage::FlushReport> {
         let branches: Vec<Storage> = lock(&self.inner.branches).values().cloned().collect();
         let mut reports = Vec::with_capacity(branches.len());
-        for s in branches {
-            reports.push(s.flush()?);
+        for s in &branches {
+            reports.push(flush(s)?);
         }
-        let mut sum = self.inner.root.flush()?;
+        let mut sum = flush(&self.inner.root)?;
         for r in &reports {
             sum.add(r);
         }

@@ -684,7 +684,7 @@ pub fn run(a: IngestArgs) -> CliResult {
             lag_ms_max: st.apply_lag.max_ms,
         });
     }
-    let root_stats = root.storage().stats();
+    let root_stats = root.stats();
     let root_entries = root_stats.entries;
     let stopped = if let Some(f) = &fatal {
         Some(format!("failed: {}", f.msg))

@@ -30,7 +30,7 @@ fn eventual_write_batches_are_answered_when_queued() {
         .unwrap();
     let (root, a) = (db.root(), db.blocking_create_storage("a").unwrap());
     root.blocking_put("r0", "immediate").unwrap();
-    let journal = || root.storage().stats().journal;
+    let journal = || root.stats().journal;
     let before = journal();
 
     let mut b = WriteBatch::new();
@@ -74,19 +74,19 @@ fn eventual_write_batches_are_answered_when_queued() {
         )
         .unwrap();
     let root = db.root();
-    let before = root.storage().stats().journal;
+    let before = root.stats().journal;
     let mut b = WriteBatch::new();
     b.put("k", "v").set_durability(Durability::Eventual);
     root.blocking_write(b).unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while root.storage().stats().journal.commits == before.commits {
+    while root.stats().journal.commits == before.commits {
         assert!(
             Instant::now() < deadline,
             "the eventual write was never written"
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert_eq!(root.storage().stats().journal.batches, before.batches + 1);
+    assert_eq!(root.stats().journal.batches, before.batches + 1);
     drop((root, db));
     engine.shutdown().unwrap();
 }

@@ -78,7 +78,7 @@ fn buffers_left_in_the_journal_are_applied_by_the_actors() {
     let branch = h.blocking_storage("branch").unwrap();
     for (s, prefix) in [(&root, "root"), (&branch, "branch")] {
         assert_eq!(
-            s.storage().stats().buffer_entries,
+            s.stats().buffer_entries,
             300,
             "{prefix}: put back from the journal"
         );
@@ -88,11 +88,11 @@ fn buffers_left_in_the_journal_are_applied_by_the_actors() {
         );
         s.blocking_put(format!("{prefix}-new"), "after").unwrap();
         assert_eq!(
-            s.storage().stats().buffer_entries,
+            s.stats().buffer_entries,
             0,
             "{prefix}: the actor's commit applied the buffer"
         );
-        assert_eq!(s.storage().stats().entries, 301);
+        assert_eq!(s.stats().entries, 301);
     }
     assert_eq!(
         blocking_calls_on_executors(),
@@ -130,8 +130,8 @@ fn expected(n: u32, value: impl Fn(u32) -> String) -> BTreeSet<Vec<u8>> {
 }
 
 /// Every entry of an index storage but its applied record.
-fn index_entries(s: &omnibus::Storage) -> BTreeSet<Vec<u8>> {
-    let r = s.begin_read().unwrap();
+fn index_entries(s: &impl crate::common::index::Snapshot) -> BTreeSet<Vec<u8>> {
+    let r = s.snap();
     r.range::<&[u8], _>(..)
         .unwrap()
         .map(|e| e.unwrap().0.to_vec())
@@ -160,10 +160,7 @@ fn a_buffered_index_is_exact_applies_when_idle_and_backs_up_without_taking_write
     )
     .unwrap();
     let index = db.blocking_storage("first").unwrap();
-    assert!(
-        index.storage().write_buffer_bytes() > 0,
-        "the index is buffered"
-    );
+    assert!(index.write_buffer_bytes() > 0, "the index is buffered");
     let v1 = |i: u32| format!("{}-{i}", (b'a' + (i % 7) as u8) as char);
     for chunk in 0..20u32 {
         let mut b = WriteBatch::new();
@@ -173,13 +170,13 @@ fn a_buffered_index_is_exact_applies_when_idle_and_backs_up_without_taking_write
         db.root().blocking_write(b).unwrap();
     }
     db.blocking_wait_for_indexes().unwrap();
-    let st = index.storage().stats();
+    let st = index.stats();
     assert!(st.buffer_entries > 0, "entries wait in the buffer: {st:?}");
     assert!(
         omnibus::live_buffer_bytes() >= st.buffer_bytes,
         "the process counts the buffer"
     );
-    assert_eq!(index_entries(index.storage()), expected(2000, v1));
+    assert_eq!(index_entries(&index), expected(2000, v1));
 
     // A backup while entries are buffered: the index's actor applies them in its own
     // transaction (nothing fails with WriteInProgress, nothing is poisoned).
@@ -199,20 +196,20 @@ fn a_buffered_index_is_exact_applies_when_idle_and_backs_up_without_taking_write
     }
     db.root().blocking_write(b).unwrap();
     db.blocking_wait_for_indexes().unwrap();
-    assert_eq!(index_entries(index.storage()), expected(2000, v2));
+    assert_eq!(index_entries(&index), expected(2000, v2));
 
     // No request comes: the actor applies the aged buffer by itself (within the age and a
     // poll; bounded wait).
     let t0 = Instant::now();
-    while index.storage().stats().buffer_entries > 0 {
+    while index.stats().buffer_entries > 0 {
         assert!(
             t0.elapsed() < Duration::from_secs(10),
             "the aged buffer was never applied: {:?}",
-            index.storage().stats()
+            index.stats()
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(index_entries(index.storage()), expected(2000, v2));
+    assert_eq!(index_entries(&index), expected(2000, v2));
     let s = &db.index_stats()[0];
     assert!(
         matches!(s.state, omnibus::actors::IndexState::Current),
@@ -242,7 +239,7 @@ fn a_buffered_index_is_exact_applies_when_idle_and_backs_up_without_taking_write
     let s = &db.index_stats()[0];
     assert_eq!(s.reconciles, 0, "{s:?}");
     let index = db.blocking_storage("first").unwrap();
-    assert_eq!(index_entries(index.storage()), expected(2000, v2));
+    assert_eq!(index_entries(&index), expected(2000, v2));
     drop((index, db));
     engine.shutdown().unwrap();
 }

@@ -69,7 +69,7 @@ fn wait_flushed(db: &DatabaseHandle, name: &str) {
     };
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let st = s.storage().stats();
+        let st = s.stats();
         if st.flushes > 0 && st.last_flushed_txn == st.last_committed_txn {
             return;
         }
@@ -81,7 +81,7 @@ fn wait_flushed(db: &DatabaseHandle, name: &str) {
 fn first_run(engine: &Engine, path: &std::path::Path, mode: JournalMode) {
     let db = engine.blocking_open_database(path, options(mode)).unwrap();
     let root = db.root();
-    let initial = root.storage().stats().data_file_bytes;
+    let initial = root.stats().data_file_bytes;
     db.blocking_define_index(by_color()).unwrap();
     // A branch opened (create: mkdir, open, directory syncs) and dropped (rename, rmdir).
     let scratch = db.blocking_create_storage("scratch").unwrap();
@@ -113,7 +113,7 @@ fn first_run(engine: &Engine, path: &std::path::Path, mode: JournalMode) {
     wait_flushed(&db, "");
     wait_flushed(&db, "notes");
     wait_flushed(&db, "by_color");
-    let st = root.storage().stats();
+    let st = root.stats();
     assert!(
         st.data_file_bytes >= initial + (4 << 20),
         "the data file did not grow: {initial} -> {st:?}"

@@ -65,7 +65,7 @@ fn defining_over_existing_documents_builds_the_index() {
         ("by_color", map_color as index_common::Map),
         ("by_tag", map_tags),
     ] {
-        let got = entries(db.blocking_storage(name).unwrap().storage());
+        let got = entries(&db.blocking_storage(name).unwrap());
         let want = expected(docs.iter().map(|(k, v)| (&k[..], &v[..])), map);
         assert!(got == want, "{name}: {}", diff(&got, &want));
     }
@@ -103,8 +103,8 @@ fn map_parts(_k: &[u8], v: &[u8]) -> Vec<Vec<u8>> {
 }
 
 /// The documents of an index's entries of term `t`, found by the prefix scan the docs give.
-fn docs_of_term(index: &omnibus::Storage, t: &[u8]) -> Vec<Vec<u8>> {
-    let r = index.begin_read().unwrap();
+fn docs_of_term(index: &omnibus::actors::StorageHandle, t: &[u8]) -> Vec<Vec<u8>> {
+    let r = index.snapshot().unwrap();
     let prefix = omnibus::actors::index_term_prefix(t);
     r.prefix(&prefix[..])
         .unwrap()
@@ -132,7 +132,7 @@ fn terms_holding_nul_bytes_never_collide() {
     root.blocking_put("d4", "ab|a").unwrap();
     db.blocking_wait_for_indexes().unwrap();
     let index = db.blocking_storage("parts").unwrap();
-    let s = index.storage();
+    let s = &index;
     assert_eq!(docs_of_term(s, b"a"), vec![b"d1".to_vec(), b"d4".to_vec()]);
     assert_eq!(docs_of_term(s, b"a\0b"), vec![b"d2".to_vec()]);
     assert_eq!(docs_of_term(s, b"a\0"), vec![b"d3".to_vec()]);
@@ -149,7 +149,7 @@ fn terms_holding_nul_bytes_never_collide() {
     // The cross-check agrees, term by term.
     let report = omnibus::actors::check_index(
         &root.snapshot().unwrap(),
-        &s.begin_read().unwrap(),
+        &s.snapshot().unwrap(),
         &IndexDefinition::new("parts", map_parts),
         5,
     )
@@ -174,7 +174,7 @@ fn an_index_of_unescaped_terms_is_rebuilt_at_its_next_definition() {
         root.blocking_put("d2", "x").unwrap();
         // The index as the earlier format wrote it, current with the documents.
         let old = db.blocking_create_storage("parts").unwrap();
-        let txn = root.storage().stats().last_committed_txn;
+        let txn = root.stats().last_committed_txn;
         let mut b = WriteBatch::new();
         let mut record = b"omniIDX1".to_vec();
         record.extend_from_slice(&txn.to_le_bytes());
@@ -197,8 +197,8 @@ fn an_index_of_unescaped_terms_is_rebuilt_at_its_next_definition() {
     let root = db.root();
     let docs = documents(&root.snapshot().unwrap());
     let want = expected(docs.iter().map(|(k, v)| (&k[..], &v[..])), map_parts);
-    assert_eq!(entries(index.storage()), want);
-    assert_eq!(docs_of_term(index.storage(), b"x"), vec![b"d2".to_vec()]);
+    assert_eq!(entries(&index), want);
+    assert_eq!(docs_of_term(&index, b"x"), vec![b"d2".to_vec()]);
     drop(index);
     drop(db);
     engine.shutdown().unwrap();
@@ -257,7 +257,7 @@ fn redefining_or_dropping_an_index_during_its_build_returns() {
         .unwrap();
     db.blocking_wait_for_indexes().unwrap();
     let docs = documents(&root.snapshot().unwrap());
-    let got = entries(db.blocking_storage("ix").unwrap().storage());
+    let got = entries(&db.blocking_storage("ix").unwrap());
     let want = expected(docs.iter().map(|(k, v)| (&k[..], &v[..])), three);
     assert!(got == want, "{}", diff(&got, &want));
     drop((root, db));

@@ -21,7 +21,7 @@ fn a_gap_in_the_root_txn_ids_is_reconciled() {
     assert_eq!(db.index_stats()[0].reconciles, 1);
 
     // Outside the engine: a new document and a changed one.
-    let core = db.database().root();
+    let core = db.core_database_for_tests().root();
     let mut w = core.begin_write().unwrap();
     w.put("b", "color=green").unwrap();
     w.put("a", "color=blue").unwrap();
@@ -33,7 +33,7 @@ fn a_gap_in_the_root_txn_ids_is_reconciled() {
     let docs = documents(&root.snapshot().unwrap());
     let want = expected(docs.iter().map(|(k, v)| (&k[..], &v[..])), map_color);
     let index = db.blocking_storage("by_color").unwrap();
-    let got = entries(index.storage());
+    let got = entries(&index);
     assert!(got == want, "{}", diff(&got, &want));
     assert!(got.contains(&b"blue\0a"[..]) && !got.contains(&b"red\0a"[..]));
     let s = &db.index_stats()[0];

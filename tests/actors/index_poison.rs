@@ -72,7 +72,7 @@ fn a_panicking_map_function_poisons_only_its_index() {
     ));
     let docs = documents(&root.snapshot().unwrap());
     let want = expected(docs.iter().map(|(k, v)| (&k[..], &v[..])), map_color);
-    let got = entries(good.storage());
+    let got = entries(&good);
     assert!(got == want, "{}", diff(&got, &want));
     let s = db
         .index_stats()
@@ -90,7 +90,7 @@ fn a_panicking_map_function_poisons_only_its_index() {
     db.blocking_define_index(IndexDefinition::new("fragile", map_color))
         .unwrap();
     db.blocking_wait_for_indexes().unwrap();
-    let got = entries(db.blocking_storage("fragile").unwrap().storage());
+    let got = entries(&db.blocking_storage("fragile").unwrap());
     assert!(got == want, "{}", diff(&got, &want));
     drop((root, good, db));
     engine.shutdown().unwrap();

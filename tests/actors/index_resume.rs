@@ -58,7 +58,7 @@ fn clean_reopen_resumes_and_outside_writes_are_reconciled() {
     assert_eq!(s.applied_txn, root_txn);
     let docs = documents(&db.root().snapshot().unwrap());
     let want = expected(docs.iter().map(|(k, v)| (&k[..], &v[..])), map_tags);
-    let got = entries(db.blocking_storage("by_tag").unwrap().storage());
+    let got = entries(&db.blocking_storage("by_tag").unwrap());
     assert!(got == want, "{}", diff(&got, &want));
     assert_eq!(s.entries as usize, want.len());
     drop(db);
@@ -84,7 +84,7 @@ fn clean_reopen_resumes_and_outside_writes_are_reconciled() {
     let docs = documents(&db.root().snapshot().unwrap());
     assert_eq!(docs.len(), 400);
     let want = expected(docs.iter().map(|(k, v)| (&k[..], &v[..])), map_tags);
-    let got = entries(db.blocking_storage("by_tag").unwrap().storage());
+    let got = entries(&db.blocking_storage("by_tag").unwrap());
     assert!(got == want, "{}", diff(&got, &want));
     assert_eq!(
         got.iter().filter(|k| k.starts_with(b"only-this\0")).count(),

@@ -90,14 +90,14 @@ fn an_acknowledged_write_is_in_the_index_after_the_wait() {
     // life, which kept the root's flushes at that txn. Now the root's flushes reach its last
     // commit.
     let root = db.root();
-    let last = root.storage().stats().last_committed_txn;
+    let last = root.stats().last_committed_txn;
     assert!(last > 2, "{last}");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while root.storage().stats().last_flushed_txn < last {
+    while root.stats().last_flushed_txn < last {
         assert!(
             std::time::Instant::now() < deadline,
             "the root's flushes stay at txn {} of {last}",
-            root.storage().stats().last_flushed_txn
+            root.stats().last_flushed_txn
         );
         std::thread::sleep(Duration::from_millis(10));
     }

@@ -16,6 +16,7 @@ mod documents_queue;
 mod engine_keepalive;
 mod executor_never_blocks;
 mod executor_placement;
+mod handle_maintenance;
 mod index_build;
 mod index_outside_writes;
 mod index_poison;

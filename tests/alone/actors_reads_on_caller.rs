@@ -134,7 +134,7 @@ fn a_point_read_that_would_fault_goes_to_the_pool_and_a_warm_one_stays() {
     db.root().blocking_write(b).unwrap();
     // Into the data file (else the reopen replays the journal into the scratch table, which
     // is memory).
-    db.database().flush().unwrap();
+    db.blocking_flush().unwrap();
     drop(db);
     engine.shutdown().unwrap();
     // Reopened: the root's pages are in its data file only, none known to be in memory.

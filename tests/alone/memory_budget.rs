@@ -89,7 +89,7 @@ fn check_indexes(db: &DatabaseHandle) {
                 e
             })
             .collect();
-        let got = entries(db.blocking_storage(&format!("hash{i}")).unwrap().storage());
+        let got = entries(&db.blocking_storage(&format!("hash{i}")).unwrap());
         assert_eq!(got.len(), want.len(), "index hash{i}");
         assert!(got == want, "index hash{i} differs from its documents");
     }

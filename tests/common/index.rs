@@ -137,9 +137,26 @@ pub fn documents(root: &ReadTransaction) -> BTreeMap<Vec<u8>, Vec<u8>> {
         .collect()
 }
 
+/// A snapshot of a storage, through the core's handle or an actor handle.
+pub trait Snapshot {
+    fn snap(&self) -> ReadTransaction;
+}
+
+impl Snapshot for Storage {
+    fn snap(&self) -> ReadTransaction {
+        self.begin_read().unwrap()
+    }
+}
+
+impl Snapshot for omnibus::actors::StorageHandle {
+    fn snap(&self) -> ReadTransaction {
+        self.snapshot().unwrap()
+    }
+}
+
 /// The entries an index storage holds (the applied record left out); every value is empty.
-pub fn entries(index: &Storage) -> BTreeSet<Vec<u8>> {
-    let r = index.begin_read().unwrap();
+pub fn entries(index: &impl Snapshot) -> BTreeSet<Vec<u8>> {
+    let r = index.snap();
     let mut out = BTreeSet::new();
     for e in r.iter().unwrap() {
         let (k, v) = e.unwrap();

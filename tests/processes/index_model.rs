@@ -98,7 +98,7 @@ fn load(
 
 fn assert_indexes_match(db: &DatabaseHandle, model: &BTreeMap<Vec<u8>, Vec<u8>>, when: &str) {
     for (name, map) in INDEXES {
-        let got = entries(db.blocking_storage(name).unwrap().storage());
+        let got = entries(&db.blocking_storage(name).unwrap());
         let want = expected_of_model(model, map);
         assert!(got == want, "{when}: index {name}: {}", diff(&got, &want));
     }
@@ -244,7 +244,7 @@ fn sigkill_mid_load_then_reopen_matches_the_documents() {
         let docs = documents(&snap);
         docs_seen = docs.len();
         for (name, map) in INDEXES {
-            let got = entries(db.blocking_storage(name).unwrap().storage());
+            let got = entries(&db.blocking_storage(name).unwrap());
             let want = expected(docs.iter().map(|(k, v)| (&k[..], &v[..])), map);
             assert!(
                 got == want,
@@ -257,7 +257,7 @@ fn sigkill_mid_load_then_reopen_matches_the_documents() {
             reconciles += s.reconciles as usize;
         }
         for n in db.storages() {
-            let r = db.blocking_storage(&n).unwrap().storage().check().unwrap();
+            let r = db.blocking_storage(&n).unwrap().blocking_check().unwrap();
             assert!(r.is_ok(), "round {round}: {n}: {:?}", r.problems);
         }
         drop(snap);

@@ -275,11 +275,11 @@ fn run_mode_in(
     let device0 = fmt::device_write_bytes(tmp);
     let done = Arc::new(AtomicU64::new(0));
     let db_dir = tmp.join("shop.omnibus");
-    let mut storages: Vec<omnibus::Storage> = vec![root.storage().clone()];
+    let mut storages: Vec<omnibus::actors::StorageHandle> = vec![root.clone()];
     for i in 0..a.indexes as usize {
-        storages.push(db.blocking_storage(&index_name(i))?.storage().clone());
+        storages.push(db.blocking_storage(&index_name(i))?);
     }
-    let flushes = |ss: &[omnibus::Storage]| {
+    let flushes = |ss: &[omnibus::actors::StorageHandle]| {
         ss.iter().fold((0, 0), |(f, p), s| {
             let st = s.stats();
             (f + st.flushes, p + st.pages_flushed)
