@@ -27,7 +27,10 @@ fn a_handle_flushes_checks_and_counts_without_the_writable_core() {
     }
     let st = a.stats();
     assert_eq!(st.entries, 500);
-    assert!(a.scratch_bytes() > 0, "the commit's pages are in memory before a flush");
+    assert!(
+        a.scratch_bytes() > 0,
+        "the commit's pages are in memory before a flush"
+    );
     assert!(a.unflushed_bytes() >= a.scratch_bytes());
     let r = a.blocking_flush().unwrap();
     assert!(r.pages_written > 0, "{r:?}");
@@ -35,7 +38,8 @@ fn a_handle_flushes_checks_and_counts_without_the_writable_core() {
     assert_eq!(st.last_flushed_txn, st.last_committed_txn);
     assert_eq!(a.scratch_bytes(), 0);
     // The actor still holds the writer: writes go on after the flush.
-    a.blocking_put(b"after".to_vec(), b"flush".to_vec()).unwrap();
+    a.blocking_put(b"after".to_vec(), b"flush".to_vec())
+        .unwrap();
     let c = a.blocking_check().unwrap();
     assert!(c.problems.is_empty(), "{:?}", c.problems);
     assert_eq!(c.entries, 501);

@@ -479,6 +479,10 @@ const SHARED_NAMES: &[(&str, &str)] = &[
     ("stats", "public stats"),
     // `ReadTransaction::txn_id`; the core's `PreparedCommit::txn_id`.
     ("txn_id", "public ReadTransaction::txn_id"),
+    // The handles' own `flush`; the core's crate-private `flush` functions.
+    ("flush", "the handles' own flush"),
+    // `Storage::check` and the handles' own `check`; the core's crate-private `check`s.
+    ("check", "public Storage::check"),
 ];
 
 // The story: the actors called crate-private methods of the core (`storage.poison(..)`,
