@@ -289,6 +289,9 @@ impl std::fmt::Debug for DatabaseHandle {
     }
 }
 
+/// [`Engine::metrics`] and [`DatabaseHandle::metrics`].
+pub(super) mod metrics;
+
 fn online_cpus() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())

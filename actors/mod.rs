@@ -43,6 +43,7 @@ mod messages;
 mod reader_pool;
 mod storage;
 
+pub use engine::metrics::{DatabaseMetrics, EngineMetrics};
 pub use engine::{DatabaseHandle, Engine, EngineOptions, MEMLOCK_PER_EXECUTOR};
 pub use index::{
     index_applied_txn, BuildProgress, IndexDefinition, IndexState, IndexStats, LagStats, MapFn,

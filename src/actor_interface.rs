@@ -44,6 +44,8 @@ pub(crate) use crate::FlushMode;
 pub(crate) use crate::IndexFailure;
 /// The bounds of a range read sent to the reader pool.
 pub(crate) use crate::KeyRange;
+/// The core's metrics of a database, in the engine's metrics.
+pub(crate) use crate::Metrics;
 /// How the engine opens its databases.
 pub(crate) use crate::Options;
 /// A snapshot: the reads of handles, the reader pool and the index actors.
