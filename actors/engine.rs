@@ -304,6 +304,9 @@ impl std::fmt::Debug for DatabaseHandle {
     }
 }
 
+/// [`Engine::metrics`] and [`DatabaseHandle::metrics`].
+pub(super) mod metrics;
+
 /// Raises the soft `RLIMIT_MEMLOCK` toward the hard limit to cover `executors` executors.
 ///
 /// glommio refuses to start an executor while the soft limit is under

@@ -46,6 +46,7 @@ mod reader_pool;
 mod storage;
 mod update;
 
+pub use engine::metrics::{DatabaseMetrics, EngineMetrics};
 pub use engine::{DatabaseHandle, Engine, EngineOptions, MEMLOCK_PER_EXECUTOR};
 pub use index::{
     index_applied_txn, BuildProgress, IndexDefinition, IndexState, IndexStats, LagStats, MapFn,

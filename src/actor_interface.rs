@@ -48,6 +48,8 @@ pub(crate) use crate::FlushReport;
 pub(crate) use crate::IndexFailure;
 /// The bounds of a range read sent to the reader pool.
 pub(crate) use crate::KeyRange;
+/// The core's metrics of a database, in the engine's metrics.
+pub(crate) use crate::Metrics;
 /// How the engine opens its databases.
 pub(crate) use crate::Options;
 /// The iterator of a range read inside an update closure's transaction.

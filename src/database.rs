@@ -671,6 +671,29 @@ impl Database {
         st
     }
 
+    /// Latency histograms and counters since open, in memory (see [`crate::Metrics`]): the
+    /// journal's commits and batches (every storage's own journal summed in
+    /// [`crate::JournalMode::Separate`]) and the flushes of the root and every open branch
+    /// (a dropped branch's leave with it). Takes a few locks briefly; no I/O.
+    pub fn metrics(&self) -> crate::Metrics {
+        let branches: Vec<Storage> = lock(&self.inner.branches).values().cloned().collect();
+        let mut g = crate::metrics::Gather::default();
+        match &self.inner.journal {
+            Some(j) => j.gather_metrics(&mut g),
+            None => {
+                self.inner.root.inner.journal.gather_metrics(&mut g);
+                for s in &branches {
+                    s.inner.journal.gather_metrics(&mut g);
+                }
+            }
+        }
+        self.inner.root.inner.gather_flush_metrics(&mut g);
+        for s in &branches {
+            s.inner.gather_flush_metrics(&mut g);
+        }
+        g.finish()
+    }
+
     /// Flushes every storage (branches first, then the root) and returns the sum of their
     /// reports (counters summed): `flushed_txn` is the root's;
     /// `limited_by_snapshot` the root's, else the first limited branch's.

@@ -186,10 +186,20 @@ fn opened(inner: &Arc<Inner>) -> Result<()> {
 
 /// Flushes `inner` up to the oldest live snapshot. See the module doc.
 pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
+    // DEBUG (a flush runs every few seconds in steady state); the fields after the target
+    // are recorded once known, `us` at the end. Its events (punching) nest in it.
+    let span = tracing::debug_span!(
+        "flush",
+        path = %inner.data_path.display(),
+        txn = tracing::field::Empty,
+        pages = tracing::field::Empty,
+        bytes = tracing::field::Empty,
+        write_mode = tracing::field::Empty,
+        us = tracing::field::Empty,
+    );
+    let _in = span.enter();
+    let started = Instant::now();
     let mut fs = lock(&inner.flush_state);
-    // Timed only when a subscriber wants the flush event (DEBUG: a flush runs every few
-    // seconds in steady state).
-    let timed = tracing::enabled!(tracing::Level::DEBUG).then(std::time::Instant::now);
     if let Some(cause) = inner.poisoned() {
         return Err(Error::Poisoned { cause });
     }
@@ -282,16 +292,25 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
         inner
             .pages_flushed
             .fetch_add(out.pages_written, Ordering::Relaxed);
-        if let Some(t) = timed {
-            tracing::debug!(
-                path = %inner.data_path.display(),
-                txn = flush_txn,
-                pages = out.pages_written,
-                bytes = out.pages_written * PAGE_SIZE as u64,
-                write_mode = if out.pages_written > 0 { inner.write_mode().0.name() } else { "none" },
-                us = t.elapsed().as_micros() as u64,
-                "flush"
+        let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        inner.flush_recorders.flush_us.record(us);
+        inner.flush_recorders.flush_pages.record(out.pages_written);
+        if !span.is_disabled() {
+            span.record("txn", flush_txn);
+            span.record("pages", out.pages_written);
+            span.record("bytes", out.pages_written * PAGE_SIZE as u64);
+            span.record(
+                "write_mode",
+                if out.pages_written > 0 {
+                    inner.write_mode().0.name()
+                } else {
+                    "none"
+                },
             );
+            span.record("us", us);
+            // The event that closes the span (the command line prints events, with their
+            // spans' fields).
+            tracing::debug!("flushed");
         }
     } else if !inner.opts.read_only {
         // Nothing to write, but the journal's start statement moved (a new session's first

@@ -125,6 +125,12 @@
 //! (internals tests inspect; not a stable API); omnibus's own `cargo test` turns it on.
 //! `fuzzing` (off) adds the decoder entry points for `fuzz/`.
 //!
+//! Observability: [`Storage::metrics`] and [`Database::metrics`] return a [`Metrics`] snapshot
+//! (latency and size histograms of commits, journal batches and flushes, counters, the journal
+//! queue's depth; in memory, since open), [`actors::Engine::metrics`] adds the mailboxes and the
+//! memory budget; journal batches, flushes, write-buffer applies and recoveries are `tracing`
+//! spans with their sizes and durations as fields. The library installs no subscriber.
+//!
 //! Limits: keys of 1 to [`MAX_KEY_LEN`] bytes, values up to [`MAX_VALUE_LEN`] bytes. Errors are
 //! one [`Error`] enum (`#[non_exhaustive]`, `Clone`); I/O errors carry the operation and path.
 //! `docs/ARCHITECTURE.md` has the code map and invariants, `docs/design.md` the on-disk format
@@ -156,6 +162,7 @@ pub mod fuzzing;
 mod journal;
 mod journal_io;
 mod layout;
+mod metrics;
 mod options;
 mod page;
 mod probe;
@@ -178,6 +185,7 @@ pub use database::{Database, DatabaseStats};
 pub use env::{JournalIo, WriteMode};
 pub use error::{Corruption, Error, IndexFailure, Result};
 pub use journal::{JournalStats, Prezero};
+pub use metrics::{HistogramSummary, Metrics};
 pub use options::{Durability, FlushMode, JournalMode, Options};
 pub use page::{live_image_bytes, peak_image_bytes, reset_peak_image_bytes};
 pub use storage::{CompactReport, FlushReport, Storage, StorageStats};

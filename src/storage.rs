@@ -299,6 +299,8 @@ pub(crate) struct Inner {
     pub apply_steps: AtomicU64,
     pub flushes: AtomicU64,
     pub pages_flushed: AtomicU64,
+    /// Flush latency and pages, recorded once per flush (`crate::metrics`).
+    pub flush_recorders: crate::metrics::FlushRecorders,
     /// Pages freed by commits since the last flush began: they wait for a durable header
     /// before reuse, so they count toward the flush threshold like scratch bytes.
     pub freed_unflushed: AtomicU64,
@@ -665,6 +667,17 @@ impl Storage {
     /// Sizes and counters (see [`StorageStats`]).
     pub fn stats(&self) -> StorageStats {
         self.inner.stats()
+    }
+
+    /// Latency histograms and counters since open, in memory (see [`crate::Metrics`]): this
+    /// storage's flushes, and the journal it writes to (a storage of a database with a shared
+    /// journal reports that whole journal's commits; [`crate::Database::metrics`] has the
+    /// database's flushes too). Takes a few locks briefly; no I/O.
+    pub fn metrics(&self) -> crate::Metrics {
+        let mut g = crate::metrics::Gather::default();
+        self.inner.journal.gather_metrics(&mut g);
+        self.inner.gather_flush_metrics(&mut g);
+        g.finish()
     }
 
     /// Checks the last committed state: every page checksum, key order and bounds, equal leaf
@@ -1047,6 +1060,7 @@ impl Inner {
             apply_steps: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
             pages_flushed: AtomicU64::new(0),
+            flush_recorders: Default::default(),
             freed_unflushed: AtomicU64::new(0),
             allocated_unflushed: AtomicU64::new(0),
             flush_started: AtomicU64::new(hdr.flushed_txn),
@@ -1483,6 +1497,15 @@ impl Inner {
             }
             FlushMode::Manual => {}
         }
+    }
+
+    /// Adds this storage's flush histograms and counters to `g`.
+    pub fn gather_flush_metrics(&self, g: &mut crate::metrics::Gather) {
+        g.flushes(
+            &self.flush_recorders,
+            self.flushes.load(Ordering::Relaxed),
+            self.pages_flushed.load(Ordering::Relaxed),
+        );
     }
 
     fn stats(&self) -> StorageStats {

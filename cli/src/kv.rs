@@ -617,6 +617,7 @@ fn stat_plain(a: &StatArgs) -> CliResult {
             "write_mode": { "mode": mode_name, "reason": mode_why },
             "journal_io": { "path": jio_name, "reason": jio_why },
             "storages": [st],
+            "metrics": metrics_json(&s.metrics()),
         });
         println!("{v}");
         return Ok(());
@@ -629,7 +630,45 @@ fn stat_plain(a: &StatArgs) -> CliResult {
     println!("write mode {mode_name} ({mode_why})");
     println!("journal io {jio_name} ({jio_why})");
     print_storage_stat(&st);
+    print_metrics(&s.metrics());
     Ok(())
+}
+
+/// [`omnibus::Metrics`] as a JSON object: counters, and each histogram's count, percentiles
+/// and max (µs for `..._us`, records or pages for the others).
+fn metrics_json(m: &omnibus::Metrics) -> serde_json::Value {
+    let h = |s: &omnibus::HistogramSummary| json!({ "count": s.count, "p50": s.p50, "p90": s.p90, "p99": s.p99, "p999": s.p999, "max": s.max });
+    json!({
+        "commits": m.commits,
+        "journal_batches": m.journal_batches,
+        "journal_fdatasyncs": m.journal_fdatasyncs,
+        "journal_bytes": m.journal_bytes,
+        "journal_queue_depth": m.journal_queue_depth,
+        "flushes": m.flushes,
+        "flushed_bytes": m.flushed_bytes,
+        "commit_us": h(&m.commit_us),
+        "journal_batch_us": h(&m.journal_batch_us),
+        "journal_batch_records": h(&m.journal_batch_records),
+        "flush_us": h(&m.flush_us),
+        "flush_pages": h(&m.flush_pages),
+    })
+}
+
+/// The text form of [`metrics_json`]: two lines.
+fn print_metrics(m: &omnibus::Metrics) {
+    println!(
+        "metrics (this open) {} commits, {} batches, {} fdatasyncs, {} journaled, {} flushes, {} flushed",
+        m.commits,
+        m.journal_batches,
+        m.journal_fdatasyncs,
+        fmt::bytes(m.journal_bytes),
+        m.flushes,
+        fmt::bytes(m.flushed_bytes)
+    );
+    println!(
+        "  latency  commit p50 {} µs, p99 {} µs; flush p50 {} µs, max {} µs",
+        m.commit_us.p50, m.commit_us.p99, m.flush_us.p50, m.flush_us.max
+    );
 }
 
 fn print_storage_stat(s: &StorageStat) {
@@ -694,7 +733,8 @@ pub fn stat(a: StatArgs) -> CliResult {
                 "dir_fsyncs": d.dir_fsyncs,
                 "links_made": d.links_made,
                 "journal_files_live": d.journal_files_live,
-            }
+            },
+            "metrics": metrics_json(&db.metrics()),
         });
         println!("{v}");
         return Ok(());
@@ -713,6 +753,7 @@ pub fn stat(a: StatArgs) -> CliResult {
         "database (this open: recovery only) {} commits in {} batches ({:.1} per batch), {} fdatasyncs, {} directory fsyncs, {} links made, {} journal files live",
         d.commits, d.batches, d.commits_per_batch, d.journal_fdatasyncs, d.dir_fsyncs, d.links_made, d.journal_files_live
     );
+    print_metrics(&db.metrics());
     Ok(())
 }
 

@@ -252,6 +252,14 @@ fn ingest_cities_with_two_indexes() {
     );
     // `stat` shows each index's applied root txn: the reconciled one is at the root's last.
     let st: Value = serde_json::from_str(&ok(&["stat", db, "--json"])).unwrap();
+    // The metrics of stat's own read-only open: it commits nothing.
+    assert_eq!(st["metrics"]["commits"].as_u64(), Some(0), "{st}");
+    assert_eq!(
+        st["metrics"]["commit_us"]["count"].as_u64(),
+        Some(0),
+        "{st}"
+    );
+    assert!(st["metrics"]["flush_us"]["p99"].is_u64(), "{st}");
     let storages = st["storages"].as_array().unwrap();
     let root_txn = &storages[0]["last_committed_txn"];
     assert!(storages[0]["index_applied_txn"].is_null());

@@ -123,6 +123,8 @@ pub struct Journal {
     start_records: AtomicU64,
     eventual_commits: AtomicU64,
     eventual_lost: AtomicU64,
+    /// Histograms recorded once per batch (`crate::metrics`).
+    recorders: crate::metrics::JournalRecorders,
 }
 
 impl std::fmt::Debug for Journal {

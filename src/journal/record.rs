@@ -397,6 +397,9 @@ pub struct OutRecord {
     pub pages: u32,
     /// See `pages`.
     pub page_diffs: u32,
+    /// When its commit started (`WriteTransaction::prepare`), for the journal's commit latency
+    /// histogram (`crate::metrics`); `None` for records that are no commit's.
+    pub started: Option<std::time::Instant>,
 }
 
 impl OutRecord {
@@ -417,6 +420,7 @@ impl OutRecord {
             body_len: len,
             pages: 0,
             page_diffs: 0,
+            started: None,
         }
     }
 

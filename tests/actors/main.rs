@@ -14,6 +14,7 @@ mod actors_poison;
 mod buffered_database;
 mod documents_queue;
 mod engine_keepalive;
+mod engine_metrics;
 mod executor_never_blocks;
 mod executor_placement;
 mod handle_maintenance;

@@ -29,6 +29,7 @@ mod journal_start_cost;
 mod journal_zeros;
 mod layering;
 mod leaf_fill;
+mod metrics;
 mod model;
 mod multi_get_model;
 mod no_fallocate;

@@ -20,9 +20,10 @@ use std::path::{Path, PathBuf};
 // Every intended public item, by path. Unused imports are fine: naming them is the check.
 #[allow(unused_imports)]
 use omnibus::actors::{
-    check_index, index_applied_txn, BuildProgress, DatabaseHandle, Engine, EngineOptions,
-    IndexCheckReport, IndexDefinition, IndexState, IndexStats, LagStats, MapFn, ReadPath,
-    StorageHandle, WriteBatch, WriteOp, INDEX_APPLIED_KEY, MEMLOCK_PER_EXECUTOR,
+    check_index, index_applied_txn, BuildProgress, DatabaseHandle, DatabaseMetrics, Engine,
+    EngineMetrics, EngineOptions, IndexCheckReport, IndexDefinition, IndexState, IndexStats,
+    LagStats, MapFn, ReadPath, StorageHandle, WriteBatch, WriteOp, INDEX_APPLIED_KEY,
+    MEMLOCK_PER_EXECUTOR,
 };
 #[allow(unused_imports)]
 use omnibus::env::{
@@ -32,9 +33,9 @@ use omnibus::env::{
 #[allow(unused_imports)]
 use omnibus::{
     BackupReport, CheckReport, CompactReport, Corruption, Database, DatabaseStats, Durability,
-    Error, FlushMode, FlushReport, HiddenPages, IndexFailure, JournalIo, JournalMode, JournalStats,
-    KeyRange, Options, Prezero, Range, ReadTransaction, Result, Storage, StorageStats, WriteMode,
-    WriteTransaction, MAX_KEY_LEN, MAX_VALUE_LEN, PAGE_SIZE,
+    Error, FlushMode, FlushReport, HiddenPages, HistogramSummary, IndexFailure, JournalIo,
+    JournalMode, JournalStats, KeyRange, Metrics, Options, Prezero, Range, ReadTransaction, Result,
+    Storage, StorageStats, WriteMode, WriteTransaction, MAX_KEY_LEN, MAX_VALUE_LEN, PAGE_SIZE,
 };
 
 #[test]
@@ -52,6 +53,7 @@ fn every_intended_item_is_public() {
     let _: fn(&Storage) -> (WriteMode, String) = Storage::write_mode;
     let _: fn(&Storage) -> (JournalIo, String) = Storage::journal_io;
     let _: fn(&Storage) -> StorageStats = Storage::stats;
+    let _: fn(&Storage) -> Metrics = Storage::metrics;
     let _: fn(&Storage) -> Result<CheckReport> = Storage::check;
     let _: fn(Storage) -> Result<()> = Storage::close;
     let _: fn(&Storage) -> bool = Storage::flush_due;
@@ -73,6 +75,7 @@ fn every_intended_item_is_public() {
     let _: fn(&Database) -> Vec<(String, Error)> = Database::damaged;
     let _: fn(&Database, PathBuf) -> Result<BackupReport> = Database::backup;
     let _: fn(&Database) -> DatabaseStats = Database::stats;
+    let _: fn(&Database) -> Metrics = Database::metrics;
     let _: fn(&Database) -> Result<FlushReport> = Database::flush;
     let _: fn(Database) -> Result<()> = Database::close;
 
@@ -91,6 +94,9 @@ fn every_intended_item_is_public() {
     let _: fn() -> std::io::Result<UringEnv> = UringEnv::new;
     let _: fn() -> DefaultEnv = DefaultEnv::new;
     let _: fn(EngineOptions) -> Result<Engine> = Engine::start;
+    let _: fn(&Engine) -> EngineMetrics = Engine::metrics;
+    let _: fn(&DatabaseHandle) -> DatabaseMetrics = DatabaseHandle::metrics;
+    let _: HistogramSummary = Metrics::default().commit_us;
     let _: fn(&ReadTransaction) -> Result<Option<u64>> = index_applied_txn;
 
     // Constants keep their documented values.
@@ -158,6 +164,7 @@ fn no_internal_module_or_export_is_public() {
                 "pub use env::{JournalIo, WriteMode};",
                 "pub use error::{Corruption, Error, IndexFailure, Result};",
                 "pub use journal::{JournalStats, Prezero};",
+                "pub use metrics::{HistogramSummary, Metrics};",
                 "pub use options::{Durability, FlushMode, JournalMode, Options};",
                 "pub use page::{live_image_bytes, peak_image_bytes, reset_peak_image_bytes};",
                 "pub use storage::{CompactReport, FlushReport, Storage, StorageStats};",
@@ -189,6 +196,7 @@ fn no_internal_module_or_export_is_public() {
         (
             "actors/mod.rs",
             &[
+                "pub use engine::metrics::{DatabaseMetrics, EngineMetrics};",
                 "pub use engine::{DatabaseHandle, Engine, EngineOptions, MEMLOCK_PER_EXECUTOR};",
                 "pub use index::{ index_applied_txn, BuildProgress, IndexDefinition, IndexState, \
                  IndexStats, LagStats, MapFn, INDEX_APPLIED_KEY, };",

@@ -52,7 +52,19 @@ impl WriteTransaction {
     ///
     /// Errors: as `commit` before the journal write (`ENOSPC` growing the data file loses
     /// nothing and does not poison).
-    pub(crate) fn prepare(mut self) -> Result<Option<PreparedCommit>> {
+    pub(crate) fn prepare(self) -> Result<Option<PreparedCommit>> {
+        // The commit's start, carried in its record for the journal's commit latency
+        // histogram (recorded once per batch by the journal writer: `crate::metrics`).
+        let started = std::time::Instant::now();
+        let mut prepared = self.prepare_record()?;
+        if let Some(r) = prepared.as_mut().and_then(|p| p.record.as_mut()) {
+            r.started = Some(started);
+        }
+        Ok(prepared)
+    }
+
+    /// [`WriteTransaction::prepare`] without the start stamp.
+    fn prepare_record(mut self) -> Result<Option<PreparedCommit>> {
         self.guard()?;
         self.inner.check_writable()?;
         if !self.changed {

@@ -279,6 +279,10 @@ impl WriteTransaction {
         });
         let mut taken = vec![false; runs.len()];
         let mut last: Option<usize> = None;
+        let span = apply_span(self.inner.storage_id, true);
+        let _in = span.enter();
+        let started = (!span.is_disabled()).then(std::time::Instant::now);
+        let mut entries = 0u64;
         for g in order {
             if (last.is_some() || cap == 0) && self.dirty_pages() >= cap && left <= limit {
                 break;
@@ -286,9 +290,13 @@ impl WriteTransaction {
             for &(k, v) in &pending[starts[g]..starts[g + 1]] {
                 left = left.saturating_sub(op_bytes(k, v));
                 self.apply_entry(k, v)?;
+                entries += 1;
             }
             taken[g] = true;
             last = Some(g);
+        }
+        if let Some(t) = started {
+            record_apply(&span, entries, self.dirty_pages(), t);
         }
         if taken.iter().all(|&t| t) {
             // Every entry in one step: a whole apply (its commit empties the buffer).
@@ -335,7 +343,17 @@ impl WriteTransaction {
             // The commit publishes a state with an empty buffer, even if nothing else changed.
             self.changed = true;
         }
-        let r = pending(&ops, &base.buffer).try_for_each(|(k, v)| self.apply_entry(k, v));
+        let span = apply_span(self.inner.storage_id, false);
+        let _in = span.enter();
+        let started = (!span.is_disabled()).then(std::time::Instant::now);
+        let mut entries = 0u64;
+        let r = pending(&ops, &base.buffer).try_for_each(|(k, v)| {
+            entries += 1;
+            self.apply_entry(k, v)
+        });
+        if let Some(t) = started {
+            record_apply(&span, entries, self.dirty_pages(), t);
+        }
         self.fail(r)
     }
 
@@ -354,6 +372,33 @@ impl WriteTransaction {
         let ops = self.logical.take()?;
         Some(ops.iter().map(|(k, v)| (&k[..], v.as_deref())).collect())
     }
+}
+
+/// The span of a write-buffer apply (DEBUG: disabled, it costs one interest check; an apply
+/// runs at most once per buffer's worth of commits): `step` for an apply step, `entries`,
+/// `pages` and `us` recorded at its end by [`record_apply`].
+fn apply_span(storage: u64, step: bool) -> tracing::Span {
+    tracing::debug_span!(
+        "apply write buffer",
+        storage,
+        step,
+        entries = tracing::field::Empty,
+        pages = tracing::field::Empty,
+        us = tracing::field::Empty,
+    )
+}
+
+/// Records an apply's entries applied, tree pages the transaction has copied and duration.
+fn record_apply(span: &tracing::Span, entries: u64, pages: usize, started: std::time::Instant) {
+    span.record("entries", entries);
+    span.record("pages", pages as u64);
+    span.record(
+        "us",
+        u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+    );
+    // The event that closes the span (the command line prints events, with their spans'
+    // fields).
+    span.in_scope(|| tracing::debug!("write buffer applied"));
 }
 
 #[cfg(test)]
