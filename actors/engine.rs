@@ -261,6 +261,41 @@ fn index_batch_pages(budget: u64) -> usize {
 }
 
 /// The actor runtime. Cheap to clone; the last clone dropped shuts it down.
+///
+/// The engine runs its own glommio executors (one per CPU the process may use, by default);
+/// an application on any runtime talks to it through [`DatabaseHandle`]s and
+/// [`StorageHandle`]s, which are `Send + Sync + Clone`. From tokio:
+///
+/// ```
+/// use omnibus::actors::{Engine, EngineOptions};
+/// use omnibus::{Error, Options};
+///
+/// # fn main() -> omnibus::Result<()> {
+/// let dir = std::env::temp_dir().join(format!("omnibus-doc-tokio-{}", std::process::id()));
+/// let engine = Engine::start(EngineOptions::default())?;
+/// let rt = tokio::runtime::Runtime::new().expect("tokio");
+/// rt.block_on(async {
+///     let db = engine.open_database(&dir, Options::default()).await?;
+///     let users = db.create_storage("users").await?;
+///     users.put("alice", "admin").await?; // returns once durable
+///     // On this worker when the pages are in memory, else on the engine's readers.
+///     assert_eq!(users.get("alice").await?.as_deref(), Some(&b"admin"[..]));
+///     // Read-modify-write on the storage's actor, no other writer in between.
+///     let logins = users
+///         .update(|t| {
+///             let n = t.get("alice/logins")?.map_or(0, |v| v.len()) + 1;
+///             t.put("alice/logins", vec![b'*'; n])?;
+///             Ok::<usize, Error>(n)
+///         })
+///         .await?;
+///     assert_eq!(logins, 1);
+///     Ok::<(), Error>(())
+/// })?;
+/// engine.shutdown()?; // from a plain thread: it joins the executors
+/// std::fs::remove_dir_all(&dir).ok();
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Engine {
     inner: Arc<EngineInner>,
@@ -293,6 +328,36 @@ struct IndexEntry {
 }
 
 /// A database served by the engine's actors. Cheap to clone, `Send + Sync`.
+///
+/// From an application's own glommio executor (the engine's executors are its own; the
+/// application's tasks await the handles as any other future):
+///
+/// ```
+/// use glommio::LocalExecutorBuilder;
+/// use omnibus::actors::{Engine, EngineOptions, WriteBatch};
+/// use omnibus::Options;
+///
+/// # fn main() -> omnibus::Result<()> {
+/// let dir = std::env::temp_dir().join(format!("omnibus-doc-glommio-{}", std::process::id()));
+/// let engine = Engine::start(EngineOptions::default())?;
+/// let db = engine.blocking_open_database(&dir, Options::default())?;
+/// let app = LocalExecutorBuilder::default()
+///     .spawn(move || async move {
+///         let orders = db.create_storage("orders").await?;
+///         let mut batch = WriteBatch::new();
+///         batch.put("o1", "3 apples").put("o2", "1 pear");
+///         orders.write(batch).await?; // applied whole, once durable
+///         let all = orders.range(.., 10).await?;
+///         assert_eq!(all.len(), 2);
+///         Ok::<(), omnibus::Error>(())
+///     })
+///     .expect("an executor");
+/// app.join().expect("the executor's thread")?;
+/// engine.shutdown()?;
+/// std::fs::remove_dir_all(&dir).ok();
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct DatabaseHandle {
     inner: Arc<DbInner>,

@@ -30,7 +30,8 @@ pub enum ReadPath {
     /// state, no lock, no message) and walks it on the caller's thread as long as every page
     /// on the key's path is known to be in memory (the scratch table, or a page of the map read
     /// since the last residency refresh or found in the page cache by it: one `mincore` over
-    /// the map per flusher tick, 50 ms, for storages read this way): about 0.3 µs a get, as
+    /// 256 MiB of the map per flusher tick, 50 ms, for storages read this way): about 0.3 µs
+    /// a get, as
     /// LMDB readers. At the first page not known resident it stops, touching nothing, and sends
     /// the read to the reader pool (about 12 µs more, docs/BENCHMARKS.md), so a cold page is
     /// read on an executor's reader, never by a tokio worker or a glommio task of the

@@ -463,6 +463,38 @@ pub fn cold_reads() -> u64 {
 /// pool; [`StorageHandle::snapshot`] gives the caller a snapshot of its own. The async methods
 /// work from tokio, glommio or any executor; the `blocking_` twins from plain threads (not from
 /// inside an async task: they block it).
+///
+/// From plain threads:
+///
+/// ```
+/// use omnibus::actors::{Engine, EngineOptions};
+/// use omnibus::Options;
+///
+/// # fn main() -> omnibus::Result<()> {
+/// let dir = std::env::temp_dir().join(format!("omnibus-doc-threads-{}", std::process::id()));
+/// let engine = Engine::start(EngineOptions::default())?;
+/// let db = engine.blocking_open_database(&dir, Options::default())?;
+/// let counts = db.blocking_create_storage("counts")?;
+/// let threads: Vec<_> = (0..4)
+///     .map(|t| {
+///         let counts = counts.clone();
+///         std::thread::spawn(move || counts.blocking_put(format!("t{t}"), vec![t as u8]))
+///     })
+///     .collect();
+/// for t in threads {
+///     t.join().expect("a writer thread")?;
+/// }
+/// let keys: Vec<Vec<u8>> = counts
+///     .blocking_range::<&[u8], _>(..)?
+///     .map(|e| e.map(|(k, _)| k))
+///     .collect::<omnibus::Result<_>>()?;
+/// assert_eq!(keys, [b"t0", b"t1", b"t2", b"t3"]);
+/// drop((counts, db));
+/// engine.shutdown()?;
+/// std::fs::remove_dir_all(&dir).ok();
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct StorageHandle {
     pub(crate) name: String,

@@ -14,7 +14,12 @@
 //! the same tasks over 20,000 keys read once before (every page in memory), gets per second
 //! for both paths.
 //!
-//! `cargo bench --bench cold_reads -- [--gib G] [--seconds S] [--dir D]`
+//! With `--cache-gib C` the process moves itself, once the storage is written, into a cgroup v1
+//! memory group limited to C GiB (`/sys/fs/cgroup/memory`, root only), so that the page cache
+//! cannot hold the whole storage and random reads stay cold for the whole case (without it,
+//! the kernel's read-around warms a storage smaller than the machine's memory in seconds).
+//!
+//! `cargo bench --bench cold_reads -- [--gib G] [--seconds S] [--dir D] [--cache-gib C]`
 //! (`OMNIBUS_BENCH_QUICK=1`: 0.25 GiB, 3 s a case).
 
 use std::os::unix::io::AsRawFd;
@@ -35,6 +40,8 @@ struct Args {
     gib: f64,
     seconds: f64,
     dir: PathBuf,
+    /// Page cache this process may hold during the cases (a cgroup v1 memory limit), GiB.
+    cache_gib: Option<f64>,
 }
 
 fn args() -> Args {
@@ -45,6 +52,7 @@ fn args() -> Args {
         dir: PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("target")
             .join("bench-tmp"),
+        cache_gib: None,
     };
     let v: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -54,6 +62,7 @@ fn args() -> Args {
             "--gib" => a.gib = next.parse().expect("--gib"),
             "--seconds" => a.seconds = next.parse().expect("--seconds"),
             "--dir" => a.dir = PathBuf::from(next),
+            "--cache-gib" => a.cache_gib = Some(next.parse().expect("--cache-gib")),
             "--bench" => {
                 i += 1;
                 continue;
@@ -120,6 +129,41 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// This process in a cgroup v1 memory group of its own, limited to some GiB; left (and the
+/// group removed) on drop.
+struct CacheLimit {
+    dir: PathBuf,
+}
+
+impl CacheLimit {
+    fn enter(gib: f64) -> CacheLimit {
+        let dir = PathBuf::from(format!(
+            "/sys/fs/cgroup/memory/omnibus-cold-reads-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir(&dir).expect("creating a cgroup v1 memory group (root, cgroup v1)");
+        let bytes = (gib * (1u64 << 30) as f64) as u64;
+        std::fs::write(dir.join("memory.limit_in_bytes"), bytes.to_string())
+            .expect("memory.limit_in_bytes");
+        std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string())
+            .expect("joining the memory group");
+        println!("page cache limited to {gib} GiB ({})", dir.display());
+        CacheLimit { dir }
+    }
+}
+
+impl Drop for CacheLimit {
+    fn drop(&mut self) {
+        let root = self
+            .dir
+            .parent()
+            .expect("the memory hierarchy")
+            .join("cgroup.procs");
+        let _ = std::fs::write(root, std::process::id().to_string());
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
 struct Row {
     gets_per_s: f64,
     max_gap_ms: f64,
@@ -171,19 +215,22 @@ fn run(path: &Path, reads: ReadPath, keys: u64, seconds: f64, warm_first: bool) 
         }
         let ticker = {
             let stop = stop.clone();
+            // From the spawn: a ticker that never gets a worker still counts its wait.
+            let mut last = Instant::now();
             tokio::spawn(async move {
-                let mut gaps = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("hist");
+                let mut gaps = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("hist");
                 let mut iv = tokio::time::interval(Duration::from_millis(1));
                 iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                let mut last = Instant::now();
-                while !stop.load(Ordering::Relaxed) {
+                loop {
                     iv.tick().await;
                     let now = Instant::now();
                     gaps.record((now - last).as_micros().max(1) as u64)
                         .expect("record");
                     last = now;
+                    if stop.load(Ordering::Relaxed) {
+                        return gaps;
+                    }
                 }
-                gaps
             })
         };
         let t0 = Instant::now();
@@ -223,6 +270,7 @@ fn main() {
         t.elapsed().as_secs_f64(),
         path.display()
     );
+    let group = a.cache_gib.map(CacheLimit::enter);
     println!(
         "tokio: 2 workers, {TASKS} tasks doing gets, 1 task ticking every 1 ms; {} s a case",
         a.seconds
@@ -243,6 +291,8 @@ fn main() {
         );
         cold.push(r);
     }
+    // The warm rows with the whole page cache.
+    drop(group);
     let mut warm = Vec::new();
     for reads in [ReadPath::CallerAlways, ReadPath::Caller] {
         let r = run(&path, reads, WARM_KEYS, a.seconds, true);

@@ -11,7 +11,6 @@
 //! fuzzer looks for. `docs/TESTING.md` says how to run the targets.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::journal::record::{
@@ -74,7 +73,7 @@ pub fn journal_record(bytes: &[u8]) -> Result<RecordSummary> {
         if is_full && !img.is_empty() && img.len() % PAGE_SIZE == 0 {
             let mut sealed = img.to_vec();
             page::seal(&mut sealed);
-            full.push((p, sealed.into()));
+            full.push((p, page::Image::from_boxed(sealed.into_boxed_slice())));
         }
     }
     // Round trip of the full images (trimmed or not, as the encoder decides).
@@ -153,7 +152,7 @@ pub fn commit_body(
             let run = (v.len() / PAGE_SIZE) as u32;
             v[24..28].copy_from_slice(&run.to_le_bytes());
             page::seal(&mut v);
-            (*p, v.into())
+            (*p, page::Image::from_boxed(v.into_boxed_slice()))
         })
         .collect();
     let rec = commit_record(1, 1, meta, &sealed, |_| None);

@@ -411,10 +411,10 @@ impl Storage {
         self.inner.begin_write(false)
     }
 
-    /// Refreshes what the current map knows of its pages' residency in the page cache (one
-    /// `mincore` over the map), when reads asked it since the last refresh
-    /// ([`crate::ReadTransaction::get_if_resident`]); else nothing. The actor engine's flushers
-    /// call it every tick, on their I/O pool.
+    /// Refreshes what the current map knows of its pages' residency in the page cache, 256 MiB
+    /// of it a call (one `mincore`), in passes over the map that start only when reads used it
+    /// since the last pass began ([`crate::ReadTransaction::get_if_resident`]). The actor
+    /// engine's flushers call it every tick, on their I/O pool.
     pub(crate) fn refresh_residency(&self) {
         self.inner.current.load().mapping.refresh_residency();
     }
