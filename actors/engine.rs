@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use glommio::{LocalExecutorBuilder, Placement};
 
+use super::blocking;
 use super::flusher::{self, FlusherMsg};
 use super::index::{self, BuildSlots, IndexActor, IndexDefinition, IndexShared, IndexStats};
 use super::index_check::{check_index, IndexCheckReport};
@@ -42,7 +43,6 @@ use super::messages::{IndexMsg, ReadPath, RootFeed, StorageMsg};
 use super::placement;
 use super::reader_pool::{self, ReadMsg};
 use super::storage::{self as storage_actor, StorageHandle};
-use futures_lite::future::block_on;
 
 use crate::actor_interface::{
     self, BackupReport, Database, DatabaseStats, Error, FlushMode, FlushReport, Journal, Options,
@@ -327,7 +327,20 @@ struct IndexEntry {
     def: IndexDefinition,
 }
 
-/// A database served by the engine's actors. Cheap to clone, `Send + Sync`.
+/// A database served by the engine's actors. Cheap to clone, `Send + Sync`. It does not keep
+/// the engine running: once the last [`Engine`] clone is dropped (or shut down), its calls
+/// fail with [`Error::Closed`].
+///
+/// Cancel safety of its async methods (what dropping the future before it is ready means):
+/// the work a method hands to the engine's background I/O pool or to an actor goes on to its
+/// end, and only its answer is lost. `storage` and `create_storage`: the storage is opened or
+/// created all the same, and the next call returns its handle. `flush` and `backup`: the flush
+/// or the copy completes (or fails) on the pool; a backup's destination is then whole or
+/// refused by every open, as for any backup. `drop_storage`: may stop halfway (its index actor
+/// stopped, the storage still there); calling it again finishes. `define_index`: dropped
+/// before it is ready, the index is not defined (the root drops its feed at its next commit),
+/// though its storage may have been created; defining it again works. `wait_for_indexes`,
+/// `wait_for_index` and `check_indexes`: nothing changes (a check on the pool runs to its end).
 ///
 /// From an application's own glommio executor (the engine's executors are its own; the
 /// application's tasks await the handles as any other future):
@@ -663,7 +676,10 @@ impl Engine {
         path: impl AsRef<Path>,
         opts: Options,
     ) -> Result<DatabaseHandle> {
-        block_on(self.open_database(path, opts))
+        blocking::wait(
+            "Engine::blocking_open_database",
+            self.open_database(path, opts),
+        )
     }
 
     /// Drains every mailbox, stops every actor, flushes and closes every database, and joins
@@ -980,7 +996,8 @@ impl DatabaseHandle {
     }
 
     /// Writes every committed page of every storage of the database to its data file (as
-    /// [`Database::flush`], branches first, then the root, their reports summed), on the
+    /// [`Database::flush`], branches first, then the root; the counters of the reports summed,
+    /// `flushed_txn` the root's: 0 when the root had nothing to flush), on the
     /// engine's background I/O pool; write buffers stay buffered (their actors apply them).
     /// The engine's flushers do this on their own when due; this is for a caller that wants it
     /// now (before a copy of the files, a measurement).
@@ -998,7 +1015,7 @@ impl DatabaseHandle {
 
     /// Blocking [`DatabaseHandle::flush`].
     pub fn blocking_flush(&self) -> Result<FlushReport> {
-        block_on(self.flush())
+        blocking::wait("DatabaseHandle::blocking_flush", self.flush())
     }
 
     /// The root storage's handle.
@@ -1027,7 +1044,7 @@ impl DatabaseHandle {
 
     /// Blocking [`DatabaseHandle::storage`].
     pub fn blocking_storage(&self, name: &str) -> Result<StorageHandle> {
-        block_on(self.storage(name))
+        blocking::wait("DatabaseHandle::blocking_storage", self.storage(name))
     }
 
     /// The handle of branch storage `name`, created when missing (on the background I/O pool:
@@ -1051,7 +1068,10 @@ impl DatabaseHandle {
 
     /// Blocking [`DatabaseHandle::create_storage`].
     pub fn blocking_create_storage(&self, name: &str) -> Result<StorageHandle> {
-        block_on(self.create_storage(name))
+        blocking::wait(
+            "DatabaseHandle::blocking_create_storage",
+            self.create_storage(name),
+        )
     }
 
     fn cached(&self, name: &str) -> Option<StorageHandle> {
@@ -1163,7 +1183,10 @@ impl DatabaseHandle {
 
     /// Blocking [`DatabaseHandle::define_index`].
     pub fn blocking_define_index(&self, def: IndexDefinition) -> Result<()> {
-        block_on(self.define_index(def))
+        blocking::wait(
+            "DatabaseHandle::blocking_define_index",
+            self.define_index(def),
+        )
     }
 
     fn start_index(
@@ -1300,7 +1323,10 @@ impl DatabaseHandle {
 
     /// Blocking [`DatabaseHandle::wait_for_indexes`].
     pub fn blocking_wait_for_indexes(&self) -> Result<()> {
-        block_on(self.wait_for_indexes())
+        blocking::wait(
+            "DatabaseHandle::blocking_wait_for_indexes",
+            self.wait_for_indexes(),
+        )
     }
 
     /// [`DatabaseHandle::wait_for_indexes`] for the index `name` alone: waits for a healthy
@@ -1317,7 +1343,10 @@ impl DatabaseHandle {
 
     /// Blocking [`DatabaseHandle::wait_for_index`].
     pub fn blocking_wait_for_index(&self, name: &str) -> Result<()> {
-        block_on(self.wait_for_index(name))
+        blocking::wait(
+            "DatabaseHandle::blocking_wait_for_index",
+            self.wait_for_index(name),
+        )
     }
 
     /// Progress and counters of every defined index, by name. No I/O beyond reading each index
@@ -1396,7 +1425,10 @@ impl DatabaseHandle {
 
     /// Blocking [`DatabaseHandle::check_indexes`].
     pub fn blocking_check_indexes(&self, max_examples: usize) -> Result<Vec<IndexCheckReport>> {
-        block_on(self.check_indexes(max_examples))
+        blocking::wait(
+            "DatabaseHandle::blocking_check_indexes",
+            self.check_indexes(max_examples),
+        )
     }
 
     /// An online backup of the whole database into `dest` while writers go on: every
@@ -1448,7 +1480,7 @@ impl DatabaseHandle {
 
     /// Blocking [`DatabaseHandle::backup`].
     pub fn blocking_backup(&self, dest: impl AsRef<std::path::Path>) -> Result<BackupReport> {
-        block_on(self.backup(dest))
+        blocking::wait("DatabaseHandle::blocking_backup", self.backup(dest))
     }
 
     /// Names of the defined indexes.

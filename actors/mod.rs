@@ -31,6 +31,7 @@
 //! of the read-only map (readers on executors may wait for a page to come in: the pool's, and
 //! callers' point reads made from an executor) and waits for a lock held across I/O.
 
+mod blocking;
 mod coop;
 mod engine;
 mod flusher;

@@ -35,7 +35,16 @@ type Pending = Pin<Box<dyn Future<Output = Result<Entries>> + Send>>;
 
 /// A `Stream` of the `(key, value)` entries of a key range of one snapshot, in key order
 /// (descending for [`crate::actors::StorageHandle::range_stream_rev`]), read ahead by the
-/// reader pool in chunks (module docs: the snapshot held, bounded memory, cancel safety).
+/// reader pool in chunks.
+///
+/// The snapshot is taken when the stream is made and held until it is dropped: every chunk
+/// comes from that one committed state, whatever commits meanwhile; like any long reader, a
+/// stream kept open holds back the flushes of the pages it may read (their images stay in
+/// memory). Each chunk is at most [`CHUNK_ENTRIES`] entries or about [`CHUNK_BYTES`] bytes,
+/// read by the pool (the caller's thread touches no page); the next chunk is requested as
+/// soon as one arrives, so at most one chunk is held and one is in flight, whatever the
+/// range's size. Dropping the stream (or a `next()` future) at any point drops the chunk in
+/// flight; nothing else happens.
 /// Each item is an entry or an error ([`Error::Corruption`] of a page, [`Error::Closed`] once
 /// the engine is gone), after which the stream ends. `Unpin` and `Send`.
 pub struct RangeStream {

@@ -55,6 +55,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::blocking;
 use super::coop;
 use super::io_pool::IoPool;
 use super::journal_writer::{self, JournalMsg};
@@ -66,7 +67,6 @@ use super::messages::{
 use super::range_stream::{RangeIter, RangeStream};
 use super::reader_pool::{guarded, snapshot_multi_get, ReadMsg};
 use super::update::{self, delete_op, delete_range_op, put_op, UpdateTransaction};
-use futures_lite::future::block_on;
 
 use crate::actor_interface::{
     self, CheckReport, Durability, Error, FlushReport, KeyRange, ReadTransaction, Result, Storage,
@@ -464,6 +464,10 @@ pub fn cold_reads() -> u64 {
 /// work from tokio, glommio or any executor; the `blocking_` twins from plain threads (not from
 /// inside an async task: they block it).
 ///
+/// A handle does not keep the engine running: once the last [`crate::actors::Engine`] clone is
+/// dropped (or shut down), its calls fail with [`Error::Closed`]. The `blocking_` twins refuse
+/// with [`Error::BlockingOnExecutor`] on the engine's executor threads (in an update closure).
+///
 /// From plain threads:
 ///
 /// ```
@@ -557,7 +561,7 @@ impl StorageHandle {
 
     /// Blocking [`StorageHandle::flush`].
     pub fn blocking_flush(&self) -> Result<FlushReport> {
-        block_on(self.flush())
+        blocking::wait("StorageHandle::blocking_flush", self.flush())
     }
 
     /// Checks the storage's last published commit whole ([`crate::Storage::check`]: every
@@ -572,7 +576,7 @@ impl StorageHandle {
 
     /// Blocking [`StorageHandle::check`].
     pub fn blocking_check(&self) -> Result<CheckReport> {
-        block_on(self.check())
+        blocking::wait("StorageHandle::blocking_check", self.check())
     }
 
     async fn send_write(&self, batch: WriteBatch) -> Result<Vec<bool>> {
@@ -826,17 +830,17 @@ impl StorageHandle {
 
     /// Blocking [`StorageHandle::put`].
     pub fn blocking_put(&self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Result<()> {
-        block_on(self.put(key, value))
+        blocking::wait("StorageHandle::blocking_put", self.put(key, value))
     }
 
     /// Blocking [`StorageHandle::delete`].
     pub fn blocking_delete(&self, key: impl Into<Vec<u8>>) -> Result<bool> {
-        block_on(self.delete(key))
+        blocking::wait("StorageHandle::blocking_delete", self.delete(key))
     }
 
     /// Blocking [`StorageHandle::write`].
     pub fn blocking_write(&self, batch: WriteBatch) -> Result<()> {
-        block_on(self.write(batch))
+        blocking::wait("StorageHandle::blocking_write", self.write(batch))
     }
 
     /// Blocking [`StorageHandle::update`].
@@ -846,7 +850,7 @@ impl StorageHandle {
         T: Send + 'static,
         E: From<Error> + Send + 'static,
     {
-        block_on(self.update(f))
+        blocking::wait("StorageHandle::blocking_update", self.update(f))
     }
 
     /// Blocking [`StorageHandle::compare_and_swap`].
@@ -856,28 +860,37 @@ impl StorageHandle {
         expected: Option<&[u8]>,
         new: Option<Vec<u8>>,
     ) -> Result<std::result::Result<(), Option<Vec<u8>>>> {
-        block_on(self.compare_and_swap(key, expected, new))
+        blocking::wait(
+            "StorageHandle::blocking_compare_and_swap",
+            self.compare_and_swap(key, expected, new),
+        )
     }
 
-    /// Blocking [`StorageHandle::get`] (except with [`ReadPath::Pool`] it never blocks on a
-    /// channel: the read runs right here, page faults included).
+    /// Blocking [`StorageHandle::get`]: with [`ReadPath::Caller`] or [`ReadPath::CallerAlways`]
+    /// the read runs right here, page faults included, with no channel; with
+    /// [`ReadPath::Pool`] it waits for the reader pool ([`Error::BlockingOnExecutor`] on an
+    /// engine executor thread).
     pub fn blocking_get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
         if self.reads != ReadPath::Pool {
             return self.get_here(key.as_ref());
         }
-        block_on(self.get(key))
+        blocking::wait("StorageHandle::blocking_get", self.get(key))
     }
 
     /// Every entry with a key in `bounds`, in key order, as a blocking `Iterator` over
     /// [`StorageHandle::range_stream`] (one snapshot, read ahead in chunks by the reader pool;
     /// `.take(n)` for the first `n`). Errors: as [`StorageHandle::range_stream`].
     pub fn blocking_range<K, R: KeyRange<K>>(&self, bounds: R) -> Result<RangeIter> {
-        Ok(RangeIter::new(self.range_stream(bounds)?))
+        blocking::wait("StorageHandle::blocking_range", async {
+            Ok(RangeIter::new(self.range_stream(bounds)?))
+        })
     }
 
     /// [`StorageHandle::blocking_range`] in descending key order.
     pub fn blocking_range_rev<K, R: KeyRange<K>>(&self, bounds: R) -> Result<RangeIter> {
-        Ok(RangeIter::new(self.range_stream_rev(bounds)?))
+        blocking::wait("StorageHandle::blocking_range_rev", async {
+            Ok(RangeIter::new(self.range_stream_rev(bounds)?))
+        })
     }
 
     /// Blocking [`StorageHandle::multi_get`].
@@ -885,7 +898,7 @@ impl StorageHandle {
         if self.reads != ReadPath::Pool {
             return self.multi_get_here(keys);
         }
-        block_on(self.multi_get(keys))
+        blocking::wait("StorageHandle::blocking_multi_get", self.multi_get(keys))
     }
 
     /// A get on the caller's thread ([`ReadPath::Caller`]); a reader's panic is answered as an

@@ -30,7 +30,10 @@ use crate::actor_interface::{Error, KeyRange, Range, Result, WriteTransaction};
 ///
 /// The closure runs on the storage's executor: keep it short and free of blocking calls (it
 /// holds the storage's writer, and the executor's other actors wait for it). Its reads of
-/// pages not in memory fault on that executor, as the actor's own reads do.
+/// pages not in memory fault on that executor, as the actor's own reads do. A handle's
+/// `blocking_` call inside it fails with [`Error::BlockingOnExecutor`] (it would wait for an
+/// executor it stops); a panic abandons the transaction ([`Error::UpdatePanicked`]; the
+/// default panic hook still prints it).
 pub struct UpdateTransaction<'a> {
     txn: &'a mut WriteTransaction,
     /// The root's document changes for the index feed; `None` where no index is fed.

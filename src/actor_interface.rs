@@ -250,5 +250,7 @@ pub(crate) fn record_len(record: &OutRecord) -> u64 {
 
 /// Marks the calling thread as an executor: a blocking disk call on it is then a bug, counted.
 pub(crate) use crate::env::mark_executor_thread;
+/// Whether the calling thread is an executor (a handle's blocking call there is refused).
+pub(crate) use crate::env::on_executor;
 /// Puts the calling thread in I/O class best effort at a level (the background I/O pool: 7).
 pub(crate) use crate::env::set_thread_io_priority;

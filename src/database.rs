@@ -526,6 +526,13 @@ impl Database {
             });
         };
         s.close_for_drop();
+        // Out of the journal before its directory goes: a record of it still queued (an
+        // eventual commit) is then written without a hard link into its `Journals/` (the
+        // writer skips storages it does not know), instead of a link into a renamed directory
+        // failing and poisoning the journal for every storage.
+        if let Some(j) = &self.inner.journal {
+            j.unregister(s.storage_id());
+        }
         let env = &self.inner.opts.env;
         let indexes = self.inner.path.join(INDEXES_DIR);
         let nanos = std::time::SystemTime::now()
@@ -535,9 +542,6 @@ impl Database {
         let tomb = indexes.join(format!("{DROPPED_PREFIX}{nanos}"));
         env.rename(&indexes.join(name), &tomb)?;
         env.sync_dir(&indexes)?;
-        if let Some(j) = &self.inner.journal {
-            j.unregister(s.storage_id());
-        }
         drop(s);
         if let Err(e) = env.remove_dir_all(&tomb) {
             tracing::warn!(error = %e, "removing a dropped storage failed; it is removed at the next open");

@@ -153,6 +153,16 @@ pub enum Error {
         /// The panic's message (empty when it was not a string).
         message: String,
     },
+    /// A `blocking_` call of an actor handle was made on one of the engine's executor threads
+    /// (inside an update closure or an index's map function): it would wait for work that
+    /// this very thread (or the executor it stops) must do, for ever. Nothing was sent. Use the
+    /// `UpdateTransaction` given to the closure for the storage it updates; other storages'
+    /// writes belong after the update returns.
+    #[error("{call}: a blocking call on one of the engine's executor threads would wait on that executor for ever")]
+    BlockingOnExecutor {
+        /// The call refused, as `StorageHandle::blocking_put`.
+        call: &'static str,
+    },
     /// [`crate::Storage::try_begin_write`] found another write transaction open.
     #[error("another write transaction is open on this storage")]
     WriteInProgress,
@@ -347,6 +357,7 @@ impl Clone for Error {
                 source_dir: source_dir.clone(),
             },
             Error::WriteInProgress => Error::WriteInProgress,
+            Error::BlockingOnExecutor { call } => Error::BlockingOnExecutor { call },
             Error::UpdatePanicked { message } => Error::UpdatePanicked {
                 message: message.clone(),
             },

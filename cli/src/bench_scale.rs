@@ -1,10 +1,13 @@
 //! `omnibus bench scale`: the large-machine scaling benchmark. For each executor
-//! count it runs four workloads through the actor runtime, one after the other:
+//! count it runs five workloads through the actor runtime, one after the other:
 //!
 //! - `get`: random point reads of a storage of `--keys` keys through a [`StorageHandle`], from
 //!   as many client threads as executors (the handles read on the caller's thread:
 //!   `ReadPath::Caller`, so the reads scale with the threads calling them);
 //! - `multi_get`: the same with `--batch` keys per call (ops are keys; latency is per call);
+//! - `get via pool`: the `get` workload with `ReadPath::Pool`: every read a message to the
+//!   engine's reader pool (one reader per executor) and a reply, so the reads scale with the
+//!   executors instead of the calling threads;
 //! - `write shared`: `--clients` closed-loop clients putting 100-byte values into random
 //!   storages of 1 root + `--storages` branches, durable, one shared journal;
 //! - `write separate`: the same with a journal per storage.
@@ -25,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use omnibus::actors::{Engine, EngineOptions, StorageHandle};
+use omnibus::actors::{Engine, EngineOptions, ReadPath, StorageHandle};
 use omnibus::{Database, JournalMode, Options};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -44,8 +47,14 @@ const WARMUP_MAX_SECONDS: f64 = 0.5;
 /// Synced writes of the disk probe before the run.
 const PROBE_WRITES: u32 = 200;
 
-/// The four workloads, in the order they run and print.
-const WORKLOADS: [&str; 4] = ["get", "multi_get", "write shared", "write separate"];
+/// The five workloads, in the order they run and print.
+const WORKLOADS: [&str; 5] = [
+    "get",
+    "multi_get",
+    "get via pool",
+    "write shared",
+    "write separate",
+];
 
 /// One workload at one executor count.
 #[derive(Debug, Clone, Serialize)]
@@ -153,8 +162,14 @@ fn ns_histogram() -> Histogram<u64> {
 }
 
 fn start_engine(executors: usize) -> omnibus::Result<Engine> {
+    start_engine_reading(executors, ReadPath::default())
+}
+
+/// [`start_engine`] with the handles' point reads on `reads`.
+fn start_engine_reading(executors: usize, reads: ReadPath) -> omnibus::Result<Engine> {
     Engine::start(EngineOptions {
         executors: Some(executors),
+        reads,
         ..EngineOptions::default()
     })
 }
@@ -286,7 +301,8 @@ fn read_clients(
     })
 }
 
-/// The two read workloads at `executors`: an engine over the read database at `path`.
+/// The read workloads at `executors`: an engine over the read database at `path` for `get`
+/// and `multi_get` on the caller's thread, then one reading through the pool.
 fn reads(a: &ScaleArgs, path: &Path, executors: usize) -> CliResult<Vec<Row>> {
     let engine = match start_engine(executors) {
         Ok(e) => e,
@@ -294,6 +310,7 @@ fn reads(a: &ScaleArgs, path: &Path, executors: usize) -> CliResult<Vec<Row>> {
             return Ok(vec![
                 skipped("get", executors, e.to_string()),
                 skipped("multi_get", executors, e.to_string()),
+                skipped("get via pool", executors, e.to_string()),
             ])
         }
     };
@@ -341,10 +358,46 @@ fn reads(a: &ScaleArgs, path: &Path, executors: usize) -> CliResult<Vec<Row>> {
     engine
         .shutdown()
         .map_err(|e| Fail::from(e).context("closing the read database"))?;
+    let pooled = pool_gets(a, path, executors)?;
     Ok(vec![
         row("get", executors, executors, get),
         row("multi_get", executors, executors, multi),
+        pooled,
     ])
+}
+
+/// The `get` workload with every read sent to the reader pool (`ReadPath::Pool`).
+fn pool_gets(a: &ScaleArgs, path: &Path, executors: usize) -> CliResult<Row> {
+    let engine = match start_engine_reading(executors, ReadPath::Pool) {
+        Ok(e) => e,
+        Err(e) => return Ok(skipped("get via pool", executors, e.to_string())),
+    };
+    let db = engine
+        .blocking_open_database(path, Options::default())
+        .map_err(|e| Fail::opening(e, path))?;
+    let h = db.root();
+    let keys = a.keys;
+    let pin = client_cpus(&engine);
+    let got = read_clients(
+        executors,
+        a.seconds,
+        &pin,
+        Arc::new(move |rng: &mut SmallRng| {
+            let k = read_key(rng.random_range(0..keys));
+            match h.blocking_get(k)? {
+                Some(_) => Ok(1),
+                None => Err(Fail::io(format!(
+                    "key {} of the read storage is missing",
+                    String::from_utf8_lossy(&k)
+                ))),
+            }
+        }),
+    )?;
+    drop(db);
+    engine
+        .shutdown()
+        .map_err(|e| Fail::from(e).context("closing the read database"))?;
+    Ok(row("get via pool", executors, executors, got))
 }
 
 /// A write workload at `executors`: a fresh database in `dir` with 1 root + `--storages`
@@ -604,7 +657,7 @@ pub fn run(a: ScaleArgs) -> CliResult {
         .map(|n| n.to_string())
         .collect();
     eprintln!(
-        "bench scale: executors {:?}, {} s per run, 4 workloads; {} ({fs}); {synced_writes_per_s:.0} synced 4 KiB writes/s probed",
+        "bench scale: executors {:?}, {} s per run, 5 workloads; {} ({fs}); {synced_writes_per_s:.0} synced 4 KiB writes/s probed",
         counts,
         a.seconds,
         dir.display()

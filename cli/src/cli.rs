@@ -410,10 +410,11 @@ pub enum BenchCommand {
 }
 
 const SCALE_LONG: &str = "The large-machine scaling benchmark. For each --executors count, one after the other, \
-four workloads run through the actor runtime for --seconds S each:
+five workloads run through the actor runtime for --seconds S each:
   get             random point reads of --keys keys (100 B values) through a storage handle, from as \
 many client threads as executors (handles read on the caller's thread, from a snapshot)
   multi_get       the same, --batch keys per call (ops/s counts keys; latency is per call)
+  get via pool    get with every read sent to the engine's reader pool (ReadPath::Pool)
   write shared    --clients closed-loop clients putting 100 B values, durable, into random storages \
 of 1 root + --storages branches sharing one journal
   write separate  the same with a journal per storage

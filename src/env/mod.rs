@@ -31,7 +31,7 @@ pub mod testing;
 mod uring;
 
 pub use default::DefaultEnv;
-pub(crate) use executor_guard::mark_executor_thread;
+pub(crate) use executor_guard::{mark_executor_thread, on_executor};
 pub use uring::UringEnv;
 
 /// A failed file operation: the operation, the path and the operating system's error.

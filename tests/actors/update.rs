@@ -326,3 +326,39 @@ fn a_write_future_dropped_after_its_first_poll_still_commits_and_one_never_polle
     drop((s, db));
     engine.shutdown().unwrap();
 }
+
+#[test]
+fn a_blocking_call_inside_an_update_is_refused_instead_of_hanging_the_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    // One executor: every actor and reader lives on the thread that runs the closure.
+    let engine = Engine::start(EngineOptions {
+        executors: Some(1),
+        reads: omnibus::actors::ReadPath::Pool,
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    let db = engine
+        .blocking_open_database(dir.path().join("db"), Options::default())
+        .unwrap();
+    let a = db.blocking_create_storage("a").unwrap();
+    let b = db.blocking_create_storage("b").unwrap();
+    let (b2, a2) = (b.clone(), a.clone());
+    let inner = a
+        .blocking_update(move |t| {
+            t.put(b"mine", b"1")?;
+            Ok::<_, Error>((
+                b2.blocking_put(b"other".to_vec(), b"1".to_vec()),
+                a2.blocking_get(b"mine"),
+            ))
+        })
+        .unwrap();
+    for r in [inner.0.map(|_| ()), inner.1.map(|_| ())] {
+        assert!(matches!(r, Err(Error::BlockingOnExecutor { .. })), "{r:?}");
+    }
+    // The update committed; nothing was sent by the refused calls; the engine goes on.
+    assert!(a.blocking_get(b"mine").unwrap().is_some());
+    assert_eq!(b.blocking_get(b"other").unwrap(), None);
+    b.blocking_put(b"other".to_vec(), b"2".to_vec()).unwrap();
+    drop((a, b, db));
+    engine.shutdown().unwrap();
+}

@@ -172,6 +172,48 @@ fn drop_storage_is_durable_and_names_are_checked() {
     let _ = Arc::new(db);
 }
 
+// Regression: an eventual commit still queued in the shared journal when its storage was
+// dropped was written after the storage's directory had been renamed away, its hard link into
+// that `Journals/` failed with ENOENT, and the journal was poisoned for every storage.
+#[test]
+fn dropping_a_storage_with_an_eventual_commit_queued_leaves_the_journal_writable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let db = Database::open(
+        &path,
+        Options {
+            // The queued record stays queued until the next batch.
+            eventual_sync_ms: 60_000,
+            ..opts(JournalMode::Shared)
+        },
+    )
+    .unwrap();
+    let a = db.create_storage("a").unwrap();
+    let mut w = a.begin_write().unwrap();
+    w.set_durability(omnibus::Durability::Eventual);
+    w.put(b"k", b"v").unwrap();
+    w.commit().unwrap();
+    drop(a);
+    db.drop_storage("a").unwrap();
+    assert!(!path.join("Indexes/a").exists());
+    // The next batch writes the dropped storage's record with the root's.
+    let root = db.root();
+    let mut w = root.begin_write().unwrap();
+    w.put(b"root", b"after").unwrap();
+    w.commit().unwrap();
+    let b = db.create_storage("b").unwrap();
+    let mut w = b.begin_write().unwrap();
+    w.put(b"k", b"v").unwrap();
+    w.commit().unwrap();
+    drop((root, b, db));
+    let db = Database::open(&path, opts(JournalMode::Shared)).unwrap();
+    assert_eq!(db.storages(), vec!["b".to_string()]);
+    assert_eq!(
+        db.root().begin_read().unwrap().get(b"root").unwrap(),
+        Some(&b"after"[..])
+    );
+}
+
 #[test]
 fn old_journal_files_are_released() {
     let dir = tempfile::tempdir().unwrap();
