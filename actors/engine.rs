@@ -64,7 +64,9 @@ const GLOMMIO_IO_MEMORY: usize = 64 << 10;
 /// `Reactor::new` check), whatever the number of executors.
 const GLOMMIO_MIN_MEMLOCK: u64 = 512 << 10;
 
-/// How the engine is laid out.
+/// How the engine is laid out. A count of 0 where one is needed (`executors: Some(0)`,
+/// `mailbox_capacity`, `max_requests_per_txn`, `index_queue_capacity`) makes
+/// [`Engine::start`] fail with [`Error::InvalidOptions`].
 #[derive(Debug, Clone)]
 pub struct EngineOptions {
     /// Executors to start, each pinned to one of the CPUs this process may use (the affinity
@@ -451,9 +453,22 @@ impl Engine {
     /// Errors: [`Error::ResourceLimit`] when the locked-memory limit cannot be raised enough
     /// (the message says how much is needed and how to grant it); [`Error::InvalidOptions`] for
     /// an empty CPU set or a CPU of [`EngineOptions::cpus`] outside the calling thread's
-    /// affinity (the message names it and the allowed CPUs); I/O errors reading the affinity
-    /// or starting threads.
+    /// affinity (the message names it and the allowed CPUs), and for a count of 0 where at
+    /// least one is needed (`executors: Some(0)`, `mailbox_capacity`, `max_requests_per_txn`,
+    /// `index_queue_capacity`); I/O errors reading the affinity or starting threads.
     pub fn start(opts: EngineOptions) -> Result<Engine> {
+        for (name, n) in [
+            ("executors", opts.executors.unwrap_or(1)),
+            ("mailbox_capacity", opts.mailbox_capacity),
+            ("max_requests_per_txn", opts.max_requests_per_txn),
+            ("index_queue_capacity", opts.index_queue_capacity),
+        ] {
+            if n == 0 {
+                return Err(Error::InvalidOptions(format!(
+                    "EngineOptions::{name} is 0: at least 1"
+                )));
+            }
+        }
         let allowed = placement::allowed_cpus()?;
         let topology = placement::read_topology(Path::new("/sys"), &allowed);
         let cpus = placement::choose(

@@ -155,3 +155,40 @@ fn an_explicit_cpu_outside_the_allowed_ones_is_invalid_options() {
         }
     });
 }
+
+#[test]
+fn counts_of_zero_are_invalid_options_not_raised_to_one() {
+    let zero = |o: EngineOptions, name: &str| match Engine::start(o) {
+        Err(Error::InvalidOptions(m)) => assert!(m.contains(name), "{m}"),
+        Err(e) => panic!("{name}: expected InvalidOptions, got {e}"),
+        Ok(_) => panic!("{name}: an engine started with 0"),
+    };
+    zero(
+        EngineOptions {
+            executors: Some(0),
+            ..EngineOptions::default()
+        },
+        "executors",
+    );
+    zero(
+        EngineOptions {
+            mailbox_capacity: 0,
+            ..EngineOptions::default()
+        },
+        "mailbox_capacity",
+    );
+    zero(
+        EngineOptions {
+            max_requests_per_txn: 0,
+            ..EngineOptions::default()
+        },
+        "max_requests_per_txn",
+    );
+    zero(
+        EngineOptions {
+            index_queue_capacity: 0,
+            ..EngineOptions::default()
+        },
+        "index_queue_capacity",
+    );
+}
