@@ -57,7 +57,13 @@ fn bench_scale_tiny_runs_every_workload_at_each_count() {
     ] {
         assert!(header.contains(col), "{header}");
     }
-    for w in ["get", "multi_get", "write shared", "write separate"] {
+    for w in [
+        "get",
+        "multi_get",
+        "get via pool",
+        "write shared",
+        "write separate",
+    ] {
         assert!(
             out.lines()
                 .any(|l| l.starts_with(&format!("speedup {w}: 1->2: "))),
@@ -72,7 +78,7 @@ fn bench_scale_tiny_runs_every_workload_at_each_count() {
     assert_eq!(v["executors"], serde_json::json!([1, 2]));
     assert_eq!(v["speedup_base_executors"], 1);
     let rows = v["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 8, "4 workloads x 2 counts: {v}");
+    assert_eq!(rows.len(), 10, "5 workloads x 2 counts: {v}");
     for r in rows {
         assert!(r["skipped"].is_null(), "{r}");
         assert!(r["ops"].as_u64().unwrap() > 0, "{r}");
@@ -91,7 +97,13 @@ fn bench_scale_tiny_runs_every_workload_at_each_count() {
         let over = r["executors"].as_u64().unwrap() > v["cpus"].as_u64().unwrap();
         assert_eq!(r["oversubscribed"], over, "{r}");
     }
-    for w in ["get", "multi_get", "write shared", "write separate"] {
+    for w in [
+        "get",
+        "multi_get",
+        "get via pool",
+        "write shared",
+        "write separate",
+    ] {
         let s = v["speedups"][w].as_array().unwrap();
         assert_eq!(s.len(), 2, "{v}");
         assert_eq!(s[0][0], 1);

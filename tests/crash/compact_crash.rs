@@ -18,6 +18,10 @@ fn opts(env: Arc<dyn StorageEnv>) -> Options {
     Options {
         env,
         flush_mode: FlushMode::Manual,
+        // No background pre-zeroing thread: its syncs would land among compaction's durable
+        // operations at times of their own, and a crash point counted in one run would not
+        // come in the next.
+        journal_prezero: omnibus::Prezero::Off,
         ..Options::default()
     }
 }
