@@ -301,6 +301,20 @@ fn read_clients(
     })
 }
 
+/// The `get` workload's operation: a get of a random one of the `keys` keys through `h`.
+fn random_gets(h: StorageHandle, keys: u64) -> Arc<ReadOp> {
+    Arc::new(move |rng: &mut SmallRng| {
+        let k = read_key(rng.random_range(0..keys));
+        match h.blocking_get(k)? {
+            Some(_) => Ok(1),
+            None => Err(Fail::io(format!(
+                "key {} of the read storage is missing",
+                String::from_utf8_lossy(&k)
+            ))),
+        }
+    })
+}
+
 /// The read workloads at `executors`: an engine over the read database at `path` for `get`
 /// and `multi_get` on the caller's thread, then one reading through the pool.
 fn reads(a: &ScaleArgs, path: &Path, executors: usize) -> CliResult<Vec<Row>> {
@@ -321,21 +335,7 @@ fn reads(a: &ScaleArgs, path: &Path, executors: usize) -> CliResult<Vec<Row>> {
     let keys = a.keys;
     let pin = client_cpus(&engine);
     let h = root.clone();
-    let get = read_clients(
-        executors,
-        a.seconds,
-        &pin,
-        Arc::new(move |rng: &mut SmallRng| {
-            let k = read_key(rng.random_range(0..keys));
-            match h.blocking_get(k)? {
-                Some(_) => Ok(1),
-                None => Err(Fail::io(format!(
-                    "key {} of the read storage is missing",
-                    String::from_utf8_lossy(&k)
-                ))),
-            }
-        }),
-    )?;
+    let get = read_clients(executors, a.seconds, &pin, random_gets(h, keys))?;
     let h = root.clone();
     let batch = a.batch as usize;
     let multi = read_clients(
@@ -378,21 +378,7 @@ fn pool_gets(a: &ScaleArgs, path: &Path, executors: usize) -> CliResult<Row> {
     let h = db.root();
     let keys = a.keys;
     let pin = client_cpus(&engine);
-    let got = read_clients(
-        executors,
-        a.seconds,
-        &pin,
-        Arc::new(move |rng: &mut SmallRng| {
-            let k = read_key(rng.random_range(0..keys));
-            match h.blocking_get(k)? {
-                Some(_) => Ok(1),
-                None => Err(Fail::io(format!(
-                    "key {} of the read storage is missing",
-                    String::from_utf8_lossy(&k)
-                ))),
-            }
-        }),
-    )?;
+    let got = read_clients(executors, a.seconds, &pin, random_gets(h, keys))?;
     drop(db);
     engine
         .shutdown()
