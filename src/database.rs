@@ -678,7 +678,7 @@ impl Database {
     /// Latency histograms and counters since open, in memory (see [`crate::Metrics`]): the
     /// journal's commits and batches (every storage's own journal summed in
     /// [`crate::JournalMode::Separate`]) and the flushes of the root and every open branch
-    /// (a dropped branch's leave with it). Takes a few locks briefly; no I/O.
+    /// (a dropped branch's leave with it). Takes a few short locks; no I/O.
     pub fn metrics(&self) -> crate::Metrics {
         let branches: Vec<Storage> = lock(&self.inner.branches).values().cloned().collect();
         let mut g = crate::metrics::Gather::default();

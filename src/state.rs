@@ -20,18 +20,29 @@ use crate::page::{check_image, PageHeader, PAGE_SIZE};
 /// Scratch table: page number -> latest committed, unflushed image (`scratch.rs`).
 pub(crate) use crate::scratch::{Scratch, ScratchPage};
 
-/// A read-only map of the data file, with a bit per page saying its checksum was verified.
+/// A page's bit in [`Mapping`]'s bitmap: its checksum was verified.
+const VERIFIED: u64 = 1;
+/// A page's bit in [`Mapping`]'s bitmap: known to be in the page cache.
+const RESIDENT: u64 = 2;
+/// Pages per word of [`Mapping`]'s bitmap (two bits each).
+const PAGES_PER_WORD: u64 = 32;
+/// The [`RESIDENT`] bits of all the pages of a word.
+const RESIDENT_ALL: u64 = 0xAAAA_AAAA_AAAA_AAAA;
+
+/// A read-only map of the data file, with two bits per page: its checksum was verified, and it
+/// is known to be in the page cache.
 pub(crate) struct Mapping {
     map: Option<Mmap>,
     /// The storage's end of file for readers (shared by all its mappings): lowered before the
     /// closing flush cuts the file's free tail, so no read touches a byte past the file's end.
     end: Arc<AtomicU64>,
     len: u64,
-    verified: Box<[AtomicU64]>,
-    /// One bit per page: known to be in the page cache (read through the map since the last
-    /// [`Mapping::refresh_residency`], or found there by it). What [`Mapping::page_if_resident`]
-    /// trusts, so that an async caller's read never faults on a page known cold.
-    resident: Box<[AtomicU64]>,
+    /// Two bits per page, [`PAGES_PER_WORD`] pages a word (one load answers both for a read):
+    /// [`VERIFIED`], and [`RESIDENT`]: read through the map since the last
+    /// [`Mapping::refresh_residency`], or found in the page cache by it. What
+    /// [`Mapping::page_if_resident`] trusts, so that an async caller's read never faults on a
+    /// page known cold.
+    bits: Box<[AtomicU64]>,
     /// Set by a [`Mapping::page_if_resident`] since the last refresh pass began: the bits are
     /// in use.
     residency_wanted: AtomicBool,
@@ -82,14 +93,14 @@ impl Mapping {
             Some(m)
         };
         let pages = (len as usize).div_ceil(PAGE_SIZE);
-        let verified = (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
-        let resident = (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
+        let bits = (0..(pages as u64).div_ceil(PAGES_PER_WORD))
+            .map(|_| AtomicU64::new(0))
+            .collect();
         Ok(Mapping {
             map,
             end,
             len,
-            verified,
-            resident,
+            bits,
             residency_wanted: AtomicBool::new(false),
             refresh_cursor: AtomicU64::new(0),
             path,
@@ -127,30 +138,43 @@ impl Mapping {
         &self.path
     }
 
+    /// Page `p`'s word of the bitmap and the shift of its two bits in it.
+    fn slot(&self, p: u64) -> Option<(&AtomicU64, u32)> {
+        let w = self.bits.get(usize::try_from(p / PAGES_PER_WORD).ok()?)?;
+        Some((w, ((p % PAGES_PER_WORD) * 2) as u32))
+    }
+
+    /// Page `p`'s bits ([`VERIFIED`], [`RESIDENT`]); none for a page past the map.
+    fn page_bits(&self, p: u64) -> u64 {
+        self.slot(p).map_or(0, |(w, sh)| {
+            (w.load(Ordering::Relaxed) >> sh) & (VERIFIED | RESIDENT)
+        })
+    }
+
+    /// Sets `flags` among page `p`'s bits.
+    fn set_bits(&self, p: u64, flags: u64) {
+        if let Some((w, sh)) = self.slot(p) {
+            w.fetch_or(flags << sh, Ordering::Relaxed);
+        }
+    }
+
     /// Records that page `p`'s checksum was verified (on an image read from the file, which
     /// holds the same bytes as the map while a snapshot can reach the page).
     pub fn mark_verified(&self, p: u64) {
-        if let Some(w) = self.verified.get((p / 64) as usize) {
-            w.fetch_or(1u64 << (p % 64), Ordering::Relaxed);
-        }
+        self.set_bits(p, VERIFIED);
     }
 
     /// Whether page `p`'s residency bit is set.
     fn known_resident(&self, p: u64) -> bool {
-        self.resident
-            .get((p / 64) as usize)
-            .is_some_and(|w| w.load(Ordering::Relaxed) & (1u64 << (p % 64)) != 0)
+        self.page_bits(p) & RESIDENT != 0
     }
 
     /// Sets the residency bits of pages `p..p + pages` (they were just read through the map).
     fn mark_resident(&self, p: u64, pages: u64) {
         for q in p..p.saturating_add(pages) {
-            if let Some(w) = self.resident.get((q / 64) as usize) {
-                let bit = 1u64 << (q % 64);
-                // A load first: the bit is set on all but a page's first read.
-                if w.load(Ordering::Relaxed) & bit == 0 {
-                    w.fetch_or(bit, Ordering::Relaxed);
-                }
+            // A load first: the bit is set on all but a page's first read.
+            if !self.known_resident(q) {
+                self.set_bits(q, RESIDENT);
             }
         }
     }
@@ -194,8 +218,9 @@ impl Mapping {
             return;
         }
         let end_page = (self.end.load(Ordering::Acquire) as usize).min(map.len()) / PAGE_SIZE;
-        // Windows start on a word of 64 pages, so that each stores whole words.
-        let start = (start as usize).min(end_page) / 64 * 64;
+        // Windows start on a word of the bitmap, so that each updates whole words.
+        let per = PAGES_PER_WORD as usize;
+        let start = (start as usize).min(end_page) / per * per;
         let stop = (start + RESIDENCY_WINDOW).min(end_page);
         let next = if stop >= end_page { 0 } else { stop };
         self.refresh_cursor.store(next as u64, Ordering::Relaxed);
@@ -206,13 +231,16 @@ impl Mapping {
         let Some(units) = crate::env::page_reads::resident_units(span, PAGE_SIZE) else {
             return;
         };
-        for (i, chunk) in units.chunks(64).enumerate() {
-            let bits = chunk
+        for (i, chunk) in units.chunks(per).enumerate() {
+            let found = chunk
                 .iter()
                 .enumerate()
-                .fold(0u64, |w, (b, r)| w | (u64::from(*r) << b));
-            if let Some(w) = self.resident.get(start / 64 + i) {
-                w.store(bits, Ordering::Relaxed);
+                .fold(0u64, |w, (b, r)| w | (u64::from(*r) * RESIDENT) << (2 * b));
+            if let Some(w) = self.bits.get(start / per + i) {
+                // The residency bits replaced, the verified ones kept.
+                let _ = w.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                    Some((old & !RESIDENT_ALL) | found)
+                });
             }
         }
     }
@@ -246,24 +274,19 @@ impl Mapping {
         let Some(image) = map.get(start..start.saturating_add(run)) else {
             return bad("page run beyond the end of the data file");
         };
-        let word = (p / 64) as usize;
-        let bit = 1u64 << (p % 64);
-        let done = self
-            .verified
-            .get(word)
-            .map(|w| w.load(Ordering::Relaxed) & bit != 0)
-            .unwrap_or(false);
-        if !done || force_verify {
+        // One load for both bits.
+        let bits = self.page_bits(p);
+        if bits & VERIFIED == 0 || force_verify {
             let h = check_image(image, p, &self.path)?;
-            if let Some(w) = self.verified.get(word) {
-                w.fetch_or(bit, Ordering::Relaxed);
-            }
+            self.set_bits(p, VERIFIED | RESIDENT);
             // The checksum read the whole run.
-            self.mark_resident(p, (image.len() / PAGE_SIZE) as u64);
+            self.mark_resident(p + 1, (image.len() / PAGE_SIZE) as u64 - 1);
             return Ok((image, h));
         }
-        // The header was read: its page is in memory now.
-        self.mark_resident(p, 1);
+        if bits & RESIDENT == 0 {
+            // The header was read: its page is in memory now.
+            self.set_bits(p, RESIDENT);
+        }
         Ok((image, h))
     }
 }

@@ -672,7 +672,7 @@ impl Storage {
     /// Latency histograms and counters since open, in memory (see [`crate::Metrics`]): this
     /// storage's flushes, and the journal it writes to (a storage of a database with a shared
     /// journal reports that whole journal's commits; [`crate::Database::metrics`] has the
-    /// database's flushes too). Takes a few locks briefly; no I/O.
+    /// database's flushes too). Takes a few short locks; no I/O.
     pub fn metrics(&self) -> crate::Metrics {
         let mut g = crate::metrics::Gather::default();
         self.inner.journal.gather_metrics(&mut g);

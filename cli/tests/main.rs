@@ -6,7 +6,7 @@
 //! `common::children::no_children_meanwhile()` while it does (a child holds a copy of this
 //! process's descriptors, storage locks included, until its `exec`).
 
-#[allow(dead_code)] // no binary uses every helper
+#[allow(dead_code)] // no binary uses all of it
 #[path = "../../tests/common/mod.rs"]
 mod common;
 

@@ -2,20 +2,14 @@
 //! of its pages and a whole check, run on the engine's background pool while its actor keeps
 //! the writer; a database handle's flush of every storage.
 
-use omnibus::actors::{Engine, EngineOptions, WriteBatch};
-use omnibus::Options;
+use omnibus::actors::WriteBatch;
+
+use crate::common::index::open_engine;
 
 #[test]
 fn a_handle_flushes_checks_and_counts_without_the_writable_core() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::start(EngineOptions {
-        executors: Some(2),
-        ..EngineOptions::default()
-    })
-    .unwrap();
-    let db = engine
-        .blocking_open_database(dir.path().join("db"), Options::default())
-        .unwrap();
+    let (engine, db) = open_engine(dir.path().join("db"));
     let a = db.blocking_create_storage("a").unwrap();
     let b = db.blocking_create_storage("b").unwrap();
     for (h, n) in [(&a, 500u32), (&b, 300)] {

@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use futures_lite::StreamExt;
-use omnibus::actors::{Engine, EngineOptions, WriteBatch, CHUNK_ENTRIES};
-use omnibus::Options;
+use omnibus::actors::{WriteBatch, CHUNK_ENTRIES};
+
+use crate::common::index::open_engine;
 
 /// Owned range bounds.
 type Bounds = (Bound<Vec<u8>>, Bound<Vec<u8>>);
@@ -20,14 +21,7 @@ fn key(i: u32) -> Vec<u8> {
 #[test]
 fn streams_match_a_btreemap_in_both_directions_and_hold_their_snapshot() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::start(EngineOptions {
-        executors: Some(2),
-        ..EngineOptions::default()
-    })
-    .unwrap();
-    let db = engine
-        .blocking_open_database(dir.path().join("db"), Options::default())
-        .unwrap();
+    let (engine, db) = open_engine(dir.path().join("db"));
     let s = db.blocking_create_storage("s").unwrap();
     let mut model = BTreeMap::new();
     // Values of varied sizes: some chunks end on the entry count, some on the bytes.

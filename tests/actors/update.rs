@@ -14,15 +14,7 @@ use omnibus::{Error, Options};
 use crate::common::index as index_common;
 
 fn start(dir: &std::path::Path) -> (Engine, DatabaseHandle) {
-    let engine = Engine::start(EngineOptions {
-        executors: Some(2),
-        ..EngineOptions::default()
-    })
-    .unwrap();
-    let db = engine
-        .blocking_open_database(dir.join("db"), Options::default())
-        .unwrap();
-    (engine, db)
+    index_common::open_engine(dir.join("db"))
 }
 
 fn runtime() -> tokio::runtime::Runtime {
