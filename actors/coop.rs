@@ -5,50 +5,92 @@
 //! task looping over such calls would then never give its thread back to its runtime: on tokio
 //! (whose cooperative budget only counts tokio's own resources) or glommio, every other task of
 //! that worker starves, timers included. So each such call first charges its work to a
-//! per-thread budget of [`BUDGET`] units (a get is one unit, a `multi_get` one per key); a call
-//! that finds the budget spent refills it and returns `Pending` once, waking itself at once, so
-//! the runtime runs its other ready tasks and its timers before this one goes on. This is
-//! tokio's `task::consume_budget` made runtime-independent (tokio's budget is 128 units, as
-//! here).
+//! per-thread budget; a call that finds the budget spent starts a new one and returns `Pending`
+//! once, waking itself at once, so the runtime runs its other ready tasks (and, now and then,
+//! its timers) before this one goes on. This is tokio's `task::consume_budget` made
+//! runtime-independent.
 //!
-//! State: one counter per thread (the executor thread polling the future); no lock, no
-//! allocation. Invariant: a task polled over and over on one thread gets `Pending` at least
-//! once every [`BUDGET`] units of its own ready calls. The blocking twins (`blocking_get`...)
-//! never charge the budget: they have no runtime to give back.
+//! The budget is spent by [`BUDGET`] units (a get is one unit, a `multi_get` one per key; 128
+//! as tokio's per-task budget) or by [`SLICE`] of time, whichever comes first. Units alone are
+//! not enough: a get that copies a large value or misses the CPU caches costs microseconds, and
+//! a runtime looks at its timers only between task polls (tokio's workers every 61 polls, its
+//! `event_interval`), so 128 such gets a poll made a 1 ms timer fire 11 ms late (p99), 29 ms at
+//! worst, with 64 busy tasks (`cargo bench --bench cold_reads`, warm rows). With polls of at
+//! most about [`SLICE`], 61 of them take under 1 ms; a yield costs a task switch (a fraction of
+//! a microsecond), a few percent of a slice.
+//!
+//! State: per thread, the units charged and the start and last instants of the current burst
+//! of charges; no lock, no allocation; one clock read (`Instant::now`, the vDSO) per call. A
+//! charge that comes more than [`SLICE`] after the previous one starts a new burst (the thread
+//! did something else in between, so no yield is owed: a lone get after idle time never
+//! yields). Invariant: a task polled over and over on one thread gets `Pending` at least once
+//! every [`BUDGET`] units or [`SLICE`] of its own ready calls. The blocking twins
+//! (`blocking_get`...) never charge the budget: they have no runtime to give back.
 
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 /// Units of ready work a thread does between two yields (as tokio's per-task budget, 128).
 pub(crate) const BUDGET: u32 = 128;
 
-thread_local! {
-    /// Units charged on this thread since its last yield.
-    static SPENT: Cell<u32> = const { Cell::new(0) };
+/// Time a thread spends in one burst of ready calls before it yields: 61 polls of this length
+/// (tokio's default `event_interval`) stay under 1 ms. Measured (`cold_reads`, warm rows, 2
+/// workers, 64 tasks): largest tick gap 15–29 ms with units alone, 5–7 ms with 50 µs, 3–5 ms
+/// with 10 µs, at the same gets/s.
+pub(crate) const SLICE: Duration = Duration::from_micros(10);
+
+/// One thread's budget: units charged in the current burst, when the burst began, when its
+/// last charge was made (`None`: no burst).
+#[derive(Clone, Copy)]
+struct Spent {
+    units: u32,
+    burst: Option<(Instant, Instant)>,
 }
 
-/// Charges `units` (at least one) to this thread's budget; returns whether the budget is
-/// spent, in which case it starts again from zero and the caller must yield once.
-fn charge(units: usize) -> bool {
-    SPENT.with(|s| {
+thread_local! {
+    /// This thread's budget.
+    static SPENT: Cell<Spent> = const { Cell::new(Spent { units: 0, burst: None }) };
+}
+
+/// Charges `units` (at least one) to this thread's budget at instant `now`; returns whether
+/// the budget is spent, in which case it starts again from zero and the caller must yield once.
+fn charge_at(units: usize, now: Instant) -> bool {
+    SPENT.with(|cell| {
+        let mut s = cell.get();
+        let began = match s.burst {
+            Some((began, last)) if now.saturating_duration_since(last) <= SLICE => began,
+            // No burst, or the thread did something else since its last charge: a new burst.
+            _ => {
+                s.units = 0;
+                now
+            }
+        };
         let u = u32::try_from(units.max(1)).unwrap_or(u32::MAX);
-        let spent = s.get().saturating_add(u);
-        if spent >= BUDGET {
-            s.set(0);
-            true
+        s.units = s.units.saturating_add(u);
+        let spent = s.units >= BUDGET || now.saturating_duration_since(began) >= SLICE;
+        s = if spent {
+            Spent {
+                units: 0,
+                burst: None,
+            }
         } else {
-            s.set(spent);
-            false
-        }
+            Spent {
+                units: s.units,
+                burst: Some((began, now)),
+            }
+        };
+        cell.set(s);
+        spent
     })
 }
 
 /// Charges `units` of ready work to the calling thread's budget and, when it is spent, yields
 /// to the runtime once (`Pending`, with this task woken at once) before the work is done.
 pub(crate) async fn consume(units: usize) {
-    if charge(units) {
+    if charge_at(units, Instant::now()) {
         YieldOnce(false).await;
     }
 }
@@ -73,24 +115,59 @@ impl Future for YieldOnce {
 mod tests {
     use super::*;
 
+    fn reset() {
+        SPENT.with(|s| {
+            s.set(Spent {
+                units: 0,
+                burst: None,
+            })
+        });
+    }
+
     #[test]
     fn the_budget_is_spent_every_budget_units() {
-        SPENT.with(|s| s.set(0));
-        let yields = (0..10 * BUDGET).filter(|_| charge(1)).count();
+        reset();
+        let t = Instant::now();
+        let yields = (0..10 * BUDGET).filter(|_| charge_at(1, t)).count();
         assert_eq!(yields, 10);
         // A large call spends the budget at once.
-        assert!(charge(BUDGET as usize * 4));
+        assert!(charge_at(BUDGET as usize * 4, t));
         // Zero units count as one.
-        SPENT.with(|s| s.set(BUDGET - 1));
-        assert!(charge(0));
+        reset();
+        assert!((1..BUDGET).all(|_| !charge_at(0, t)));
+        assert!(charge_at(0, t));
+    }
+
+    #[test]
+    fn the_budget_is_spent_by_a_slice_of_time() {
+        reset();
+        let t = Instant::now();
+        let step = SLICE / 4;
+        // Charges a quarter slice apart: the fifth comes a whole slice after the burst began.
+        let yields: Vec<bool> = (0..5).map(|i| charge_at(1, t + step * i)).collect();
+        assert_eq!(yields, [false, false, false, false, true]);
+        // And the next burst starts at the next charge.
+        assert!(!charge_at(1, t + step * 5));
+    }
+
+    #[test]
+    fn a_charge_after_idle_time_starts_a_new_burst() {
+        reset();
+        let t = Instant::now();
+        assert!(!charge_at(BUDGET as usize - 1, t));
+        // More than a slice since the last charge: the thread did other work, nothing is owed.
+        let later = t + SLICE * 3;
+        assert!(!charge_at(1, later));
+        assert!(!charge_at(BUDGET as usize - 2, later));
+        assert!(charge_at(1, later));
     }
 
     #[test]
     fn a_spent_budget_yields_once_then_goes_on() {
         use futures_lite::future::{block_on, poll_once};
-        SPENT.with(|s| s.set(BUDGET - 1));
+        reset();
         block_on(async {
-            let mut f = std::pin::pin!(consume(1));
+            let mut f = std::pin::pin!(consume(BUDGET as usize));
             assert!(poll_once(&mut f).await.is_none(), "pending once");
             assert!(poll_once(&mut f).await.is_some(), "then ready");
             let mut g = std::pin::pin!(consume(1));

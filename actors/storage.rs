@@ -696,9 +696,9 @@ impl StorageHandle {
     /// before the call is seen). With [`ReadPath::Caller`] (the default) it is read on the
     /// caller's thread from a snapshot when every page on its path is known to be in memory,
     /// with no message and nothing awaited (the future is ready at its first poll, except once
-    /// every `coop::BUDGET` = 128 such reads of a thread: then it returns `Pending` once,
-    /// waking itself, so that a loop of gets never starves the other tasks of the caller's
-    /// runtime), and by the reader pool otherwise (a cold page never faults on the caller's
+    /// every 128 such reads or 10 µs of them on a thread, `coop::BUDGET` and `coop::SLICE`:
+    /// then it returns `Pending` once, waking itself, so that a loop of gets never starves the
+    /// other tasks or the timers of the caller's runtime), and by the reader pool otherwise (a cold page never faults on the caller's
     /// thread); with [`ReadPath::CallerAlways`] always on the caller's thread; with
     /// [`ReadPath::Pool`] always by the reader pool.
     ///

@@ -19,8 +19,9 @@
 //! cannot hold the whole storage and random reads stay cold for the whole case (without it,
 //! the kernel's read-around warms a storage smaller than the machine's memory in seconds).
 //!
-//! `cargo bench --bench cold_reads -- [--gib G] [--seconds S] [--dir D] [--cache-gib C]`
-//! (`OMNIBUS_BENCH_QUICK=1`: 0.25 GiB, 3 s a case).
+//! `cargo bench --bench cold_reads -- [--gib G] [--seconds S] [--dir D] [--cache-gib C]
+//! [--db PATH] [--only cold|warm] [--paths caller|both]` (`OMNIBUS_BENCH_QUICK=1`: 0.25 GiB, 3 s a case; `--db`
+//! keeps the database at PATH for the next run, which then skips the build).
 
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -42,6 +43,14 @@ struct Args {
     dir: PathBuf,
     /// Page cache this process may hold during the cases (a cgroup v1 memory limit), GiB.
     cache_gib: Option<f64>,
+    /// A database kept between runs: built there when missing, else read as it is (it must
+    /// have been built with the same `--gib`).
+    db: Option<PathBuf>,
+    /// Which cases run: `cold`, `warm` or both (`None`).
+    only: Option<String>,
+    /// Only the `Caller` rows (`--paths caller`; a cold `CallerAlways` case can stall for
+    /// minutes).
+    caller_only: bool,
 }
 
 fn args() -> Args {
@@ -53,6 +62,9 @@ fn args() -> Args {
             .join("target")
             .join("bench-tmp"),
         cache_gib: None,
+        db: None,
+        only: None,
+        caller_only: false,
     };
     let v: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -63,6 +75,9 @@ fn args() -> Args {
             "--seconds" => a.seconds = next.parse().expect("--seconds"),
             "--dir" => a.dir = PathBuf::from(next),
             "--cache-gib" => a.cache_gib = Some(next.parse().expect("--cache-gib")),
+            "--db" => a.db = Some(PathBuf::from(next)),
+            "--only" if next == "cold" || next == "warm" => a.only = Some(next),
+            "--paths" if next == "caller" || next == "both" => a.caller_only = next == "caller",
             "--bench" => {
                 i += 1;
                 continue;
@@ -261,15 +276,19 @@ fn main() {
         .prefix("cold-reads-")
         .tempdir_in(&a.dir)
         .expect("tempdir");
-    let path = dir.path().join("db");
-    let t = Instant::now();
-    build(&path, n);
-    println!(
-        "built {n} keys of {VALUE} B ({:.2} GiB of values) in {:.1} s at {}",
-        n as f64 * VALUE as f64 / (1u64 << 30) as f64,
-        t.elapsed().as_secs_f64(),
-        path.display()
-    );
+    let path = a.db.clone().unwrap_or_else(|| dir.path().join("db"));
+    if path.exists() {
+        println!("reusing the database at {}", path.display());
+    } else {
+        let t = Instant::now();
+        build(&path, n);
+        println!(
+            "built {n} keys of {VALUE} B ({:.2} GiB of values) in {:.1} s at {}",
+            n as f64 * VALUE as f64 / (1u64 << 30) as f64,
+            t.elapsed().as_secs_f64(),
+            path.display()
+        );
+    }
     let group = a.cache_gib.map(CacheLimit::enter);
     println!(
         "tokio: 2 workers, {TASKS} tasks doing gets, 1 task ticking every 1 ms; {} s a case",
@@ -279,7 +298,14 @@ fn main() {
     println!("| case | reads | gets/s | largest tick gap (ms) | p99 tick gap (ms) | gets sent to the pool |");
     println!("|---|---|---|---|---|---|");
     let mut cold = Vec::new();
-    for reads in [ReadPath::CallerAlways, ReadPath::Caller] {
+    let cold_cases = if a.only.as_deref() == Some("warm") {
+        &[][..]
+    } else if a.caller_only {
+        &[ReadPath::Caller][..]
+    } else {
+        &[ReadPath::CallerAlways, ReadPath::Caller][..]
+    };
+    for &reads in cold_cases {
         assert!(
             drop_cache(&path) > 0,
             "no data file found to drop from the page cache"
@@ -294,7 +320,14 @@ fn main() {
     // The warm rows with the whole page cache.
     drop(group);
     let mut warm = Vec::new();
-    for reads in [ReadPath::CallerAlways, ReadPath::Caller] {
+    let warm_cases = if a.only.as_deref() == Some("cold") {
+        &[][..]
+    } else if a.caller_only {
+        &[ReadPath::Caller][..]
+    } else {
+        &[ReadPath::CallerAlways, ReadPath::Caller][..]
+    };
+    for &reads in warm_cases {
         let r = run(&path, reads, WARM_KEYS, a.seconds, true);
         println!(
             "| warm, {WARM_KEYS} keys read before | {reads:?} | {:.0} | {:.1} | {:.2} | {} |",
@@ -303,10 +336,18 @@ fn main() {
         warm.push(r);
     }
     println!();
-    println!(
-        "cold: largest tick gap Caller / CallerAlways = {:.1} / {:.1} ms; warm gets/s Caller / CallerAlways = {:.2}x",
-        cold[1].max_gap_ms,
-        cold[0].max_gap_ms,
-        warm[1].gets_per_s / warm[0].gets_per_s
-    );
+    if let [always, caller] = &cold[..] {
+        println!(
+            "cold: largest tick gap Caller / CallerAlways = {:.1} / {:.1} ms",
+            caller.max_gap_ms, always.max_gap_ms
+        );
+    }
+    if let [always, caller] = &warm[..] {
+        println!(
+            "warm: gets/s Caller / CallerAlways = {:.2}x; largest tick gap {:.1} / {:.1} ms",
+            caller.gets_per_s / always.gets_per_s,
+            caller.max_gap_ms,
+            always.max_gap_ms
+        );
+    }
 }

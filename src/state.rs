@@ -48,6 +48,13 @@ pub(crate) struct Mapping {
     residency_wanted: AtomicBool,
     /// The page the next refresh window starts at (0: a new pass).
     refresh_cursor: AtomicU64,
+    /// Pages known resident were found evicted (by a refresh, or by a check of
+    /// [`Mapping::page_if_resident`]) in the current or the last whole refresh pass: the bits
+    /// may be stale, so `page_if_resident` asks the kernel (`mincore`) before it touches a
+    /// page. Cleared by a whole pass that finds no eviction.
+    evicting: AtomicBool,
+    /// An eviction was found since the current refresh pass began.
+    pass_evicted: AtomicBool,
     path: Arc<PathBuf>,
     /// The data file, for [`crate::btree::multi_get`]'s reads of pages not in memory (its
     /// `raw_fd` is the real file, as the map's).
@@ -103,6 +110,8 @@ impl Mapping {
             bits,
             residency_wanted: AtomicBool::new(false),
             refresh_cursor: AtomicU64::new(0),
+            evicting: AtomicBool::new(false),
+            pass_evicted: AtomicBool::new(false),
             path,
             file: file.clone(),
             read_hints: Default::default(),
@@ -182,8 +191,11 @@ impl Mapping {
     /// Page `p` and its run as [`Mapping::page`] reads them, when every page of it is known to
     /// be in the page cache (read through the map since the last
     /// [`Mapping::refresh_residency`] or found there by it): `None` otherwise, without touching
-    /// the map. A page evicted since it was last known resident still faults: the bits are as
-    /// fresh as the last refresh.
+    /// the map past page `p`'s header. While the page cache evicts this file's pages (see
+    /// [`Mapping::evicting`]) the bits are only a first filter: every page of the run is also
+    /// asked about (`mincore`, one call a run) before it is touched, and one found evicted loses
+    /// its bit; otherwise a page evicted since it was last known resident still faults (the bits
+    /// are as fresh as the last refresh).
     pub fn page_if_resident(&self, p: u64) -> Option<Result<(&[u8], PageHeader)>> {
         // The bits are in use: the next refresh must run (a load first, so that readers on
         // many threads do not all write one cache line).
@@ -193,14 +205,60 @@ impl Mapping {
         if !self.known_resident(p) {
             return None;
         }
+        let verify = self.evicting.load(Ordering::Relaxed);
+        if verify && !self.still_resident(p, 1) {
+            return None;
+        }
+        // The rest of the run must be known resident too. A page read before (checksum
+        // verified) is read by `page` no further than its header, so its run is checked after;
+        // the first read of a page verifies the checksum of the whole run, so its run length
+        // comes from the header (page `p`, in memory) and is checked before. A page with no
+        // readable header is left to `page`, which reports it.
+        let run_ok = |pages: u64| {
+            pages <= 1
+                || ((1..pages).all(|i| self.known_resident(p + i))
+                    && (!verify || self.still_resident(p + 1, pages - 1)))
+        };
+        if self.page_bits(p) & VERIFIED == 0 {
+            let pages = self
+                .span(p, 1)
+                .and_then(PageHeader::read)
+                .map_or(1, |h| u64::from(h.run_pages.max(1)));
+            if !run_ok(pages) {
+                return None;
+            }
+            return Some(self.page(p, false));
+        }
         let r = self.page(p, false);
         if let Ok((img, _)) = &r {
-            let pages = (img.len() / PAGE_SIZE) as u64;
-            if !(1..pages).all(|i| self.known_resident(p + i)) {
+            if !run_ok((img.len() / PAGE_SIZE) as u64) {
                 return None;
             }
         }
         Some(r)
+    }
+
+    /// Whether pages `p..p + pages` are all in the page cache now (`mincore`); those that are
+    /// not lose their residency bit, and the map counts as evicting. A span past the readers'
+    /// end, or a failed `mincore`, answers `true`: [`Mapping::page`] reports the first, and the
+    /// bits are trusted as before on the second.
+    fn still_resident(&self, p: u64, pages: u64) -> bool {
+        let Some(span) = self.span(p, pages) else {
+            return true;
+        };
+        if crate::env::page_reads::all_resident(span) != Some(false) {
+            return true;
+        }
+        // Some page of the run is gone: the run's bits are cleared (a page still resident gets
+        // its bit back at its next read through the map, or at the next refresh).
+        for q in p..p.saturating_add(pages) {
+            if let Some((w, sh)) = self.slot(q) {
+                w.fetch_and(!(RESIDENT << sh), Ordering::Relaxed);
+            }
+        }
+        self.evicting.store(true, Ordering::Relaxed);
+        self.pass_evicted.store(true, Ordering::Relaxed);
+        false
     }
 
     /// Sets the residency bits of the next [`RESIDENCY_WINDOW`] pages from the page cache (one
@@ -238,11 +296,30 @@ impl Mapping {
                 .fold(0u64, |w, (b, r)| w | (u64::from(*r) * RESIDENT) << (2 * b));
             if let Some(w) = self.bits.get(start / per + i) {
                 // The residency bits replaced, the verified ones kept.
-                let _ = w.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
-                    Some((old & !RESIDENT_ALL) | found)
-                });
+                let old = w
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                        Some((old & !RESIDENT_ALL) | found)
+                    })
+                    .unwrap_or_else(|old| old);
+                if old & RESIDENT_ALL & !found != 0 {
+                    // A page known resident was evicted.
+                    self.evicting.store(true, Ordering::Relaxed);
+                    self.pass_evicted.store(true, Ordering::Relaxed);
+                }
             }
         }
+        if next == 0 {
+            // A whole pass ended: its verdict on eviction stands until the next one ends.
+            let evicted = self.pass_evicted.swap(false, Ordering::Relaxed);
+            self.evicting.store(evicted, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether pages known resident were found evicted in the current or the last whole refresh
+    /// pass (then [`Mapping::page_if_resident`] asks the kernel before touching a page).
+    #[cfg(test)]
+    pub fn evicting(&self) -> bool {
+        self.evicting.load(Ordering::Relaxed)
     }
 
     /// Page `p` and the run it starts, checked (checksum verified the first time it is read).

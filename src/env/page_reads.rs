@@ -177,6 +177,38 @@ pub fn resident_units(span: &[u8], unit: usize) -> Option<Vec<bool>> {
     )
 }
 
+/// Whether every OS page of `span` is in the page cache now (`mincore(2)`, in calls of at most
+/// 64 OS pages into a buffer on the stack: no allocation). `None` when the span is empty or not
+/// page aligned, or `mincore` fails.
+pub fn all_resident(span: &[u8]) -> Option<bool> {
+    let ps = os_page();
+    if span.is_empty() || !(span.as_ptr() as usize).is_multiple_of(ps) {
+        return None;
+    }
+    let mut vec = [0u8; 64];
+    for chunk in span.chunks(64 * ps) {
+        let n = chunk.len().div_ceil(ps);
+        // SAFETY: `chunk` starts on an OS page (the span does, and chunks are whole OS pages)
+        // and lies in a live mapping (the caller's map outlives this call); `vec` has room for
+        // one byte per OS page of it (n <= 64), as mincore writes; mincore reads nothing through
+        // the address.
+        let r = unsafe {
+            libc::mincore(
+                chunk.as_ptr() as *mut libc::c_void,
+                chunk.len(),
+                vec.as_mut_ptr(),
+            )
+        };
+        if r != 0 {
+            return None;
+        }
+        if vec[..n].iter().any(|b| b & 1 == 0) {
+            return Some(false);
+        }
+    }
+    Some(true)
+}
+
 /// One page, or overflow run, to read from a data file: `pages` pages from `page`.
 #[derive(Debug)]
 pub struct PageRead {

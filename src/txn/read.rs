@@ -237,4 +237,64 @@ mod tests {
         // A key that is absent is answered without a fault too.
         assert_eq!(r.get_if_resident(&key(99_999)).unwrap().unwrap(), None);
     }
+
+    /// Residency bits that went stale (pages evicted after they were read, before a refresh
+    /// saw it) made a read "if resident" fault the page back in on the caller's thread.
+    #[test]
+    fn reads_if_resident_ask_the_kernel_while_the_file_is_evicted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let key = |i: u32| format!("key-{i:05}").into_bytes();
+        {
+            let s = Storage::open(&path, Options::default()).unwrap();
+            let mut w = s.begin_write().unwrap();
+            for i in 0..3000 {
+                w.put(key(i), vec![b'v'; 200]).unwrap();
+            }
+            w.commit().unwrap();
+        }
+        let s = Storage::open(&path, Options::default()).unwrap();
+        let r = s.begin_read().unwrap();
+        let state = r.state_for_tests();
+        let pages = state.mapping.len() / crate::page::PAGE_SIZE as u64;
+        let span = state.mapping.span(0, pages).unwrap();
+        let resident = || {
+            crate::env::page_reads::resident_units(span, crate::page::PAGE_SIZE)
+                .unwrap()
+                .iter()
+                .filter(|r| **r)
+                .count()
+        };
+        // Read, then a whole refresh pass with nothing evicted: the bits are trusted.
+        assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
+        assert!(r.get_if_resident(&key(7)).is_some());
+        s.refresh_residency();
+        assert!(!state.mapping.evicting());
+        // Evicted under a refresh: the map counts as evicting. (A pass runs only when reads
+        // "if resident" were made since the last one began.)
+        assert!(r.get_if_resident(&key(7)).is_some());
+        page_out(span);
+        s.refresh_residency();
+        assert!(state.mapping.evicting());
+        // Read again (bits set), then evicted with no refresh since: the bits are stale, and
+        // the read "if resident" must ask the kernel instead of faulting the pages back in.
+        assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
+        page_out(span);
+        let before = resident();
+        assert!(r.get_if_resident(&key(7)).is_none());
+        assert_eq!(resident(), before, "a page was read back in by the check");
+        // Back in memory, a whole pass with no eviction ends the evicting state.
+        assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
+        let sum: u64 = span.iter().step_by(4096).map(|b| u64::from(*b)).sum();
+        assert!(sum > 0);
+        s.refresh_residency();
+        assert!(
+            state.mapping.evicting(),
+            "the pass that found the eviction still counts"
+        );
+        assert!(r.get_if_resident(&key(8)).is_some());
+        s.refresh_residency();
+        assert!(!state.mapping.evicting());
+        assert!(r.get_if_resident(&key(7)).is_some());
+    }
 }

@@ -72,6 +72,14 @@ fn limits_are_typed_errors() {
         })
     ));
     w.put(vec![1u8; 1024], b"v").unwrap();
+    // Reads answer a key that could never be stored as absent, in a write transaction as in a
+    // read one (a write transaction's get of an empty key was an EmptyKey error).
+    assert_eq!(w.get(b"").unwrap(), None);
+    assert_eq!(w.get(vec![1u8; 1025]).unwrap(), None);
+    assert_eq!(
+        w.multi_get(&[&b""[..], &[1u8; 1024][..]]).unwrap(),
+        [None, Some(b"v".to_vec())]
+    );
     let huge = vec![0u8; omnibus::MAX_VALUE_LEN + 1];
     assert!(matches!(
         w.put(b"k", &huge),

@@ -5,11 +5,19 @@
 use super::*;
 
 impl WriteTransaction {
-    /// Reads `key` as this transaction sees it (its own changes included), copied out.
+    /// Reads `key` as this transaction sees it (its own changes included), copied out. A key
+    /// that could never be stored (empty, over [`crate::MAX_KEY_LEN`] bytes) is simply absent,
+    /// as for [`crate::ReadTransaction::get`].
+    ///
+    /// Errors: [`Error::Corruption`] when a page on the path fails its checksum or is
+    /// malformed; I/O reading a page; [`Error::Poisoned`] when this transaction failed
+    /// earlier.
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
         let key = key.as_ref();
-        check_key(key)?;
         self.guard()?;
+        if check_key(key).is_err() {
+            return Ok(None);
+        }
         if let Some(v) = self.buffered(key) {
             return Ok(v);
         }
@@ -69,8 +77,8 @@ impl WriteTransaction {
     /// the writer's pages are mostly in memory (its own copies, and the pages of the paths it
     /// changes).
     ///
-    /// Errors: as [`WriteTransaction::get`] for the first key that fails (`EmptyKey` and
-    /// `KeyTooLarge` included, before anything is read for later keys).
+    /// Errors: as [`WriteTransaction::get`] for the first key that fails (before anything is
+    /// read for later keys).
     pub fn multi_get<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Vec<u8>>>> {
         keys.iter().map(|k| self.get(k)).collect()
     }
