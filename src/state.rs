@@ -51,7 +51,8 @@ pub(crate) struct Mapping {
     /// Pages known resident were found evicted (by a refresh, or by a check of
     /// [`Mapping::page_if_resident`]) in the current or the last whole refresh pass: the bits
     /// may be stale, so `page_if_resident` asks the kernel (`mincore`) before it touches a
-    /// page. Cleared by a whole pass that finds no eviction.
+    /// page, and the map's read-around is off ([`Mapping::set_evicting`]). Cleared by a whole
+    /// pass that finds no eviction.
     evicting: AtomicBool,
     /// An eviction was found since the current refresh pass began.
     pass_evicted: AtomicBool,
@@ -256,9 +257,32 @@ impl Mapping {
                 w.fetch_and(!(RESIDENT << sh), Ordering::Relaxed);
             }
         }
-        self.evicting.store(true, Ordering::Relaxed);
+        self.set_evicting(true);
         self.pass_evicted.store(true, Ordering::Relaxed);
         false
+    }
+
+    /// Sets [`Mapping::evicting`]; on a change, switches the map's read-around: off
+    /// (`MADV_RANDOM`) while the page cache evicts this file, back on (`MADV_NORMAL`) after. A
+    /// fault then reads its own page only, as LMDB's `MDB_NORDAHEAD` advises for a database
+    /// larger than the memory left: random point reads do not fill the cache with neighbours
+    /// that are evicted unread, and a caller's thread never finds a neighbour "resident"
+    /// (`mincore` counts a page from the moment its read starts) and waits for a read-around it
+    /// did not start. Range scans over cold pages read a page per fault meanwhile. An advice
+    /// that fails changes nothing but speed, and is not an error.
+    fn set_evicting(&self, evicting: bool) {
+        if self.evicting.swap(evicting, Ordering::Relaxed) != evicting {
+            if let Some(map) = &self.map {
+                let advice = if evicting {
+                    memmap2::Advice::Random
+                } else {
+                    memmap2::Advice::Normal
+                };
+                if let Err(e) = map.advise(advice) {
+                    tracing::debug!(path = %self.path.display(), error = %e, "madvise of the data file's map");
+                }
+            }
+        }
     }
 
     /// Sets the residency bits of the next [`RESIDENCY_WINDOW`] pages from the page cache (one
@@ -303,7 +327,7 @@ impl Mapping {
                     .unwrap_or_else(|old| old);
                 if old & RESIDENT_ALL & !found != 0 {
                     // A page known resident was evicted.
-                    self.evicting.store(true, Ordering::Relaxed);
+                    self.set_evicting(true);
                     self.pass_evicted.store(true, Ordering::Relaxed);
                 }
             }
@@ -311,7 +335,7 @@ impl Mapping {
         if next == 0 {
             // A whole pass ended: its verdict on eviction stands until the next one ends.
             let evicted = self.pass_evicted.swap(false, Ordering::Relaxed);
-            self.evicting.store(evicted, Ordering::Relaxed);
+            self.set_evicting(evicted);
         }
     }
 

@@ -270,12 +270,15 @@ mod tests {
         assert!(r.get_if_resident(&key(7)).is_some());
         s.refresh_residency();
         assert!(!state.mapping.evicting());
-        // Evicted under a refresh: the map counts as evicting. (A pass runs only when reads
-        // "if resident" were made since the last one began.)
+        assert!(!random_advice(span));
+        // Evicted under a refresh: the map counts as evicting, and reads no neighbours in
+        // around a fault. (A pass runs only when reads "if resident" were made since the last
+        // one began.)
         assert!(r.get_if_resident(&key(7)).is_some());
         page_out(span);
         s.refresh_residency();
         assert!(state.mapping.evicting());
+        assert!(random_advice(span));
         // Read again (bits set), then evicted with no refresh since: the bits are stale, and
         // the read "if resident" must ask the kernel instead of faulting the pages back in.
         assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
@@ -295,6 +298,31 @@ mod tests {
         assert!(r.get_if_resident(&key(8)).is_some());
         s.refresh_residency();
         assert!(!state.mapping.evicting());
+        assert!(!random_advice(span));
         assert!(r.get_if_resident(&key(7)).is_some());
+    }
+
+    /// Whether the mapping holding `span` is advised `MADV_RANDOM` (its `VmFlags` in
+    /// `/proc/self/smaps` has `rr`).
+    fn random_advice(span: &[u8]) -> bool {
+        let addr = span.as_ptr() as usize;
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            let first = line.split_whitespace().next().unwrap_or("");
+            if let Some((a, b)) = first.split_once('-') {
+                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                {
+                    inside = a <= addr && addr < b;
+                    continue;
+                }
+            }
+            if inside {
+                if let Some(flags) = line.strip_prefix("VmFlags:") {
+                    return flags.split_whitespace().any(|f| f == "rr");
+                }
+            }
+        }
+        panic!("no mapping holds the span in /proc/self/smaps");
     }
 }
