@@ -386,6 +386,7 @@ impl std::fmt::Debug for DatabaseHandle {
 
 /// [`Engine::metrics`] and [`DatabaseHandle::metrics`].
 pub(super) mod metrics;
+mod query;
 
 /// Raises the soft `RLIMIT_MEMLOCK` toward the hard limit to cover `executors` executors.
 ///

@@ -68,6 +68,9 @@ pub enum Command {
     /// List entries in key order: key, a tab, value, one entry a line.
     #[command(long_about = SCAN_LONG)]
     Scan(ScanArgs),
+    /// The documents an index lists under a term, one JSON object a line.
+    #[command(after_help = KEY_HELP)]
+    Query(QueryArgs),
     /// Sizes and counters of every storage of a database.
     #[command(long_about = STAT_LONG)]
     Stat(StatArgs),
@@ -345,6 +348,25 @@ pub struct ScanArgs {
     /// any other bytes in hex with "key_encoding"/"value_encoding": "hex" beside them.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct QueryArgs {
+    /// Database directory.
+    pub db: PathBuf,
+    /// The index, by the name `stat` lists (its `ingest --index` SPEC, e.g. `country`).
+    #[arg(long, short, value_name = "NAME")]
+    pub index: String,
+    /// The term (escapes as `scan` prints them); for a compound index one per field, in
+    /// order, or fewer for the documents whose leading fields are those.
+    #[arg(required = true, value_name = "TERM")]
+    pub terms: Vec<String>,
+    /// Print {"key":..} only, without the document.
+    #[arg(long)]
+    pub keys: bool,
+    /// At most N documents.
+    #[arg(long, short)]
+    pub limit: Option<u64>,
 }
 
 const STAT_LONG: &str =

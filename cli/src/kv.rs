@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::cli::{
-    BackupArgs, CheckArgs, DeleteArgs, GetArgs, PutArgs, ScanArgs, StatArgs, StorageArg,
+    BackupArgs, CheckArgs, DeleteArgs, GetArgs, PutArgs, QueryArgs, ScanArgs, StatArgs, StorageArg,
 };
 use crate::{db_dir, fmt, CliResult, Fail};
 
@@ -513,22 +513,29 @@ fn term_prefix(a: &ScanArgs) -> CliResult<Vec<u8>> {
             "--term lists an index's entries: give the index with --storage NAME",
         ));
     };
+    terms_prefix(name, &a.terms, "--term")
+}
+
+/// The key prefix of the entries of index `name` (an `ingest --index` SPEC) whose fields begin
+/// with `terms` (one per field, escapes as `scan` prints them); `what` names the argument in
+/// errors.
+fn terms_prefix(name: &str, terms: &[String], what: &str) -> CliResult<Vec<u8>> {
     let mut joined = Vec::new();
-    for (i, t) in a.terms.iter().enumerate() {
+    for (i, t) in terms.iter().enumerate() {
         if i > 0 {
             joined.push(crate::index_spec::SEP);
         }
-        joined.extend_from_slice(&arg_bytes("--term", t)?);
+        joined.extend_from_slice(&arg_bytes(what, t)?);
     }
     let fields = name.split(',').count();
-    if a.terms.len() > fields {
+    if terms.len() > fields {
         return Err(Fail::input(format!(
-            "--term given {} times, but the index `{name}` has {fields} field{}",
-            a.terms.len(),
+            "{what} given {} times, but the index `{name}` has {fields} field{}",
+            terms.len(),
             if fields == 1 { "" } else { "s" }
         )));
     }
-    Ok(if a.terms.len() < fields {
+    Ok(if terms.len() < fields {
         joined.push(crate::index_spec::SEP);
         omnibus::actors::index_terms_starting_with(&joined)
     } else {
@@ -559,6 +566,61 @@ struct StorageStat {
 }
 
 /// The applied-txn record of an index storage's snapshot, if it holds one.
+/// `omnibus query`: the documents index `a.index` lists under the terms, in document key order,
+/// one JSON object a line (`{"key":..,"value":..}`, or `{"key":..}` with `--keys`), each
+/// document read from the root's snapshot taken after the index's (a document deleted since is
+/// left out).
+pub fn query(a: QueryArgs) -> CliResult {
+    let target = StorageArg {
+        db: a.db.clone(),
+        storage: Some(a.index.clone()),
+    };
+    let prefix = terms_prefix(&a.index, &a.terms, "TERM")?;
+    let (t, _) = Target::open(&target, false, false, false, "")?;
+    let Target::Db(db, index) = &t else {
+        return Err(Fail::input(format!(
+            "{}: a plain storage has no indexes",
+            a.db.display()
+        )));
+    };
+    let r = index.begin_read()?;
+    if applied_record(&r).is_none() {
+        return Err(Fail::input(format!(
+            "storage `{}` is not an index (it has no applied-txn record)",
+            a.index
+        )));
+    }
+    let docs = db.root().begin_read()?;
+    let limit = a.limit.unwrap_or(u64::MAX);
+    let mut o = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let mut n = 0u64;
+    for e in r.prefix(&prefix)? {
+        if n >= limit {
+            break;
+        }
+        let (k, _) = e?;
+        // The applied record (the key 0x00) decodes as no entry.
+        let Some((_, key)) = omnibus::actors::decode_index_entry(k) else {
+            continue;
+        };
+        let line = if a.keys {
+            let mut m = serde_json::Map::new();
+            json_bytes(&mut m, "key", key);
+            serde_json::Value::Object(m).to_string() + "\n"
+        } else {
+            match docs.get(key)? {
+                Some(v) => json_entry(key, v),
+                None => continue,
+            }
+        };
+        n += 1;
+        if !out(&mut o, line.as_bytes())? {
+            break;
+        }
+    }
+    flush_out(&mut o)
+}
+
 fn applied_record(r: &ReadTransaction) -> Option<u64> {
     index_applied_txn(r).ok().flatten()
 }

@@ -247,6 +247,7 @@ fn main() -> ExitCode {
         cli::Command::Put(a) => kv::put(a),
         cli::Command::Delete(a) => kv::delete(a),
         cli::Command::Scan(a) => kv::scan(a),
+        cli::Command::Query(a) => kv::query(a),
         cli::Command::Stat(a) => kv::stat(a),
         cli::Command::Check(a) => kv::check(a),
         cli::Command::Backup(a) => kv::backup(a),

@@ -32,6 +32,7 @@ mod cli_kv;
 mod cli_logging;
 mod cli_plain_storage;
 mod cli_put_damaged_database;
+mod cli_query;
 mod cli_sigkill;
 mod cli_write_input;
 mod damaged_storage;

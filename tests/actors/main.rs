@@ -21,6 +21,7 @@ mod handle_maintenance;
 mod index_build;
 mod index_outside_writes;
 mod index_poison;
+mod index_query;
 mod index_rest;
 mod index_resume;
 mod index_wait;

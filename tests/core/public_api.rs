@@ -96,6 +96,14 @@ fn every_intended_item_is_public() {
     let _: fn(EngineOptions) -> Result<Engine> = Engine::start;
     let _: fn(&Engine) -> EngineMetrics = Engine::metrics;
     let _: fn(&DatabaseHandle) -> DatabaseMetrics = DatabaseHandle::metrics;
+    type Keys = Result<Vec<Vec<u8>>>;
+    type Pairs = Result<Vec<(Vec<u8>, Vec<u8>)>>;
+    type TermBound<'a> = std::ops::Bound<&'a [u8]>;
+    let _: fn(&DatabaseHandle, &str, &[u8]) -> Keys = |d, i, t| d.blocking_query(i, t);
+    let _: fn(&DatabaseHandle, &str, &[u8]) -> Result<u64> = |d, i, t| d.blocking_query_count(i, t);
+    let _: fn(&DatabaseHandle, &str, &[u8]) -> Pairs = |d, i, t| d.blocking_query_documents(i, t);
+    let _: fn(&DatabaseHandle, &str, TermBound, TermBound, usize) -> Pairs =
+        DatabaseHandle::blocking_query_terms;
     let _: HistogramSummary = Metrics::default().commit_us;
     let _: fn(&ReadTransaction) -> Result<Option<u64>> = index_applied_txn;
 
