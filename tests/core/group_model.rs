@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use omnibus::{Database, Durability, FlushMode, Options, ReadTransaction, Storage};
 use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 use crate::common::model::{content, diff, Model};
@@ -80,7 +81,7 @@ fn groups_single_commits_and_snapshots_match_a_model() {
             if members.is_empty() {
                 members.push(rng.random_range(0..ss.len()));
             }
-            members.sort_by_key(|_| rng.random::<u32>());
+            members.shuffle(&mut rng);
             let refs: Vec<&Storage> = members.iter().map(|&i| &ss[i]).collect();
             let mut g = db.begin_group(&refs).unwrap();
             let mut pending: Vec<Model> = models.clone();
