@@ -125,6 +125,11 @@ struct DbInner {
     damaged: BTreeMap<String, Error>,
     dev: u64,
     closed: AtomicBool,
+    /// Held shared by each group transaction from its journal write until every storage of it
+    /// has published its part, and exclusively by a backup while it takes its states at one
+    /// point of the journal: a backup never copies part of a group (an eventual group is
+    /// published before it is durable, one storage after another).
+    groups: Arc<std::sync::RwLock<()>>,
 }
 
 /// A database: a root storage and its branch storages, sharing one journal by default.
@@ -369,6 +374,7 @@ impl Database {
                 damaged,
                 dev,
                 closed: AtomicBool::new(false),
+                groups: Arc::default(),
             }),
         })
     }
@@ -564,7 +570,11 @@ impl Database {
             }
         }
         named.sort_by(|a, b| a.0.cmp(&b.0));
-        GroupTransaction::begin(journal.clone(), named.into_iter().map(|(_, s)| s).collect())
+        GroupTransaction::begin(
+            journal.clone(),
+            self.inner.groups.clone(),
+            named.into_iter().map(|(_, s)| s).collect(),
+        )
     }
 
     /// The branch storages that failed to open because they are damaged, with the error each
@@ -701,7 +711,11 @@ impl Database {
                 }
             }
             let (root_state, states) = match &self.inner.journal {
-                Some(j) => j.at_one_point(|d| take(Some(d)))?,
+                Some(j) => {
+                    // No group between its journal write and its last storage's publication.
+                    let _groups = self.inner.groups.write().unwrap_or_else(|e| e.into_inner());
+                    j.at_one_point(|d| take(Some(d)))?
+                }
                 None => take(None)?,
             };
             if !apply {

@@ -10,7 +10,7 @@
 //! record as its parts, and each storage replays its own part exactly when the record is whole
 //! (invariant I14).
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use crate::btree::{KeyRange, Range};
 use crate::error::{Error, GroupError, Result};
@@ -40,6 +40,10 @@ pub const MAX_GROUP_BYTES: u64 = 64 << 20;
 /// [`abort`]: GroupTransaction::abort
 pub struct GroupTransaction {
     journal: Arc<Journal>,
+    /// The database's group lock: held shared from the journal write until every part is
+    /// published, so that a database backup (which takes it exclusively for its cut) never
+    /// copies part of a group.
+    publishing: Arc<RwLock<()>>,
     /// The storages in lock order (the root first, then branches by name), each with its write
     /// transaction.
     members: Vec<(Storage, WriteTransaction)>,
@@ -55,7 +59,11 @@ impl std::fmt::Debug for GroupTransaction {
 impl GroupTransaction {
     /// Takes the writer of each of `storages` (already checked and in lock order) without
     /// waiting; on a failure the writers taken so far are released.
-    pub(crate) fn begin(journal: Arc<Journal>, storages: Vec<Storage>) -> Result<GroupTransaction> {
+    pub(crate) fn begin(
+        journal: Arc<Journal>,
+        publishing: Arc<RwLock<()>>,
+        storages: Vec<Storage>,
+    ) -> Result<GroupTransaction> {
         let mut members = Vec::with_capacity(storages.len());
         for s in storages {
             let w = s.try_begin_write()?;
@@ -63,6 +71,7 @@ impl GroupTransaction {
         }
         Ok(GroupTransaction {
             journal,
+            publishing,
             members,
             durability: Durability::Immediate,
         })
@@ -178,6 +187,7 @@ impl GroupTransaction {
             }
             .into());
         }
+        let _publishing = self.publishing.read().unwrap_or_else(|e| e.into_inner());
         let written = self.journal.commit_with(record, self.durability);
         let mut result = Ok(());
         for p in prepared {

@@ -281,3 +281,52 @@ fn refusals_are_typed() {
         Err(Error::Group(GroupError::SeparateJournals))
     ));
 }
+
+#[test]
+fn a_backup_never_copies_part_of_a_group() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(
+        dir.path().join("db"),
+        Options {
+            flush_mode: FlushMode::Background,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let root = db.root();
+    let b = db.create_storage("b").unwrap();
+    let done = AtomicBool::new(false);
+    let backups = std::thread::scope(|sc| {
+        sc.spawn(|| {
+            // Eventual groups: published one storage after the other, before they are durable.
+            for i in 0..3000u64 {
+                let mut g = db.begin_group(&[&root, &b]).unwrap();
+                g.set_durability(Durability::Eventual);
+                for s in [&root, &b] {
+                    g.put(s, format!("k{i:08}"), "v").unwrap();
+                }
+                g.commit().unwrap();
+            }
+            done.store(true, Ordering::Release);
+        });
+        let mut n = 0;
+        while !done.load(Ordering::Acquire) && n < 12 {
+            let dest = dir.path().join(format!("copy{n}"));
+            db.backup(&dest).unwrap();
+            let copy = Database::open(&dest, opts()).unwrap();
+            let keys = |s: &Storage| -> Vec<Vec<u8>> {
+                let r = s.begin_read().unwrap();
+                r.iter().unwrap().map(|kv| kv.unwrap().0.to_vec()).collect()
+            };
+            let (kr, kb) = (keys(&copy.root()), keys(&copy.storage("b").unwrap()));
+            assert_eq!(kr, kb, "backup {n} holds part of a group");
+            n += 1;
+        }
+        n
+    });
+    assert!(
+        backups >= 2,
+        "only {backups} backups while the groups were written"
+    );
+}
