@@ -34,10 +34,12 @@ fn hash(key: &str, salt: usize) -> u64 {
 
 /// The storages of the group of `key`: 0 is the root, `1..=20` the branches.
 fn members(key: &str) -> Vec<usize> {
-    if hash(key, 99) % 4 == 0 {
+    if hash(key, 99).is_multiple_of(4) {
         return (0..=BRANCHES).collect();
     }
-    let mut m: Vec<usize> = (0..=BRANCHES).filter(|&i| hash(key, i) % 3 == 0).collect();
+    let mut m: Vec<usize> = (0..=BRANCHES)
+        .filter(|&i| hash(key, i).is_multiple_of(3))
+        .collect();
     if m.len() < 2 {
         m = vec![0, 1 + (hash(key, 98) % BRANCHES as u64) as usize];
     }
