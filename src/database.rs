@@ -23,8 +23,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::env::{OpenMode, StorageEnv};
-use crate::error::{Error, Result};
+use crate::error::{Error, GroupError, Result};
 use crate::flush::open_storage;
+use crate::group::GroupTransaction;
 use crate::journal::record::RecordKind;
 use crate::journal::{recovery, Journal, JournalConfig, JournalStats};
 use crate::layout::{DATA_FILE, INDEXES_DIR, JOURNALS_DIR};
@@ -124,6 +125,11 @@ struct DbInner {
     damaged: BTreeMap<String, Error>,
     dev: u64,
     closed: AtomicBool,
+    /// Held shared by each group transaction from its journal write until every storage of it
+    /// has published its part, and exclusively by a backup while it takes its states at one
+    /// point of the journal: a backup never copies part of a group (an eventual group is
+    /// published before it is durable, one storage after another).
+    groups: Arc<std::sync::RwLock<()>>,
 }
 
 /// A database: a root storage and its branch storages, sharing one journal by default.
@@ -368,6 +374,7 @@ impl Database {
                 damaged,
                 dev,
                 closed: AtomicBool::new(false),
+                groups: Arc::default(),
             }),
         })
     }
@@ -485,6 +492,89 @@ impl Database {
         )?;
         map.insert(name.to_string(), s.clone());
         Ok(s)
+    }
+
+    /// Begins a group transaction over `storages` (the root and any branches of this database,
+    /// each at most once): one transaction whose writes to every storage commit as one atomic
+    /// unit through the shared journal ([`GroupTransaction::commit`]; docs/design.md 3.11).
+    /// The storages' writers are taken in lock order, the root first and then branches by
+    /// name, whatever the order given, so two groups never wait for each other in a circle;
+    /// none is waited for: a storage with a write transaction open (a
+    /// [`Storage::begin_write`], or another group) fails the call with
+    /// [`Error::WriteInProgress`] and releases the writers taken.
+    ///
+    /// Root writes made through a group are ordinary root commits (they take root txn ids), as
+    /// those of [`Storage::begin_write`] on [`Database::root`]: the actor runtime's indexes
+    /// find them as a gap in the txn ids they are fed and reconcile (docs/design.md 10.2).
+    ///
+    /// Errors: [`GroupError::SeparateJournals`] in [`JournalMode::Separate`];
+    /// [`GroupError::TooManyStorages`] past [`crate::MAX_GROUP_STORAGES`];
+    /// [`GroupError::NotInDatabase`] for a storage that is not one of this database's open
+    /// storages; [`GroupError::Duplicate`] for a storage named twice;
+    /// [`Error::WriteInProgress`]; [`Error::Closed`]; [`Error::ReadOnly`];
+    /// [`Error::Poisoned`]; [`Error::DatabaseDamaged`].
+    pub fn begin_group(&self, storages: &[&Storage]) -> Result<GroupTransaction> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        let Some(journal) = &self.inner.journal else {
+            return Err(GroupError::SeparateJournals.into());
+        };
+        if self.inner.opts.read_only {
+            return Err(Error::ReadOnly);
+        }
+        if storages.len() > crate::MAX_GROUP_STORAGES {
+            return Err(GroupError::TooManyStorages {
+                count: storages.len(),
+                max: crate::MAX_GROUP_STORAGES,
+            }
+            .into());
+        }
+        // Each storage's place in the lock order: `None` for the root, its name for a branch.
+        let mut named: Vec<(Option<String>, Storage)> = Vec::with_capacity(storages.len());
+        {
+            let branches = lock(&self.inner.branches);
+            let indexes = self.inner.path.join(INDEXES_DIR);
+            for s in storages {
+                let key = if Arc::ptr_eq(&s.inner, &self.inner.root.inner) {
+                    None
+                } else {
+                    let name = s
+                        .path()
+                        .parent()
+                        .filter(|p| *p == indexes)
+                        .and_then(|_| s.path().file_name())
+                        .and_then(|n| n.to_str())
+                        .filter(|n| {
+                            branches
+                                .get(*n)
+                                .is_some_and(|b| Arc::ptr_eq(&b.inner, &s.inner))
+                        });
+                    match name {
+                        Some(n) => Some(n.to_string()),
+                        None => {
+                            return Err(GroupError::NotInDatabase {
+                                path: s.path().to_path_buf(),
+                            }
+                            .into())
+                        }
+                    }
+                };
+                if named.iter().any(|(_, t)| Arc::ptr_eq(&t.inner, &s.inner)) {
+                    return Err(GroupError::Duplicate {
+                        path: s.path().to_path_buf(),
+                    }
+                    .into());
+                }
+                named.push((key, (*s).clone()));
+            }
+        }
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        GroupTransaction::begin(
+            journal.clone(),
+            self.inner.groups.clone(),
+            named.into_iter().map(|(_, s)| s).collect(),
+        )
     }
 
     /// The branch storages that failed to open because they are damaged, with the error each
@@ -621,7 +711,11 @@ impl Database {
                 }
             }
             let (root_state, states) = match &self.inner.journal {
-                Some(j) => j.at_one_point(|d| take(Some(d)))?,
+                Some(j) => {
+                    // No group between its journal write and its last storage's publication.
+                    let _groups = self.inner.groups.write().unwrap_or_else(|e| e.into_inner());
+                    j.at_one_point(|d| take(Some(d)))?
+                }
                 None => take(None)?,
             };
             if !apply {

@@ -217,6 +217,10 @@ pub enum Error {
         /// Bytes available to this user on that file system when it failed (`statvfs`).
         available: u64,
     },
+    /// A group transaction ([`crate::Database::begin_group`]) was refused: see [`GroupError`]
+    /// for why. Nothing of the group was written.
+    #[error("group transaction: {0}")]
+    Group(#[from] GroupError),
     /// A file operation failed.
     #[error("{op} {path}: {source}")]
     Io {
@@ -227,6 +231,55 @@ pub enum Error {
         /// The operating system's error.
         #[source]
         source: io::Error,
+    },
+}
+
+/// Why a group transaction ([`crate::Database::begin_group`], [`crate::GroupTransaction`]) was
+/// refused ([`Error::Group`]). Nothing of the group was written when one is returned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GroupError {
+    /// More storages than [`crate::MAX_GROUP_STORAGES`] (256) were named in one group.
+    #[error("{count} storages in one group: the limit is {max}")]
+    TooManyStorages {
+        /// Storages named.
+        count: usize,
+        /// The limit ([`crate::MAX_GROUP_STORAGES`]).
+        max: usize,
+    },
+    /// At commit, the group's journal record (every storage's part: its page images or
+    /// operations) would pass [`crate::MAX_GROUP_BYTES`] (64 MiB). The group was aborted:
+    /// nothing of it is written, every storage stays usable. Split the work into smaller groups.
+    #[error("the group's journal record would be {bytes} bytes: the limit is {max} bytes")]
+    TooLarge {
+        /// Bytes the record would take (headers included).
+        bytes: u64,
+        /// The limit in bytes ([`crate::MAX_GROUP_BYTES`]).
+        max: u64,
+    },
+    /// The database keeps a journal per storage ([`crate::JournalMode::Separate`]): nothing
+    /// can make one commit atomic across storages there. Open it with
+    /// [`crate::JournalMode::Shared`] (the default).
+    #[error("the database has a journal per storage (JournalMode::Separate): groups need the shared journal")]
+    SeparateJournals,
+    /// A storage named in the group is not an open storage of this database (another
+    /// database's, one opened on its own with [`crate::Storage::open`], or a dropped branch).
+    #[error("{path}: not an open storage of this database")]
+    NotInDatabase {
+        /// The storage's directory.
+        path: PathBuf,
+    },
+    /// The same storage was named twice in one group.
+    #[error("{path}: named twice in one group")]
+    Duplicate {
+        /// The storage's directory.
+        path: PathBuf,
+    },
+    /// A read or write of the group named a storage that is not one of the group's.
+    #[error("{path}: not a storage of this group")]
+    NotInGroup {
+        /// The storage's directory.
+        path: PathBuf,
     },
 }
 
@@ -383,6 +436,7 @@ impl Clone for Error {
                 index: index.clone(),
                 cause: cause.clone(),
             },
+            Error::Group(g) => Error::Group(g.clone()),
             Error::Io { op, path, source } => Error::Io {
                 op,
                 path: path.clone(),

@@ -96,7 +96,8 @@ pub fn journal_record(bytes: &[u8]) -> Result<RecordSummary> {
 }
 
 /// Encodes a journal record as the writer does: a valid 48-byte header of `kind` (1 commit,
-/// 2 padding, 3 link, 4 start, 5 logical, 6 apply step; any other byte is taken as padding) for journal file `journal_no`, then
+/// 2 padding, 3 link, 4 start, 5 logical, 6 apply step, 7 group; any other byte is taken as
+/// padding) for journal file `journal_no`, then
 /// `body`. Used to build journal files whose checksums hold.
 pub fn encode_record(
     kind: u8,
@@ -111,6 +112,7 @@ pub fn encode_record(
         4 => RecordKind::Start,
         5 => RecordKind::Logical,
         6 => RecordKind::Step,
+        7 => RecordKind::Group,
         _ => RecordKind::Padding,
     };
     let h = RecordHeader {

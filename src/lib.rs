@@ -52,9 +52,12 @@
 //! **Atomicity.** A transaction is all or nothing: after a crash a storage holds exactly the
 //! state after its last acknowledged commit, or after the one commit in flight, never part of a
 //! transaction and never an older state. Commits reach a journal in commit order, so a crash
-//! keeps a prefix of them. Transactions are per storage: none spans several storages of a
-//! database, and after a crash each storage is at its own last commit. A commit that returned
-//! an error may or may not be there after reopening.
+//! keeps a prefix of them. A [`WriteTransaction`] is per storage: after a crash each storage
+//! is at its own last commit. A [`GroupTransaction`] ([`Database::begin_group`]) spans several
+//! storages of a database with the shared journal: one journal record holds every storage's
+//! part, and after a crash every storage of the group shows it or none does (no snapshot spans
+//! storages, though: each publishes its part in turn). A commit that returned an error may or
+//! may not be there after reopening.
 //!
 //! **Snapshots.** A [`ReadTransaction`] is one committed state (an `Arc` of it: no lock, no
 //! copy) and stays that state whatever commits, flushes, backups or compactions run meanwhile;
@@ -159,6 +162,7 @@ mod freespace;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod group;
 mod journal;
 mod journal_io;
 mod layout;
@@ -183,7 +187,8 @@ pub use btree::{CheckReport, HiddenPages, KeyRange, Range};
 pub use buffer::live_buffer_bytes;
 pub use database::{Database, DatabaseStats};
 pub use env::{JournalIo, WriteMode};
-pub use error::{Corruption, Error, IndexFailure, Result};
+pub use error::{Corruption, Error, GroupError, IndexFailure, Result};
+pub use group::{GroupTransaction, MAX_GROUP_BYTES, MAX_GROUP_STORAGES};
 pub use journal::{JournalStats, Prezero};
 pub use metrics::{HistogramSummary, Metrics};
 pub use options::{Durability, FlushMode, JournalMode, Options};

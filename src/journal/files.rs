@@ -127,8 +127,10 @@ impl Journal {
         let no = io.no;
         // Named only when a link is made (most batches make none).
         let mut name = None;
-        for w in batch {
-            let sid = w.record.storage_id;
+        for sid in batch
+            .iter()
+            .flat_map(|w| w.record.commits().map(|(s, _)| s))
+        {
             if sid == self.owner || io.entries.get(&no).is_some_and(|e| e.contains_key(&sid)) {
                 continue;
             }

@@ -39,6 +39,10 @@
 //! Logical body (kind 5): a buffered storage's commit as its operations in key order,
 //! `count u32 | count × (op u8 | key len u16 | key | [value len u32 | value])`, op 1 a put (with
 //! its value), 2 a delete (see [`logical_record`]; design.md 3.9).
+//! Group body (kind 7): `count u32 | count × (storage id u64 | txn id u64 | body len u64 | kind
+//! u8 | 7 zero bytes) | the count bodies back to back`, each body a commit (1), logical (5) or
+//! apply step (6) body of its storage (see [`group_record`]; design.md 3.11). The record header's
+//! storage id and txn id are 0: the parts carry theirs.
 //! Start body (kind 4): journal number u64 of the file started | its durable length u64 when it
 //! was started (its synced zeros; 0 without pre-zeroing). Written into the previous file, storage
 //! id = the journal's owner, txn id 0, as a batch of its own synced before any batch of the new
@@ -80,6 +84,10 @@ pub enum RecordKind {
     /// A buffered storage's apply step: the page commit of part of its buffer, and every entry
     /// still buffered after it (see [`step_record`]).
     Step = 6,
+    /// A group transaction: the commit records (kinds 1, 5, 6) of several storages of a
+    /// database under one checksum, so that every storage recovers its part exactly when the
+    /// whole group is in the journal (see [`group_record`]).
+    Group = 7,
 }
 
 impl RecordKind {
@@ -162,6 +170,7 @@ impl RecordHeader {
             4 => RecordKind::Start,
             5 => RecordKind::Logical,
             6 => RecordKind::Step,
+            7 => RecordKind::Group,
             _ => return None,
         };
         let body_len = rd_u64(b, 32)?;
@@ -254,6 +263,124 @@ pub fn split_step(body: &[u8]) -> Option<(&[u8], &[u8])> {
     let n = usize::try_from(rd_u64(body, 0)?).ok()?;
     let end = n.checked_add(8)?;
     Some((body.get(8..end)?, body.get(end..)?))
+}
+
+/// Bytes of one part's entry in a group record's table.
+pub const GROUP_ENTRY_LEN: usize = 32;
+
+/// Builds the record (kind 7) of a group transaction from the commit records of its storages
+/// (kinds 1, 5 or 6; at least two, each of a different storage), in the order given. Body:
+/// `count u32 | count × (storage id u64 | txn id u64 | body len u64 | kind u8 | 7 zero bytes)`,
+/// then the parts' bodies back to back in the same order. The record header's storage id and
+/// txn id are 0. One body checksum covers every part: a torn group record fails it as a whole,
+/// so every storage of the group reaches the same verdict from its own name of the file
+/// (design.md 3.11, invariant I14). The checksum is combined from the parts' own (no byte of
+/// a body is hashed twice); their page images are still written without a copy.
+pub fn group_record(parts: Vec<OutRecord>) -> OutRecord {
+    debug_assert!(parts.len() >= 2);
+    debug_assert!(parts.iter().all(|r| r.kind.is_commit()));
+    let mut table = Vec::with_capacity(4 + parts.len() * GROUP_ENTRY_LEN);
+    table.extend_from_slice(&(parts.len() as u32).to_le_bytes());
+    for r in &parts {
+        table.extend_from_slice(&r.storage_id.to_le_bytes());
+        table.extend_from_slice(&r.txn_id.to_le_bytes());
+        table.extend_from_slice(&r.body_len.to_le_bytes());
+        table.push(r.kind as u8);
+        table.extend_from_slice(&[0u8; 7]);
+    }
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&table);
+    let mut body_len = table.len() as u64;
+    let mut members = Vec::with_capacity(parts.len());
+    let mut out_parts: Vec<Part> =
+        Vec::with_capacity(1 + parts.iter().map(|r| r.parts.len()).sum::<usize>());
+    out_parts.push(Part::Owned(table));
+    let (mut pages, mut page_diffs, mut started) = (0u32, 0u32, None);
+    for r in parts {
+        crc.combine(&crc32fast::Hasher::new_with_initial_len(
+            r.body_crc, r.body_len,
+        ));
+        body_len += r.body_len;
+        members.push((r.storage_id, r.txn_id));
+        pages = pages.saturating_add(r.pages);
+        page_diffs = page_diffs.saturating_add(r.page_diffs);
+        started = match (started, r.started) {
+            (Some(a), Some(b)) => Some(std::cmp::min(a, b)),
+            (a, b) => a.or(b),
+        };
+        out_parts.extend(r.parts);
+    }
+    OutRecord {
+        kind: RecordKind::Group,
+        storage_id: 0,
+        txn_id: 0,
+        parts: out_parts,
+        body_crc: crc.finalize(),
+        body_len,
+        pages,
+        page_diffs,
+        started,
+        members,
+    }
+}
+
+/// One storage's part of a decoded group record ([`decode_group`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupPart<'b> {
+    /// The part's record kind: [`RecordKind::Commit`], [`RecordKind::Logical`] or
+    /// [`RecordKind::Step`].
+    pub kind: RecordKind,
+    /// The storage the part belongs to.
+    pub storage_id: u64,
+    /// The storage's txn id (an apply step's second one, as in its own record).
+    pub txn_id: u64,
+    /// The part's body, as that kind's own record would hold it.
+    pub body: &'b [u8],
+}
+
+/// Decodes a group record's body ([`group_record`]); `None` when it is malformed: fewer than
+/// two parts, a table or a body that runs past the record, bytes after the last body, a part
+/// kind other than 1, 5 or 6, non-zero padding in an entry, an empty body, a storage id of 0
+/// or one that appears twice.
+pub fn decode_group(body: &[u8]) -> Option<Vec<GroupPart<'_>>> {
+    let n = rd_u32(body, 0)? as usize;
+    if n < 2 {
+        return None;
+    }
+    let table_end = n.checked_mul(GROUP_ENTRY_LEN)?.checked_add(4)?;
+    if table_end > body.len() {
+        return None;
+    }
+    let mut parts: Vec<GroupPart<'_>> = Vec::with_capacity(n);
+    let mut at = table_end;
+    for i in 0..n {
+        let e = 4 + i * GROUP_ENTRY_LEN;
+        let storage_id = rd_u64(body, e)?;
+        let txn_id = rd_u64(body, e + 8)?;
+        let len = usize::try_from(rd_u64(body, e + 16)?).ok()?;
+        let kind = match body[e + 24] {
+            1 => RecordKind::Commit,
+            5 => RecordKind::Logical,
+            6 => RecordKind::Step,
+            _ => return None,
+        };
+        if body[e + 25..e + GROUP_ENTRY_LEN].iter().any(|&b| b != 0)
+            || len == 0
+            || storage_id == 0
+            || parts.iter().any(|p| p.storage_id == storage_id)
+        {
+            return None;
+        }
+        let end = at.checked_add(len)?;
+        parts.push(GroupPart {
+            kind,
+            storage_id,
+            txn_id,
+            body: body.get(at..end)?,
+        });
+        at = end;
+    }
+    (at == body.len()).then_some(parts)
 }
 
 /// A decoded logical record's operations: key, and value or `None` for a delete.
@@ -400,9 +527,19 @@ pub struct OutRecord {
     /// When its commit started (`WriteTransaction::prepare`), for the journal's commit latency
     /// histogram (`crate::metrics`); `None` for records that are no commit's.
     pub started: Option<std::time::Instant>,
+    /// A group record's parts as `(storage id, txn id)`, in body order; empty for every other
+    /// kind (see [`OutRecord::commits`]).
+    pub members: Vec<(u64, u64)>,
 }
 
 impl OutRecord {
+    /// The `(storage id, txn id)` of every storage commit this record holds: a group record's
+    /// parts, or the record's own storage and txn id for any other kind.
+    pub fn commits(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let own = (self.kind != RecordKind::Group).then_some((self.storage_id, self.txn_id));
+        own.into_iter().chain(self.members.iter().copied())
+    }
+
     /// A record whose body is `parts`.
     pub fn new(kind: RecordKind, storage_id: u64, txn_id: u64, parts: Vec<Part>) -> OutRecord {
         let mut h = crc32fast::Hasher::new();
@@ -421,6 +558,7 @@ impl OutRecord {
             pages: 0,
             page_diffs: 0,
             started: None,
+            members: Vec::new(),
         }
     }
 
@@ -940,5 +1078,44 @@ mod tests {
             assert_eq!(h.durable_len(), 1 << 20);
         }
         assert!(padding_for(8192, 0).is_none());
+    }
+
+    #[test]
+    fn group_records_roundtrip_with_one_checksum() {
+        let a = OutRecord::new(
+            RecordKind::Logical,
+            7,
+            3,
+            vec![vec![1u8, 2, 3].into(), vec![4u8; 100].into()],
+        );
+        let b = OutRecord::new(RecordKind::Commit, 9, 12, vec![vec![5u8; 40].into()]);
+        let g = group_record(vec![a, b]);
+        assert_eq!(g.members, vec![(7, 3), (9, 12)]);
+        assert_eq!(g.commits().collect::<Vec<_>>(), vec![(7, 3), (9, 12)]);
+        let body: Vec<u8> = g.parts.iter().flat_map(|p| p.iter().copied()).collect();
+        assert_eq!(body.len() as u64, g.body_len);
+        // The combined checksum is the body's own.
+        assert_eq!(crc32fast::hash(&body), g.body_crc);
+        let parts = decode_group(&body).unwrap();
+        assert_eq!(parts.len(), 2);
+        assert_eq!(
+            (parts[0].kind, parts[0].storage_id, parts[0].txn_id),
+            (RecordKind::Logical, 7, 3)
+        );
+        assert_eq!(parts[0].body.len(), 103);
+        assert_eq!(parts[1].body, &[5u8; 40][..]);
+        // Malformed: a byte more, a byte less, a duplicate storage, one part only.
+        let mut long = body.clone();
+        long.push(0);
+        assert!(decode_group(&long).is_none());
+        assert!(decode_group(&body[..body.len() - 1]).is_none());
+        let mut dup = body.clone();
+        dup[4 + GROUP_ENTRY_LEN..4 + GROUP_ENTRY_LEN + 8].copy_from_slice(&7u64.to_le_bytes());
+        assert!(decode_group(&dup).is_none());
+        let mut one = body.clone();
+        one[0] = 1;
+        assert!(decode_group(&one).is_none());
+        let h = RecordHeader::decode(&g.header(5)).unwrap();
+        assert_eq!((h.kind, h.storage_id, h.txn_id), (RecordKind::Group, 0, 0));
     }
 }

@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use std::collections::HashMap;
 
-use super::record::{RecordHeader, RecordKind, BATCH_ALIGN, RECORD_HEADER_LEN};
+use super::record::{decode_group, RecordHeader, RecordKind, BATCH_ALIGN, RECORD_HEADER_LEN};
 use crate::env::{EnvFile, OpenMode, StorageEnv};
 use crate::error::{Error, Result};
 
@@ -58,7 +58,8 @@ pub struct ScanEnd {
 }
 
 /// Reads the records of journal file `no` at `path` in order and calls `f(header, body)` for
-/// each commit or link record. `f` may stop the scan early by returning an error. `known`:
+/// each record but padding; a group record (kind 7) is given as its parts, each with the header
+/// it would have as a record of its own ([`for_each_part`]), all at the group's offset. `f` may stop the scan early by returning an error. `known`:
 /// `(storage, txn)` pairs already known to be durable before this file (the txn a storage's
 /// recovery reached in its earlier files), so that damage to a storage's first record in this
 /// file is told from a torn tail too.
@@ -79,17 +80,23 @@ pub fn scan(
     let mut durable = (0u64, 0u64);
     let pos = read_records(&*file, len, no, 0, |h, body, at| {
         records += 1;
-        if h.kind.is_commit() {
-            let t = last.entry(h.storage_id).or_insert(0);
-            *t = (*t).max(h.txn_id);
-        }
         if h.durable_len() > durable.0 {
             durable = (h.durable_len(), at);
         }
-        if h.kind != RecordKind::Padding {
-            f(h, body, at)?;
+        if h.kind == RecordKind::Padding {
+            return Ok(());
         }
-        Ok(())
+        // A group record (whole: its one checksum passed) is read as its parts, each a
+        // storage's own commit record; a malformed one is corruption, never skipped.
+        let malformed = || Error::corruption(path, None, Some(at), "malformed group record");
+        for_each_part(h, body, |h, body| {
+            if h.kind.is_commit() {
+                let t = last.entry(h.storage_id).or_insert(0);
+                *t = (*t).max(h.txn_id);
+            }
+            f(h, body, at)
+        })
+        .unwrap_or_else(|| Err(malformed()))
     })?;
     if len < durable.0 {
         // A power loss never shortens what was synced: the file was cut (truncated, or copied
@@ -180,6 +187,35 @@ fn synced_after(path: &Path, stop: u64, detail: String) -> Error {
     )
 }
 
+/// Calls `f(header, body)` for the record `h` with body `body`, or, for a group record
+/// (design.md 3.11), once for each of its parts with the header that part would have as a
+/// record of its own (its kind, storage id, txn id and body length; the group's journal
+/// number). `None` when a group record's body is malformed.
+pub fn for_each_part(
+    h: &RecordHeader,
+    body: &[u8],
+    mut f: impl FnMut(&RecordHeader, &[u8]) -> Result<()>,
+) -> Option<Result<()>> {
+    if h.kind != RecordKind::Group {
+        return Some(f(h, body));
+    }
+    let parts = decode_group(body)?;
+    for p in parts {
+        let ph = RecordHeader {
+            kind: p.kind,
+            journal_no: h.journal_no,
+            storage_id: p.storage_id,
+            txn_id: p.txn_id,
+            body_len: p.body.len() as u64,
+            body_crc: 0,
+        };
+        if let Err(e) = f(&ph, p.body) {
+            return Some(Err(e));
+        }
+    }
+    Some(Ok(()))
+}
+
 /// Reads valid records from `pos` on, calling `f(header, body, offset)` for each (padding
 /// too), and returns the offset of the first byte not taken as a record.
 fn read_records(
@@ -261,19 +297,24 @@ fn check_nothing_synced_after(
             at += BATCH_ALIGN;
             continue;
         }
-        let end = read_records(file, len, no, at, |h, _, _| match last.get(&h.storage_id) {
-            // An apply step holds two txn ids: its first must skip past `t + 1`.
-            Some(&t) if h.kind.is_commit() && h.first_txn() >= t.saturating_add(2) => {
-                Err(synced_after(
-                    path,
-                    stop,
-                    format!(
-                        "storage {:#x} has txn {t} before it and txn {} after it",
-                        h.storage_id, h.txn_id
-                    ),
-                ))
-            }
-            _ => Ok(()),
+        let end = read_records(file, len, no, at, |h, body, _| {
+            // A group's parts count as their storages' records; a malformed group proves
+            // nothing.
+            for_each_part(h, body, |h, _| match last.get(&h.storage_id) {
+                // An apply step holds two txn ids: its first must skip past `t + 1`.
+                Some(&t) if h.kind.is_commit() && h.first_txn() >= t.saturating_add(2) => {
+                    Err(synced_after(
+                        path,
+                        stop,
+                        format!(
+                            "storage {:#x} has txn {t} before it and txn {} after it",
+                            h.storage_id, h.txn_id
+                        ),
+                    ))
+                }
+                _ => Ok(()),
+            })
+            .unwrap_or(Ok(()))
         })?;
         at = (end.max(at) / BATCH_ALIGN + 1) * BATCH_ALIGN;
     }

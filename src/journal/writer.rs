@@ -601,7 +601,11 @@ impl Journal {
         // Room for the records, link records and padding.
         let est: u64 = batch
             .iter()
-            .map(|w| w.record.total_len() + RECORD_HEADER_LEN as u64 + 512)
+            .map(|w| {
+                // A link record per storage of the record (a group has several).
+                let links = w.record.commits().count().max(1) as u64;
+                w.record.total_len() + (RECORD_HEADER_LEN as u64 + 512) * links
+            })
             .sum::<u64>()
             + 2 * BATCH_ALIGN;
         // And for the start record of the next file (4 KiB), which goes after the last batch.
@@ -691,13 +695,14 @@ impl Journal {
         }
         let no = io.no;
         let entry = io.entries.entry(no).or_default();
-        for w in batch {
-            let m = entry.entry(w.record.storage_id).or_insert(0);
-            *m = (*m).max(w.record.txn_id);
+        let mut commits = 0u64;
+        for (sid, txn) in batch.iter().flat_map(|w| w.record.commits()) {
+            let m = entry.entry(sid).or_insert(0);
+            *m = (*m).max(txn);
+            commits += 1;
         }
         self.batches.fetch_add(1, Ordering::Relaxed);
-        self.commits
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        self.commits.fetch_add(commits, Ordering::Relaxed);
         self.bytes.fetch_add(len, Ordering::Relaxed);
         Ok(no)
     }
@@ -712,8 +717,11 @@ fn micros(d: Duration) -> u64 {
 /// failure's report; empty when it has none.
 fn lost_eventual(batch: &[Waiting]) -> String {
     let mut per: Vec<(u64, u64, u64)> = Vec::new();
-    for w in batch.iter().filter(|w| w.eventual()) {
-        let (sid, txn) = (w.record.storage_id, w.record.txn_id);
+    for (sid, txn) in batch
+        .iter()
+        .filter(|w| w.eventual())
+        .flat_map(|w| w.record.commits())
+    {
         match per.iter_mut().find(|(s, _, _)| *s == sid) {
             Some(e) => {
                 e.1 = e.1.min(txn);
@@ -796,7 +804,10 @@ impl Drop for Journal {
 
 /// The number of distinct storages with a record in `batch` (for the batch's trace event only).
 fn distinct_storages(batch: &[Waiting]) -> usize {
-    let mut ids: Vec<u64> = batch.iter().map(|w| w.record.storage_id).collect();
+    let mut ids: Vec<u64> = batch
+        .iter()
+        .flat_map(|w| w.record.commits().map(|(s, _)| s))
+        .collect();
     ids.sort_unstable();
     ids.dedup();
     ids.len()

@@ -49,3 +49,42 @@ fn a_gap_in_the_root_txn_ids_is_reconciled() {
     drop((root, index, core, db));
     engine.shutdown().unwrap();
 }
+
+/// A group transaction of the core over the root and another storage is such an outside write
+/// to the root: its root part takes a root txn id without reaching the feed, and the index
+/// reconciles at the gap as for a plain core write.
+#[test]
+fn a_group_over_the_root_is_reconciled_as_an_outside_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, db) = index_common::open_engine(dir.path().join("db"));
+    db.blocking_define_index(IndexDefinition::new("by_color", map_color))
+        .unwrap();
+    let root = db.root();
+    root.blocking_put("a", "color=red").unwrap();
+    db.blocking_wait_for_indexes().unwrap();
+
+    let core = db.core_database_for_tests();
+    let (core_root, other) = (core.root(), core.create_storage("other").unwrap());
+    let mut g = core.begin_group(&[&core_root, &other]).unwrap();
+    g.put(&core_root, "b", "color=green").unwrap();
+    g.put(&other, "b", "").unwrap();
+    g.commit().unwrap();
+    root.blocking_put("c", "color=cyan").unwrap();
+    db.blocking_wait_for_indexes().unwrap();
+
+    let docs = documents(&root.snapshot().unwrap());
+    let want = expected(docs.iter().map(|(k, v)| (&k[..], &v[..])), map_color);
+    let index = db.blocking_storage("by_color").unwrap();
+    let got = entries(&index);
+    assert!(got == want, "{}", diff(&got, &want));
+    assert!(got.contains(&b"green\0b"[..]));
+    let s = &db.index_stats()[0];
+    assert_eq!(
+        s.reconciles, 2,
+        "built, then reconciled after the gap: {s:?}"
+    );
+    assert_eq!(s.applied_txn, root.snapshot().unwrap().txn_id());
+    drop((root, index, core_root, other));
+    drop(db);
+    engine.shutdown().unwrap();
+}

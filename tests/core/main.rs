@@ -22,6 +22,8 @@ mod durability_eventual_sync;
 mod durability_shared_journal;
 mod early_reuse;
 mod freed_pages;
+mod group_model;
+mod groups;
 mod hole_punch;
 mod journal_io;
 mod journal_prezero_background;

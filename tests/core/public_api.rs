@@ -33,9 +33,10 @@ use omnibus::env::{
 #[allow(unused_imports)]
 use omnibus::{
     BackupReport, CheckReport, CompactReport, Corruption, Database, DatabaseStats, Durability,
-    Error, FlushMode, FlushReport, HiddenPages, HistogramSummary, IndexFailure, JournalIo,
-    JournalMode, JournalStats, KeyRange, Metrics, Options, Prezero, Range, ReadTransaction, Result,
-    Storage, StorageStats, WriteMode, WriteTransaction, MAX_KEY_LEN, MAX_VALUE_LEN, PAGE_SIZE,
+    Error, FlushMode, FlushReport, GroupError, GroupTransaction, HiddenPages, HistogramSummary,
+    IndexFailure, JournalIo, JournalMode, JournalStats, KeyRange, Metrics, Options, Prezero, Range,
+    ReadTransaction, Result, Storage, StorageStats, WriteMode, WriteTransaction, MAX_GROUP_BYTES,
+    MAX_GROUP_STORAGES, MAX_KEY_LEN, MAX_VALUE_LEN, PAGE_SIZE,
 };
 
 #[test]
@@ -73,6 +74,9 @@ fn every_intended_item_is_public() {
     let _: fn(&Database, &str) -> Result<()> = Database::drop_storage;
     let _: fn(&Database) -> Vec<String> = Database::storages;
     let _: fn(&Database) -> Vec<(String, Error)> = Database::damaged;
+    let _: fn(&Database, &[&Storage]) -> Result<GroupTransaction> = Database::begin_group;
+    let _: fn(GroupTransaction) -> Result<()> = GroupTransaction::commit;
+    let _: fn(&mut GroupTransaction, Durability) = GroupTransaction::set_durability;
     let _: fn(&Database, PathBuf) -> Result<BackupReport> = Database::backup;
     let _: fn(&Database) -> DatabaseStats = Database::stats;
     let _: fn(&Database) -> Metrics = Database::metrics;
@@ -170,7 +174,8 @@ fn no_internal_module_or_export_is_public() {
                 "pub use buffer::live_buffer_bytes;",
                 "pub use database::{Database, DatabaseStats};",
                 "pub use env::{JournalIo, WriteMode};",
-                "pub use error::{Corruption, Error, IndexFailure, Result};",
+                "pub use error::{Corruption, Error, GroupError, IndexFailure, Result};",
+                "pub use group::{GroupTransaction, MAX_GROUP_BYTES, MAX_GROUP_STORAGES};",
                 "pub use journal::{JournalStats, Prezero};",
                 "pub use metrics::{HistogramSummary, Metrics};",
                 "pub use options::{Durability, FlushMode, JournalMode, Options};",

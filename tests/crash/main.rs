@@ -18,6 +18,7 @@ mod durability_poison;
 mod durability_power_loss;
 mod fault_matrix;
 mod faults;
+mod group_crash;
 mod header_damage;
 mod journal_cut;
 mod journal_cut_first_batch;

@@ -16,4 +16,5 @@ mod already_open;
 mod crash_sigkill;
 mod cross_device;
 mod database_sigkill;
+mod group_sigkill;
 mod index_model;

@@ -1,0 +1,332 @@
+//! Group transactions (`Database::begin_group`): one transaction over the root and branches,
+//! written as one group record (docs/design.md 3.11, invariant I14). Reads see the group's own
+//! writes; a commit shows in every storage, after a reopen too; a group record whose body is
+//! damaged is applied by no storage, whether the database opens or each storage opens alone,
+//! and a whole one by each storage opened alone; and every refusal is its typed error.
+
+use std::path::Path;
+
+use omnibus::testing::journal::recovery;
+use omnibus::testing::journal::{RecordHeader, RecordKind, RECORD_HEADER_LEN};
+use omnibus::{
+    Database, Durability, Error, FlushMode, GroupError, JournalMode, Options, Storage,
+    MAX_GROUP_BYTES, MAX_GROUP_STORAGES,
+};
+
+fn opts() -> Options {
+    Options {
+        flush_mode: FlushMode::Manual,
+        flush_on_close: false,
+        ..Options::default()
+    }
+}
+
+fn get(s: &Storage, k: &str) -> Option<Vec<u8>> {
+    s.begin_read().unwrap().get(k).unwrap().map(|v| v.to_vec())
+}
+
+/// Offsets of the group records in the journal files of `dir`'s `Journals/` (path, offset of
+/// the header, body length).
+fn group_records(dir: &Path) -> Vec<(std::path::PathBuf, u64, u64)> {
+    let mut out = Vec::new();
+    let env = omnibus::env::DefaultEnv::new();
+    for (_, p) in recovery::list(&env, &dir.join("Journals")).unwrap() {
+        let bytes = std::fs::read(&p).unwrap();
+        let mut at = 0usize;
+        while at + RECORD_HEADER_LEN <= bytes.len() {
+            let Some(h) = RecordHeader::decode(&bytes[at..at + RECORD_HEADER_LEN]) else {
+                break;
+            };
+            if h.kind == RecordKind::Group {
+                out.push((p.clone(), at as u64, h.body_len));
+            }
+            at += RECORD_HEADER_LEN + h.body_len as usize;
+        }
+    }
+    out
+}
+
+#[test]
+fn a_group_reads_its_own_writes_and_commits_in_every_storage() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), opts()).unwrap();
+    let root = db.root();
+    let (a, b) = (
+        db.create_storage("a").unwrap(),
+        db.create_storage("b").unwrap(),
+    );
+    let mut w = root.begin_write().unwrap();
+    w.put("gone", "x").unwrap();
+    w.commit().unwrap();
+
+    // Given in any order; locked root first, then by name.
+    let mut g = db.begin_group(&[&b, &root, &a]).unwrap();
+    assert_eq!(g.len(), 3);
+    g.put(&root, "doc/1", "one").unwrap();
+    g.put(&a, "one\0doc/1", "").unwrap();
+    g.put(&b, "k", "v").unwrap();
+    assert!(g.delete(&root, "gone").unwrap());
+    assert_eq!(g.get(&root, "doc/1").unwrap().as_deref(), Some(&b"one"[..]));
+    assert_eq!(g.get(&root, "gone").unwrap(), None);
+    let keys: Vec<Vec<u8>> = g
+        .range(&a, ..)
+        .unwrap()
+        .map(|kv| kv.unwrap().0.to_vec())
+        .collect();
+    assert_eq!(keys, vec![b"one\0doc/1".to_vec()]);
+    // Nothing is visible before the commit.
+    assert_eq!(get(&root, "doc/1"), None);
+    assert_eq!(get(&root, "gone").as_deref(), Some(&b"x"[..]));
+    let batches = db.stats().batches;
+    g.commit().unwrap();
+    assert_eq!(db.stats().batches, batches + 1, "one batch, one fdatasync");
+    assert_eq!(get(&root, "doc/1").as_deref(), Some(&b"one"[..]));
+    assert_eq!(get(&root, "gone"), None);
+    assert_eq!(get(&a, "one\0doc/1").as_deref(), Some(&b""[..]));
+    assert_eq!(get(&b, "k").as_deref(), Some(&b"v"[..]));
+    assert_eq!(group_records(dir.path()).len(), 1);
+
+    // An eventual group, then a group that changes one storage only (its own record).
+    let mut g = db.begin_group(&[&a, &b]).unwrap();
+    g.set_durability(Durability::Eventual);
+    g.put(&a, "e", "1").unwrap();
+    g.put(&b, "e", "1").unwrap();
+    g.commit().unwrap();
+    let mut g = db.begin_group(&[&a, &b]).unwrap();
+    g.put(&a, "only", "1").unwrap();
+    g.commit().unwrap();
+    assert_eq!(group_records(dir.path()).len(), 2);
+
+    // Every storage recovers its part from the journal (nothing was flushed).
+    drop((root, a, b));
+    db.close().unwrap();
+    let db = Database::open(dir.path(), opts()).unwrap();
+    let (root, a, b) = (
+        db.root(),
+        db.storage("a").unwrap(),
+        db.storage("b").unwrap(),
+    );
+    assert_eq!(get(&root, "doc/1").as_deref(), Some(&b"one"[..]));
+    assert_eq!(get(&root, "gone"), None);
+    assert_eq!(get(&a, "one\0doc/1").as_deref(), Some(&b""[..]));
+    assert_eq!(get(&b, "k").as_deref(), Some(&b"v"[..]));
+    assert_eq!(get(&a, "e").as_deref(), Some(&b"1"[..]));
+    assert_eq!(get(&b, "e").as_deref(), Some(&b"1"[..]));
+    assert_eq!(get(&a, "only").as_deref(), Some(&b"1"[..]));
+    assert!(root.check().unwrap().is_ok());
+    assert!(a.check().unwrap().is_ok());
+    assert!(b.check().unwrap().is_ok());
+}
+
+/// A database with a root and branch `b` whose last journal batch is one group putting `k` in
+/// both, nothing flushed; returns the root's journal file and the group record's place.
+fn one_group_unflushed(path: &Path) -> (std::path::PathBuf, u64, u64) {
+    let db = Database::open(path, opts()).unwrap();
+    let root = db.root();
+    let b = db.create_storage("b").unwrap();
+    let mut w = b.begin_write().unwrap();
+    w.put("before", "1").unwrap();
+    w.commit().unwrap();
+    let mut g = db.begin_group(&[&root, &b]).unwrap();
+    g.put(&root, "k", "root").unwrap();
+    g.put(&b, "k", "branch").unwrap();
+    g.commit().unwrap();
+    drop((root, b));
+    db.close().unwrap();
+    let mut found = group_records(path);
+    assert_eq!(found.len(), 1);
+    found.pop().unwrap()
+}
+
+#[test]
+fn each_storage_opened_alone_applies_a_whole_group_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    one_group_unflushed(&path);
+    // The branch alone reads its part from its own link of the shared file.
+    let b = Storage::open(path.join("Indexes/b"), opts()).unwrap();
+    assert_eq!(get(&b, "k").as_deref(), Some(&b"branch"[..]));
+    assert_eq!(get(&b, "before").as_deref(), Some(&b"1"[..]));
+    drop(b);
+    let db = Database::open(&path, opts()).unwrap();
+    assert_eq!(get(&db.root(), "k").as_deref(), Some(&b"root"[..]));
+    assert_eq!(
+        get(&db.storage("b").unwrap(), "k").as_deref(),
+        Some(&b"branch"[..])
+    );
+}
+
+#[test]
+fn a_damaged_group_record_is_applied_by_no_storage() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let (file, at, len) = one_group_unflushed(&path);
+    // One byte of the last part's body (the branch's or the root's, whichever is last).
+    let mut bytes = std::fs::read(&file).unwrap();
+    let i = (at + RECORD_HEADER_LEN as u64 + len - 1) as usize;
+    bytes[i] ^= 0x5a;
+    std::fs::write(&file, &bytes).unwrap();
+
+    // Alone: neither the branch (through its hard link: the same bytes) nor the root.
+    let b = Storage::open(path.join("Indexes/b"), opts()).unwrap();
+    assert_eq!(get(&b, "k"), None);
+    assert_eq!(get(&b, "before").as_deref(), Some(&b"1"[..]));
+    drop(b);
+    let db = Database::open(&path, opts()).unwrap();
+    assert_eq!(get(&db.root(), "k"), None);
+    let b = db.storage("b").unwrap();
+    assert_eq!(get(&b, "k"), None);
+    assert_eq!(get(&b, "before").as_deref(), Some(&b"1"[..]));
+    // Both go on from there: the next group takes the same txn ids again.
+    let root = db.root();
+    let mut g = db.begin_group(&[&root, &b]).unwrap();
+    g.put(&root, "k", "again").unwrap();
+    g.put(&b, "k", "again").unwrap();
+    g.commit().unwrap();
+    drop((root, b));
+    db.close().unwrap();
+    let db = Database::open(&path, opts()).unwrap();
+    assert_eq!(get(&db.root(), "k").as_deref(), Some(&b"again"[..]));
+    assert_eq!(
+        get(&db.storage("b").unwrap(), "k").as_deref(),
+        Some(&b"again"[..])
+    );
+}
+
+#[test]
+fn refusals_are_typed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path().join("db"), opts()).unwrap();
+    let root = db.root();
+    let a = db.create_storage("a").unwrap();
+
+    // A storage of another database, and one opened alone.
+    let other = Database::open(dir.path().join("other"), opts()).unwrap();
+    let alone = Storage::open(dir.path().join("alone"), opts()).unwrap();
+    for s in [&other.root(), &alone] {
+        match db.begin_group(&[&root, s]) {
+            Err(Error::Group(GroupError::NotInDatabase { path })) => assert_eq!(path, s.path()),
+            r => panic!("a foreign storage: {r:?}"),
+        }
+    }
+    assert!(matches!(
+        db.begin_group(&[&a, &root, &a]),
+        Err(Error::Group(GroupError::Duplicate { .. }))
+    ));
+    let many: Vec<&Storage> = std::iter::repeat_n(&a, MAX_GROUP_STORAGES + 1).collect();
+    assert!(matches!(
+        db.begin_group(&many),
+        Err(Error::Group(GroupError::TooManyStorages { count, max }))
+            if count == MAX_GROUP_STORAGES + 1 && max == MAX_GROUP_STORAGES
+    ));
+
+    // Busy: a write transaction open on one storage; the writers taken are released.
+    let w = a.begin_write().unwrap();
+    assert!(matches!(
+        db.begin_group(&[&root, &a]),
+        Err(Error::WriteInProgress)
+    ));
+    root.try_begin_write().unwrap().abort();
+    drop(w);
+    // A storage outside the group.
+    let b = db.create_storage("b").unwrap();
+    let mut g = db.begin_group(&[&root, &a]).unwrap();
+    // Two groups over one storage: the second finds it busy.
+    assert!(matches!(
+        db.begin_group(&[&a, &b]),
+        Err(Error::WriteInProgress)
+    ));
+    assert!(matches!(
+        g.put(&b, "k", "v"),
+        Err(Error::Group(GroupError::NotInGroup { .. }))
+    ));
+    assert!(matches!(
+        g.get(&b, "k"),
+        Err(Error::Group(GroupError::NotInGroup { .. }))
+    ));
+    // Too many bytes: refused at commit, nothing written, the storages usable.
+    let value = vec![7u8; 1 << 20];
+    for i in 0..(MAX_GROUP_BYTES >> 20) / 2 + 1 {
+        g.put(&root, format!("r{i}"), &value).unwrap();
+        g.put(&a, format!("a{i}"), &value).unwrap();
+    }
+    let commits = db.stats().commits;
+    match g.commit() {
+        Err(Error::Group(GroupError::TooLarge { bytes, max })) => {
+            assert!(bytes > max && max == MAX_GROUP_BYTES)
+        }
+        r => panic!("a group over the byte limit: {r:?}"),
+    }
+    assert_eq!(db.stats().commits, commits);
+    assert_eq!(get(&root, "r0"), None);
+    let mut g = db.begin_group(&[&root, &a, &b]).unwrap();
+    g.put(&b, "k", "v").unwrap();
+    g.commit().unwrap();
+    assert_eq!(get(&b, "k").as_deref(), Some(&b"v"[..]));
+
+    // Separate journals.
+    drop((root, a, b));
+    db.close().unwrap();
+    let sep = Database::open(
+        dir.path().join("sep"),
+        Options {
+            journal_mode: JournalMode::Separate,
+            ..opts()
+        },
+    )
+    .unwrap();
+    let root = sep.root();
+    assert!(matches!(
+        sep.begin_group(&[&root]),
+        Err(Error::Group(GroupError::SeparateJournals))
+    ));
+}
+
+#[test]
+fn a_backup_never_copies_part_of_a_group() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(
+        dir.path().join("db"),
+        Options {
+            flush_mode: FlushMode::Background,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let root = db.root();
+    let b = db.create_storage("b").unwrap();
+    let done = AtomicBool::new(false);
+    let backups = std::thread::scope(|sc| {
+        sc.spawn(|| {
+            // Eventual groups: published one storage after the other, before they are durable.
+            for i in 0..3000u64 {
+                let mut g = db.begin_group(&[&root, &b]).unwrap();
+                g.set_durability(Durability::Eventual);
+                for s in [&root, &b] {
+                    g.put(s, format!("k{i:08}"), "v").unwrap();
+                }
+                g.commit().unwrap();
+            }
+            done.store(true, Ordering::Release);
+        });
+        let mut n = 0;
+        while !done.load(Ordering::Acquire) && n < 12 {
+            let dest = dir.path().join(format!("copy{n}"));
+            db.backup(&dest).unwrap();
+            let copy = Database::open(&dest, opts()).unwrap();
+            let keys = |s: &Storage| -> Vec<Vec<u8>> {
+                let r = s.begin_read().unwrap();
+                r.iter().unwrap().map(|kv| kv.unwrap().0.to_vec()).collect()
+            };
+            let (kr, kb) = (keys(&copy.root()), keys(&copy.storage("b").unwrap()));
+            assert_eq!(kr, kb, "backup {n} holds part of a group");
+            n += 1;
+        }
+        n
+    });
+    assert!(
+        backups >= 2,
+        "only {backups} backups while the groups were written"
+    );
+}
