@@ -19,7 +19,7 @@ use super::super::blocking;
 use super::super::index_key::{decode_index_entry, index_term_prefix};
 use super::super::range_stream::RangeStream;
 use super::DatabaseHandle;
-use crate::{Error, Result};
+use crate::actor_interface::{Error, Result};
 
 impl DatabaseHandle {
     /// A stream over the entries of index `index` with keys in `start..end`.
@@ -225,7 +225,7 @@ fn terms_bounds(start: Bound<&[u8]>, end: Bound<&[u8]>) -> (Bound<Vec<u8>>, Boun
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::index_key::index_entry_key;
+    use crate::actors::index_key::index_entry_key;
     use super::*;
     use std::ops::RangeBounds;
 
