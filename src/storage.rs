@@ -138,6 +138,8 @@ pub(crate) type LeaveFlushService = Box<dyn FnOnce() + Send>;
 #[derive(Debug)]
 pub(crate) struct WriterState {
     pub alloc: Allocator,
+    /// The last write transaction's page maps, emptied (`txn::TxnMaps`).
+    pub maps: crate::txn::TxnMaps,
 }
 
 /// State owned by the flush (one flush at a time).
@@ -1037,7 +1039,13 @@ impl Inner {
             current: ArcSwap::new(state.clone()),
             registry: SnapshotRegistry::default(),
             publish: Mutex::new(()),
-            writer: Mutex::new((Some(WriterState { alloc }), 0)),
+            writer: Mutex::new((
+                Some(WriterState {
+                    alloc,
+                    maps: Default::default(),
+                }),
+                0,
+            )),
             writer_cv: Condvar::new(),
             flush_state: Mutex::new(FlushState {
                 header_seq: hdr.sequence,

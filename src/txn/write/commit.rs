@@ -81,7 +81,7 @@ impl WriteTransaction {
         let base_state = self.base.clone();
         // Dirty page -> its diff base, for the nodes copied from a committed page (with the
         // ranges written since, for a page edited only in place).
-        let touched = std::mem::replace(&mut self.touched, map());
+        let mut touched = std::mem::replace(&mut self.touched, map());
         let mut bitmap_touched: Vec<(u64, Touches)> = Vec::new();
         let mut bases: HashMap<u64, DiffBase<'_>> = map();
         bases.reserve(self.bases.len());
@@ -105,7 +105,9 @@ impl WriteTransaction {
             };
             images.push((p, page::Image::from_boxed(image)));
         }
-        for (p, mut image) in std::mem::replace(&mut self.pages, map()) {
+        // Drained, so that its table stays with the writer (`TxnMaps`).
+        let mut pages = std::mem::replace(&mut self.pages, map());
+        for (p, mut image) in pages.drain() {
             // A page copied from a committed page is journaled as a diff against it; a new
             // page (a split's right half, a new root leaf) has no base.
             let mut seal_base = None;
@@ -144,10 +146,12 @@ impl WriteTransaction {
             }
             images.push((p, image));
         }
+        self.pages = pages;
         for (&p, value) in &self.overflow {
             images.push((p, page::Image::from_boxed(encode_overflow(value, p, txn))));
         }
-        for (idx, (mut image, touched)) in std::mem::replace(&mut self.bitmaps, map()) {
+        let mut bitmaps = std::mem::replace(&mut self.bitmaps, map());
+        for (idx, (mut image, touched)) in bitmaps.drain() {
             let p = self.dir[idx];
             // A bitmap copied from the committed one: sealed from its checksum.
             let seal_base = match touched {
@@ -178,6 +182,7 @@ impl WriteTransaction {
             }
             images.push((p, image));
         }
+        self.bitmaps = bitmaps;
         // A bitmap copied from the committed one is journaled as a diff of that version of
         // itself (the same page number): its bit flips. Recovery takes the base from the
         // images it replayed, else from the data file, which a flush whose header never became
@@ -226,6 +231,8 @@ impl WriteTransaction {
             bases.get(&p).copied()
         });
         drop(bases);
+        touched.clear();
+        self.touched = touched;
         let step = self.step.take();
         if let Some(c) = &step {
             // An apply step: its pages, and the entries it leaves buffered (design.md 3.10).
@@ -362,6 +369,7 @@ impl PreparedCommit {
             // Nothing was allocated or freed: the operations join the buffer.
             t.inner.publish_logical(t.txn_id, ops, delta);
             t.taken.clear();
+            t.keep_maps(&mut writer);
             t.inner.return_writer(writer);
             t.inner.after_commit();
             return Ok(());
@@ -424,6 +432,7 @@ impl PreparedCommit {
         }
         writer.alloc.recycle(freed);
         t.taken.clear();
+        t.keep_maps(&mut writer);
         t.inner.return_writer(writer);
         t.inner.after_commit();
         Ok(())
