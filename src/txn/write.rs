@@ -136,7 +136,7 @@ impl Touches {
 /// [`abort`]: WriteTransaction::abort
 pub struct WriteTransaction {
     inner: Arc<Inner>,
-    writer: Option<WriterState>,
+    writer: Option<Box<WriterState>>,
     base: Arc<State>,
     txn_id: u64,
     root: u64,
@@ -225,7 +225,7 @@ pub(crate) fn check_put(key: &[u8], value: &[u8]) -> Result<()> {
 impl WriteTransaction {
     pub(crate) fn new(
         inner: Arc<Inner>,
-        mut writer: WriterState,
+        mut writer: Box<WriterState>,
         base: Arc<State>,
     ) -> WriteTransaction {
         let freed = writer.alloc.run_list();
