@@ -488,7 +488,7 @@ pub fn commit_record<'b>(
             Some(b) if img.len() == PAGE_SIZE && b.image.len() == PAGE_SIZE => {
                 let ranges: &[(usize, usize)] = match b.written {
                     Some(w) => {
-                        tracked = w;
+                        tracked = w.expand();
                         &tracked
                     }
                     None => {

@@ -144,7 +144,7 @@ impl WriteTransaction {
             }
             .write(img);
             match seal_base {
-                Some((b, ranges)) if page::seal_from_base(img, b, &ranges) => {}
+                Some((b, ranges)) if page::seal_from_base(img, b, &ranges.expand()) => {}
                 _ => page::seal(img),
             }
             images.push((p, image));
@@ -193,7 +193,7 @@ impl WriteTransaction {
             }
             .write(img);
             match seal_base {
-                Some((b, ranges)) if page::seal_from_base(img, b, &ranges) => {}
+                Some((b, ranges)) if page::seal_from_base(img, b, &ranges.expand()) => {}
                 _ => page::seal(img),
             }
             images.push((p, image));
