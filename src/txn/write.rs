@@ -66,14 +66,15 @@ mod range_delete;
 mod reads;
 
 pub(crate) use commit::PreparedCommit;
+pub(crate) use logical::{LogicalOps, StepCarry};
 
-/// A map kept between transactions keeps its table only up to this many buckets (a large
-/// transaction's tables are freed rather than cleared at every later commit).
+/// A map kept between transactions keeps its table only while it holds at most this many
+/// entries (a large transaction's tables are freed rather than cleared at every later commit).
 const KEPT_MAP_CAPACITY: usize = 256;
 
 /// A write transaction's page maps, kept with the storage's writer between transactions,
-/// emptied, their tables kept (up to [`KEPT_MAP_CAPACITY`]): a small commit then allocates
-/// none of them afresh (each was one or two allocations and rehashes a commit).
+/// emptied, their tables kept (up to [`KEPT_MAP_CAPACITY`] entries): a small commit then
+/// allocates none of them afresh (each was one or two allocations and rehashes a commit).
 #[derive(Debug)]
 pub(crate) struct TxnMaps {
     nodes: HashMap<u64, Node>,
@@ -107,7 +108,6 @@ fn emptied<K, V>(mut m: HashMap<K, V>) -> HashMap<K, V> {
     m.clear();
     m
 }
-pub(crate) use logical::{LogicalOps, StepCarry};
 
 /// Below this many body bytes a node is merged with a sibling when both fit in one page.
 const UNDERFULL: usize = page::BODY_LEN / 4;
