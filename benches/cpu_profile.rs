@@ -7,12 +7,21 @@
 //! B=$(ls -t target/release/deps/cpu_profile-* | grep -v '\.d$' | head -1)
 //! $B load DIR KEYS                 # a storage of KEYS keys (benches/core.rs section 6's keys), flushed
 //! $B commits DIR N                 # N one-put synced commits on it (FlushMode::Manual)
+//! $B load24 DIR KEYS               # a storage of KEYS random 24 B keys with 150 B values, flushed
+//! $B eventual DIR N                # N one-put commits of a new random 24 B key and a 150 B
+//!                                  # value with Durability::Eventual (FlushMode::Manual): the
+//!                                  # committing thread's CPU, the disk out of its way
 //! $B batch DIR PRELOAD BATCHES     # section 4: PRELOAD keys, then BATCHES synced batches of
 //!                                  # 1,000 random 24 B keys with 150 B values (default options)
 //! $B deletes DIR PRELOAD BATCHES   # PRELOAD such keys, then BATCHES synced batches of 1,000
 //!                                  # deletes spread over the tree
 //! OMNIBUS_IO_URING=0 valgrind --tool=callgrind --toggle-collect='*timed_loop*' $B commits DIR 600
+//! $B load24 /tmp/s200k 200000      # once, natively
+//! OMNIBUS_IO_URING=0 valgrind --tool=callgrind --toggle-collect='*timed_loop*' $B eventual /tmp/s200k 2000
 //! ```
+//!
+//! `eventual` adds its keys to the storage it opens: profile a fresh copy (`cp -r`) of the
+//! loaded one each time, so that counts repeat exactly.
 //!
 //! Under valgrind, set `OMNIBUS_IO_URING=0` (the pwritev paths): valgrind does not follow
 //! io_uring, and the program waits forever at its first ring submission, using no CPU.
@@ -27,7 +36,7 @@ use std::time::Instant;
 mod common;
 use common::{batch_key, key, value};
 
-use omnibus::{FlushMode, Options, Storage};
+use omnibus::{Durability, FlushMode, Options, Storage};
 
 const BATCH_VALUE: [u8; 150] = [0x42; 150];
 
@@ -115,6 +124,39 @@ fn main() {
                     / n as f64
             );
         }
+        "load24" => {
+            let s = Storage::open(Path::new(arg(1)), Options::default()).expect("open");
+            let n = num(2);
+            let mut w = s.begin_write().expect("begin");
+            for i in 0..n {
+                w.put(batch_key(i), BATCH_VALUE).expect("put");
+            }
+            w.commit().expect("commit");
+            s.flush().expect("flush");
+            println!("loaded {n} keys, {} pages used", s.stats().pages_used);
+        }
+        "eventual" => {
+            let opts = Options {
+                flush_mode: FlushMode::Manual,
+                ..Options::default()
+            };
+            let s = Storage::open(Path::new(arg(1)), opts).expect("open");
+            let n = num(2);
+            let mut next = (1u64 << 40) + s.stats().entries;
+            let mut one = || {
+                let mut w = s.begin_write().expect("begin");
+                w.set_durability(Durability::Eventual);
+                w.put(batch_key(next), BATCH_VALUE).expect("put");
+                w.commit().expect("commit");
+                next += 1;
+            };
+            for _ in 0..200 {
+                one();
+            }
+            let (t, c) = (Instant::now(), cpu_time());
+            timed_loop(n, &mut one);
+            report("one-put eventual commits", n, t, c);
+        }
         "batch" => {
             let s = Storage::open(Path::new(arg(1)), Options::default()).expect("open");
             let (preload, batches) = (num(2), num(3));
@@ -174,7 +216,7 @@ fn main() {
             report("random delete batches (keys)", batches * 1_000, t, c);
         }
         _ => eprintln!(
-            "usage: cpu_profile load DIR KEYS | commits DIR N | batch DIR PRELOAD BATCHES | deletes DIR PRELOAD BATCHES"
+            "usage: cpu_profile load DIR KEYS | commits DIR N | load24 DIR KEYS | eventual DIR N | batch DIR PRELOAD BATCHES | deletes DIR PRELOAD BATCHES"
         ),
     }
 }

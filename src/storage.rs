@@ -138,6 +138,8 @@ pub(crate) type LeaveFlushService = Box<dyn FnOnce() + Send>;
 #[derive(Debug)]
 pub(crate) struct WriterState {
     pub alloc: Allocator,
+    /// The last write transaction's page maps, emptied (`txn::TxnMaps`).
+    pub maps: crate::txn::TxnMaps,
 }
 
 /// State owned by the flush (one flush at a time).
@@ -273,8 +275,9 @@ pub(crate) struct Inner {
     publish: Mutex<()>,
     /// The writer's state while no transaction holds it, and how many `begin_write` calls wait
     /// for it (a commit wakes one only when one waits: `Condvar::notify_one` is a `futex`
-    /// system call even with nobody waiting, one per serial commit).
-    writer: Mutex<(Option<WriterState>, usize)>,
+    /// system call even with nobody waiting, one per serial commit). Boxed: it moves into
+    /// each write transaction and back as a pointer.
+    writer: Mutex<(Option<Box<WriterState>>, usize)>,
     writer_cv: Condvar,
     pub flush_state: Mutex<FlushState>,
     pub journal: Arc<Journal>,
@@ -1037,7 +1040,13 @@ impl Inner {
             current: ArcSwap::new(state.clone()),
             registry: SnapshotRegistry::default(),
             publish: Mutex::new(()),
-            writer: Mutex::new((Some(WriterState { alloc }), 0)),
+            writer: Mutex::new((
+                Some(Box::new(WriterState {
+                    alloc,
+                    maps: Default::default(),
+                })),
+                0,
+            )),
             writer_cv: Condvar::new(),
             flush_state: Mutex::new(FlushState {
                 header_seq: hdr.sequence,
@@ -1171,7 +1180,7 @@ impl Inner {
         Ok(WriteTransaction::new(self.clone(), writer, base))
     }
 
-    pub fn return_writer(&self, w: WriterState) {
+    pub fn return_writer(&self, w: Box<WriterState>) {
         let mut g = lock(&self.writer);
         g.0 = Some(w);
         if g.1 > 0 {

@@ -147,14 +147,37 @@ pub(super) fn longest_zero_run(img: &[u8]) -> (usize, usize) {
 /// Most ranges [`written_ranges`] returns (no allocation).
 const MAX_WRITTEN: usize = 16;
 
-/// Sorted, disjoint byte ranges `(start, end)` held inline (see [`written_ranges`]).
+/// Sorted, disjoint byte ranges `(start, end)` of a page held inline in 16-bit offsets (see
+/// [`written_ranges`]): 66 bytes, so a page's diff base that carries them is cheap to move
+/// (byte offsets as `usize` made it 264). [`WrittenRanges::expand`] gives them as a slice.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct WrittenRanges {
+    r: [(u16, u16); MAX_WRITTEN],
+    n: u8,
+}
+
+impl WrittenRanges {
+    /// The ranges as `(start, end)` byte offsets.
+    pub(crate) fn expand(&self) -> Ranges {
+        let mut out = Ranges {
+            r: [(0, 0); MAX_WRITTEN],
+            n: self.n as usize,
+        };
+        for (o, &(a, b)) in out.r.iter_mut().zip(&self.r[..self.n as usize]) {
+            *o = (a as usize, b as usize);
+        }
+        out
+    }
+}
+
+/// [`WrittenRanges`] as `(start, end)` byte offsets, held inline; dereferences to the slice.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ranges {
     r: [(usize, usize); MAX_WRITTEN],
     n: usize,
 }
 
-impl std::ops::Deref for WrittenRanges {
+impl std::ops::Deref for Ranges {
     type Target = [(usize, usize)];
     fn deref(&self) -> &[(usize, usize)] {
         &self.r[..self.n]
@@ -166,28 +189,29 @@ impl std::ops::Deref for WrittenRanges {
 /// overlap or lie within 4 bytes (a range's own cost in the record). More ranges than fit
 /// inline are covered by one span from the first written byte to the last.
 pub(crate) fn written_ranges(written: &[(u16, u16)]) -> WrittenRanges {
+    const END: u16 = PAGE_SIZE as u16;
     let mut rs = WrittenRanges {
         r: [(0, 0); MAX_WRITTEN],
         n: 1,
     };
-    rs.r[0] = (0, crate::page::HEADER_LEN);
+    rs.r[0] = (0, crate::page::HEADER_LEN as u16);
     let clamped = written
         .iter()
-        .map(|&(a, b)| ((a as usize).min(PAGE_SIZE), (b as usize).min(PAGE_SIZE)))
+        .map(|&(a, b)| (a.min(END), b.min(END)))
         .filter(|(a, b)| a < b);
     if written.len() < MAX_WRITTEN {
         for r in clamped {
-            rs.r[rs.n] = r;
+            rs.r[rs.n as usize] = r;
             rs.n += 1;
         }
     } else if let Some(span) = clamped.reduce(|x, y| (x.0.min(y.0), x.1.max(y.1))) {
         rs.r[1] = span;
         rs.n = 2;
     }
-    rs.r[..rs.n].sort_unstable();
+    rs.r[..rs.n as usize].sort_unstable();
     // Merged in place: `n` ranges kept so far.
     let mut n = 0;
-    for k in 0..rs.n {
+    for k in 0..rs.n as usize {
         let (a, b) = rs.r[k];
         if n > 0 && a <= rs.r[n - 1].1 + 4 {
             rs.r[n - 1].1 = rs.r[n - 1].1.max(b);
@@ -196,7 +220,7 @@ pub(crate) fn written_ranges(written: &[(u16, u16)]) -> WrittenRanges {
             n += 1;
         }
     }
-    rs.n = n;
+    rs.n = n as u8;
     rs
 }
 
@@ -229,13 +253,13 @@ mod tests {
             (8180, 9000),
         ];
         assert_eq!(
-            &*written_ranges(&w),
+            &*written_ranges(&w).expand(),
             &[(0, 32), (40, 70), (75, 80), (100, 110), (8180, PAGE_SIZE)]
         );
-        assert_eq!(&*written_ranges(&[]), &[(0, 32)]);
-        assert_eq!(&*written_ranges(&[(20, 40), (36, 38)]), &[(0, 40)]);
+        assert_eq!(&*written_ranges(&[]).expand(), &[(0, 32)]);
+        assert_eq!(&*written_ranges(&[(20, 40), (36, 38)]).expand(), &[(0, 40)]);
         let many: Vec<(u16, u16)> = (0..20).map(|i| (100 + 10 * i, 101 + 10 * i)).collect();
-        assert_eq!(&*written_ranges(&many), &[(0, 32), (100, 291)]);
+        assert_eq!(&*written_ranges(&many).expand(), &[(0, 32), (100, 291)]);
     }
 
     #[test]

@@ -50,8 +50,7 @@
 //! that removes a file's first batch leaves no padding record in it to say so).
 
 use super::diff::{
-    apply_ranges, diff_len, diff_ranges, longest_zero_run, written_ranges, MAX_DIFF_RANGES,
-    MIN_TRIM,
+    apply_ranges, diff_len, diff_ranges, longest_zero_run, WrittenRanges, MAX_DIFF_RANGES, MIN_TRIM,
 };
 use crate::page::{rd_u32, rd_u64, wr_u32, wr_u64, PAGE_SIZE};
 
@@ -589,10 +588,10 @@ pub struct DiffBase<'b> {
     pub page: u64,
     /// The base's image (8 KiB).
     pub image: &'b [u8],
-    /// Byte ranges `(start, end)` of the dirty page written since it was copied, besides the
-    /// header, when the writer tracked its edits (in-place edits only); `None` to compare the
-    /// page with the base.
-    pub written: Option<&'b [(u16, u16)]>,
+    /// The diff's ranges when the writer tracked its edits (in-place edits only): the header
+    /// and the byte ranges written since the page was copied, as [`super::diff::written_ranges`] makes
+    /// them from the tracked writes; `None` to compare the page with the base.
+    pub written: Option<WrittenRanges>,
 }
 
 /// Builds a commit record from its meta and sealed page images `(page number, image)`.
@@ -627,7 +626,7 @@ pub fn commit_record<'b>(
             Some(b) if img.len() == PAGE_SIZE && b.image.len() == PAGE_SIZE => {
                 let ranges: &[(usize, usize)] = match b.written {
                     Some(w) => {
-                        tracked = written_ranges(w);
+                        tracked = w.expand();
                         &tracked
                     }
                     None => {

@@ -168,24 +168,44 @@ pub fn init_seal_tables() {
     x8_table();
 }
 
-/// `a * b mod P` in the reflected CRC-32 representation (zlib's `multmodp`).
-fn mul_mod_p(a: u32, mut b: u32) -> u32 {
-    let mut m = 1u32 << 31;
-    let mut p = 0u32;
-    // Bounded: `m` has one bit, shifted right each turn (32 turns at most).
-    while m != 0 {
-        if a & m != 0 {
-            p ^= b;
-            if a & (m - 1) == 0 {
-                break;
-            }
-        }
-        m >>= 1;
-        b = if b & 1 != 0 {
-            (b >> 1) ^ 0xEDB8_8320
-        } else {
-            b >> 1
-        };
+/// The reflected CRC-32 polynomial (0x04C11DB7 bit-reversed, without its `x^32` term).
+const POLY: u32 = 0xEDB8_8320;
+
+/// `v * x mod P` in the reflected representation (bit 31 is the coefficient of `x^0`).
+const fn times_x(v: u32) -> u32 {
+    (v >> 1) ^ (POLY & (v & 1).wrapping_neg())
+}
+
+/// `j * x^4 mod P` for the 16 values `j` of the four lowest bits (the coefficients of `x^28`
+/// to `x^31`): `p * x^4 mod P` is `(p >> 4) ^ TIMES_X4[p & 15]`.
+const TIMES_X4: [u32; 16] = {
+    let mut t = [0u32; 16];
+    let mut j = 0;
+    while j < 16 {
+        t[j] = times_x(times_x(times_x(times_x(j as u32))));
+        j += 1;
+    }
+    t
+};
+
+/// `a * b mod P` in the reflected CRC-32 representation (as zlib's `multmodp`), four bits of
+/// `a` a step: the 16 multiples of `b` by a polynomial of degree below 4, then Horner's rule
+/// over `a`'s eight nibbles from the highest degree (its lowest bits) down, one `x^4` step
+/// (a shift and one lookup) between them. About a tenth of the bit-at-a-time loop's work.
+fn mul_mod_p(a: u32, b: u32) -> u32 {
+    // t[j]: j's bits 3, 2, 1, 0 are the coefficients of x^0, x^1, x^2, x^3.
+    let b1 = times_x(b);
+    let b2 = times_x(b1);
+    let b3 = times_x(b2);
+    let mut t = [0u32; 16];
+    for (j, e) in t.iter_mut().enumerate() {
+        let bit = |k: usize, v: u32| v & ((j as u32 >> k) & 1).wrapping_neg();
+        *e = bit(3, b) ^ bit(2, b1) ^ bit(1, b2) ^ bit(0, b3);
+    }
+    // Nibble n (coefficients x^(4n) to x^(4n+3)) is bits 31-4n down to 28-4n.
+    let mut p = t[(a & 15) as usize];
+    for n in (0..7).rev() {
+        p = (p >> 4) ^ TIMES_X4[(p & 15) as usize] ^ t[((a >> (28 - 4 * n)) & 15) as usize];
     }
     p
 }
@@ -416,6 +436,41 @@ mod tests {
         let mut img = base.clone();
         assert!(!seal_from_base(&mut img, &base, &[(10, 20), (15, 30)]));
         assert!(!seal_from_base(&mut img, &base, &[(10, 8193)]));
+    }
+
+    /// The bit-at-a-time product (zlib's `multmodp`), the reference for `mul_mod_p`.
+    fn mul_bitwise(a: u32, mut b: u32) -> u32 {
+        let mut p = 0u32;
+        for i in (0..32).rev() {
+            if a & (1 << i) != 0 {
+                p ^= b;
+            }
+            b = times_x(b);
+        }
+        p
+    }
+
+    #[test]
+    fn nibble_products_match_the_bitwise_product() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u32
+        };
+        let edges = [0u32, 1, 1 << 31, u32::MAX, POLY, 0x8000_0001, 0xF];
+        for &a in &edges {
+            for &b in &edges {
+                assert_eq!(mul_mod_p(a, b), mul_bitwise(a, b), "{a:#x} * {b:#x}");
+            }
+        }
+        for _ in 0..10_000 {
+            let (a, b) = (next(), next());
+            assert_eq!(mul_mod_p(a, b), mul_bitwise(a, b), "{a:#x} * {b:#x}");
+        }
+        // x^0 (bit 31) is the unit.
+        assert_eq!(mul_mod_p(1 << 31, 0x1234_5678), 0x1234_5678);
     }
 
     #[test]

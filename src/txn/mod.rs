@@ -6,6 +6,6 @@ mod write;
 
 pub use read::ReadTransaction;
 pub(crate) use write::check_put;
-pub(crate) use write::PreparedCommit;
 pub use write::WriteTransaction;
 pub(crate) use write::{LogicalOps, StepCarry};
+pub(crate) use write::{PreparedCommit, TxnMaps};

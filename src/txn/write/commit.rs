@@ -80,13 +80,12 @@ impl WriteTransaction {
         let txn = self.txn_id;
         let base_state = self.base.clone();
         // Dirty page -> its diff base, for the nodes copied from a committed page (with the
-        // ranges written since, for a page edited only in place).
-        let touched = std::mem::replace(&mut self.touched, map());
-        let mut bitmap_touched: Vec<(u64, Touches)> = Vec::new();
+        // diff's ranges from the writes since, for a page edited only in place).
         let mut bases: HashMap<u64, DiffBase<'_>> = map();
-        bases.reserve(self.bases.len());
-        let mut images: Vec<(u64, crate::page::SharedImage)> =
-            Vec::with_capacity(self.nodes.len() + self.bitmaps.len() + 1);
+        bases.reserve(self.bases.len() + self.bitmaps.len());
+        let mut images: Vec<(u64, crate::page::SharedImage)> = Vec::with_capacity(
+            self.nodes.len() + self.pages.len() + self.overflow.len() + self.bitmaps.len() + 1,
+        );
         for (&p, node) in &self.nodes {
             let image = match self.bases.get(&p) {
                 Some(&b) => {
@@ -105,13 +104,19 @@ impl WriteTransaction {
             };
             images.push((p, page::Image::from_boxed(image)));
         }
-        for (p, mut image) in std::mem::replace(&mut self.pages, map()) {
+        // Drained, so that their tables stay with the writer (`TxnMaps`).
+        let mut touched = std::mem::replace(&mut self.touched, map());
+        let mut pages = std::mem::replace(&mut self.pages, map());
+        for (p, mut image) in pages.drain() {
             // A page copied from a committed page is journaled as a diff against it; a new
             // page (a split's right half, a new root leaf) has no base.
             let mut seal_base = None;
             if let Some(&b) = self.bases.get(&p) {
                 let (base_img, _) = base_state.page(b)?;
-                let written = touched.get(&p).map(Touches::as_slice);
+                // The diff's ranges, once: for the seal here and for the record.
+                let written = touched
+                    .get(&p)
+                    .map(|t| crate::journal::diff::written_ranges(t.as_slice()));
                 bases.insert(
                     p,
                     DiffBase {
@@ -123,7 +128,7 @@ impl WriteTransaction {
                 // Edited only in place: it differs from its (checked) base only in the
                 // header and the written ranges, so its checksum follows from the base's.
                 if let Some(w) = written {
-                    seal_base = Some((base_img, crate::journal::diff::written_ranges(w)));
+                    seal_base = Some((base_img, w));
                 }
             }
             let Some(img) = Arc::get_mut(&mut image) else {
@@ -139,24 +144,39 @@ impl WriteTransaction {
             }
             .write(img);
             match seal_base {
-                Some((b, ranges)) if page::seal_from_base(img, b, &ranges) => {}
+                Some((b, ranges)) if page::seal_from_base(img, b, &ranges.expand()) => {}
                 _ => page::seal(img),
             }
             images.push((p, image));
         }
+        self.pages = pages;
+        touched.clear();
+        self.touched = touched;
         for (&p, value) in &self.overflow {
             images.push((p, page::Image::from_boxed(encode_overflow(value, p, txn))));
         }
-        for (idx, (mut image, touched)) in std::mem::replace(&mut self.bitmaps, map()) {
+        let mut bitmaps = std::mem::replace(&mut self.bitmaps, map());
+        for (idx, (mut image, touched)) in bitmaps.drain() {
             let p = self.dir[idx];
-            // A bitmap copied from the committed one: sealed from its checksum.
+            // A bitmap copied from the committed one: sealed from its checksum, and journaled
+            // as a diff of that version of itself (the same page number): its bit flips.
+            // Recovery takes the base from the images it replayed, else from the data file,
+            // which a flush whose header never became durable may have torn; such a flush
+            // wrote a map record first (`flush::flush`), whose image of the page replaces the
+            // data file's (docs/design.md 3.2 and 3.5).
             let seal_base = match touched {
                 Some(t) => {
-                    bitmap_touched.push((p, t));
-                    Some((
-                        base_state.page(p)?.0,
-                        crate::journal::diff::written_ranges(t.as_slice()),
-                    ))
+                    let base_img = base_state.page(p)?.0;
+                    let written = crate::journal::diff::written_ranges(t.as_slice());
+                    bases.insert(
+                        p,
+                        DiffBase {
+                            page: p,
+                            image: base_img,
+                            written: Some(written),
+                        },
+                    );
+                    Some((base_img, written))
                 }
                 None => None,
             };
@@ -173,26 +193,12 @@ impl WriteTransaction {
             }
             .write(img);
             match seal_base {
-                Some((b, ranges)) if page::seal_from_base(img, b, &ranges) => {}
+                Some((b, ranges)) if page::seal_from_base(img, b, &ranges.expand()) => {}
                 _ => page::seal(img),
             }
             images.push((p, image));
         }
-        // A bitmap copied from the committed one is journaled as a diff of that version of
-        // itself (the same page number): its bit flips. Recovery takes the base from the
-        // images it replayed, else from the data file, which a flush whose header never became
-        // durable may have torn; such a flush wrote a map record first (`flush::flush`), whose
-        // image of the page replaces the data file's (docs/design.md 3.2 and 3.5).
-        for (p, t) in &bitmap_touched {
-            bases.insert(
-                *p,
-                DiffBase {
-                    page: *p,
-                    image: base_state.page(*p)?.0,
-                    written: Some(t.as_slice()),
-                },
-            );
-        }
+        self.bitmaps = bitmaps;
         if self.dir_dirty {
             let mut img = page::zeroed(1);
             PageHeader {
@@ -362,6 +368,7 @@ impl PreparedCommit {
             // Nothing was allocated or freed: the operations join the buffer.
             t.inner.publish_logical(t.txn_id, ops, delta);
             t.taken.clear();
+            t.keep_maps(&mut writer);
             t.inner.return_writer(writer);
             t.inner.after_commit();
             return Ok(());
@@ -424,6 +431,7 @@ impl PreparedCommit {
         }
         writer.alloc.recycle(freed);
         t.taken.clear();
+        t.keep_maps(&mut writer);
         t.inner.return_writer(writer);
         t.inner.after_commit();
         Ok(())
