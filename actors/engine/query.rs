@@ -225,8 +225,8 @@ fn terms_bounds(start: Bound<&[u8]>, end: Bound<&[u8]>) -> (Bound<Vec<u8>>, Boun
 
 #[cfg(test)]
 mod tests {
-    use crate::actors::index_key::index_entry_key;
     use super::*;
+    use crate::actors::index_key::index_entry_key;
     use std::ops::RangeBounds;
 
     fn within(k: &[u8], b: &(Bound<Vec<u8>>, Bound<Vec<u8>>)) -> bool {
