@@ -196,21 +196,28 @@ mod tests {
         );
     }
 
-    #[test]
-    fn reads_if_resident_trust_only_pages_known_in_memory() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s");
-        let key = |i: u32| format!("key-{i:05}").into_bytes();
+    fn key(i: u32) -> Vec<u8> {
+        format!("key-{i:05}").into_bytes()
+    }
+
+    /// A storage of 3,000 keys of 200 B at `path`, written, closed and opened again: its pages
+    /// are in the file only (no scratch table), none known resident.
+    fn reopened(path: &std::path::Path) -> Storage {
         {
-            let s = Storage::open(&path, Options::default()).unwrap();
+            let s = Storage::open(path, Options::default()).unwrap();
             let mut w = s.begin_write().unwrap();
             for i in 0..3000 {
                 w.put(key(i), vec![b'v'; 200]).unwrap();
             }
             w.commit().unwrap();
         }
-        // Reopened: the pages are in the file only (no scratch table), none known resident.
-        let s = Storage::open(&path, Options::default()).unwrap();
+        Storage::open(path, Options::default()).unwrap()
+    }
+
+    #[test]
+    fn reads_if_resident_trust_only_pages_known_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = reopened(&dir.path().join("s"));
         let r = s.begin_read().unwrap();
         assert!(r.get_if_resident(&key(7)).is_none());
         assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
@@ -243,17 +250,7 @@ mod tests {
     #[test]
     fn reads_if_resident_ask_the_kernel_while_the_file_is_evicted() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s");
-        let key = |i: u32| format!("key-{i:05}").into_bytes();
-        {
-            let s = Storage::open(&path, Options::default()).unwrap();
-            let mut w = s.begin_write().unwrap();
-            for i in 0..3000 {
-                w.put(key(i), vec![b'v'; 200]).unwrap();
-            }
-            w.commit().unwrap();
-        }
-        let s = Storage::open(&path, Options::default()).unwrap();
+        let s = reopened(&dir.path().join("s"));
         let r = s.begin_read().unwrap();
         let state = r.state_for_tests();
         let pages = state.mapping.len() / crate::page::PAGE_SIZE as u64;

@@ -78,3 +78,16 @@ pub fn output(cmd: &mut Command) -> io::Result<Output> {
 pub fn status(cmd: &mut Command) -> io::Result<ExitStatus> {
     starting(|| cmd.status())
 }
+
+/// A child's side of a SIGKILL round: an empty line (the parent's "ready" mark), then every
+/// acknowledgement `rx` brings, a line each, flushed at once (a line the parent reads was
+/// acknowledged before the kill).
+pub fn print_acks(rx: std::sync::mpsc::Receiver<String>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out).unwrap();
+    for line in rx {
+        writeln!(out, "{line}").unwrap();
+        out.flush().unwrap();
+    }
+}

@@ -3,7 +3,6 @@
 //! `storage key` once each put is acknowledged. The parent kills it with SIGKILL at random
 //! moments, 12 times, and after each kill reopens the database and checks every printed key.
 
-use std::io::Write;
 use std::time::Duration;
 
 use omnibus::actors::{Engine, EngineOptions};
@@ -65,12 +64,7 @@ fn child_entry() {
             });
         }
     });
-    let mut out = std::io::stdout().lock();
-    writeln!(out).unwrap();
-    for line in rx {
-        writeln!(out, "{line}").unwrap();
-        out.flush().unwrap();
-    }
+    children::print_acks(rx);
 }
 
 #[test]

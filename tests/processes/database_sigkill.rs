@@ -7,7 +7,6 @@
 //! io_ring), so every mode is killed mid-flush in CI (the crash suites run with each
 //! write mode; the journal goes through the io_uring lane, the default path, in every round).
 
-use std::io::Write;
 use std::time::Duration;
 
 use omnibus::{Database, FlushMode, Options, Prezero};
@@ -78,12 +77,7 @@ fn child_entry() {
         });
     }
     drop(tx);
-    let mut out = std::io::stdout().lock();
-    writeln!(out).unwrap();
-    for line in rx {
-        writeln!(out, "{line}").unwrap();
-        out.flush().unwrap();
-    }
+    children::print_acks(rx);
 }
 
 #[test]

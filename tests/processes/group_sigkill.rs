@@ -10,7 +10,6 @@
 //! crash, which needs no real sync to lose nothing.
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::time::Duration;
 
 use omnibus::{Database, Error, FlushMode, Options, Prezero, Storage};
@@ -110,12 +109,7 @@ fn child_entry() {
         });
     }
     drop(tx);
-    let mut out = std::io::stdout().lock();
-    writeln!(out).unwrap();
-    for line in rx {
-        writeln!(out, "{line}").unwrap();
-        out.flush().unwrap();
-    }
+    children::print_acks(rx);
 }
 
 #[test]
