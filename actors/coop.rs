@@ -19,13 +19,15 @@
 //! most about [`SLICE`], 61 of them take under 1 ms; a yield costs a task switch (a fraction of
 //! a microsecond), a few percent of a slice.
 //!
-//! State: per thread, the units charged and the start and last instants of the current burst
-//! of charges; no lock, no allocation; one clock read (`Instant::now`, the vDSO) per call. A
-//! charge that comes more than [`SLICE`] after the previous one starts a new burst (the thread
-//! did something else in between, so no yield is owed: a lone get after idle time never
-//! yields). Invariant: a task polled over and over on one thread gets `Pending` at least once
-//! every [`BUDGET`] units or [`SLICE`] of its own ready calls. The blocking twins
-//! (`blocking_get`...) never charge the budget: they have no runtime to give back.
+//! State: per thread, the units charged since the last yield and the start and last instants
+//! of the current burst of charges; no lock, no allocation; one clock read (`Instant::now`, the
+//! vDSO) per call. Units count from one yield to the next whatever happens between calls. The
+//! time slice counts within a burst: a charge more than [`IDLE`] after the previous one starts a
+//! new burst (the thread was parked or ran other work, so a lone get after idle time is not
+//! made to yield by the clock). Invariant: a task polled over and over on one thread gets
+//! `Pending` at least once every [`BUDGET`] units of its own ready calls, and within [`SLICE`]
+//! of ready calls made less than [`IDLE`] apart. The blocking twins (`blocking_get`...) never
+//! charge the budget: they have no runtime to give back.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -42,8 +44,13 @@ pub(crate) const BUDGET: u32 = 128;
 /// with 10 µs, at the same gets/s.
 pub(crate) const SLICE: Duration = Duration::from_micros(10);
 
-/// One thread's budget: units charged in the current burst, when the burst began, when its
-/// last charge was made (`None`: no burst).
+/// Longest pause between two charges of one burst: a longer one starts a new burst (the
+/// time slice starts again; the units do not). A loop whose own work between two calls takes
+/// longer than this (copying a 1 MiB value, the caller's work) yields by units alone.
+pub(crate) const IDLE: Duration = Duration::from_millis(1);
+
+/// One thread's budget: units charged since the last yield, when the current burst began and
+/// when its last charge was made (`None`: no burst).
 #[derive(Clone, Copy)]
 struct Spent {
     units: u32,
@@ -61,12 +68,9 @@ fn charge_at(units: usize, now: Instant) -> bool {
     SPENT.with(|cell| {
         let mut s = cell.get();
         let began = match s.burst {
-            Some((began, last)) if now.saturating_duration_since(last) <= SLICE => began,
-            // No burst, or the thread did something else since its last charge: a new burst.
-            _ => {
-                s.units = 0;
-                now
-            }
+            Some((began, last)) if now.saturating_duration_since(last) <= IDLE => began,
+            // No burst, or a pause since the last charge: a new burst (the units go on).
+            _ => now,
         };
         let u = u32::try_from(units.max(1)).unwrap_or(u32::MAX);
         s.units = s.units.saturating_add(u);
@@ -154,12 +158,32 @@ mod tests {
     fn a_charge_after_idle_time_starts_a_new_burst() {
         reset();
         let t = Instant::now();
-        assert!(!charge_at(BUDGET as usize - 1, t));
-        // More than a slice since the last charge: the thread did other work, nothing is owed.
-        let later = t + SLICE * 3;
+        assert!(!charge_at(1, t));
+        // Longer than IDLE since the last charge: the clock owes no yield...
+        let later = t + IDLE * 2;
         assert!(!charge_at(1, later));
-        assert!(!charge_at(BUDGET as usize - 2, later));
+        // ...but the units go on from the last yield.
+        assert!((2..BUDGET - 1).all(|_| !charge_at(1, later)));
         assert!(charge_at(1, later));
+    }
+
+    /// A loop whose calls came more than the slice apart (a 1 MiB value copied, or 20 µs of
+    /// the caller's work, between two gets) started a new burst, units reset, at every call:
+    /// it never yielded, and a timer task on its thread never ran.
+    #[test]
+    fn calls_a_little_apart_still_yield() {
+        reset();
+        let t = Instant::now();
+        let apart = Duration::from_micros(20);
+        let yields = (0..100u32).filter(|i| charge_at(1, t + apart * *i)).count();
+        assert!(yields >= 40, "{yields} yields in 100 calls 20 µs apart");
+        // Calls further apart than IDLE yield by units: once every BUDGET.
+        reset();
+        let apart = IDLE * 2;
+        let yields = (0..BUDGET * 3)
+            .filter(|i| charge_at(1, t + apart * *i))
+            .count();
+        assert_eq!(yields, 3);
     }
 
     #[test]

@@ -696,10 +696,11 @@ impl StorageHandle {
     /// before the call is seen). With [`ReadPath::Caller`] (the default) it is read on the
     /// caller's thread from a snapshot when every page on its path is known to be in memory,
     /// with no message and nothing awaited (the future is ready at its first poll, except once
-    /// every 128 such reads or 10 µs of them on a thread, `coop::BUDGET` and `coop::SLICE`:
-    /// then it returns `Pending` once, waking itself, so that a loop of gets never starves the
-    /// other tasks or the timers of the caller's runtime), and by the reader pool otherwise (a cold page never faults on the caller's
-    /// thread); with [`ReadPath::CallerAlways`] always on the caller's thread; with
+    /// every 128 such reads, or 10 µs of them made less than 1 ms apart, on a thread:
+    /// `coop::BUDGET`, `coop::SLICE`, `coop::IDLE`; then it returns `Pending` once, waking
+    /// itself, so that a loop of gets never starves the other tasks or the timers of the
+    /// caller's runtime), and by the reader pool otherwise (a cold page never faults on the
+    /// caller's thread); with [`ReadPath::CallerAlways`] always on the caller's thread; with
     /// [`ReadPath::Pool`] always by the reader pool.
     ///
     /// Errors: [`Error::Corruption`] when a page on the path fails its checksum or is

@@ -517,12 +517,13 @@ impl Database {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        let Some(journal) = &self.inner.journal else {
-            return Err(GroupError::SeparateJournals.into());
-        };
+        // Read-only first: a read-only database has no journal open, whatever its mode.
         if self.inner.opts.read_only {
             return Err(Error::ReadOnly);
         }
+        let Some(journal) = &self.inner.journal else {
+            return Err(GroupError::SeparateJournals.into());
+        };
         if storages.len() > crate::MAX_GROUP_STORAGES {
             return Err(GroupError::TooManyStorages {
                 count: storages.len(),

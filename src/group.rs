@@ -24,7 +24,8 @@ use crate::txn::WriteTransaction;
 pub const MAX_GROUP_STORAGES: usize = 256;
 
 /// Most bytes of one group's journal record, every storage's part and the record's headers
-/// counted ([`GroupError::TooLarge`] at commit past it): 64 MiB.
+/// counted ([`GroupError::TooLarge`] at commit past it): 64 MiB. A group that changed one
+/// storage writes that storage's own record and is not held to it.
 pub const MAX_GROUP_BYTES: u64 = 64 << 20;
 
 /// A write transaction over several storages of one [`crate::Database`], committed as one
@@ -159,8 +160,9 @@ impl GroupTransaction {
     /// join its batch); then each storage publishes its new state. After a crash every storage
     /// shows its part, or none does. Storages the group did not change write nothing.
     ///
-    /// Errors: [`GroupError::TooLarge`] when the record would pass [`MAX_GROUP_BYTES`] (nothing
-    /// written, the storages stay usable); as [`WriteTransaction::commit`] otherwise: `ENOSPC`
+    /// Errors: [`GroupError::TooLarge`] when the group record (two or more changed storages)
+    /// would pass [`MAX_GROUP_BYTES`] (nothing written, the storages stay usable; a group that
+    /// changed one storage has a plain commit's limits only); as [`WriteTransaction::commit`] otherwise: `ENOSPC`
     /// growing a data file (nothing written), an I/O error writing or syncing the journal (every
     /// storage of the database is then poisoned), [`Error::Poisoned`]. After an error nothing
     /// of the group is visible.
@@ -177,16 +179,20 @@ impl GroupTransaction {
         let mut records: Vec<_> = prepared.iter_mut().map(|p| p.take_record()).collect();
         let record = match records.len() {
             0 => return Ok(()),
+            // One changed storage: its own record, with a plain commit's limits only.
             1 => records.pop().ok_or(Error::Closed)?,
-            _ => group_record(records),
-        };
-        if record.total_len() > MAX_GROUP_BYTES {
-            return Err(GroupError::TooLarge {
-                bytes: record.total_len(),
-                max: MAX_GROUP_BYTES,
+            _ => {
+                let record = group_record(records);
+                if record.total_len() > MAX_GROUP_BYTES {
+                    return Err(GroupError::TooLarge {
+                        bytes: record.total_len(),
+                        max: MAX_GROUP_BYTES,
+                    }
+                    .into());
+                }
+                record
             }
-            .into());
-        }
+        };
         let _publishing = self.publishing.read().unwrap_or_else(|e| e.into_inner());
         let written = self.journal.commit_with(record, self.durability);
         let mut result = Ok(());

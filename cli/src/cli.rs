@@ -367,6 +367,9 @@ pub struct QueryArgs {
     /// At most N documents.
     #[arg(long, short)]
     pub limit: Option<u64>,
+    /// Accepted as every command accepts it: the output is JSON Lines either way.
+    #[arg(long)]
+    pub json: bool,
 }
 
 const STAT_LONG: &str =

@@ -244,6 +244,62 @@ fn a_loop_of_awaited_gets_lets_other_tokio_tasks_run() {
     engine.shutdown().unwrap();
 }
 
+// Regression: a get loop doing some work of its own between gets (20 µs here; or a large
+// value's copy) made every get start a new budget, so it never yielded and a timer task on its
+// thread never ran.
+#[test]
+fn a_get_loop_with_work_between_gets_lets_a_timer_run() {
+    let _alone = crate::common::alone();
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, db) = engine_with_keys(dir.path());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let ticks = Arc::new(AtomicU64::new(0));
+    let (root, s2) = (db.root(), stop.clone());
+    rt.spawn(async move {
+        let mut i = 0u32;
+        while !s2.load(Ordering::Relaxed) {
+            assert!(root.get(key(i % 100)).await.unwrap().is_some());
+            let t = std::time::Instant::now();
+            while t.elapsed() < std::time::Duration::from_micros(20) {
+                std::hint::spin_loop();
+            }
+            i += 1;
+        }
+    });
+    let t2 = ticks.clone();
+    rt.spawn(async move {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            t2.fetch_add(1, Ordering::Release);
+        }
+    });
+    // The runtime runs on this thread only while it blocks on something: a watcher thread
+    // stops the loop once the ticks arrived, or after 20 s.
+    let (t3, s3) = (ticks.clone(), stop.clone());
+    let watcher = std::thread::spawn(move || {
+        let reached = wait_for_ticks(&t3, 20, std::time::Duration::from_secs(20));
+        s3.store(true, Ordering::Relaxed);
+        reached
+    });
+    rt.block_on(async {
+        while !stop.load(Ordering::Relaxed) {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    });
+    let reached = watcher.join().unwrap();
+    rt.shutdown_timeout(std::time::Duration::from_secs(10));
+    assert!(
+        reached >= 20,
+        "the ticker ran {reached} times beside the get loop (wanted 20)"
+    );
+    drop(db);
+    engine.shutdown().unwrap();
+}
+
 // The same on glommio: get loops on one executor must let its timer task run.
 #[test]
 fn a_loop_of_awaited_gets_lets_other_glommio_tasks_run() {

@@ -263,10 +263,33 @@ fn refusals_are_typed() {
     g.put(&b, "k", "v").unwrap();
     g.commit().unwrap();
     assert_eq!(get(&b, "k").as_deref(), Some(&b"v"[..]));
+    // A group that changes one storage writes that storage's own record: a plain commit's
+    // limits, not the group record's (it was refused as TooLarge past 64 MiB).
+    let mut g = db.begin_group(&[&root, &a]).unwrap();
+    for i in 0..(MAX_GROUP_BYTES >> 20) + 1 {
+        g.put(&a, format!("a{i}"), &value).unwrap();
+    }
+    g.commit().unwrap();
+    assert_eq!(get(&a, "a0").as_deref(), Some(&value[..]));
 
     // Separate journals.
     drop((root, a, b));
     db.close().unwrap();
+    // A read-only database refuses a group as any write (it was named SeparateJournals: a
+    // read-only open has no journal).
+    let ro = Database::open(
+        dir.path().join("db"),
+        Options {
+            read_only: true,
+            ..opts()
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        ro.begin_group(&[&ro.root()]),
+        Err(Error::ReadOnly)
+    ));
+    drop(ro);
     let sep = Database::open(
         dir.path().join("sep"),
         Options {
