@@ -24,10 +24,11 @@
 //! vDSO) per call. Units count from one yield to the next whatever happens between calls. The
 //! time slice counts within a burst: a charge more than [`IDLE`] after the previous one starts a
 //! new burst (the thread was parked or ran other work, so a lone get after idle time is not
-//! made to yield by the clock). Invariant: a task polled over and over on one thread gets
-//! `Pending` at least once every [`BUDGET`] units of its own ready calls, and within [`SLICE`]
-//! of ready calls made less than [`IDLE`] apart. The blocking twins (`blocking_get`...) never
-//! charge the budget: they have no runtime to give back.
+//! made to yield by the clock). A call that waited for the reader pool starts the budget again
+//! ([`reset`]): its task gave the thread back meanwhile. Invariant: a task polled over and
+//! over on one thread gets `Pending` at least once every [`BUDGET`] units of its own ready
+//! calls, and within [`SLICE`] of ready calls made less than [`IDLE`] apart. The blocking twins
+//! (`blocking_get`...) never charge the budget: they have no runtime to give back.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -99,6 +100,17 @@ pub(crate) async fn consume(units: usize) {
     }
 }
 
+/// Starts the calling thread's budget again: a call that waited for an answer from another
+/// thread (the reader pool) gave the thread back to its runtime meanwhile, as a yield does.
+pub(crate) fn reset() {
+    SPENT.with(|cell| {
+        cell.set(Spent {
+            units: 0,
+            burst: None,
+        })
+    });
+}
+
 /// `Pending` at the first poll (waking its task), ready at the next.
 struct YieldOnce(bool);
 
@@ -118,15 +130,6 @@ impl Future for YieldOnce {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn reset() {
-        SPENT.with(|s| {
-            s.set(Spent {
-                units: 0,
-                burst: None,
-            })
-        });
-    }
 
     #[test]
     fn the_budget_is_spent_every_budget_units() {

@@ -733,7 +733,10 @@ impl StorageHandle {
             .send_async(m)
             .await
             .map_err(|_| Error::Closed)?;
-        rx.recv_async().await.map_err(|_| Error::Closed)?
+        let r = rx.recv_async().await.map_err(|_| Error::Closed)?;
+        // The task waited for the pool: its thread ran other work meanwhile.
+        coop::reset();
+        r
     }
 
     /// Up to `limit` entries with keys in `bounds`, in key order, read by the reader pool
@@ -826,7 +829,9 @@ impl StorageHandle {
             .send_async(m)
             .await
             .map_err(|_| Error::Closed)?;
-        rx.recv_async().await.map_err(|_| Error::Closed)?
+        let r = rx.recv_async().await.map_err(|_| Error::Closed)?;
+        coop::reset();
+        r
     }
 
     /// Blocking [`StorageHandle::put`].
