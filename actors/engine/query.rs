@@ -16,28 +16,50 @@ use std::ops::Bound;
 use futures_lite::StreamExt;
 
 use super::super::blocking;
+use super::super::index::read_applied;
 use super::super::index_key::{decode_index_entry, index_term_prefix};
 use super::super::range_stream::RangeStream;
 use super::DatabaseHandle;
 use crate::actor_interface::{Error, Result};
 
 impl DatabaseHandle {
-    /// A stream over the entries of index `index` with keys in `start..end`.
-    fn index_stream(
+    /// A stream over the entries of index `index` with keys in `start..end`: a defined index's
+    /// storage, else a branch storage of that name holding an index's applied record (an index
+    /// left on disk that this process has not defined, read as it is).
+    async fn index_stream(
         &self,
         index: &str,
         start: Bound<Vec<u8>>,
         end: Bound<Vec<u8>>,
     ) -> Result<RangeStream> {
-        let storage = {
+        let defined = {
             let map = self.inner.indexes.lock().unwrap_or_else(|e| e.into_inner());
-            let e = map.get(index).ok_or_else(|| {
-                Error::InvalidOptions(format!("no index named {index:?} is defined"))
-            })?;
-            e.storage.clone()
+            map.get(index).map(|e| e.storage.clone())
+        };
+        let snap = match defined {
+            Some(storage) => storage.begin_read()?,
+            None => {
+                let no_index =
+                    || Error::InvalidOptions(format!("no index named {index:?} is defined"));
+                let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
+                let (db, n) = (self.inner.db.clone(), index.to_string());
+                // Opening a branch reads and syncs files: on the background I/O pool.
+                let storage = match engine.background_io.run(move || db.storage(&n)).await {
+                    Ok(s) => s,
+                    Err(Error::StorageNotFound { .. } | Error::InvalidStorageName { .. }) => {
+                        return Err(no_index())
+                    }
+                    Err(e) => return Err(e),
+                };
+                let snap = storage.begin_read()?;
+                if read_applied(&snap)?.is_none() {
+                    return Err(no_index());
+                }
+                snap
+            }
         };
         Ok(RangeStream::new(
-            storage.begin_read()?,
+            snap,
             self.inner.root.readers.clone(),
             start,
             end,
@@ -54,7 +76,7 @@ impl DatabaseHandle {
         end: Bound<Vec<u8>>,
         mut each: impl FnMut(Vec<u8>, &[u8]) -> bool,
     ) -> Result<()> {
-        let mut s = self.index_stream(index, start, end)?;
+        let mut s = self.index_stream(index, start, end).await?;
         while let Some(item) = s.next().await {
             let (key, _) = item?;
             // The applied record (and any key that is not an entry) is no answer.
@@ -73,8 +95,13 @@ impl DatabaseHandle {
     /// very many documents use [`DatabaseHandle::query_terms`] with a limit, continuing from the
     /// last answer.
     ///
-    /// Errors: [`Error::InvalidOptions`] when no index `index` is defined on this handle's
-    /// database; [`Error::Corruption`] of an index page; [`Error::Closed`] after shutdown.
+    /// An index on disk that this process has not defined (with
+    /// [`DatabaseHandle::define_index`]) is read as it is: it follows no change feed until it
+    /// is defined, so it may lag the documents by more than a defined one.
+    ///
+    /// Errors: [`Error::InvalidOptions`] when `index` is neither an index defined on this
+    /// handle's database nor a branch storage holding an index's applied record;
+    /// [`Error::Corruption`] of an index page; [`Error::Closed`] after shutdown.
     /// Cancel safety: dropping the future drops the chunk in flight; nothing else happens.
     pub async fn query(&self, index: &str, term: impl AsRef<[u8]>) -> Result<Vec<Vec<u8>>> {
         let (start, end) = term_bounds(term.as_ref());

@@ -1,6 +1,7 @@
 //! Index queries as calls: `DatabaseHandle::query`, `query_count`, `query_documents` and
 //! `query_terms` answer from an index's storage what a hand-made prefix scan of its entries
-//! would, never list the index's applied record, and refuse an index that is not defined.
+//! would, never list the index's applied record, read an index left on disk that this process
+//! has not defined, and refuse a name that is no index.
 //! Terms hold the escaped bytes 0x00 and 0x01 and one term is a prefix of another.
 
 use std::collections::BTreeMap;
@@ -115,11 +116,29 @@ fn queries_answer_what_the_index_holds() {
         .unwrap()
         .is_empty());
 
-    // An index that is not defined is a typed error.
-    assert!(matches!(
-        db.blocking_query("by_nothing", b"a"),
-        Err(Error::InvalidOptions(_))
-    ));
-    drop((root, db));
+    // A name that is no index (no storage, an empty name, a branch that is no index) is a
+    // typed error.
+    let plain = db.blocking_create_storage("plain").unwrap();
+    plain.blocking_put(b"\0".to_vec(), b"x".to_vec()).unwrap();
+    for name in ["by_nothing", "", "plain"] {
+        assert!(
+            matches!(db.blocking_query(name, b"a"), Err(Error::InvalidOptions(_))),
+            "{name:?}"
+        );
+    }
+    drop((plain, root, db));
+    engine.shutdown().unwrap();
+
+    // Reopened by a process that has not defined the index (yet): it is read as it is on disk
+    // (such a query was refused as an undefined index).
+    let (engine, db) = index_common::open_engine(dir.path().join("db"));
+    for t in terms {
+        assert_eq!(
+            &db.blocking_query("by_term", t).unwrap(),
+            &model[t],
+            "term {t:?}"
+        );
+    }
+    drop(db);
     engine.shutdown().unwrap();
 }
