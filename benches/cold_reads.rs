@@ -53,6 +53,19 @@ struct Args {
     caller_only: bool,
 }
 
+impl Args {
+    /// The read paths a case runs with: none when `--only` names the other kind (`skip`).
+    fn paths(&self, skip: &str) -> &'static [ReadPath] {
+        if self.only.as_deref() == Some(skip) {
+            &[]
+        } else if self.caller_only {
+            &[ReadPath::Caller]
+        } else {
+            &[ReadPath::CallerAlways, ReadPath::Caller]
+        }
+    }
+}
+
 fn args() -> Args {
     let quick = std::env::var("OMNIBUS_BENCH_QUICK").is_ok();
     let mut a = Args {
@@ -298,14 +311,7 @@ fn main() {
     println!("| case | reads | gets/s | largest tick gap (ms) | p99 tick gap (ms) | gets sent to the pool |");
     println!("|---|---|---|---|---|---|");
     let mut cold = Vec::new();
-    let cold_cases = if a.only.as_deref() == Some("warm") {
-        &[][..]
-    } else if a.caller_only {
-        &[ReadPath::Caller][..]
-    } else {
-        &[ReadPath::CallerAlways, ReadPath::Caller][..]
-    };
-    for &reads in cold_cases {
+    for &reads in a.paths("warm") {
         assert!(
             drop_cache(&path) > 0,
             "no data file found to drop from the page cache"
@@ -320,14 +326,7 @@ fn main() {
     // The warm rows with the whole page cache.
     drop(group);
     let mut warm = Vec::new();
-    let warm_cases = if a.only.as_deref() == Some("cold") {
-        &[][..]
-    } else if a.caller_only {
-        &[ReadPath::Caller][..]
-    } else {
-        &[ReadPath::CallerAlways, ReadPath::Caller][..]
-    };
-    for &reads in warm_cases {
+    for &reads in a.paths("cold") {
         let r = run(&path, reads, WARM_KEYS, a.seconds, true);
         println!(
             "| warm, {WARM_KEYS} keys read before | {reads:?} | {:.0} | {:.1} | {:.2} | {} |",

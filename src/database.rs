@@ -535,24 +535,17 @@ impl Database {
         let mut named: Vec<(Option<String>, Storage)> = Vec::with_capacity(storages.len());
         {
             let branches = lock(&self.inner.branches);
-            let indexes = self.inner.path.join(INDEXES_DIR);
             for s in storages {
+                // The root, or one of this database's open branches: the same storage, not
+                // another opened at the same path.
                 let key = if Arc::ptr_eq(&s.inner, &self.inner.root.inner) {
                     None
                 } else {
-                    let name = s
-                        .path()
-                        .parent()
-                        .filter(|p| *p == indexes)
-                        .and_then(|_| s.path().file_name())
-                        .and_then(|n| n.to_str())
-                        .filter(|n| {
-                            branches
-                                .get(*n)
-                                .is_some_and(|b| Arc::ptr_eq(&b.inner, &s.inner))
-                        });
-                    match name {
-                        Some(n) => Some(n.to_string()),
+                    match branches
+                        .iter()
+                        .find(|(_, b)| Arc::ptr_eq(&b.inner, &s.inner))
+                    {
+                        Some((n, _)) => Some(n.clone()),
                         None => {
                             return Err(GroupError::NotInDatabase {
                                 path: s.path().to_path_buf(),

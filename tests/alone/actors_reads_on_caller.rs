@@ -185,6 +185,16 @@ fn engine_with_keys(dir: &std::path::Path) -> (Engine, omnibus::actors::Database
 }
 
 /// Waits (polling, at most `limit`) until `ticks` reaches `want`; returns what it reached.
+/// A task on `rt` counting in `ticks` every 1 ms sleep it wakes from.
+fn spawn_ticker(rt: &tokio::runtime::Runtime, ticks: Arc<AtomicU64>) {
+    rt.spawn(async move {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            ticks.fetch_add(1, Ordering::Release);
+        }
+    });
+}
+
 fn wait_for_ticks(ticks: &AtomicU64, want: u64, limit: std::time::Duration) -> u64 {
     let end = std::time::Instant::now() + limit;
     while ticks.load(Ordering::Acquire) < want && std::time::Instant::now() < end {
@@ -225,13 +235,7 @@ fn a_loop_of_awaited_gets_lets_other_tokio_tasks_run() {
             }
         });
     }
-    let t2 = ticks.clone();
-    rt.spawn(async move {
-        loop {
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-            t2.fetch_add(1, Ordering::Release);
-        }
-    });
+    spawn_ticker(&rt, ticks.clone());
     let reached = wait_for_ticks(&ticks, 20, std::time::Duration::from_secs(60));
     stop.store(true, Ordering::Relaxed);
     rt.shutdown_timeout(std::time::Duration::from_secs(10));
@@ -270,13 +274,7 @@ fn a_get_loop_with_work_between_gets_lets_a_timer_run() {
             i += 1;
         }
     });
-    let t2 = ticks.clone();
-    rt.spawn(async move {
-        loop {
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-            t2.fetch_add(1, Ordering::Release);
-        }
-    });
+    spawn_ticker(&rt, ticks.clone());
     // The runtime runs on this thread only while it blocks on something: a watcher thread
     // stops the loop once the ticks arrived, or after 20 s.
     let (t3, s3) = (ticks.clone(), stop.clone());
