@@ -498,10 +498,11 @@ impl Database {
     /// each at most once): one transaction whose writes to every storage commit as one atomic
     /// unit through the shared journal ([`GroupTransaction::commit`]; docs/design.md 3.11).
     /// The storages' writers are taken in lock order, the root first and then branches by
-    /// name, whatever the order given, so two groups never wait for each other in a circle;
-    /// none is waited for: a storage with a write transaction open (a
-    /// [`Storage::begin_write`], or another group) fails the call with
-    /// [`Error::WriteInProgress`] and releases the writers taken.
+    /// name, whatever the order given, waiting for each as [`Storage::begin_write`] does: two
+    /// groups, or a group and single-storage writers, never wait for each other in a circle as
+    /// long as no thread holding a write transaction asks for another writer (that thread
+    /// would wait for itself, as a second [`Storage::begin_write`] would).
+    /// [`Database::try_begin_group`] never waits.
     ///
     /// Root writes made through a group are ordinary root commits (they take root txn ids), as
     /// those of [`Storage::begin_write`] on [`Database::root`]: the actor runtime's indexes
@@ -510,10 +511,23 @@ impl Database {
     /// Errors: [`GroupError::SeparateJournals`] in [`JournalMode::Separate`];
     /// [`GroupError::TooManyStorages`] past [`crate::MAX_GROUP_STORAGES`];
     /// [`GroupError::NotInDatabase`] for a storage that is not one of this database's open
-    /// storages; [`GroupError::Duplicate`] for a storage named twice;
-    /// [`Error::WriteInProgress`]; [`Error::Closed`]; [`Error::ReadOnly`];
-    /// [`Error::Poisoned`]; [`Error::DatabaseDamaged`].
+    /// storages; [`GroupError::Duplicate`] for a storage named twice; [`Error::Closed`];
+    /// [`Error::ReadOnly`]; [`Error::Poisoned`]; [`Error::DatabaseDamaged`]. After an error no
+    /// writer is held.
     pub fn begin_group(&self, storages: &[&Storage]) -> Result<GroupTransaction> {
+        self.group(storages, true)
+    }
+
+    /// [`Database::begin_group`] without waiting: a storage with a write transaction open (a
+    /// [`Storage::begin_write`], or another group) fails the call with
+    /// [`Error::WriteInProgress`] and the writers taken so far are released.
+    ///
+    /// Errors: as [`Database::begin_group`], and [`Error::WriteInProgress`].
+    pub fn try_begin_group(&self, storages: &[&Storage]) -> Result<GroupTransaction> {
+        self.group(storages, false)
+    }
+
+    fn group(&self, storages: &[&Storage], wait: bool) -> Result<GroupTransaction> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
@@ -568,6 +582,7 @@ impl Database {
             journal.clone(),
             self.inner.groups.clone(),
             named.into_iter().map(|(_, s)| s).collect(),
+            wait,
         )
     }
 

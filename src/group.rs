@@ -58,16 +58,21 @@ impl std::fmt::Debug for GroupTransaction {
 }
 
 impl GroupTransaction {
-    /// Takes the writer of each of `storages` (already checked and in lock order) without
-    /// waiting; on a failure the writers taken so far are released.
+    /// Takes the writer of each of `storages` (already checked and in lock order), waiting for
+    /// each when `wait`; on a failure the writers taken so far are released.
     pub(crate) fn begin(
         journal: Arc<Journal>,
         publishing: Arc<RwLock<()>>,
         storages: Vec<Storage>,
+        wait: bool,
     ) -> Result<GroupTransaction> {
         let mut members = Vec::with_capacity(storages.len());
         for s in storages {
-            let w = s.try_begin_write()?;
+            let w = if wait {
+                s.begin_write()?
+            } else {
+                s.try_begin_write()?
+            };
             members.push((s, w));
         }
         Ok(GroupTransaction {

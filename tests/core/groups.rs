@@ -223,7 +223,7 @@ fn refusals_are_typed() {
     // Busy: a write transaction open on one storage; the writers taken are released.
     let w = a.begin_write().unwrap();
     assert!(matches!(
-        db.begin_group(&[&root, &a]),
+        db.try_begin_group(&[&root, &a]),
         Err(Error::WriteInProgress)
     ));
     root.try_begin_write().unwrap().abort();
@@ -233,7 +233,7 @@ fn refusals_are_typed() {
     let mut g = db.begin_group(&[&root, &a]).unwrap();
     // Two groups over one storage: the second finds it busy.
     assert!(matches!(
-        db.begin_group(&[&a, &b]),
+        db.try_begin_group(&[&a, &b]),
         Err(Error::WriteInProgress)
     ));
     assert!(matches!(
@@ -352,4 +352,73 @@ fn a_backup_never_copies_part_of_a_group() {
         backups >= 2,
         "only {backups} backups while the groups were written"
     );
+}
+
+#[test]
+fn begin_group_waits_for_busy_writers_and_groups_never_wait_in_a_circle() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path().join("db"), opts()).unwrap();
+    let root = db.root();
+    let names = ["a", "b", "c", "d"];
+    let branches: Vec<Storage> = names.iter().map(|n| db.create_storage(n).unwrap()).collect();
+
+    // A writer open on `b`: a group over {root, b} waits for it, then commits after it.
+    let mut w = branches[1].begin_write().unwrap();
+    w.put("k", "single").unwrap();
+    let (started, waiting) = std::sync::mpsc::channel();
+    let group = {
+        let (db, root, b) = (db.clone(), root.clone(), branches[1].clone());
+        std::thread::spawn(move || {
+            started.send(()).unwrap();
+            let mut g = db.begin_group(&[&b, &root]).unwrap();
+            g.put(&b, "k", "group").unwrap();
+            g.put(&root, "k", "group").unwrap();
+            g.commit().unwrap();
+        })
+    };
+    waiting.recv().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(!group.is_finished(), "begin_group did not wait for b's writer");
+    assert_eq!(get(&root, "k"), None);
+    w.commit().unwrap();
+    group.join().unwrap();
+    assert_eq!(get(&branches[1], "k").as_deref(), Some(&b"group"[..]));
+    assert_eq!(get(&root, "k").as_deref(), Some(&b"group"[..]));
+
+    // Threads naming overlapping storages in opposite orders: all finish (lock order), and
+    // every group's writes are there.
+    let (done_tx, done) = std::sync::mpsc::channel();
+    for t in 0..4usize {
+        let (db, root, bs, done_tx) = (db.clone(), root.clone(), branches.clone(), done_tx.clone());
+        std::thread::spawn(move || {
+            for i in 0..200usize {
+                let mut members: Vec<&Storage> = vec![&bs[(t + i) % 4], &bs[(t + i + 1) % 4]];
+                if i % 3 == 0 {
+                    members.push(&root);
+                }
+                if t % 2 == 1 {
+                    members.reverse();
+                }
+                let mut g = db.begin_group(&members).unwrap();
+                for s in &members {
+                    g.put(s, format!("t{t}-{i}"), "v").unwrap();
+                }
+                g.commit().unwrap();
+            }
+            done_tx.send(()).unwrap();
+        });
+    }
+    drop(done_tx);
+    for _ in 0..4 {
+        done.recv_timeout(std::time::Duration::from_secs(120))
+            .expect("groups over overlapping storages waited for each other in a circle");
+    }
+    for t in 0..4usize {
+        for i in 0..200usize {
+            let key = format!("t{t}-{i}");
+            assert!(get(&branches[(t + i) % 4], &key).is_some(), "{key}");
+            assert!(get(&branches[(t + i + 1) % 4], &key).is_some(), "{key}");
+            assert_eq!(get(&root, &key).is_some(), i % 3 == 0, "{key}");
+        }
+    }
 }

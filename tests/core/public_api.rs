@@ -75,6 +75,7 @@ fn every_intended_item_is_public() {
     let _: fn(&Database) -> Vec<String> = Database::storages;
     let _: fn(&Database) -> Vec<(String, Error)> = Database::damaged;
     let _: fn(&Database, &[&Storage]) -> Result<GroupTransaction> = Database::begin_group;
+    let _: fn(&Database, &[&Storage]) -> Result<GroupTransaction> = Database::try_begin_group;
     let _: fn(GroupTransaction) -> Result<()> = GroupTransaction::commit;
     let _: fn(&mut GroupTransaction, Durability) = GroupTransaction::set_durability;
     let _: fn(&Database, PathBuf) -> Result<BackupReport> = Database::backup;

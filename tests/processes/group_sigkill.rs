@@ -12,7 +12,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use omnibus::{Database, Error, FlushMode, Options, Prezero, Storage};
+use omnibus::{Database, FlushMode, Options, Prezero, Storage};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -90,14 +90,8 @@ fn child_entry() {
                 let key = format!("{:016x}", rng.random::<u64>());
                 let m = members(&key);
                 let refs: Vec<&Storage> = m.iter().map(|&i| &ss[i]).collect();
-                // Groups over a busy storage are refused: try again.
-                let mut g = loop {
-                    match db.begin_group(&refs) {
-                        Ok(g) => break g,
-                        Err(Error::WriteInProgress) => std::thread::yield_now(),
-                        Err(e) => panic!("child: begin_group: {e}"),
-                    }
-                };
+                // Waits for busy storages, in lock order.
+                let mut g = db.begin_group(&refs).expect("child: begin_group");
                 for &i in &m {
                     g.put(&ss[i], &key, value_for(&key, i)).expect("child: put");
                 }
