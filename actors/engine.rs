@@ -35,18 +35,20 @@ use glommio::{LocalExecutorBuilder, Placement};
 
 use super::blocking;
 use super::flusher::{self, FlusherMsg};
-use super::index::{self, BuildSlots, IndexActor, IndexDefinition, IndexShared, IndexStats};
+use super::index::{
+    self, BuildSlots, IndexActor, IndexDefinition, IndexMode, IndexShared, IndexStats,
+};
 use super::index_check::{check_index, IndexCheckReport};
 use super::io_pool::IoPool;
 use super::journal_writer::{self, JournalMsg};
-use super::messages::{IndexMsg, ReadPath, RootFeed, StorageMsg};
+use super::messages::{GroupBatch, IndexMsg, ReadPath, RootFeed, StorageMsg, WriteBatch};
 use super::placement;
 use super::reader_pool::{self, ReadMsg};
 use super::storage::{self as storage_actor, StorageHandle};
 
 use crate::actor_interface::{
-    self, BackupReport, Database, DatabaseStats, Error, FlushMode, FlushReport, Journal, Options,
-    ReadTransaction, Result, Storage, PAGE_SIZE,
+    self, BackupReport, Database, DatabaseStats, Durability, Error, FlushMode, FlushReport,
+    GroupError, Journal, Options, ReadTransaction, Result, Storage, MAX_GROUP_STORAGES, PAGE_SIZE,
 };
 
 /// Locked memory one executor pins (bytes): its glommio I/O buffer (64 KiB, glommio's
@@ -774,6 +776,7 @@ impl EngineInner {
         shared: Option<&flume::Sender<JournalMsg>>,
         writers: &Mutex<Vec<flume::Sender<JournalMsg>>>,
         feed: Option<Arc<RootFeed>>,
+        group_lock: Option<Arc<std::sync::RwLock<()>>>,
     ) -> Result<StorageHandle> {
         let exec = stable_hash(name) % self.n.max(1);
         // A database's root (the storage with the change feed) runs in the documents' queue.
@@ -805,6 +808,7 @@ impl EngineInner {
             max_requests: self.opts.max_requests_per_txn.max(1),
             feed,
             pressure: self.pressure(exec),
+            group_lock,
         };
         self.spawn_in(
             exec,
@@ -850,13 +854,14 @@ impl EngineInner {
             journal.as_ref(),
             &writers,
             Some(feed.clone()),
+            journal.is_some().then(|| actor_interface::group_lock(&db)),
         )?;
         let mut handles = HashMap::new();
         for name in db.storages() {
             let s = db.storage(&name)?;
             handles.insert(
                 name.clone(),
-                self.make_handle(&name, s, journal.as_ref(), &writers, None)?,
+                self.make_handle(&name, s, journal.as_ref(), &writers, None, None)?,
             );
         }
         let h = DatabaseHandle {
@@ -1110,6 +1115,7 @@ impl DatabaseHandle {
             self.inner.journal.as_ref(),
             &self.inner.writers,
             None,
+            None,
         )?;
         map.insert(name.to_string(), h.clone());
         Ok(h)
@@ -1149,6 +1155,124 @@ impl DatabaseHandle {
     /// Names of the branch storages.
     pub fn storages(&self) -> Vec<String> {
         self.inner.db.storages()
+    }
+
+    /// Writes a batch to each of several storages of this database (the root and any
+    /// branches, each at most once) as one atomic group: after any crash every storage shows
+    /// its batch or none does, as a [`Database::begin_group`] commit (docs/design.md 3.11).
+    /// Returns once the group is durable (queued, when every batch is
+    /// [`Durability::Eventual`]) and visible in every storage. The root's actor leads the
+    /// group: each branch's actor prepares its batch in a transaction of its own, in
+    /// parallel, and the root's actor writes one journal record of every part
+    /// (docs/ARCHITECTURE.md, `actors/commit.rs`); root documents changed by the group reach
+    /// the indexes as any root write does. Queued groups and root writes merge into one group
+    /// (at most 16 MiB of keys and values from several requests).
+    ///
+    /// What it does not give: one snapshot across storages (each publishes its part in turn,
+    /// as a core group), a per-operation result (use [`StorageHandle::write`] for one storage).
+    ///
+    /// Cancel safety: dropped after the batches were sent to the root's actor, the group
+    /// commits (or fails) all the same; only the answer is lost.
+    ///
+    /// Errors: [`GroupError::SeparateJournals`] in separate-journal mode;
+    /// [`GroupError::TooManyStorages`] past [`crate::MAX_GROUP_STORAGES`];
+    /// [`GroupError::NotInDatabase`] for a handle of another database (or engine);
+    /// [`GroupError::Duplicate`] for a storage named twice; [`Error::InvalidOptions`] for an
+    /// index storage (its index writes it); a batch's key or value errors
+    /// ([`WriteBatch::validate`]); [`GroupError::TooLarge`] past 64 MiB of journal record;
+    /// I/O errors (the database is then poisoned); [`Error::Closed`] after shutdown. After an
+    /// error nothing of the group is visible.
+    pub async fn write<'a>(
+        &self,
+        batches: impl IntoIterator<Item = (&'a StorageHandle, WriteBatch)>,
+    ) -> Result<()> {
+        let batches: Vec<(&StorageHandle, WriteBatch)> = batches.into_iter().collect();
+        if self.inner.journal.is_none() {
+            return Err(GroupError::SeparateJournals.into());
+        }
+        if batches.len() > MAX_GROUP_STORAGES {
+            return Err(GroupError::TooManyStorages {
+                count: batches.len(),
+                max: MAX_GROUP_STORAGES,
+            }
+            .into());
+        }
+        let eventual = !batches.is_empty()
+            && batches
+                .iter()
+                .all(|(_, b)| b.durability() == Durability::Eventual);
+        let mut root = WriteBatch::new();
+        root.set_durability(if eventual {
+            Durability::Eventual
+        } else {
+            Durability::Immediate
+        });
+        let mut root_seen = false;
+        let mut parts: Vec<GroupBatch> = Vec::with_capacity(batches.len());
+        {
+            let handles = self.inner.handles.lock().unwrap_or_else(|e| e.into_inner());
+            let indexes = self.inner.indexes.lock().unwrap_or_else(|e| e.into_inner());
+            for (h, b) in batches {
+                b.validate()?;
+                let duplicate = || -> Error {
+                    GroupError::Duplicate {
+                        path: h.storage.path().to_path_buf(),
+                    }
+                    .into()
+                };
+                if h.tx.same_channel(&self.inner.root.tx) {
+                    if root_seen {
+                        return Err(duplicate());
+                    }
+                    root_seen = true;
+                    root.ops = b.ops;
+                    continue;
+                }
+                let ours = handles
+                    .get(&h.name)
+                    .is_some_and(|o| o.tx.same_channel(&h.tx));
+                if !ours {
+                    return Err(GroupError::NotInDatabase {
+                        path: h.storage.path().to_path_buf(),
+                    }
+                    .into());
+                }
+                if indexes.contains_key(&h.name) {
+                    return Err(Error::InvalidOptions(format!(
+                        "storage {:?} is an index: its index writes it",
+                        h.name
+                    )));
+                }
+                if parts.iter().any(|p| p.name == h.name) {
+                    return Err(duplicate());
+                }
+                parts.push(GroupBatch {
+                    name: h.name.clone(),
+                    tx: h.tx.clone(),
+                    batch: b,
+                });
+            }
+        }
+        let (tx, rx) = flume::bounded(1);
+        self.inner
+            .root
+            .tx
+            .send_async(StorageMsg::Group {
+                root,
+                parts,
+                reply: tx,
+            })
+            .await
+            .map_err(|_| Error::Closed)?;
+        rx.recv_async().await.map_err(|_| Error::Closed)?
+    }
+
+    /// Blocking [`DatabaseHandle::write`].
+    pub fn blocking_write<'a>(
+        &self,
+        batches: impl IntoIterator<Item = (&'a StorageHandle, WriteBatch)>,
+    ) -> Result<()> {
+        blocking::wait("DatabaseHandle::blocking_write", self.write(batches))
     }
 
     /// The database's journal counters.
@@ -1194,7 +1318,44 @@ impl DatabaseHandle {
             .await
             .map_err(|_| Error::Closed)?;
         let snapshot = reply.recv_async().await.map_err(|_| Error::Closed)??;
-        self.start_index(&engine, def, branch, port, rx, snapshot)
+        let sync = def.mode == IndexMode::Synchronous;
+        if sync && self.inner.journal.is_none() {
+            return Err(GroupError::SeparateJournals.into());
+        }
+        let name = def.name.clone();
+        let shared = self.start_index(
+            &engine,
+            def.clone(),
+            branch.clone(),
+            port.clone(),
+            rx,
+            snapshot,
+        )?;
+        if sync {
+            // Built (or caught up) from the feed first; then the root's actor stops feeding it
+            // and carries its part in every commit.
+            let made = async {
+                self.wait_for_index(&name).await?;
+                let (tx, reply) = flume::bounded(1);
+                self.inner
+                    .root
+                    .tx
+                    .send_async(StorageMsg::AddSync {
+                        port,
+                        index: index::sync_index(&def, shared, &branch),
+                        reply: tx,
+                    })
+                    .await
+                    .map_err(|_| Error::Closed)?;
+                reply.recv_async().await.map_err(|_| Error::Closed)?
+            }
+            .await;
+            if let Err(e) = made {
+                self.stop_index(&name).await;
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// Blocking [`DatabaseHandle::define_index`].
@@ -1213,7 +1374,7 @@ impl DatabaseHandle {
         port: flume::Sender<IndexMsg>,
         rx: flume::Receiver<IndexMsg>,
         snapshot: ReadTransaction,
-    ) -> Result<()> {
+    ) -> Result<Arc<IndexShared>> {
         // A value at the reserved key that is not an applied record counts as none: reconcile.
         let applied = index::read_applied(&branch.storage.begin_read()?)?;
         let shared = Arc::new(IndexShared::new(&def.name, applied.unwrap_or(0)));
@@ -1248,13 +1409,13 @@ impl DatabaseHandle {
         indexes.insert(
             name,
             IndexEntry {
-                shared,
+                shared: shared.clone(),
                 port,
                 storage,
                 def: kept,
             },
         );
-        Ok(())
+        Ok(shared)
     }
 
     /// Unregisters index `name`; a build in progress stops (a later definition reconciles).
@@ -1276,6 +1437,17 @@ impl DatabaseHandle {
     /// and records its applied txn first; a build in progress is abandoned.
     async fn stop_index(&self, name: &str) {
         if let Some(e) = self.take_index(name) {
+            if e.def.mode == IndexMode::Synchronous {
+                // No later root commit carries its part once this is answered.
+                let (tx, rx) = flume::bounded(1);
+                let msg = StorageMsg::DropSync {
+                    name: name.to_string(),
+                    reply: tx,
+                };
+                if self.inner.root.tx.send_async(msg).await.is_ok() {
+                    let _ = rx.recv_async().await;
+                }
+            }
             let (tx, rx) = flume::bounded(1);
             // An actor that has ended answers no `Stop` sent after it did (see `index::run`).
             if e.port

@@ -95,13 +95,15 @@ mod batch;
 mod definition;
 mod progress;
 mod reconcile;
+mod sync;
 
 pub(crate) use batch::call_map;
 pub(crate) use definition::read_applied;
-pub use definition::{index_applied_txn, IndexDefinition, MapFn, INDEX_APPLIED_KEY};
+pub use definition::{index_applied_txn, IndexDefinition, IndexMode, MapFn, INDEX_APPLIED_KEY};
 pub(crate) use progress::{entries, BuildSlots, IndexShared};
 pub use progress::{BuildProgress, IndexState, IndexStats, LagStats};
 use reconcile::reconcile;
+pub(crate) use sync::sync_index;
 
 /// How often an index resting between batches looks at its mailbox and its waiters.
 const ACCUMULATE_POLL: Duration = Duration::from_millis(2);

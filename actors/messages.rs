@@ -12,7 +12,8 @@ use std::time::Instant;
 use std::ops::Bound;
 
 use crate::actor_interface::{
-    self, Durability, KeyRange, ReadTransaction, Result, WriteTransaction,
+    self, Durability, Error, IndexFailure, KeyRange, OutRecord, ReadTransaction, Result,
+    WriteTransaction,
 };
 
 /// Where the actors' handles run point reads ([`crate::actors::StorageHandle::get`],
@@ -203,8 +204,73 @@ pub(crate) enum StorageMsg {
         port: flume::Sender<IndexMsg>,
         reply: flume::Sender<Result<ReadTransaction>>,
     },
+    /// Root storage only: commit `root` and every branch's batch of `parts` as one group (the
+    /// root's actor leads every group of its database: `commit.rs`); answer once durable and
+    /// published in every storage. Merged with the other queued requests.
+    Group {
+        root: WriteBatch,
+        parts: Vec<GroupBatch>,
+        reply: flume::Sender<Result<()>>,
+    },
+    /// A branch's part of a group its root's actor leads: run `job` in a write transaction of
+    /// its own, prepare it, send its record on `ready` (`None`: nothing changed), then wait for
+    /// the group's journal write on `decision` and publish (answering `done`); a `decision`
+    /// channel closed before it answers means the group was given up: nothing is published.
+    GroupPart(GroupPart),
+    /// Root storage only: stop feeding `port` and keep the index it fed synchronously from now
+    /// on: its actor applies what was fed and exits, the index's applied record is checked
+    /// against the root's last commit, and every later root commit carries the index's part.
+    AddSync {
+        port: flume::Sender<IndexMsg>,
+        index: SyncIndex,
+        reply: flume::Sender<Result<()>>,
+    },
+    /// Root storage only: stop keeping the synchronous index `name` (dropped, redefined,
+    /// shut down); answer once no later commit carries its part.
+    DropSync {
+        name: String,
+        reply: flume::Sender<()>,
+    },
     /// Finish the queued requests, answer, exit.
     Stop { reply: flume::Sender<()> },
+}
+
+/// One branch's batch of a group write ([`StorageMsg::Group`]).
+pub(crate) struct GroupBatch {
+    /// The branch's name (the group's lock order, and the merge of several requests' parts).
+    pub name: String,
+    /// The branch's storage actor.
+    pub tx: flume::Sender<StorageMsg>,
+    pub batch: WriteBatch,
+}
+
+/// A branch's part of a group ([`StorageMsg::GroupPart`]).
+pub(crate) struct GroupPart {
+    pub job: ApplyJob,
+    pub durability: Durability,
+    pub ready: flume::Sender<Result<Option<OutRecord>>>,
+    pub decision: flume::Receiver<Result<u64>>,
+    pub done: flume::Sender<Result<()>>,
+}
+
+/// A synchronous index as the root's actor keeps it: built by the engine from the index's
+/// definition, so that the storage actor needs nothing of the index module.
+pub(crate) struct SyncIndex {
+    pub name: String,
+    /// The index storage's actor.
+    pub tx: flume::Sender<StorageMsg>,
+    /// The index's part of root commit `txn` with `changes`: its entries' puts and deletes and
+    /// its applied record; a map function's panic is the index's failure.
+    #[allow(clippy::type_complexity)]
+    pub part:
+        Box<dyn Fn(&[DocumentChange], u64) -> std::result::Result<ApplyJob, IndexFailure> + Send>,
+    /// Records that root commit `txn`, with this many document changes, is published in the
+    /// index (its progress, its waiters).
+    pub applied: Box<dyn Fn(u64, usize) + Send>,
+    /// The applied record in the index storage's last commit.
+    pub current: Box<dyn Fn() -> Result<Option<u64>> + Send>,
+    /// Poisons the index with a failure of its part; the error to answer the writers with.
+    pub poison: Box<dyn Fn(IndexFailure) -> Error + Send>,
 }
 
 /// One document's change in a root transaction.

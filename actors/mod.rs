@@ -32,6 +32,7 @@
 //! callers' point reads made from an executor) and waits for a lock held across I/O.
 
 mod blocking;
+mod commit;
 mod coop;
 mod engine;
 mod flusher;
@@ -50,8 +51,8 @@ mod update;
 pub use engine::metrics::{DatabaseMetrics, EngineMetrics};
 pub use engine::{DatabaseHandle, Engine, EngineOptions, MEMLOCK_PER_EXECUTOR};
 pub use index::{
-    index_applied_txn, BuildProgress, IndexDefinition, IndexState, IndexStats, LagStats, MapFn,
-    INDEX_APPLIED_KEY,
+    index_applied_txn, BuildProgress, IndexDefinition, IndexMode, IndexState, IndexStats, LagStats,
+    MapFn, INDEX_APPLIED_KEY,
 };
 pub use index_check::{check_index, IndexCheckReport};
 pub use index_key::{

@@ -56,13 +56,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::blocking;
+use super::commit::{self, poison_on_panic, CommitLinks, Member};
 use super::coop;
 use super::io_pool::IoPool;
-use super::journal_writer::{self, JournalMsg};
+use super::journal_writer::JournalMsg;
 use super::messages::owned;
 use super::messages::{
-    ApplyJob, DocumentChange, IndexMsg, ReadPath, RootCommit, RootFeed, StorageMsg, UpdateJob,
-    WriteBatch, WriteOp,
+    ApplyJob, DocumentChange, GroupBatch, IndexMsg, ReadPath, RootCommit, RootFeed, StorageMsg,
+    SyncIndex, UpdateJob, WriteBatch, WriteOp,
 };
 use super::range_stream::{RangeIter, RangeStream};
 use super::reader_pool::{guarded, snapshot_multi_get, ReadMsg};
@@ -70,19 +71,34 @@ use super::update::{self, delete_op, delete_range_op, put_op, UpdateTransaction}
 
 use crate::actor_interface::{
     self, CheckReport, Durability, Error, FlushReport, KeyRange, ReadTransaction, Result, Storage,
-    StorageStats, WriteTransaction,
+    StorageStats,
 };
 
 /// A queued request's payload, in the order of the mailbox.
 enum Payload {
     Write(WriteBatch),
     Apply(ApplyJob),
+    /// A group write led by this (root) actor: its own batch and the branches' batches.
+    Group(WriteBatch, Vec<GroupBatch>),
 }
 
 /// Where a request's answer goes.
 enum Reply {
     Write(flume::Sender<Result<Vec<bool>>>),
     Apply(flume::Sender<Result<()>>),
+}
+
+impl Reply {
+    fn answer(self, r: Result<Vec<bool>>) {
+        match self {
+            Reply::Write(tx) => {
+                let _ = tx.send(r);
+            }
+            Reply::Apply(tx) => {
+                let _ = tx.send(r.map(|_| ()));
+            }
+        }
+    }
 }
 
 /// What a storage actor is connected to, besides its storage and mailbox.
@@ -99,6 +115,27 @@ pub(crate) struct Links {
     pub feed: Option<Arc<RootFeed>>,
     /// The engine's memory budget, paced on before each transaction (see `flusher.rs`).
     pub pressure: super::flusher::Pressure,
+    /// The database's group lock, for a database's root with a shared journal: the root's
+    /// actor leads the database's groups (`commit.rs`).
+    pub group_lock: Option<Arc<std::sync::RwLock<()>>>,
+}
+
+/// Most bytes of keys and values one transaction of a group-leading actor merges from its
+/// queued requests before it commits what it has: keeps the merged group under
+/// [`crate::MAX_GROUP_BYTES`] unless one request alone passes it.
+const GROUP_MERGE_BYTES: usize = 16 << 20;
+
+/// Bytes of keys and values of `batch`.
+fn batch_bytes(batch: &WriteBatch) -> usize {
+    batch
+        .ops
+        .iter()
+        .map(|op| match op {
+            WriteOp::Put(k, v) => k.len() + v.len(),
+            WriteOp::Delete(k) => k.len(),
+            WriteOp::DeleteRange(..) => 0,
+        })
+        .sum()
 }
 
 /// The actor's loop.
@@ -109,13 +146,22 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
         max_requests,
         feed,
         pressure,
+        group_lock,
     } = links;
+    let links = CommitLinks {
+        journal,
+        journal_io,
+        group_lock,
+    };
     // The index actors' feeds (root storage only). Owned by this actor: no lock.
     let mut ports: Vec<flume::Sender<IndexMsg>> = Vec::new();
+    // The synchronous indexes (root storage only): every commit carries their parts.
+    let mut sync: Vec<SyncIndex> = Vec::new();
     // Set when applying an aged buffer failed: the storage is poisoned, and only requests
     // (answered with the error) wake the actor from then on.
     let mut aged_failed = false;
-    // An update taken from the mailbox while gathering other requests: it runs next, alone.
+    // A request taken from the mailbox while gathering others that runs alone (an update, a
+    // group part) or must wait for the next transaction: it comes next.
     let mut pending: Option<StorageMsg> = None;
     loop {
         let first = match pending.take() {
@@ -136,11 +182,14 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
         let mut replies = Vec::new();
         let mut control = None;
         let mut update = None;
+        let mut part = None;
+        let mut group_bytes = 0usize;
         let mut next = Some(first);
         // Bounded by max_requests.
         while let Some(m) = next.take() {
             match m {
                 StorageMsg::Write { batch, reply } => {
+                    group_bytes += batch_bytes(&batch);
                     payloads.push(Payload::Write(batch));
                     replies.push(Reply::Write(reply));
                 }
@@ -148,12 +197,22 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
                     payloads.push(Payload::Apply(job));
                     replies.push(Reply::Apply(reply));
                 }
-                // An update runs in a transaction of its own.
+                StorageMsg::Group { root, parts, reply } => {
+                    group_bytes += batch_bytes(&root);
+                    group_bytes += parts.iter().map(|p| batch_bytes(&p.batch)).sum::<usize>();
+                    payloads.push(Payload::Group(root, parts));
+                    replies.push(Reply::Apply(reply));
+                }
+                // An update, or a part of a group, runs in a transaction of its own.
                 StorageMsg::Update { job } if payloads.is_empty() => {
                     update = Some(job);
                     break;
                 }
-                m @ StorageMsg::Update { .. } => {
+                StorageMsg::GroupPart(p) if payloads.is_empty() => {
+                    part = Some(p);
+                    break;
+                }
+                m @ (StorageMsg::Update { .. } | StorageMsg::GroupPart(_)) => {
                     pending = Some(m);
                     break;
                 }
@@ -162,52 +221,49 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
                     break;
                 }
             }
-            if payloads.len() < max_requests {
+            // A group-leading root merges requests up to a byte bound (its group record has
+            // a size limit), any storage up to `max_requests`.
+            let merge_more = payloads.len() < max_requests
+                && (sync.is_empty() && !payloads.iter().any(|p| matches!(p, Payload::Group(..)))
+                    || group_bytes < GROUP_MERGE_BYTES);
+            if merge_more {
                 next = rx.try_recv().ok();
             }
         }
         if !payloads.is_empty() {
-            let capture = feed.is_some() && !ports.is_empty();
-            match apply(&storage, payloads, &journal, &journal_io, capture).await {
+            let capture = feed.is_some() && (!ports.is_empty() || !sync.is_empty());
+            match apply(&storage, payloads, &links, capture, &sync).await {
                 Ok((per, committed)) => {
-                    published(&feed, &mut ports, capture, committed).await;
+                    published(&feed, &mut ports, &sync, capture, committed).await;
                     for (reply, r) in replies.into_iter().zip(per) {
-                        match reply {
-                            Reply::Write(tx) => {
-                                let _ = tx.send(Ok(r));
-                            }
-                            Reply::Apply(tx) => {
-                                let _ = tx.send(Ok(()));
-                            }
-                        }
+                        reply.answer(Ok(r));
                     }
                 }
                 Err(e) => {
                     aged_failed |= aged;
+                    drop_poisoned(&mut sync, &e);
                     for reply in replies {
-                        match reply {
-                            Reply::Write(tx) => {
-                                let _ = tx.send(Err(e.clone()));
-                            }
-                            Reply::Apply(tx) => {
-                                let _ = tx.send(Err(e.clone()));
-                            }
-                        }
+                        reply.answer(Err(e.clone()));
                     }
                 }
             }
         }
         if let Some(job) = update {
-            let capture = feed.is_some() && !ports.is_empty();
-            let (committed, answer) =
-                run_update(&storage, job, &journal, &journal_io, capture).await;
+            let capture = feed.is_some() && (!ports.is_empty() || !sync.is_empty());
+            let (committed, answer) = run_update(&storage, job, &links, capture, &sync).await;
             match committed {
                 Ok(committed) => {
-                    published(&feed, &mut ports, capture, committed).await;
+                    published(&feed, &mut ports, &sync, capture, committed).await;
                     answer(Ok(()));
                 }
-                Err(e) => answer(Err(e)),
+                Err(e) => {
+                    drop_poisoned(&mut sync, &e);
+                    answer(Err(e))
+                }
             }
+        }
+        if let Some(p) = part {
+            commit::member(&storage, p, &links.journal_io).await;
         }
         match control {
             Some(StorageMsg::Stop { reply }) => {
@@ -222,9 +278,56 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
                 }
                 let _ = reply.send(snap);
             }
+            Some(StorageMsg::AddSync { port, index, reply }) => {
+                let r = add_sync(&storage, &mut ports, port, &index).await;
+                if r.is_ok() {
+                    sync.retain(|s| s.name != index.name);
+                    sync.push(index);
+                }
+                let _ = reply.send(r);
+            }
+            Some(StorageMsg::DropSync { name, reply }) => {
+                sync.retain(|s| s.name != name);
+                let _ = reply.send(());
+            }
             _ => {}
         }
     }
+}
+
+/// Stops keeping a synchronous index whose part failed with `e` (its map function panicked:
+/// it is poisoned, and later commits go on without it).
+fn drop_poisoned(sync: &mut Vec<SyncIndex>, e: &Error) {
+    if let Error::IndexPoisoned { index, .. } = e {
+        sync.retain(|s| s.name != *index);
+    }
+}
+
+/// Turns the index fed through `port` synchronous, between two transactions of the root: the
+/// port is dropped from the feed, its actor applies what was fed and exits (answering the
+/// `Stop`), and the index's applied record must then be the root's last commit.
+async fn add_sync(
+    storage: &Storage,
+    ports: &mut Vec<flume::Sender<IndexMsg>>,
+    port: flume::Sender<IndexMsg>,
+    index: &SyncIndex,
+) -> Result<()> {
+    ports.retain(|p| !p.same_channel(&port));
+    let (tx, rx) = flume::bounded(1);
+    port.send_async(IndexMsg::Stop { reply: tx })
+        .await
+        .map_err(|_| Error::Closed)?;
+    rx.recv_async().await.map_err(|_| Error::Closed)?;
+    let root = storage.begin_read()?.txn_id();
+    let applied = (index.current)()?;
+    if applied != Some(root) {
+        return Err(Error::InvalidOptions(format!(
+            "index {:?} applied root txn {applied:?} when made synchronous, the root is at {root}: define it again",
+            index.name
+        )));
+    }
+    (index.applied)(root, 0);
+    Ok(())
 }
 
 /// Shortest wait before applying an aged write buffer: bounds how often an actor wakes for it.
@@ -292,17 +395,21 @@ async fn feed_indexes(
     }
 }
 
-/// What follows a durable commit before its requests are answered: on a database's root, its
-/// document changes go to every index feed (when `capture`d), then its txn id is stored as
-/// acknowledged.
+/// What follows a durable commit before its requests are answered: on a database's root, each
+/// synchronous index records it as applied, its document changes go to every index feed (when
+/// `capture`d), then its txn id is stored as acknowledged.
 async fn published(
     feed: &Option<Arc<RootFeed>>,
     ports: &mut Vec<flume::Sender<IndexMsg>>,
+    sync: &[SyncIndex],
     capture: bool,
     committed: Option<(u64, Vec<DocumentChange>)>,
 ) {
     if let (Some(f), Some((txn, changes))) = (feed, committed) {
-        if capture {
+        for s in sync {
+            (s.applied)(txn, changes.len());
+        }
+        if capture && !ports.is_empty() {
             feed_indexes(ports, txn, changes).await;
         }
         f.acked_txn.store(txn, Ordering::Release);
@@ -312,35 +419,27 @@ async fn published(
 /// One transaction's per-request results, and `(txn id, document changes)` when it committed.
 type Applied = (Vec<Vec<bool>>, Option<(u64, Vec<DocumentChange>)>);
 
-/// Runs `f`, which builds or prepares a transaction of `storage`; a panic poisons the storage
-/// (and its journal) and is answered as [`Error::Poisoned`].
-fn poison_on_panic<T>(storage: &Storage, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        actor_interface::poison_storage(
-            storage,
-            "a storage actor panicked while building a transaction",
-        );
-        Err(Error::Poisoned {
-            cause: "a storage actor panicked".into(),
-        })
-    })
-}
-
-/// Applies every request in one write transaction and commits it through the journal writer;
-/// the data file is grown on `journal_io` first when the transaction needs it. With `capture`, each
-/// put and delete also records the document's old and new value (read inside the
-/// transaction), for the index feed.
+/// Applies every request in one write transaction and commits it through the journal writer
+/// (`commit.rs`), with the branches' batches of group requests and the synchronous indexes'
+/// parts as one group. With `capture`, each put and delete of this storage also records the
+/// document's old and new value (read inside the transaction), for the indexes.
 async fn apply(
     storage: &Storage,
     payloads: Vec<Payload>,
-    journal: &flume::Sender<JournalMsg>,
-    journal_io: &IoPool,
+    links: &CommitLinks,
     capture: bool,
+    sync: &[SyncIndex],
 ) -> Result<Applied> {
     // Eventual only when every request is an eventual write batch (index jobs are immediate).
-    let eventual = payloads
-        .iter()
-        .all(|p| matches!(p, Payload::Write(b) if b.durability == Durability::Eventual));
+    let eventual = payloads.iter().all(|p| match p {
+        Payload::Write(b) | Payload::Group(b, _) => b.durability == Durability::Eventual,
+        Payload::Apply(_) => false,
+    });
+    // The branches' batches of the group requests, merged per branch in request order.
+    let mut branches: std::collections::BTreeMap<
+        String,
+        (flume::Sender<StorageMsg>, Vec<WriteBatch>),
+    > = std::collections::BTreeMap::new();
     let (w, per, changes) = poison_on_panic(storage, || {
         let mut w = storage.try_begin_write()?;
         if eventual {
@@ -351,39 +450,76 @@ async fn apply(
         for p in payloads {
             match p {
                 Payload::Write(b) => {
-                    let mut r = Vec::with_capacity(b.len());
-                    for op in b.ops {
-                        let ch = if capture { Some(&mut changes) } else { None };
-                        r.push(match op {
-                            WriteOp::Put(k, v) => put_op(&mut w, ch, &k, &v).map(|()| true)?,
-                            WriteOp::Delete(k) => delete_op(&mut w, ch, &k)?,
-                            WriteOp::DeleteRange(a, b) => delete_range_op(&mut w, ch, &(a, b))? > 0,
-                        });
-                    }
-                    per.push(r);
+                    let ch = if capture { Some(&mut changes) } else { None };
+                    per.push(write_ops(&mut w, ch, b)?);
                 }
                 Payload::Apply(job) => {
                     job(&mut w)?;
+                    per.push(Vec::new());
+                }
+                Payload::Group(root, parts) => {
+                    let ch = if capture { Some(&mut changes) } else { None };
+                    write_ops(&mut w, ch, root)?;
+                    for g in parts {
+                        branches
+                            .entry(g.name)
+                            .or_insert_with(|| (g.tx, Vec::new()))
+                            .1
+                            .push(g.batch);
+                    }
                     per.push(Vec::new());
                 }
             }
         }
         Ok((w, per, changes))
     })?;
-    let txn = commit(storage, w, journal, journal_io).await?;
+    let members = branches
+        .into_values()
+        .map(|(tx, batches)| Member {
+            tx,
+            job: Box::new(move |w| {
+                for b in batches {
+                    write_ops(w, None, b)?;
+                }
+                Ok(())
+            }),
+        })
+        .collect();
+    let txn = commit::commit_txn(storage, w, members, sync, &changes, links).await?;
     Ok((per, txn.map(|txn| (txn, changes))))
 }
 
+/// Applies `batch`'s operations to `w` in order (recording document changes into `changes`):
+/// one bool per operation (`Delete`: whether the key was there; `DeleteRange`: whether any
+/// key was removed; `Put`: true).
+fn write_ops(
+    w: &mut crate::actor_interface::WriteTransaction,
+    mut changes: Option<&mut Vec<DocumentChange>>,
+    batch: WriteBatch,
+) -> Result<Vec<bool>> {
+    let mut r = Vec::with_capacity(batch.len());
+    for op in batch.ops {
+        let ch = changes.as_deref_mut();
+        r.push(match op {
+            WriteOp::Put(k, v) => put_op(w, ch, &k, &v).map(|()| true)?,
+            WriteOp::Delete(k) => delete_op(w, ch, &k)?,
+            WriteOp::DeleteRange(a, b) => delete_range_op(w, ch, &(a, b))? > 0,
+        });
+    }
+    Ok(r)
+}
+
 /// Runs an update closure's `job` in a write transaction of its own and commits it when the
-/// closure returned `Ok`: `(txn id, document changes)` once durable (`None`: nothing changed or
-/// abandoned), and the job's answer, to be called once the commit is published (with the
-/// commit's error, when it failed). A panic from inside the engine poisons the storage.
+/// closure returned `Ok` (with the synchronous indexes' parts, as `apply`): `(txn id, document
+/// changes)` once durable (`None`: nothing changed or abandoned), and the job's answer, to be
+/// called once the commit is published (with the commit's error, when it failed). A panic
+/// from inside the engine poisons the storage.
 async fn run_update(
     storage: &Storage,
     job: UpdateJob,
-    journal: &flume::Sender<JournalMsg>,
-    journal_io: &IoPool,
+    links: &CommitLinks,
     capture: bool,
+    sync: &[SyncIndex],
 ) -> (Committed, Box<dyn FnOnce(Result<()>) + Send>) {
     let mut changes = Vec::new();
     let mut w = match storage.try_begin_write() {
@@ -403,7 +539,7 @@ async fn run_update(
         drop(w);
         return (Ok(None), run.answer);
     }
-    let committed = commit(storage, w, journal, journal_io)
+    let committed = commit::commit_txn(storage, w, Vec::new(), sync, &changes, links)
         .await
         .map(|txn| txn.map(|txn| (txn, changes)));
     (committed, run.answer)
@@ -411,38 +547,6 @@ async fn run_update(
 
 /// A durable update's `(txn id, document changes)` (`None`: no commit), or the failure.
 type Committed = Result<Option<(u64, Vec<DocumentChange>)>>;
-
-/// Commits `w` through the journal writer: grows the data file first when the transaction
-/// needs it (a blocking `fallocate`, on `journal_io`), prepares the record, waits until the
-/// journal writer made it durable, publishes. The txn id, or `None` when `w` changed nothing.
-async fn commit(
-    storage: &Storage,
-    w: WriteTransaction,
-    journal: &flume::Sender<JournalMsg>,
-    journal_io: &IoPool,
-) -> Result<Option<u64>> {
-    // Growing the data file is a blocking `fallocate`: on the journal I/O pool, while this
-    // executor serves its other actors. An error (ENOSPC) fails this transaction only; nothing
-    // is lost.
-    let mut w = w;
-    let growth = poison_on_panic(storage, || actor_interface::data_file_growth(&mut w))?;
-    if let Some(pages) = growth {
-        let s = storage.clone();
-        journal_io
-            .run(move || actor_interface::grow_data_file(&s, pages))
-            .await?;
-    }
-    let prepared = poison_on_panic(storage, || actor_interface::prepare(w))?;
-    let Some(mut p) = prepared else {
-        return Ok(None);
-    };
-    let txn = actor_interface::prepared_txn_id(&p);
-    let record = actor_interface::take_record(&mut p);
-    let durability = actor_interface::prepared_durability(&p);
-    let written = journal_writer::write(journal, record, durability).await;
-    actor_interface::finish(p, written)?;
-    Ok(Some(txn))
-}
 
 /// Point reads of handles with [`ReadPath::Caller`] that met a page not known to be in memory
 /// and went to the reader pool ([`cold_reads`]).

@@ -44,6 +44,8 @@ pub(crate) use crate::Error;
 pub(crate) use crate::FlushMode;
 /// What a flush through a handle reports.
 pub(crate) use crate::FlushReport;
+/// Why a group write through the actors was refused.
+pub(crate) use crate::GroupError;
 /// Why an index is poisoned.
 pub(crate) use crate::IndexFailure;
 /// The bounds of a range read sent to the reader pool.
@@ -64,6 +66,8 @@ pub(crate) use crate::Storage;
 pub(crate) use crate::StorageStats;
 /// The transaction a storage actor merges its requests into.
 pub(crate) use crate::WriteTransaction;
+/// Most storages in one group write through the actors.
+pub(crate) use crate::MAX_GROUP_STORAGES;
 /// The longest key: index entries longer than it are skipped.
 pub(crate) use crate::MAX_KEY_LEN;
 /// The page size, sizing index batches in pages.
@@ -139,6 +143,17 @@ pub(crate) fn prepared_durability(prepared: &PreparedCommit) -> Durability {
 #[inline]
 pub(crate) fn take_record(prepared: &mut PreparedCommit) -> OutRecord {
     prepared.take_record()
+}
+
+/// The one journal record of a group's prepared parts (a group record for two or more, with its
+/// size limit), as the core's group commit builds it.
+pub(crate) use crate::group::group_commit_record;
+
+/// The database's group lock, held shared by a group from its journal write until its last
+/// part is published (a backup's cut takes it exclusively).
+#[inline]
+pub(crate) fn group_lock(db: &Database) -> Arc<std::sync::RwLock<()>> {
+    db.group_lock()
 }
 
 /// The second half of a commit: publishes it once `written` says durable, else poisons.

@@ -518,6 +518,12 @@ impl Database {
         self.group(storages, true)
     }
 
+    /// The group lock ([`GroupTransaction`]'s `publishing`): shared by groups from their
+    /// journal write to their last publication, exclusive for a backup's cut.
+    pub(crate) fn group_lock(&self) -> Arc<std::sync::RwLock<()>> {
+        self.inner.groups.clone()
+    }
+
     /// [`Database::begin_group`] without waiting: a storage with a write transaction open (a
     /// [`Storage::begin_write`], or another group) fails the call with
     /// [`Error::WriteInProgress`] and the writers taken so far are released.

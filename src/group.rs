@@ -14,7 +14,7 @@ use std::sync::{Arc, RwLock};
 
 use crate::btree::{KeyRange, Range};
 use crate::error::{Error, GroupError, Result};
-use crate::journal::record::group_record;
+use crate::journal::record::{group_record, OutRecord};
 use crate::journal::Journal;
 use crate::options::Durability;
 use crate::storage::Storage;
@@ -181,22 +181,9 @@ impl GroupTransaction {
                 prepared.push(p);
             }
         }
-        let mut records: Vec<_> = prepared.iter_mut().map(|p| p.take_record()).collect();
-        let record = match records.len() {
-            0 => return Ok(()),
-            // One changed storage: its own record, with a plain commit's limits only.
-            1 => records.pop().ok_or(Error::Closed)?,
-            _ => {
-                let record = group_record(records);
-                if record.total_len() > MAX_GROUP_BYTES {
-                    return Err(GroupError::TooLarge {
-                        bytes: record.total_len(),
-                        max: MAX_GROUP_BYTES,
-                    }
-                    .into());
-                }
-                record
-            }
+        let records: Vec<_> = prepared.iter_mut().map(|p| p.take_record()).collect();
+        let Some(record) = group_commit_record(records)? else {
+            return Ok(());
         };
         let _publishing = self.publishing.read().unwrap_or_else(|e| e.into_inner());
         let written = self.journal.commit_with(record, self.durability);
@@ -213,6 +200,29 @@ impl GroupTransaction {
 
     /// Discards every change (the same as dropping the group).
     pub fn abort(self) {}
+}
+
+/// The one journal record of a group's prepared parts: `None` for no part, a part's own record
+/// when only one storage changed (a plain commit's limits only), else one group record
+/// (design.md 3.11).
+///
+/// Errors: [`GroupError::TooLarge`] when the group record would pass [`MAX_GROUP_BYTES`].
+pub(crate) fn group_commit_record(mut records: Vec<OutRecord>) -> Result<Option<OutRecord>> {
+    match records.len() {
+        0 => Ok(None),
+        1 => Ok(records.pop()),
+        _ => {
+            let record = group_record(records);
+            if record.total_len() > MAX_GROUP_BYTES {
+                return Err(GroupError::TooLarge {
+                    bytes: record.total_len(),
+                    max: MAX_GROUP_BYTES,
+                }
+                .into());
+            }
+            Ok(Some(record))
+        }
+    }
 }
 
 fn not_in_group(storage: &Storage) -> Error {

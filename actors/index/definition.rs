@@ -50,6 +50,29 @@ pub struct IndexDefinition {
     pub(crate) reconcile_memory: usize,
     pub(crate) rebuild: bool,
     pub(crate) write_buffer_bytes: u64,
+    pub(crate) mode: IndexMode,
+}
+
+/// When an index's entries are committed ([`IndexDefinition::mode`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IndexMode {
+    /// After the documents: the index's actor applies the root's durable commits from its
+    /// change feed in batches (RavenDB's indexes), so a query may miss the latest documents
+    /// until [`crate::actors::DatabaseHandle::wait_for_indexes`] returns. The root's commits
+    /// never wait for the index. The default.
+    #[default]
+    Asynchronous,
+    /// With the documents: every root commit through the engine carries the index's entries
+    /// and its applied record, committed with the documents as one group through the shared
+    /// journal (docs/design.md 3.11), so the index never lags the root and
+    /// `wait_for_indexes` returns at once for it. Each root commit costs one more
+    /// transaction per synchronous index (prepared on the index storage's own actor, in
+    /// parallel) and one larger journal record; a root transaction and its index entries
+    /// together are held to [`crate::MAX_GROUP_BYTES`] of journal record. A map function that
+    /// panics fails the root commit that reached it (nothing is written) and poisons the index;
+    /// later root commits go on without it. Shared journal only.
+    Synchronous,
 }
 
 impl std::fmt::Debug for IndexDefinition {
@@ -62,6 +85,7 @@ impl std::fmt::Debug for IndexDefinition {
             .field("reconcile_memory", &self.reconcile_memory)
             .field("rebuild", &self.rebuild)
             .field("write_buffer_bytes", &self.write_buffer_bytes)
+            .field("mode", &self.mode)
             .finish_non_exhaustive()
     }
 }
@@ -85,7 +109,22 @@ impl IndexDefinition {
             reconcile_memory: 32 << 20,
             rebuild: false,
             write_buffer_bytes: Self::DEFAULT_WRITE_BUFFER_BYTES,
+            mode: IndexMode::Asynchronous,
         }
+    }
+
+    /// When the index's entries are committed: after the documents, from the change feed (the
+    /// default), or with them in the same atomic group ([`IndexMode`]). A synchronous index is
+    /// first built (or caught up) as an asynchronous one, then turned synchronous between two
+    /// root transactions.
+    pub fn mode(mut self, mode: IndexMode) -> IndexDefinition {
+        self.mode = mode;
+        self
+    }
+
+    /// The index's [`IndexMode`].
+    pub fn index_mode(&self) -> IndexMode {
+        self.mode
     }
 
     /// The index's name (its branch storage).
@@ -229,7 +268,7 @@ pub(super) fn is_applied_v1(v: &[u8]) -> bool {
     v.len() == 16 && &v[..8] == APPLIED_MAGIC_V1
 }
 
-pub(super) fn applied_record(txn: u64) -> [u8; 16] {
+pub(crate) fn applied_record(txn: u64) -> [u8; 16] {
     let mut v = [0u8; 16];
     v[..8].copy_from_slice(APPLIED_MAGIC);
     v[8..].copy_from_slice(&txn.to_le_bytes());

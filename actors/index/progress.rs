@@ -86,6 +86,9 @@ pub struct IndexStats {
     pub max_lag_txns: u64,
     /// Lag of the applied changes.
     pub apply_lag: LagStats,
+    /// True for a synchronous index kept by the root's commits
+    /// ([`crate::actors::IndexMode::Synchronous`]): never behind the root.
+    pub synchronous: bool,
 }
 
 /// A pool of build slots (one per executor), shared by the indexes of a database.
@@ -141,6 +144,8 @@ pub(super) struct Progress {
     pub(super) lag_us: Histogram<u64>,
     /// `wait_for_indexes` callers: (target txn, answer).
     pub(super) waiters: Vec<(u64, flume::Sender<Result<()>>)>,
+    /// Kept synchronously by the root's commits.
+    pub(super) synchronous: bool,
 }
 
 /// An index's progress, shared by its actor and the database handle.
@@ -171,6 +176,7 @@ impl IndexShared {
                 pending_since: None,
                 lag_us: Histogram::new(3).expect("3 significant digits is valid"),
                 waiters: Vec::new(),
+                synchronous: false,
             }),
         }
     }
@@ -274,6 +280,40 @@ impl IndexShared {
         Self::notify(&mut p);
     }
 
+    /// A synchronous index's root commit `applied`, with `changes` document changes, is
+    /// published: the index is current at it (no lag).
+    pub(super) fn synchronous_applied(&self, applied: u64, changes: usize) {
+        let mut p = self.lock();
+        p.phase = Phase::Current;
+        p.synchronous = true;
+        p.build = None;
+        p.applied = applied;
+        if changes > 0 {
+            p.batches += 1;
+            p.changes += changes as u64;
+            let _ = p.lag_us.record_n(0, changes as u64);
+        }
+        Self::notify(&mut p);
+    }
+
+    /// Adds `n` to the terms skipped for their length.
+    pub(super) fn add_skipped(&self, n: u64) {
+        if n > 0 {
+            self.lock().skipped_terms += n;
+        }
+    }
+
+    /// Poisons a synchronous index with `cause`; the error its root commit fails with.
+    pub(super) fn poison_synchronous(&self, cause: IndexFailure) -> Error {
+        self.poison_index(cause);
+        match &self.lock().phase {
+            Phase::Poisoned(e) => e.clone(),
+            _ => Error::Poisoned {
+                cause: format!("index {:?} failed", self.name),
+            },
+        }
+    }
+
     /// Poisons the index with `cause`; answers every waiter with the error.
     pub(super) fn poison_index(&self, cause: IndexFailure) {
         let e = Error::IndexPoisoned {
@@ -299,6 +339,10 @@ impl IndexShared {
 
     pub(super) fn stopped(&self) {
         let mut p = self.lock();
+        if p.synchronous {
+            // Its actor stopped when the root's actor took it over: it is current.
+            return;
+        }
         if !matches!(p.phase, Phase::Poisoned(_)) {
             p.phase = Phase::Stopped;
         }
@@ -345,6 +389,7 @@ impl IndexShared {
                 p99_ms: q(0.99),
                 max_ms: h.max() as f64 / 1000.0,
             },
+            synchronous: p.synchronous,
         }
     }
 }

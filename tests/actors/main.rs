@@ -17,6 +17,7 @@ mod engine_keepalive;
 mod engine_metrics;
 mod executor_never_blocks;
 mod executor_placement;
+mod group_writes;
 mod handle_maintenance;
 mod index_build;
 mod index_outside_writes;

@@ -360,7 +360,10 @@ fn begin_group_waits_for_busy_writers_and_groups_never_wait_in_a_circle() {
     let db = Database::open(dir.path().join("db"), opts()).unwrap();
     let root = db.root();
     let names = ["a", "b", "c", "d"];
-    let branches: Vec<Storage> = names.iter().map(|n| db.create_storage(n).unwrap()).collect();
+    let branches: Vec<Storage> = names
+        .iter()
+        .map(|n| db.create_storage(n).unwrap())
+        .collect();
 
     // A writer open on `b`: a group over {root, b} waits for it, then commits after it.
     let mut w = branches[1].begin_write().unwrap();
@@ -378,7 +381,10 @@ fn begin_group_waits_for_busy_writers_and_groups_never_wait_in_a_circle() {
     };
     waiting.recv().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(50));
-    assert!(!group.is_finished(), "begin_group did not wait for b's writer");
+    assert!(
+        !group.is_finished(),
+        "begin_group did not wait for b's writer"
+    );
     assert_eq!(get(&root, "k"), None);
     w.commit().unwrap();
     group.join().unwrap();

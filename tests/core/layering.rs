@@ -483,6 +483,9 @@ const SHARED_NAMES: &[(&str, &str)] = &[
     ("flush", "the handles' own flush"),
     // `Storage::check` and the handles' own `check`; the core's crate-private `check`s.
     ("check", "public Storage::check"),
+    // `WriteBatch::durability`, `GroupTransaction::durability`; the core's
+    // `PreparedCommit::durability`.
+    ("durability", "public WriteBatch::durability"),
 ];
 
 // The story: the actors called crate-private methods of the core (`storage.poison(..)`,

@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 #[allow(unused_imports)]
 use omnibus::actors::{
     check_index, index_applied_txn, BuildProgress, DatabaseHandle, DatabaseMetrics, Engine,
-    EngineMetrics, EngineOptions, IndexCheckReport, IndexDefinition, IndexState, IndexStats,
-    LagStats, MapFn, ReadPath, StorageHandle, WriteBatch, WriteOp, INDEX_APPLIED_KEY,
+    EngineMetrics, EngineOptions, IndexCheckReport, IndexDefinition, IndexMode, IndexState,
+    IndexStats, LagStats, MapFn, ReadPath, StorageHandle, WriteBatch, WriteOp, INDEX_APPLIED_KEY,
     MEMLOCK_PER_EXECUTOR,
 };
 #[allow(unused_imports)]
@@ -212,8 +212,8 @@ fn no_internal_module_or_export_is_public() {
             &[
                 "pub use engine::metrics::{DatabaseMetrics, EngineMetrics};",
                 "pub use engine::{DatabaseHandle, Engine, EngineOptions, MEMLOCK_PER_EXECUTOR};",
-                "pub use index::{ index_applied_txn, BuildProgress, IndexDefinition, IndexState, \
-                 IndexStats, LagStats, MapFn, INDEX_APPLIED_KEY, };",
+                "pub use index::{ index_applied_txn, BuildProgress, IndexDefinition, IndexMode, \
+                 IndexState, IndexStats, LagStats, MapFn, INDEX_APPLIED_KEY, };",
                 "pub use index_check::{check_index, IndexCheckReport};",
                 "pub use index_key::{ decode_index_entry, index_entry_key, index_term_prefix, \
                  index_terms_starting_with, };",

@@ -11,6 +11,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod actors_group_sigkill;
 mod actors_sigkill;
 mod already_open;
 mod crash_sigkill;
