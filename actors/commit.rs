@@ -216,7 +216,12 @@ async fn read_lock(lock: &RwLock<()>) -> std::sync::RwLockReadGuard<'_, ()> {
 /// A member's side of a group (`StorageMsg::GroupPart` on `storage`'s actor): runs the job in
 /// a write transaction of its own, prepares it, answers `ready`, and publishes once the leader
 /// sends the journal write's outcome.
-pub(crate) async fn member(storage: &Storage, part: GroupPart, journal_io: &IoPool) {
+///
+/// The part's transaction applies no write buffer (a buffered index storage's part would
+/// otherwise carry an apply step's pages into the group record now and then); when the buffer
+/// is then over its size or aged, the member applies it in a transaction of its own right
+/// after publishing the part.
+pub(crate) async fn member(storage: &Storage, part: GroupPart, links: &CommitLinks) {
     let GroupPart {
         job,
         durability,
@@ -228,7 +233,8 @@ pub(crate) async fn member(storage: &Storage, part: GroupPart, journal_io: &IoPo
         let mut w = storage.try_begin_write()?;
         w.set_durability(durability);
         poison_on_panic(storage, || job(&mut w))?;
-        prepare(storage, w, journal_io).await
+        actor_interface::defer_buffer_apply(&mut w);
+        prepare(storage, w, &links.journal_io).await
     }
     .await;
     let mut p = match prepared {
@@ -249,9 +255,23 @@ pub(crate) async fn member(storage: &Storage, part: GroupPart, journal_io: &IoPo
     }
     match decision.recv_async().await {
         Ok(written) => {
-            let _ = done.send(actor_interface::finish(p, written));
+            let r = actor_interface::finish(p, written);
+            let ok = r.is_ok();
+            let _ = done.send(r);
+            if ok && actor_interface::buffer_over(storage) {
+                // A failure poisons the storage; its next request gets the error.
+                let _ = apply_buffer(storage, links).await;
+            }
         }
         // Given up (another member failed): the prepared commit is dropped, nothing written.
         Err(_) => drop(p),
     }
+}
+
+/// Commits a transaction of `storage` that applies its write buffer (a step where the storage
+/// applies in steps).
+async fn apply_buffer(storage: &Storage, links: &CommitLinks) -> Result<Option<u64>> {
+    let mut w = storage.try_begin_write()?;
+    poison_on_panic(storage, || actor_interface::apply_write_buffer(&mut w))?;
+    commit_txn(storage, w, Vec::new(), &[], &[], links).await
 }

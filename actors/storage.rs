@@ -263,7 +263,7 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
             }
         }
         if let Some(p) = part {
-            commit::member(&storage, p, &links.journal_io).await;
+            commit::member(&storage, p, &links).await;
         }
         match control {
             Some(StorageMsg::Stop { reply }) => {

@@ -177,6 +177,19 @@ pub(crate) fn buffer_due_in(storage: &Storage) -> Option<std::time::Duration> {
     storage.inner.buffer_due_in()
 }
 
+/// Whether `storage`'s next commit would have to apply its write buffer (over its size, or
+/// aged): a group part that deferred its apply then commits one of its own.
+#[inline]
+pub(crate) fn buffer_over(storage: &Storage) -> bool {
+    storage.inner.buffer_over()
+}
+
+/// Makes `txn`'s commit apply no write buffer (a group part, whose record must stay small).
+#[inline]
+pub(crate) fn defer_buffer_apply(txn: &mut WriteTransaction) {
+    txn.defer_apply()
+}
+
 /// Keeps `storage`'s commits from applying in steps until the guard drops: every apply is
 /// whole, so its tree alone is a committed state ([`crate::state::State::tree_view`], a backup
 /// that copies trees without their buffers).

@@ -1485,6 +1485,15 @@ impl Inner {
         self.current.load().buffer_due_in(self.opts.flush_max_age)
     }
 
+    /// True when the next commit would have to apply the write buffer: it holds more than its
+    /// size, or its oldest entry is older than [`Options::flush_max_age`] (a group part that
+    /// left its buffer so applies it in a transaction of its own right after).
+    pub fn buffer_over(&self) -> bool {
+        let state = self.current.load();
+        let limit = self.buffer_limit.load(Ordering::Relaxed);
+        (limit > 0 && state.buffer_bytes > limit) || state.buffer_aged(self.opts.flush_max_age)
+    }
+
     /// True when the write buffer's oldest entry is older than [`Options::flush_max_age`]:
     /// the background flush applies it, so an idle storage pins no journal file for long.
     pub fn buffer_aged(&self) -> bool {

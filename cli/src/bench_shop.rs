@@ -14,7 +14,7 @@
 
 use std::path::PathBuf;
 
-use crate::cli::{DiskArg, JournalArg, ShopArgs};
+use crate::cli::{DiskArg, IndexModeArg, JournalArg, ShopArgs, Variant};
 use crate::shop_measure;
 use crate::{fmt, CliResult, Fail};
 
@@ -51,11 +51,24 @@ pub fn run(a: ShopArgs) -> CliResult {
         (None, Some(_)) => None,
         (None, None) => Some(20.0),
     };
-    let mut modes: Vec<JournalArg> = Vec::new();
-    for m in &a.journal {
-        if !modes.contains(m) {
-            modes.push(*m);
+    let mut modes: Vec<Variant> = Vec::new();
+    for index in &a.index_mode {
+        for journal in &a.journal {
+            let m = Variant {
+                journal: *journal,
+                index: *index,
+            };
+            // Synchronous indexes commit in groups of the shared journal.
+            let possible = !(m.journal == JournalArg::Separate && m.index == IndexModeArg::Sync);
+            if possible && !modes.contains(&m) {
+                modes.push(m);
+            }
         }
+    }
+    if modes.is_empty() {
+        return Err(Fail::input(
+            "--index-mode sync needs the shared journal: add --journal shared",
+        ));
     }
     // Checked before the run, so a bad path fails now instead of after the whole benchmark.
     if let Some(p) = &a.json {
@@ -124,7 +137,7 @@ pub fn run(a: ShopArgs) -> CliResult {
     let mut runs: Vec<ModeResult> = Vec::new();
     // Bounded: --rounds is at most 100, modes at most 2.
     for round in 0..a.rounds {
-        let order: Vec<JournalArg> = if round % 2 == 0 {
+        let order: Vec<Variant> = if round % 2 == 0 {
             modes.clone()
         } else {
             modes.iter().rev().copied().collect()

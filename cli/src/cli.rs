@@ -108,6 +108,44 @@ Exit code 0 when everything was copied; 2 on damage that stops the copy (nothing
 damaged branch could not be copied (the rest is, and the branch is named on stderr); 1 on bad input (DEST \
 inside SRC, DEST not empty).";
 
+/// `bench shop --index-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IndexModeArg {
+    /// Index entries committed after the documents, from the change feed.
+    Async,
+    /// Index entries committed with the documents, in one atomic group.
+    Sync,
+}
+
+impl IndexModeArg {
+    pub fn mode(self) -> omnibus::actors::IndexMode {
+        match self {
+            IndexModeArg::Async => omnibus::actors::IndexMode::Asynchronous,
+            IndexModeArg::Sync => omnibus::actors::IndexMode::Synchronous,
+        }
+    }
+}
+
+/// One configuration `bench shop` runs: a journal mode and an index mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Variant {
+    pub journal: JournalArg,
+    pub index: IndexModeArg,
+}
+
+impl Variant {
+    /// Its name in the table and the JSON: the journal mode, with " sync" for synchronous
+    /// indexes.
+    pub fn name(self) -> &'static str {
+        match (self.journal, self.index) {
+            (JournalArg::Shared, IndexModeArg::Async) => "shared",
+            (JournalArg::Separate, IndexModeArg::Async) => "separate",
+            (JournalArg::Shared, IndexModeArg::Sync) => "shared sync",
+            (JournalArg::Separate, IndexModeArg::Sync) => "separate sync",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum JournalArg {
     /// One journal, one fdatasync per batch of commits of every storage.
@@ -543,6 +581,13 @@ pub struct ShopArgs {
     /// Journal modes to run, in order.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [JournalArg::Shared, JournalArg::Separate])]
     pub journal: Vec<JournalArg>,
+    /// Index modes to run, in order, each with every journal mode of --journal: `async`
+    /// (entries committed after the documents, from the change feed) or `sync` (entries
+    /// committed with each document in one atomic group; shared journal only: a separate
+    /// journal is skipped for it). The table's gain column compares the first two runs, so
+    /// `--journal shared --index-mode sync,async` gives synchronous over asynchronous indexes.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [IndexModeArg::Async])]
+    pub index_mode: Vec<IndexModeArg>,
     /// Executors (pinned cores) of the actor runtime, 1 up to the CPUs available [default:
     /// every online CPU].
     #[arg(long)]

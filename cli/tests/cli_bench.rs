@@ -156,6 +156,73 @@ fn bench_shop_rounds_alternate_the_modes_and_report_the_median_run() {
 }
 
 #[test]
+fn bench_shop_compares_synchronous_and_asynchronous_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("shop.json");
+    let o = children::output(
+        Command::new(env!("CARGO_BIN_EXE_omnibus"))
+            .args([
+                "bench",
+                "shop",
+                "--indexes",
+                "4",
+                "--docs",
+                "200",
+                "--clients",
+                "8",
+                "--journal",
+                "shared",
+                "--index-mode",
+                "sync,async",
+                "--allow-tmpfs",
+            ])
+            .arg("--dir")
+            .arg(dir.path())
+            .arg("--json")
+            .arg(&json),
+    )
+    .expect("run omnibus");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        out.contains("gain: shared sync over shared"),
+        "the gain compares the two index modes:\n{out}"
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let modes = v["modes"].as_array().unwrap();
+    assert_eq!(modes.len(), 2);
+    assert_eq!(modes[0]["journal"], "shared sync");
+    assert_eq!(modes[1]["journal"], "shared");
+    // Synchronous indexes never lag their documents.
+    assert_eq!(
+        modes[0]["index_lag_ms_max"].as_f64(),
+        Some(0.0),
+        "{}",
+        modes[0]
+    );
+    for m in modes {
+        assert_eq!(m["documents"], 200, "{m}");
+    }
+    // Synchronous indexes with separate journals only: refused as bad input.
+    let o = children::output(Command::new(env!("CARGO_BIN_EXE_omnibus")).args([
+        "bench",
+        "shop",
+        "--journal",
+        "separate",
+        "--index-mode",
+        "sync",
+        "--allow-tmpfs",
+    ]))
+    .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("shared journal"));
+}
+
+#[test]
 fn bench_shop_usage_errors() {
     for args in [
         &["bench", "shop", "--journal", "both"][..],

@@ -8,7 +8,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::run::ModeResult;
-use crate::cli::{JournalArg, ShopArgs};
+use crate::cli::{ShopArgs, Variant};
 use crate::{CliResult, Fail};
 
 #[derive(Serialize)]
@@ -27,7 +27,7 @@ struct Report {
 
 /// Each of `modes`' median run in `runs` by documents/s (the lower middle one of an even
 /// count), in the order of `modes`.
-fn median_runs(modes: &[JournalArg], runs: &[ModeResult]) -> Vec<ModeResult> {
+fn median_runs(modes: &[Variant], runs: &[ModeResult]) -> Vec<ModeResult> {
     modes
         .iter()
         .filter_map(|m| {
@@ -56,7 +56,7 @@ pub(super) struct Setting {
 /// runs, then writes the JSON report and the plots asked for.
 pub(super) fn output(
     a: &ShopArgs,
-    modes: &[JournalArg],
+    modes: &[Variant],
     runs: Vec<ModeResult>,
     setting: Setting,
 ) -> CliResult {
@@ -219,8 +219,8 @@ fn plot_points(h: &Histogram<u64>) -> Vec<(f64, u64)> {
 }
 
 fn print_table(rs: &[ModeResult]) {
-    let shared = rs.iter().find(|r| r.journal == "shared");
-    let separate = rs.iter().find(|r| r.journal == "separate");
+    // The gain column compares the first two runs (shared over separate by default).
+    let (shared, separate) = (rs.first(), rs.get(1));
     let mut header = format!("{:<28}", "");
     for r in rs {
         header.push_str(&format!("{:>14}", r.journal));
@@ -356,8 +356,9 @@ fn print_table(rs: &[ModeResult]) {
         }
         println!("{line}");
     }
-    if gain {
-        println!("gain: shared over separate (shared/separate for rates, separate/shared for latencies and costs; above 1x: shared is better)");
+    if let (true, Some(s), Some(p)) = (gain, shared, separate) {
+        let (s, p) = (s.journal, p.journal);
+        println!("gain: {s} over {p} ({s}/{p} for rates, {p}/{s} for latencies and costs; above 1x: {s} is better)");
     }
 }
 

@@ -14,7 +14,7 @@ use omnibus::Options;
 use serde::Serialize;
 
 use super::generate::{index_name, index_terms, User};
-use crate::cli::{JournalArg, ShopArgs};
+use crate::cli::{ShopArgs, Variant};
 use crate::shop_measure;
 use crate::{fmt, CliResult, Fail};
 
@@ -206,7 +206,7 @@ async fn open_loop(
 
 pub(super) fn run_mode(
     a: &ShopArgs,
-    mode: JournalArg,
+    mode: Variant,
     dir: &Path,
     seconds: Option<f64>,
 ) -> CliResult<ModeResult> {
@@ -234,7 +234,7 @@ pub(super) fn run_mode(
 
 fn run_mode_in(
     a: &ShopArgs,
-    mode: JournalArg,
+    mode: Variant,
     tmp: &Path,
     seconds: Option<f64>,
 ) -> CliResult<ModeResult> {
@@ -246,7 +246,7 @@ fn run_mode_in(
     let db = engine.blocking_open_database(
         tmp.join("shop.omnibus"),
         Options {
-            journal_mode: mode.mode(),
+            journal_mode: mode.journal.mode(),
             ..Options::default()
         },
     )?;
@@ -258,7 +258,9 @@ fn run_mode_in(
         if let Some(ms) = a.index_interval_ms {
             def = def.min_batch_interval(Duration::from_millis(ms));
         }
-        def = def.write_buffer_bytes(a.index_buffer);
+        def = def
+            .write_buffer_bytes(a.index_buffer)
+            .mode(mode.index.mode());
         db.blocking_define_index(def)?;
     }
     // Built (empty) before the clients start.

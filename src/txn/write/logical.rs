@@ -191,11 +191,22 @@ impl WriteTransaction {
     ///
     /// Errors: as [`WriteTransaction::apply_buffered`].
     pub(crate) fn apply_if_due(&mut self) -> Result<()> {
+        if self.apply_settled {
+            return Ok(());
+        }
         self.apply_settled = true;
         if self.changed && self.must_apply() {
             self.apply_due()?;
         }
         Ok(())
+    }
+
+    /// Settles that this transaction's commit applies no write buffer, whatever
+    /// [`WriteTransaction::must_apply`] says (its operations are buffered, or written to the
+    /// tree in a page transaction, as they are): for a part of a group, whose record must stay
+    /// small; the storage then applies its buffer in a transaction of its own.
+    pub(crate) fn defer_apply(&mut self) {
+        self.apply_settled = true;
     }
 
     /// The apply that [`WriteTransaction::must_apply`] asks for: a step when the storage
