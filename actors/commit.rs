@@ -218,9 +218,8 @@ async fn read_lock(lock: &RwLock<()>) -> std::sync::RwLockReadGuard<'_, ()> {
 /// sends the journal write's outcome.
 ///
 /// The part's transaction applies no write buffer (a buffered index storage's part would
-/// otherwise carry an apply step's pages into the group record now and then); when the buffer
-/// is then over its size or aged, the member applies it in a transaction of its own right
-/// after publishing the part.
+/// otherwise carry an apply step's pages into the group record now and then): the storage
+/// actor applies it next, in a transaction of its own, when it is over its size or aged.
 pub(crate) async fn member(storage: &Storage, part: GroupPart, links: &CommitLinks) {
     let GroupPart {
         job,
@@ -255,23 +254,9 @@ pub(crate) async fn member(storage: &Storage, part: GroupPart, links: &CommitLin
     }
     match decision.recv_async().await {
         Ok(written) => {
-            let r = actor_interface::finish(p, written);
-            let ok = r.is_ok();
-            let _ = done.send(r);
-            if ok && actor_interface::buffer_over(storage) {
-                // A failure poisons the storage; its next request gets the error.
-                let _ = apply_buffer(storage, links).await;
-            }
+            let _ = done.send(actor_interface::finish(p, written));
         }
         // Given up (another member failed): the prepared commit is dropped, nothing written.
         Err(_) => drop(p),
     }
-}
-
-/// Commits a transaction of `storage` that applies its write buffer (a step where the storage
-/// applies in steps).
-async fn apply_buffer(storage: &Storage, links: &CommitLinks) -> Result<Option<u64>> {
-    let mut w = storage.try_begin_write()?;
-    poison_on_panic(storage, || actor_interface::apply_write_buffer(&mut w))?;
-    commit_txn(storage, w, Vec::new(), &[], &[], links).await
 }

@@ -177,7 +177,11 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
         let aged = first.is_none();
         let first = first.unwrap_or_else(aged_apply);
         // Over the memory budget: let the flushes catch up (requests queue and merge meanwhile).
-        super::flusher::pace(&pressure).await;
+        // Not for a group's part: its leader paced for the whole group, and the part (its
+        // write buffer's apply deferred) adds little.
+        if !matches!(first, StorageMsg::GroupPart(_)) {
+            super::flusher::pace(&pressure).await;
+        }
         let mut payloads = Vec::new();
         let mut replies = Vec::new();
         let mut control = None;
@@ -264,6 +268,11 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
         }
         if let Some(p) = part {
             commit::member(&storage, p, &links).await;
+            // The part left its write buffer as it was: when it is over its size or aged, the
+            // next transaction applies it (paced on the memory budget as any other).
+            if pending.is_none() && actor_interface::buffer_over(&storage) {
+                pending = Some(aged_apply());
+            }
         }
         match control {
             Some(StorageMsg::Stop { reply }) => {

@@ -331,3 +331,63 @@ fn a_synchronous_map_function_that_panics_fails_its_write_and_poisons_only_its_i
     drop((root, sturdy, db));
     engine.shutdown().unwrap();
 }
+
+/// A buffered synchronous index's parts stay logical records: an apply of its write buffer
+/// is a transaction of its own (a part that applied a step carried the step's pages into the
+/// group record, 185 MB of them with 100 indexes).
+#[test]
+fn a_synchronous_index_part_never_carries_a_buffer_apply_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::start(EngineOptions {
+        executors: Some(2),
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    // No flush meanwhile: every journal file stays for the scan below.
+    let opts = Options {
+        flush_scratch_bytes: 1 << 30,
+        flush_max_age: std::time::Duration::from_secs(600),
+        ..Options::default()
+    };
+    let path = dir.path().join("db");
+    let db = engine.blocking_open_database(&path, opts).unwrap();
+    db.blocking_define_index(
+        IndexDefinition::new("by_tag", map_tags)
+            .mode(IndexMode::Synchronous)
+            .write_buffer_bytes(64 << 10),
+    )
+    .unwrap();
+    let root = db.root();
+    let mut rng = SmallRng::seed_from_u64(3);
+    for i in 0..2000u32 {
+        let tags: Vec<String> = (0..4)
+            .map(|_| format!("t{}", rng.random_range(0..500)))
+            .collect();
+        // Eventual: one group record each all the same, without a sync each.
+        let mut b = WriteBatch::new();
+        b.put(format!("d{i:04}"), format!("tags={}", tags.join(",")))
+            .set_durability(Durability::Eventual);
+        root.blocking_write(b).unwrap();
+    }
+    let kinds = crate::common::damage::group_part_kinds(&path);
+    assert!(kinds.len() >= 500, "{} group records", kinds.len());
+    // Each group: the root's page commit (kind 1), then the index's buffered operations as a
+    // logical record (kind 5), never an apply of its buffer (a step, kind 6, or a page
+    // commit of the whole buffer, kind 1).
+    let odd: Vec<&Vec<u8>> = kinds.iter().filter(|k| k[..] != [1, 5]).collect();
+    assert!(
+        odd.is_empty(),
+        "{} groups carry an apply: {:?}",
+        odd.len(),
+        &odd[..odd.len().min(3)]
+    );
+    // The buffer was applied all the same (in transactions of its own), more than once.
+    let stats = db.blocking_storage("by_tag").unwrap().stats();
+    let entries = entries(&db.blocking_storage("by_tag").unwrap()).len() as u64;
+    assert!(
+        stats.buffer_entries < entries / 2,
+        "{stats:?}, {entries} entries"
+    );
+    drop((root, db));
+    engine.shutdown().unwrap();
+}

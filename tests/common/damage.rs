@@ -80,3 +80,41 @@ pub fn expect_corruption(path: &Path, opts: &Options, needle: &str, what: &str) 
         }
     }
 }
+
+/// Offsets of the group records in the journal files of `dir`'s `Journals/` (path, offset of
+/// the header, body length).
+pub fn group_records(dir: &Path) -> Vec<(std::path::PathBuf, u64, u64)> {
+    let mut out = Vec::new();
+    let env = omnibus::env::DefaultEnv::new();
+    for (_, p) in omnibus::testing::journal::recovery::list(&env, &dir.join("Journals")).unwrap() {
+        let bytes = std::fs::read(&p).unwrap();
+        let mut at = 0usize;
+        while at + omnibus::testing::journal::RECORD_HEADER_LEN <= bytes.len() {
+            let Some(h) = omnibus::testing::journal::RecordHeader::decode(
+                &bytes[at..at + omnibus::testing::journal::RECORD_HEADER_LEN],
+            ) else {
+                break;
+            };
+            if h.kind == omnibus::testing::journal::RecordKind::Group {
+                out.push((p.clone(), at as u64, h.body_len));
+            }
+            at += omnibus::testing::journal::RECORD_HEADER_LEN + h.body_len as usize;
+        }
+    }
+    out
+}
+
+/// The kind byte of every part of every group record in the journal files of `dir`'s
+/// `Journals/` (1 commit, 5 logical, 6 apply step), one list per record (design.md 3.11: a
+/// u32 count, then 32-byte entries with the kind at byte 24).
+pub fn group_part_kinds(dir: &Path) -> Vec<Vec<u8>> {
+    group_records(dir)
+        .into_iter()
+        .map(|(p, at, _)| {
+            let bytes = std::fs::read(&p).unwrap();
+            let body = &bytes[at as usize + omnibus::testing::journal::RECORD_HEADER_LEN..];
+            let n = u32::from_le_bytes(body[..4].try_into().unwrap()) as usize;
+            (0..n).map(|i| body[4 + i * 32 + 24]).collect()
+        })
+        .collect()
+}

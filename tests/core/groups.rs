@@ -6,8 +6,8 @@
 
 use std::path::Path;
 
-use omnibus::testing::journal::recovery;
-use omnibus::testing::journal::{RecordHeader, RecordKind, RECORD_HEADER_LEN};
+use crate::common::damage::group_records;
+use omnibus::testing::journal::RECORD_HEADER_LEN;
 use omnibus::{
     Database, Durability, Error, FlushMode, GroupError, JournalMode, Options, Storage,
     MAX_GROUP_BYTES, MAX_GROUP_STORAGES,
@@ -23,27 +23,6 @@ fn opts() -> Options {
 
 fn get(s: &Storage, k: &str) -> Option<Vec<u8>> {
     s.begin_read().unwrap().get(k).unwrap().map(|v| v.to_vec())
-}
-
-/// Offsets of the group records in the journal files of `dir`'s `Journals/` (path, offset of
-/// the header, body length).
-fn group_records(dir: &Path) -> Vec<(std::path::PathBuf, u64, u64)> {
-    let mut out = Vec::new();
-    let env = omnibus::env::DefaultEnv::new();
-    for (_, p) in recovery::list(&env, &dir.join("Journals")).unwrap() {
-        let bytes = std::fs::read(&p).unwrap();
-        let mut at = 0usize;
-        while at + RECORD_HEADER_LEN <= bytes.len() {
-            let Some(h) = RecordHeader::decode(&bytes[at..at + RECORD_HEADER_LEN]) else {
-                break;
-            };
-            if h.kind == RecordKind::Group {
-                out.push((p.clone(), at as u64, h.body_len));
-            }
-            at += RECORD_HEADER_LEN + h.body_len as usize;
-        }
-    }
-    out
 }
 
 #[test]
