@@ -105,6 +105,8 @@ pub(crate) async fn commit_txn(
     changes: &[DocumentChange],
     links: &CommitLinks,
 ) -> Result<Option<u64>> {
+    // The transaction's, also for members when the leader itself changed nothing.
+    let durability = w.durability();
     let own = prepare(storage, w, &links.journal_io).await?;
     let txn = own.as_ref().map(actor_interface::prepared_txn_id);
     if let Some(t) = txn {
@@ -116,10 +118,6 @@ pub(crate) async fn commit_txn(
             });
         }
     }
-    let durability = own
-        .as_ref()
-        .map(actor_interface::prepared_durability)
-        .unwrap_or(Durability::Immediate);
     if members.is_empty() {
         let Some(mut p) = own else {
             return Ok(None);

@@ -133,12 +133,6 @@ pub(crate) fn prepared_txn_id(prepared: &PreparedCommit) -> u64 {
     prepared.txn_id()
 }
 
-/// The durability a prepared commit asks of the journal writer.
-#[inline]
-pub(crate) fn prepared_durability(prepared: &PreparedCommit) -> Durability {
-    prepared.durability()
-}
-
 /// Takes a prepared commit's journal record (once).
 #[inline]
 pub(crate) fn take_record(prepared: &mut PreparedCommit) -> OutRecord {
