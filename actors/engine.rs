@@ -325,6 +325,8 @@ struct DbInner {
 /// A defined index: its progress, a port to stop its actor, its storage.
 struct IndexEntry {
     shared: Arc<IndexShared>,
+    /// Its storage handle's flag refusing writes through the handle.
+    indexed: Arc<std::sync::atomic::AtomicBool>,
     port: flume::Sender<IndexMsg>,
     storage: Storage,
     /// The definition (its map function, for `check_indexes`).
@@ -825,6 +827,7 @@ impl EngineInner {
             readers: self.readers.clone(),
             background: self.background_io.clone(),
             reads: self.opts.reads,
+            indexed: Arc::default(),
         })
     }
 
@@ -1175,13 +1178,16 @@ impl DatabaseHandle {
     /// commits (or fails) all the same; only the answer is lost.
     ///
     /// Errors: [`GroupError::SeparateJournals`] in separate-journal mode;
-    /// [`GroupError::TooManyStorages`] past [`crate::MAX_GROUP_STORAGES`];
+    /// [`GroupError::TooManyStorages`] past [`crate::MAX_GROUP_STORAGES`] storages (the
+    /// synchronous indexes counted when the root is written);
     /// [`GroupError::NotInDatabase`] for a handle of another database (or engine);
     /// [`GroupError::Duplicate`] for a storage named twice; [`Error::InvalidOptions`] for an
     /// index storage (its index writes it); a batch's key or value errors
     /// ([`WriteBatch::validate`]); [`GroupError::TooLarge`] past 64 MiB of journal record;
-    /// I/O errors (the database is then poisoned); [`Error::Closed`] after shutdown. After an
-    /// error nothing of the group is visible.
+    /// I/O errors (the database is then poisoned); [`Error::Closed`] after shutdown or when a
+    /// member storage was dropped meanwhile; [`Error::IndexPoisoned`] when a synchronous
+    /// index's map function panicked on a document of this or of another request merged with it
+    /// (retry). After an error nothing of the group is visible.
     pub async fn write<'a>(
         &self,
         batches: impl IntoIterator<Item = (&'a StorageHandle, WriteBatch)>,
@@ -1190,9 +1196,14 @@ impl DatabaseHandle {
         if self.inner.journal.is_none() {
             return Err(GroupError::SeparateJournals.into());
         }
-        if batches.len() > MAX_GROUP_STORAGES {
+        // A group that writes the root holds each synchronous index's part too.
+        let with_root = batches
+            .iter()
+            .any(|(h, _)| h.tx.same_channel(&self.inner.root.tx));
+        let count = batches.len() + if with_root { self.synchronous_indexes(None) } else { 0 };
+        if count > MAX_GROUP_STORAGES {
             return Err(GroupError::TooManyStorages {
-                count: batches.len(),
+                count,
                 max: MAX_GROUP_STORAGES,
             }
             .into());
@@ -1300,7 +1311,12 @@ impl DatabaseHandle {
     /// Errors: [`Error::InvalidStorageName`]; the errors of creating or opening the branch
     /// storage; [`Error::InvalidOptions`] when another caller defines the same name at the same
     /// time; [`Error::Closed`] after shutdown. A failure of the build itself poisons the index
-    /// ([`Error::IndexPoisoned`] from `wait_for_indexes`), it is not returned here.
+    /// ([`Error::IndexPoisoned`] from `wait_for_indexes`), it is not returned here, except for
+    /// a [`crate::actors::IndexMode::Synchronous`] index, which is returned once built: then
+    /// also [`GroupError::SeparateJournals`] in separate-journal mode,
+    /// [`GroupError::TooManyStorages`] past 255 synchronous indexes (each root commit is a group
+    /// of the root and every one of them), and [`Error::InvalidOptions`] when the root was
+    /// written outside the engine while it was being turned synchronous (define it again).
     pub async fn define_index(&self, def: IndexDefinition) -> Result<()> {
         Database::validate_storage_name(&def.name)?;
         let branch = self.create_storage(&def.name).await?;
@@ -1321,6 +1337,15 @@ impl DatabaseHandle {
         let sync = def.mode == IndexMode::Synchronous;
         if sync && self.inner.journal.is_none() {
             return Err(GroupError::SeparateJournals.into());
+        }
+        // Every root commit is a group of the root and each synchronous index.
+        let synchronous = self.synchronous_indexes(Some(&def.name));
+        if sync && 1 + synchronous + 1 > MAX_GROUP_STORAGES {
+            return Err(GroupError::TooManyStorages {
+                count: 1 + synchronous + 1,
+                max: MAX_GROUP_STORAGES,
+            }
+            .into());
         }
         let name = def.name.clone();
         let shared = self.start_index(
@@ -1380,6 +1405,7 @@ impl DatabaseHandle {
         let shared = Arc::new(IndexShared::new(&def.name, applied.unwrap_or(0)));
         let name = def.name.clone();
         let storage = branch.storage.clone();
+        let indexed = branch.indexed.clone();
         let kept = def.clone();
         let actor = IndexActor {
             def,
@@ -1406,16 +1432,29 @@ impl DatabaseHandle {
             Box::new(move || Box::pin(index::run(actor))),
         )?;
         engine.share_buffers(&storage, Some(kept.write_buffer_bytes));
+        indexed.store(true, Ordering::Release);
         indexes.insert(
             name,
             IndexEntry {
                 shared: shared.clone(),
+                indexed: indexed.clone(),
                 port,
                 storage,
                 def: kept,
             },
         );
         Ok(shared)
+    }
+
+    /// Synchronous indexes defined (`but` left out).
+    fn synchronous_indexes(&self, but: Option<&str>) -> usize {
+        self.inner
+            .indexes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(n, e)| e.def.mode == IndexMode::Synchronous && Some(n.as_str()) != but)
+            .count()
     }
 
     /// Unregisters index `name`; a build in progress stops (a later definition reconciles).
@@ -1427,6 +1466,7 @@ impl DatabaseHandle {
             .unwrap_or_else(|e| e.into_inner())
             .remove(name)?;
         e.shared.abandon.store(true, Ordering::Release);
+        e.indexed.store(false, Ordering::Release);
         if let Some(engine) = self.inner.engine.upgrade() {
             engine.share_buffers(&e.storage, None);
         }

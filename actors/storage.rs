@@ -71,7 +71,7 @@ use super::update::{self, delete_op, delete_range_op, put_op, UpdateTransaction}
 
 use crate::actor_interface::{
     self, CheckReport, Durability, Error, FlushReport, KeyRange, ReadTransaction, Result, Storage,
-    StorageStats,
+    StorageStats, MAX_GROUP_STORAGES,
 };
 
 /// A queued request's payload, in the order of the mailbox.
@@ -188,6 +188,7 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
         let mut update = None;
         let mut part = None;
         let mut group_bytes = 0usize;
+        let mut members: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
         let mut next = Some(first);
         // Bounded by max_requests.
         while let Some(m) = next.take() {
@@ -202,6 +203,19 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
                     replies.push(Reply::Apply(reply));
                 }
                 StorageMsg::Group { root, parts, reply } => {
+                    // A group of at most `MAX_GROUP_STORAGES`: the root, the synchronous
+                    // indexes and the branches of every merged request.
+                    let new = parts
+                        .iter()
+                        .filter(|p| !members.contains(&p.name))
+                        .count();
+                    if !payloads.is_empty()
+                        && 1 + sync.len() + members.len() + new > MAX_GROUP_STORAGES
+                    {
+                        pending = Some(StorageMsg::Group { root, parts, reply });
+                        break;
+                    }
+                    members.extend(parts.iter().map(|p| p.name.clone()));
                     group_bytes += batch_bytes(&root);
                     group_bytes += parts.iter().map(|p| batch_bytes(&p.batch)).sum::<usize>();
                     payloads.push(Payload::Group(root, parts));
@@ -622,6 +636,9 @@ pub struct StorageHandle {
     pub(crate) background: IoPool,
     /// Where `get` and `multi_get` run (the engine's [`ReadPath`]).
     pub(crate) reads: ReadPath,
+    /// Set while the storage is a defined index's (shared by every clone): its writes through
+    /// the handle are refused.
+    pub(crate) indexed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for StorageHandle {
@@ -692,7 +709,19 @@ impl StorageHandle {
         blocking::wait("StorageHandle::blocking_check", self.check())
     }
 
+    /// [`Error::InvalidOptions`] when this storage is a defined index's: its index writes it.
+    fn writable(&self) -> Result<()> {
+        if self.indexed.load(Ordering::Acquire) {
+            return Err(Error::InvalidOptions(format!(
+                "storage {:?} is an index: its index writes it",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+
     async fn send_write(&self, batch: WriteBatch) -> Result<Vec<bool>> {
+        self.writable()?;
         batch.validate()?;
         let (tx, rx) = flume::bounded(1);
         self.tx
@@ -703,7 +732,8 @@ impl StorageHandle {
     }
 
     /// Inserts or replaces `key`; returns once durable. Errors: the limits of
-    /// [`crate::WriteTransaction::put`] (before anything is sent), [`Error::Poisoned`],
+    /// [`crate::WriteTransaction::put`] (before anything is sent), [`Error::InvalidOptions`] for
+    /// a defined index's storage (its index writes it; reads are fine), [`Error::Poisoned`],
     /// [`Error::Closed`] after shutdown, I/O errors of the commit.
     ///
     /// Cancel safety: the request is sent at the future's first poll, unless the actor's
@@ -763,6 +793,7 @@ impl StorageHandle {
         T: Send + 'static,
         E: From<Error> + Send + 'static,
     {
+        self.writable().map_err(E::from)?;
         let (tx, rx) = flume::bounded(1);
         let job = update::job(f, tx);
         self.tx

@@ -69,9 +69,12 @@ pub enum IndexMode {
     /// `wait_for_indexes` returns at once for it. Each root commit costs one more
     /// transaction per synchronous index (prepared on the index storage's own actor, in
     /// parallel) and one larger journal record; a root transaction and its index entries
-    /// together are held to [`crate::MAX_GROUP_BYTES`] of journal record. A map function that
-    /// panics fails the root commit that reached it (nothing is written) and poisons the index;
-    /// later root commits go on without it. Shared journal only.
+    /// together are held to [`crate::MAX_GROUP_BYTES`] of journal record, and a database to
+    /// 255 synchronous indexes ([`crate::MAX_GROUP_STORAGES`] storages a group). A map function
+    /// that panics fails the root transaction that reached it, with every write the root's
+    /// actor merged into it (each caller gets [`crate::Error::IndexPoisoned`]; nothing is
+    /// written, the other callers may retry), and poisons the index; later root commits go on
+    /// without it. Shared journal only.
     Synchronous,
 }
 

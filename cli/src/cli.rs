@@ -533,18 +533,24 @@ pub struct ScaleArgs {
 const SHOP_LONG: &str = "The RavenDB scenario: one documents storage and --indexes N index storages. --clients C \
 concurrent clients insert generated user documents (id, name, email, country, age, last login, \
 about 1 KB) as fast as acknowledgements come back, for --seconds S or until --docs D documents; \
-the index storages are engine indexes following the change feed of the documents storage (each \
-index extracts a field, or a hash of several fields, of every document by a byte scan of its JSON, and \
-commits what is pending as one batch); the run ends when every index has caught up.
+each index extracts a field, or a hash of several fields, of every document by a byte scan of its JSON. \
+With --index-mode async (the default) the indexes are engine indexes following the change feed of \
+the documents storage (each commits what is pending as one batch) and the run ends when every index \
+has caught up; with sync each document's index entries commit with it in one atomic group (no lag).
 
-Each journal mode of --journal runs one after the other in the same run, each in a fresh directory \
+Each journal mode of --journal (times each index mode of --index-mode) runs one after the other in \
+the same run, each in a fresh directory \
 under --dir, or without --dir under a temporary directory created in the current directory (the \
 system temp directory if the current one is not writable) and deleted at the end. It must be on a \
 real disk: a tmpfs is refused (it has no fdatasync to measure) unless --allow-tmpfs. The --json and \
 --plot files' directories are checked before the run. The table gives \
-both modes and the gain of shared over separate (shared/separate for rates, separate/shared for \
-latencies and costs; above 1 means shared is better): documents/s, document commit latency \
-p50/p99/p99.9/max, fdatasyncs/s, commits per fdatasync, commits per journal batch (the group commit factor), bytes written per document, anonymous RSS max and page images max (the exact peak of `omnibus::live_image_bytes`, which the engine's memory budget holds) with the budget overruns, index lag p99.";
+every run's column and the gain of the first over the second (by default shared over separate; \
+first/second for rates, second/first for \
+latencies and costs; above 1 means the first is better): documents/s, document commit latency \
+p50/p99/p99.9/max, fdatasyncs/s, commits per fdatasync, commits per journal batch (the group commit \
+factor; with synchronous indexes each index's part of a document commit counts as a commit), bytes \
+written per document, anonymous RSS max and page images max (the exact peak of \
+`omnibus::live_image_bytes`, which the engine's memory budget holds) with the budget overruns, index lag p99.";
 
 #[derive(Debug, Args)]
 pub struct ShopArgs {
@@ -584,7 +590,8 @@ pub struct ShopArgs {
     /// Index modes to run, in order, each with every journal mode of --journal: `async`
     /// (entries committed after the documents, from the change feed) or `sync` (entries
     /// committed with each document in one atomic group; shared journal only: a separate
-    /// journal is skipped for it). The table's gain column compares the first two runs, so
+    /// journal is skipped for it, and refused when it is the only one). The table's gain
+    /// column compares the first two runs, so
     /// `--journal shared --index-mode sync,async` gives synchronous over asynchronous indexes.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [IndexModeArg::Async])]
     pub index_mode: Vec<IndexModeArg>,

@@ -87,6 +87,13 @@ fn a_group_write_shows_in_every_storage_or_in_none() {
         db.blocking_write([(&index, batch(&[("x", "1")]))]),
         Err(Error::InvalidOptions(_))
     ));
+    // Nor through its own handle (reads are fine).
+    assert!(matches!(index.blocking_put("x", "1"), Err(Error::InvalidOptions(_))));
+    assert!(matches!(
+        index.blocking_update(|t| t.put("x", "1")),
+        Err(Error::InvalidOptions(_))
+    ));
+    assert_eq!(get(&index, "x"), None);
     assert_eq!(
         (
             a.snapshot().unwrap().txn_id(),
@@ -190,6 +197,21 @@ fn a_synchronous_index_holds_a_documents_entries_when_its_write_returns() {
         }
     };
     check(&model, "after the definitions");
+    // A group writing the root holds both indexes' parts: they count among its storages.
+    let mut many = vec![(&root, WriteBatch::new())];
+    many.extend((0..254).map(|_| (&other, WriteBatch::new())));
+    match db.blocking_write(many) {
+        Err(Error::Group(GroupError::TooManyStorages { count, max })) => {
+            assert_eq!((count, max), (257, 256))
+        }
+        r => panic!("255 storages and 2 synchronous indexes: {r:?}"),
+    }
+    // Without the root, 255 storages pass the count (and are refused as duplicates).
+    let many: Vec<_> = (0..255).map(|_| (&other, WriteBatch::new())).collect();
+    assert!(matches!(
+        db.blocking_write(many),
+        Err(Error::Group(GroupError::Duplicate { .. }))
+    ));
     for round in 0..120u32 {
         let i = rng.random_range(0..260u32);
         let k = format!("d{i:04}").into_bytes();
