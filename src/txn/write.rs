@@ -411,7 +411,7 @@ impl WriteTransaction {
 
     /// The unique image of dirty page `p`, to edit in place.
     fn page_mut(&mut self, p: u64) -> Result<&mut [u8]> {
-        match self.pages.get_mut(&p).and_then(Arc::get_mut) {
+        match self.pages.get_mut(&p).and_then(|i| i.get_mut()) {
             Some(img) => Ok(img),
             None => Err(Error::corruption(
                 self.base.path(),
