@@ -171,7 +171,9 @@ impl Scratch {
         removed: impl IntoIterator<Item = u64>,
         added: impl IntoIterator<Item = (u64, ScratchPage)>,
     ) -> (Scratch, i64) {
-        let mut changes: Vec<(u64, Option<ScratchPage>)> = Vec::new();
+        let (removed, added) = (removed.into_iter(), added.into_iter());
+        let mut changes: Vec<(u64, Option<ScratchPage>)> =
+            Vec::with_capacity(removed.size_hint().0 + added.size_hint().0);
         let mut bytes = 0i64;
         let mut len = self.len;
         // The page's image before this change: this commit's earlier changes first.
