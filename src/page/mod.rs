@@ -326,9 +326,9 @@ pub fn zeroed(pages: usize) -> Box<[u8]> {
 pub fn zeroed_shared(pages: usize) -> SharedImage {
     if pages == 1 {
         if let Some(mut spare) = spare_page() {
-            if let Some(img) = std::sync::Arc::get_mut(&mut spare) {
+            if let Some(img) = spare.get_mut() {
                 img.0.fill(0);
-                return Image::recount(spare);
+                return spare;
             }
         }
     }
@@ -375,12 +375,14 @@ thread_local! {
     static SPARES: std::cell::RefCell<Spares> = const { std::cell::RefCell::new(Spares(Vec::new())) };
 }
 
-/// A spare one-page buffer of this thread (unique, uncounted), if it has one.
-fn spare_page() -> Option<std::sync::Arc<Image>> {
+/// A spare one-page buffer of this thread, if it has one, counted again as an image (so that
+/// however it is dropped, the count stays right).
+fn spare_page() -> Option<SharedImage> {
     SPARES
         .try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.0.pop()))
         .ok()
         .flatten()
+        .map(Image::recount)
 }
 
 impl SharedImage {
@@ -490,10 +492,8 @@ impl Image {
             return None;
         }
         let mut spare = spare_page()?;
-        std::sync::Arc::get_mut(&mut spare)?
-            .0
-            .copy_from_slice(bytes);
-        Some(Image::recount(spare))
+        spare.get_mut()?.0.copy_from_slice(bytes);
+        Some(spare)
     }
 
     /// Counts a spare buffer again, as an image.
