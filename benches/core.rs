@@ -425,7 +425,7 @@ fn bench_get(cfg: &Config, root: &Path) -> GetResults {
     let t_lmdb = load_lmdb(&lmdb, cfg.keys, cfg.load_batch);
     println!("  load LMDB:    {:.2} s", t_lmdb.as_secs_f64());
 
-    // Unflushed: every page comes from the scratch table (an imbl::OrdMap lookup per level).
+    // Unflushed: every page comes from the scratch table (a lookup in its trie per level).
     let scratch = {
         let r = s.begin_read().unwrap();
         paired_gets(cfg, "unflushed", &qs, &r, &lmdb)

@@ -507,7 +507,7 @@ fn write_pages(inner: &Inner, target: &State, already: u64) -> Result<u64> {
         let new_run = match runs.last() {
             None => true,
             Some((_, r)) => {
-                *p != run_end || r.len() >= crate::env::IOV_MAX_SLICES || run_bytes >= MAX_WRITE
+                p != run_end || r.len() >= crate::env::IOV_MAX_SLICES || run_bytes >= MAX_WRITE
             }
         };
         if new_run {
@@ -520,8 +520,8 @@ fn write_pages(inner: &Inner, target: &State, already: u64) -> Result<u64> {
                 flush_chunk(&mut runs)?;
                 chunk_bytes = 0;
             }
-            runs.push((*p, Vec::new()));
-            run_end = *p;
+            runs.push((p, Vec::new()));
+            run_end = p;
             run_bytes = 0;
         }
         if let Some((_, r)) = runs.last_mut() {

@@ -1361,7 +1361,7 @@ impl Inner {
             let mut s = Scratch::new();
             for (p, sp) in all.iter() {
                 if sp.txn > target {
-                    s.insert(*p, sp.clone());
+                    s.insert(p, sp.clone());
                 } else {
                     bytes -= sp.image.len() as u64;
                 }
@@ -1372,7 +1372,7 @@ impl Inner {
             let mut s = Scratch::from_base(all.clone());
             for (p, sp) in all.iter() {
                 if sp.txn <= target {
-                    s.remove(p);
+                    s.remove(&p);
                     bytes -= sp.image.len() as u64;
                 }
             }

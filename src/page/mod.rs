@@ -171,6 +171,29 @@ pub fn init_seal_tables() {
 /// The reflected CRC-32 polynomial (0x04C11DB7 bit-reversed, without its `x^32` term).
 const POLY: u32 = 0xEDB8_8320;
 
+/// The byte-at-a-time table of the reflected CRC-32: `BYTE_CRC[b]` is the register after byte
+/// `b` from zero.
+const BYTE_CRC: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut b = 0;
+    while b < 256 {
+        let mut v = b as u32;
+        let mut k = 0;
+        while k < 8 {
+            v = times_x(v);
+            k += 1;
+        }
+        t[b] = v;
+        b += 1;
+    }
+    t
+};
+
+/// Ranges up to this many bytes have their CRC delta computed a byte at a time (most of a
+/// commit's written ranges are a few bytes: a slot, a count, a child pointer); longer ones by
+/// `crc32fast`, whose setup costs more than such a range.
+const SHORT_RANGE: usize = 64;
+
 /// `v * x mod P` in the reflected representation (bit 31 is the coefficient of `x^0`).
 const fn times_x(v: u32) -> u32 {
     (v >> 1) ^ (POLY & (v & 1).wrapping_neg())
@@ -238,6 +261,14 @@ pub fn seal_from_base(image: &mut [u8], base: &[u8], ranges: &[(usize, usize)]) 
         }
         last_end = b;
         // L(delta) of the range: a CRC register started at zero, not inverted at the end.
+        if b - a <= SHORT_RANGE {
+            let mut reg = 0u32;
+            for (x, y) in image[a..b].iter().zip(&base[a..b]) {
+                reg = BYTE_CRC[((reg ^ (x ^ y) as u32) & 0xff) as usize] ^ (reg >> 8);
+            }
+            crc ^= mul_mod_p(x8[PAGE_SIZE - b], reg);
+            continue;
+        }
         let mut h = crc32fast::Hasher::new_with_initial(u32::MAX);
         for (ci, cb) in image[a..b]
             .chunks(buf.len())
@@ -293,6 +324,14 @@ pub fn zeroed(pages: usize) -> Box<[u8]> {
 /// would allocate twice and copy; an exact-length iterator collects into one allocation).
 /// Counted in [`live_image_bytes`] while alive.
 pub fn zeroed_shared(pages: usize) -> SharedImage {
+    if pages == 1 {
+        if let Some(mut spare) = spare_page() {
+            if let Some(img) = spare.get_mut() {
+                img.0.fill(0);
+                return spare;
+            }
+        }
+    }
     Image::track(std::iter::repeat_n(0u8, pages * PAGE_SIZE).collect())
 }
 
@@ -311,8 +350,98 @@ pub fn zeroed_shared(pages: usize) -> SharedImage {
 pub struct Image([u8]);
 
 /// A shared, counted page image: cloning is one reference-count increment, and the bytes are
-/// freed (and uncounted) with the last clone.
-pub type SharedImage = std::sync::Arc<Image>;
+/// uncounted with the last clone. A one-page image's buffer then becomes a spare of the
+/// dropping thread (at most [`SPARE_PAGES`] a thread), which the next one-page image made on
+/// that thread reuses (`Image::copy_from`, `Image::from_boxed`, [`zeroed_shared`]): a serial
+/// commit makes and frees a few 8 KiB images, and each `malloc` of one after a `free` that
+/// had given the heap's top back to the kernel faulted its pages in again.
+pub struct SharedImage(std::mem::ManuallyDrop<std::sync::Arc<Image>>);
+
+/// One-page buffers kept per thread for the next images (512 KiB at most a thread).
+pub const SPARE_PAGES: usize = 64;
+
+/// The spare one-page buffers of a thread: uncounted in [`live_image_bytes`] while here, and
+/// counted again when freed (their `Image`'s drop uncounts them).
+struct Spares(Vec<std::sync::Arc<Image>>);
+
+impl Drop for Spares {
+    fn drop(&mut self) {
+        let n = (self.0.len() * PAGE_SIZE) as u64;
+        LIVE_IMAGE_BYTES.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+thread_local! {
+    static SPARES: std::cell::RefCell<Spares> = const { std::cell::RefCell::new(Spares(Vec::new())) };
+}
+
+/// A spare one-page buffer of this thread, if it has one, counted again as an image (so that
+/// however it is dropped, the count stays right).
+fn spare_page() -> Option<SharedImage> {
+    SPARES
+        .try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.0.pop()))
+        .ok()
+        .flatten()
+        .map(Image::recount)
+}
+
+impl SharedImage {
+    /// The image's bytes to edit, when no other clone shares them (as `Arc::get_mut`).
+    pub fn get_mut(&mut self) -> Option<&mut Image> {
+        std::sync::Arc::get_mut(&mut self.0)
+    }
+}
+
+impl Clone for SharedImage {
+    fn clone(&self) -> SharedImage {
+        SharedImage(std::mem::ManuallyDrop::new(std::sync::Arc::clone(&self.0)))
+    }
+}
+
+impl std::ops::Deref for SharedImage {
+    type Target = Image;
+    fn deref(&self) -> &Image {
+        &self.0
+    }
+}
+
+impl AsRef<[u8]> for SharedImage {
+    fn as_ref(&self) -> &[u8] {
+        &self.0 .0
+    }
+}
+
+impl std::fmt::Debug for SharedImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self.0).fmt(f)
+    }
+}
+
+impl Drop for SharedImage {
+    fn drop(&mut self) {
+        // SAFETY: the field is taken once, here, and `self` is not used after.
+        let mut arc = unsafe { std::mem::ManuallyDrop::take(&mut self.0) };
+        // No `Weak` of an image is ever made: a strong count of 1 is the last clone (checked
+        // again by `get_mut`, which also fails when another thread holds a clone).
+        if arc.0.len() != PAGE_SIZE
+            || std::sync::Arc::strong_count(&arc) != 1
+            || std::sync::Arc::get_mut(&mut arc).is_none()
+        {
+            return;
+        }
+        // Not kept (the thread's spares full, or gone at its exit): `arc` is freed with the
+        // closure.
+        let _ = SPARES.try_with(move |s| {
+            if let Ok(mut s) = s.try_borrow_mut() {
+                if s.0.len() < SPARE_PAGES {
+                    LIVE_IMAGE_BYTES
+                        .fetch_sub(PAGE_SIZE as u64, std::sync::atomic::Ordering::Relaxed);
+                    s.0.push(arc);
+                }
+            }
+        });
+    }
+}
 
 /// Bytes of [`Image`]s alive in this process.
 static LIVE_IMAGE_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -343,12 +472,37 @@ pub fn reset_peak_image_bytes() {
 impl Image {
     /// A counted copy of `bytes` (one allocation, as `Arc::<[u8]>::from`).
     pub fn copy_from(bytes: &[u8]) -> SharedImage {
+        if let Some(img) = Image::spare_copy(bytes) {
+            return img;
+        }
         Image::track(std::sync::Arc::from(bytes))
     }
 
     /// A counted image of `bytes` (moved into a shared allocation, as `Arc::<[u8]>::from`).
     pub fn from_boxed(bytes: Box<[u8]>) -> SharedImage {
+        if let Some(img) = Image::spare_copy(&bytes) {
+            return img;
+        }
         Image::track(std::sync::Arc::from(bytes))
+    }
+
+    /// A copy of one page `bytes` in a spare buffer of this thread, when it has one.
+    fn spare_copy(bytes: &[u8]) -> Option<SharedImage> {
+        if bytes.len() != PAGE_SIZE {
+            return None;
+        }
+        let mut spare = spare_page()?;
+        spare.get_mut()?.0.copy_from_slice(bytes);
+        Some(spare)
+    }
+
+    /// Counts a spare buffer again, as an image.
+    fn recount(spare: std::sync::Arc<Image>) -> SharedImage {
+        use std::sync::atomic::Ordering::Relaxed;
+        let n = spare.0.len() as u64;
+        let now = LIVE_IMAGE_BYTES.fetch_add(n, Relaxed) + n;
+        PEAK_IMAGE_BYTES.fetch_max(now, Relaxed);
+        SharedImage(std::mem::ManuallyDrop::new(spare))
     }
 
     /// Counts `bytes` and gives them the [`Image`] type (no copy, no allocation).
@@ -363,7 +517,8 @@ impl Image {
         // same; `raw` comes from `Arc::into_raw` of an `Arc<[u8]>` and is consumed once, here
         // (the cast `Arc::from_raw` documents for types of the same size and alignment; std
         // does the same from `Arc<OsStr>` to `Arc<Path>`).
-        unsafe { std::sync::Arc::from_raw(raw) }
+        let image = unsafe { std::sync::Arc::from_raw(raw) };
+        SharedImage(std::mem::ManuallyDrop::new(image))
     }
 }
 
@@ -407,6 +562,35 @@ pub fn overflow_run_pages(value_len: usize) -> usize {
 mod tests {
     use super::*;
 
+    fn spares() -> usize {
+        SPARES.with(|s| s.borrow().0.len())
+    }
+
+    /// A one-page image's buffer is kept by the thread that drops its last clone and reused by
+    /// the next one-page image made there, holding the new bytes; a clone still held keeps it.
+    #[test]
+    fn a_freed_page_buffer_is_reused_on_its_thread() {
+        let n = spares();
+        let a = Image::copy_from(&[1u8; PAGE_SIZE]);
+        let held = a.clone();
+        drop(a);
+        assert_eq!(spares(), n, "a clone still holds the image");
+        assert!(held.iter().all(|&b| b == 1));
+        let at = held.as_ptr();
+        drop(held);
+        assert_eq!(spares(), n + 1);
+        let c = Image::from_boxed(vec![3u8; PAGE_SIZE].into_boxed_slice());
+        assert_eq!((c.as_ptr(), spares()), (at, n));
+        assert!(c.iter().all(|&b| b == 3));
+        drop(c);
+        let z = zeroed_shared(1);
+        assert_eq!(z.as_ptr(), at);
+        assert!(z.iter().all(|&b| b == 0));
+        // Runs are not kept.
+        drop(zeroed_shared(2));
+        assert_eq!(spares(), n);
+    }
+
     #[test]
     fn seal_from_base_matches_a_full_seal() {
         let mut base = zeroed(1);
@@ -420,6 +604,8 @@ mod tests {
             &[(0, 8192)],
             &[(2, 3)],
             &[(100, 101), (4000, 4600), (8191, 8192)],
+            // Both sides of the byte-at-a-time limit (SHORT_RANGE).
+            &[(200, 264), (300, 365), (7000, 7063)],
         ];
         for ranges in cases {
             let mut img = base.clone();

@@ -273,7 +273,7 @@ fn put_scratch(state: &mut State, p: u64, txn: u64, image: crate::page::SharedIm
         .scratch
         .folded()
         .range(p + 1..p + run)
-        .map(|(q, _)| *q)
+        .map(|(q, _)| q)
         .collect();
     for q in inside {
         if let Some(old) = state.scratch.remove(&q) {

@@ -84,6 +84,10 @@ pub(crate) struct TxnMaps {
     overflow: HashMap<u64, Vec<u8>>,
     bitmaps: HashMap<usize, (crate::page::SharedImage, Option<Touches>)>,
     allocated: HashMap<u64, u64>,
+    /// The free-space directory's bitmap pages (refilled by `load_fsm`).
+    dir: Vec<u64>,
+    /// Reusable runs taken by the transaction.
+    taken: Vec<(u64, u64)>,
 }
 
 impl Default for TxnMaps {
@@ -96,6 +100,8 @@ impl Default for TxnMaps {
             overflow: map(),
             bitmaps: map(),
             allocated: map(),
+            dir: Vec::new(),
+            taken: Vec::new(),
         }
     }
 }
@@ -107,6 +113,15 @@ fn emptied<K, V>(mut m: HashMap<K, V>) -> HashMap<K, V> {
     }
     m.clear();
     m
+}
+
+/// `v` emptied, or a new empty `Vec` when it holds more than a kept map's table.
+fn emptied_vec<T>(mut v: Vec<T>) -> Vec<T> {
+    if v.capacity() > KEPT_MAP_CAPACITY {
+        return Vec::new();
+    }
+    v.clear();
+    v
 }
 
 /// Below this many body bytes a node is merged with a sibling when both fit in one page.
@@ -256,9 +271,9 @@ impl WriteTransaction {
             spare: None,
             fsm_loaded: false,
             dir_dirty: false,
-            dir: Vec::new(),
+            dir: maps.dir,
             bitmaps: maps.bitmaps,
-            taken: Vec::new(),
+            taken: maps.taken,
             local_free: Extents::default(),
             allocated: maps.allocated,
             freed,
@@ -411,7 +426,7 @@ impl WriteTransaction {
 
     /// The unique image of dirty page `p`, to edit in place.
     fn page_mut(&mut self, p: u64) -> Result<&mut [u8]> {
-        match self.pages.get_mut(&p).and_then(Arc::get_mut) {
+        match self.pages.get_mut(&p).and_then(|i| i.get_mut()) {
             Some(img) => Ok(img),
             None => Err(Error::corruption(
                 self.base.path(),
@@ -452,6 +467,8 @@ impl WriteTransaction {
             overflow: emptied(std::mem::replace(&mut self.overflow, map())),
             bitmaps: emptied(std::mem::replace(&mut self.bitmaps, map())),
             allocated: emptied(std::mem::replace(&mut self.allocated, map())),
+            dir: emptied_vec(std::mem::take(&mut self.dir)),
+            taken: emptied_vec(std::mem::take(&mut self.taken)),
         };
     }
 }
@@ -459,10 +476,10 @@ impl WriteTransaction {
 impl Drop for WriteTransaction {
     fn drop(&mut self) {
         if let Some(mut w) = self.writer.take() {
-            self.keep_maps(&mut w);
             for (s, l) in self.taken.drain(..) {
                 w.alloc.reusable.insert(s, l);
             }
+            self.keep_maps(&mut w);
             self.inner.return_writer(w);
         }
     }

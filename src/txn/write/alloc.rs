@@ -38,7 +38,7 @@ impl WriteTransaction {
             let idx = (q / BITS_PER_BITMAP) as usize;
             self.bitmap(idx)?;
             if let Some((image, touched)) = self.bitmaps.get_mut(&idx) {
-                if let Some(img) = Arc::get_mut(image) {
+                if let Some(img) = image.get_mut() {
                     freespace::set_bit_in_body(&mut img[HEADER_LEN..], q, free);
                 }
                 let at = (HEADER_LEN + (q % BITS_PER_BITMAP) as usize / 8) as u16;

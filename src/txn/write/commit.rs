@@ -131,7 +131,7 @@ impl WriteTransaction {
                     seal_base = Some((base_img, w));
                 }
             }
-            let Some(img) = Arc::get_mut(&mut image) else {
+            let Some(img) = image.get_mut() else {
                 return Err(self.corrupt(p, "internal: dirty page shared"));
             };
             let h = PageHeader::read(img).ok_or_else(|| self.corrupt(p, "bad dirty page"))?;
@@ -180,7 +180,7 @@ impl WriteTransaction {
                 }
                 None => None,
             };
-            let Some(img) = Arc::get_mut(&mut image) else {
+            let Some(img) = image.get_mut() else {
                 return Err(self.corrupt(p, "internal: dirty bitmap page shared"));
             };
             PageHeader {

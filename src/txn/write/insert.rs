@@ -322,7 +322,7 @@ impl WriteTransaction {
             Some(img) => img,
             None => page::zeroed_shared(1),
         };
-        let Some(img) = Arc::get_mut(&mut image) else {
+        let Some(img) = image.get_mut() else {
             return Err(self.corrupt(p, "internal: new page image shared"));
         };
         let txn = self.txn_id;
@@ -354,7 +354,7 @@ impl WriteTransaction {
     fn replace_page(&mut self, p: u64, img: crate::page::SharedImage) {
         self.touched.remove(&p);
         if let Some(mut old) = self.pages.insert(p, img) {
-            if Arc::get_mut(&mut old).is_some() {
+            if old.get_mut().is_some() {
                 self.spare = Some(old);
             }
         }
@@ -392,7 +392,7 @@ impl WriteTransaction {
             Some(b) if b.len() == PAGE_SIZE => page::Image::copy_from(b),
             _ => page::zeroed_shared(1),
         };
-        let Some(img) = Arc::get_mut(&mut image) else {
+        let Some(img) = image.get_mut() else {
             return Err(self.corrupt(p, "internal: new page image shared"));
         };
         node.encode_unsealed_into(img, base_img, p, self.txn_id);
