@@ -25,5 +25,6 @@ mod index_query;
 mod index_rest;
 mod index_resume;
 mod index_wait;
+mod journal_marks;
 mod range_stream;
 mod update;
