@@ -22,6 +22,7 @@ mod index_build;
 mod index_outside_writes;
 mod index_poison;
 mod index_query;
+mod index_record_hidden;
 mod index_rest;
 mod index_resume;
 mod index_wait;
