@@ -236,7 +236,8 @@ impl Journal {
 
     /// On drop: empties the current file when every storage with records in it has flushed
     /// them (its zeroed tail, up to the journal file size, and its records cost disk space that
-    /// no recovery needs), and removes the pre-zeroed pool files (an idle database keeps no
+    /// no recovery needs), removes the owner's names of older files whose records are all
+    /// flushed (after a clean close of the owner), and removes the pre-zeroed pool files (an idle database keeps no
     /// zeros; the next session zeroes new ones in the background). Best effort, not synced:
     /// after a crash the file may be back whole, which is harmless (its records are at or below
     /// every storage's durable header). Returns the bytes given back (by file lengths).
@@ -244,19 +245,35 @@ impl Journal {
         if self.file_size == 0 || self.poisoned().is_some() {
             return 0;
         }
-        let pool: Vec<PathBuf> = std::iter::from_fn(|| self.pool.take()).collect();
+        let mut pool: Vec<PathBuf> = std::iter::from_fn(|| self.pool.take()).collect();
         let current = {
             let io = lock(&self.io);
             let flushed = lock(&self.flushed);
+            let done = |per: &HashMap<u64, u64>| {
+                per.iter()
+                    .all(|(sid, max)| flushed.get(sid).is_some_and(|f| f >= max) || *max == 0)
+            };
             // The owner's durable start statement must let the file be emptied (its closing
             // flush stated the current file with length 0), else the next open would take the
             // empty file for one that was cut.
-            let all_flushed = io.no != 0
-                && self.current_stated_empty(&io)
-                && io.entries.get(&io.no).is_some_and(|per| {
-                    per.iter()
-                        .all(|(sid, max)| flushed.get(sid).is_some_and(|f| f >= max) || *max == 0)
-                });
+            let clean = io.no != 0 && self.current_stated_empty(&io);
+            if clean {
+                // The owner's names of older files whose records are all flushed: the owner
+                // releases no file at or above its last statement while it runs (3.8), so a
+                // file started since that statement kept the owner's name, a whole file (a
+                // pool file's 256 MiB by default). With no statement left, nothing needs it.
+                // Regression: a database closed after a rotation kept the previous journal
+                // file, pre-zeroed to its full size.
+                pool.extend(
+                    io.entries
+                        .iter()
+                        .filter(|(no, per)| {
+                            **no < io.no && per.contains_key(&self.owner) && done(per)
+                        })
+                        .map(|(no, _)| self.dir.join(super::file_name(*no))),
+                );
+            }
+            let all_flushed = clean && io.entries.get(&io.no).is_some_and(done);
             all_flushed.then(|| io.file.clone())
         };
         let env = self.env.clone();
