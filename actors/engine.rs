@@ -685,7 +685,17 @@ impl Engine {
         let db = self
             .inner
             .background_io
-            .run(move || Database::open(&p, o))
+            .run(move || {
+                let db = Database::open(&p, o)?;
+                // Branches left as indexes by an earlier session hide their applied records (a
+                // damaged branch is left as the open left it: reported by `damaged`).
+                for name in db.storages() {
+                    if let Ok(s) = db.storage(&name) {
+                        let _ = index_marked(s);
+                    }
+                }
+                Ok(db)
+            })
             .await?;
         self.inner.attach(db)
     }
@@ -1062,7 +1072,10 @@ impl DatabaseHandle {
         let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
         let db = self.inner.db.clone();
         let n = name.to_string();
-        let s = engine.background_io.run(move || db.storage(&n)).await?;
+        let s = engine
+            .background_io
+            .run(move || index_marked(db.storage(&n)?))
+            .await?;
         self.install(&engine, name, s)
     }
 
@@ -1085,7 +1098,7 @@ impl DatabaseHandle {
         let n = name.to_string();
         let s = engine
             .background_io
-            .run(move || db.create_storage(&n))
+            .run(move || index_marked(db.create_storage(&n)?))
             .await?;
         self.install(&engine, name, s)
     }
@@ -1402,6 +1415,7 @@ impl DatabaseHandle {
     ) -> Result<Arc<IndexShared>> {
         // A value at the reserved key that is not an applied record counts as none: reconcile.
         let applied = index::read_applied(&branch.storage.begin_read()?)?;
+        actor_interface::hide_index_record(&branch.storage);
         let shared = Arc::new(IndexShared::new(&def.name, applied.unwrap_or(0)));
         let name = def.name.clone();
         let storage = branch.storage.clone();
@@ -1721,6 +1735,17 @@ impl DatabaseHandle {
             .cloned()
             .collect()
     }
+}
+
+/// `s`, marked as an index storage when it holds an index's applied record (an index defined
+/// in an earlier session, or by another process): its snapshots then leave the record out of
+/// every view, as those of an index defined now (design.md 10.1). Reads a page: run off the
+/// executors.
+fn index_marked(s: Storage) -> Result<Storage> {
+    if index::read_applied(&s.begin_read()?)?.is_some() {
+        actor_interface::hide_index_record(&s);
+    }
+    Ok(s)
 }
 
 #[cfg(test)]

@@ -276,3 +276,18 @@ pub(crate) use crate::env::mark_executor_thread;
 pub(crate) use crate::env::on_executor;
 /// Puts the calling thread in I/O class best effort at a level (the background I/O pool: 7).
 pub(crate) use crate::env::set_thread_io_priority;
+
+/// Marks `storage` as an index storage: its snapshots leave the applied record out of every
+/// view (design.md 10.1).
+pub(crate) fn hide_index_record(storage: &Storage) {
+    storage.hide_reserved_key();
+}
+
+/// The value at `key` of `snapshot`, an index's applied record included (the index runtime's
+/// own read of it).
+pub(crate) fn get_index_record<'a>(
+    snapshot: &'a ReadTransaction,
+    key: &[u8],
+) -> Result<Option<&'a [u8]>> {
+    snapshot.get_reserved(key)
+}

@@ -816,6 +816,32 @@ impl Database {
         self.flush_each(Storage::flush)
     }
 
+    /// Compacts every storage of the database ([`Storage::compact`]: moves the pages in use
+    /// toward the start of each data file, then shrinks it), the root first, then each branch in
+    /// name order. Returns each storage's report, by name (`""` for the root): pages moved,
+    /// passes, data file and on-disk bytes before and after.
+    ///
+    /// Errors: the first storage's compaction error ([`Error::ReadOnly`], [`Error::Poisoned`],
+    /// a flush's or commit's error; see [`Storage::compact`]); the storages after it are not
+    /// compacted. [`Error::Closed`] after [`Database::close`].
+    pub fn compact(&self) -> Result<Vec<(String, crate::storage::CompactReport)>> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        let mut branches: Vec<(String, Storage)> = lock(&self.inner.branches)
+            .iter()
+            .map(|(n, s)| (n.clone(), s.clone()))
+            .collect();
+        branches.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut out = Vec::with_capacity(branches.len() + 1);
+        out.push((String::new(), self.inner.root.compact()?));
+        for (name, s) in branches {
+            let r = s.compact()?;
+            out.push((name, r));
+        }
+        Ok(out)
+    }
+
     /// [`Database::flush`] without applying write buffers (`Storage::flush_pages` of each
     /// storage): what the actor engine may do while the storages' actors hold their writers.
     pub(crate) fn flush_pages(&self) -> Result<crate::storage::FlushReport> {

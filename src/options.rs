@@ -119,6 +119,14 @@ pub struct Options {
     /// it itself: the most recent data a crash can lose when no other commit or flush comes.
     /// 1 to 60,000; default 100. For a database, the shared journal takes the root's value.
     pub eventual_sync_ms: u64,
+    /// How long, in milliseconds, the journal must stay idle after a batch before its sync
+    /// thread writes a *durable mark* after it: one 4 KiB record and one `fdatasync`, never
+    /// while batches keep coming. Damage to a batch a mark follows is then reported as
+    /// [`Error::Corruption`] at open instead of being taken for the torn tail of a crash
+    /// (docs/design.md 3.12); the last batch before a crash that came within this time (plus
+    /// the mark's sync) has no mark. 0 writes no marks; at most 60,000; default 100. For a
+    /// database, the shared journal takes the root's value.
+    pub journal_mark_ms: u64,
     /// The write buffer, in bytes: 0 (the default) for none. With a buffer, a commit that only
     /// puts and deletes journals its operations as one logical record and adds them to an
     /// in-memory buffer that every read merges over the B+tree, instead of copying a leaf per
@@ -158,6 +166,7 @@ impl Default for Options {
             journal_io: JournalIo::Auto,
             write_with_damaged_storages: false,
             eventual_sync_ms: 100,
+            journal_mark_ms: 100,
             write_buffer_bytes: 0,
         }
     }
@@ -165,12 +174,19 @@ impl Default for Options {
 
 impl Options {
     /// Checks ranges: journal files of at least 64 KiB, a pre-zero step of 4 KiB to 1 GiB,
-    /// `eventual_sync_ms` of 1 to 60,000. Errors: [`Error::InvalidOptions`] naming the option.
+    /// `eventual_sync_ms` of 1 to 60,000, `journal_mark_ms` of 0 to 60,000. Errors:
+    /// [`Error::InvalidOptions`] naming the option.
     pub fn validate(&self) -> Result<()> {
         if !(1..=60_000).contains(&self.eventual_sync_ms) {
             return Err(Error::InvalidOptions(format!(
                 "eventual_sync_ms is {}: 1 to 60,000 milliseconds",
                 self.eventual_sync_ms
+            )));
+        }
+        if self.journal_mark_ms > 60_000 {
+            return Err(Error::InvalidOptions(format!(
+                "journal_mark_ms is {}: 0 to 60,000 milliseconds",
+                self.journal_mark_ms
             )));
         }
         if self.journal_file_size < 64 << 10 {

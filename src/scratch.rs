@@ -175,14 +175,16 @@ impl Scratch {
         added: impl IntoIterator<Item = (u64, ScratchPage)>,
     ) -> (Scratch, i64) {
         let (removed, added) = (removed.into_iter(), added.into_iter());
-        let mut changes: Vec<(u64, Option<ScratchPage>)> =
-            Vec::with_capacity(removed.size_hint().0 + added.size_hint().0);
+        let mut changes = Changes {
+            list: Vec::with_capacity(removed.size_hint().0 + added.size_hint().0),
+            index: None,
+        };
         let mut bytes = 0i64;
         let mut len = self.len;
-        // The page's image before this change: this commit's earlier changes first.
-        let before = |changes: &[(u64, Option<ScratchPage>)], p: u64| -> Option<u64> {
-            match changes.iter().rev().find(|(q, _)| *q == p) {
-                Some((_, sp)) => sp.as_ref().map(|sp| sp.image.len() as u64),
+        // The page's image length before this change: this commit's earlier changes first.
+        let before = |changes: &Changes, p: u64| -> Option<u64> {
+            match changes.latest(p) {
+                Some(sp) => sp.map(|sp| sp.image.len() as u64),
                 None => self.get(&p).map(|sp| sp.image.len() as u64),
             }
         };
@@ -190,7 +192,7 @@ impl Scratch {
             if let Some(old) = before(&changes, p) {
                 bytes -= old as i64;
                 len -= 1;
-                changes.push((p, None));
+                changes.push(p, None);
             }
         }
         for (p, sp) in added {
@@ -199,8 +201,9 @@ impl Scratch {
                 None => len += 1,
             }
             bytes += sp.image.len() as u64 as i64;
-            changes.push((p, Some(sp)));
+            changes.push(p, Some(sp));
         }
+        let changes = changes.list;
         if changes.is_empty() {
             return (self.clone(), 0);
         }
@@ -228,6 +231,54 @@ impl Scratch {
             next.fold();
         }
         (next, bytes)
+    }
+}
+
+/// One commit's changes in order, and, once they are many, an index of each page's latest one.
+///
+/// Regression: every change looked for the page's earlier change in this commit by a linear
+/// scan of the list, so a commit of k pages cost O(k^2) (9% of a compaction's profile at 29,000
+/// pages moved; docs/BENCHMARKS.md, `compact`).
+#[derive(Default)]
+struct Changes {
+    list: Vec<(u64, Option<ScratchPage>)>,
+    /// Page -> position of its latest entry in `list`; built once `list` passes
+    /// [`Changes::INDEX_FROM`] entries (a small commit scans and allocates nothing more).
+    index: Option<std::collections::HashMap<u64, usize>>,
+}
+
+impl Changes {
+    /// Entries from which the index is kept (a scan of fewer is cheaper than hashing).
+    const INDEX_FROM: usize = 32;
+
+    /// The latest change of page `p` in this commit: `Some(None)` removed, `Some(Some(_))`
+    /// put, `None` unchanged so far.
+    fn latest(&self, p: u64) -> Option<Option<&ScratchPage>> {
+        let at = match &self.index {
+            Some(ix) => ix.get(&p).copied(),
+            None => self.list.iter().rposition(|(q, _)| *q == p),
+        };
+        at.map(|i| self.list[i].1.as_ref())
+    }
+
+    fn push(&mut self, p: u64, sp: Option<ScratchPage>) {
+        self.list.push((p, sp));
+        let last = self.list.len() - 1;
+        match &mut self.index {
+            Some(ix) => {
+                ix.insert(p, last);
+            }
+            None if self.list.len() > Self::INDEX_FROM => {
+                let ix = self
+                    .list
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (q, _))| (*q, i))
+                    .collect();
+                self.index = Some(ix);
+            }
+            None => {}
+        }
     }
 }
 

@@ -246,6 +246,9 @@ impl Drop for StepsPaused {
 }
 
 pub(crate) struct Inner {
+    /// An index storage kept by the actor runtime: its snapshots leave its applied record (the
+    /// key `0x00`) out (design.md 10.1; [`Storage::hide_reserved_key`]).
+    hide_reserved: AtomicBool,
     /// The most bytes the write buffer holds before a commit applies it: 0 for none
     /// ([`Options::write_buffer_bytes`] at open; [`Storage::set_write_buffer_bytes`]).
     pub buffer_limit: AtomicU64,
@@ -429,7 +432,17 @@ impl Storage {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        Ok(ReadTransaction::new(self.inner.current.load_full()))
+        Ok(ReadTransaction::new(
+            self.inner.current.load_full(),
+            self.inner.hide_reserved.load(Ordering::Relaxed),
+        ))
+    }
+
+    /// Marks the storage as an index kept by the actor runtime: from now on its snapshots leave
+    /// the index's applied record (the key `0x00`) out of every view (design.md 10.1). For the
+    /// handle of every storage that holds the same directory open.
+    pub(crate) fn hide_reserved_key(&self) {
+        self.inner.hide_reserved.store(true, Ordering::Relaxed);
     }
 
     /// Writes every committed page to the data file, advances the header, punches free 1 MiB
@@ -1061,6 +1074,7 @@ impl Inner {
             file_len: AtomicU64::new(len),
             map_end,
             closed: AtomicBool::new(false),
+            hide_reserved: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             refused: Mutex::new(None),
             holes_punched: AtomicU64::new(0),

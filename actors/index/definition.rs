@@ -8,9 +8,11 @@ use std::time::Duration;
 
 /// The reserved key of an index storage holding the root txn id the index has applied up to:
 /// the single byte `0x00`. Entry keys ([`crate::actors::index_entry_key`]: `escape(term) ++ 0x00 ++
-/// document key`, document keys at least 1 byte) are at least 2 bytes, so it is never an entry; skip it when reading an index storage
-/// directly: it is the storage's first key, counted by `ReadTransaction::len` and returned by
-/// `iter` and `first` (the entries are `range(&[0u8, 0][..]..)`).
+/// document key`, document keys at least 1 byte) are at least 2 bytes, so it is never an entry.
+/// The snapshots of an index storage the engine runs leave it out of every view (`len`,
+/// `get`, `iter`, `range`, `prefix`, `first`, the handles' reads: design.md 10.1); read it
+/// with [`index_applied_txn`]. A storage opened without the engine (`omnibus::Database`) still
+/// shows it as its first key.
 pub const INDEX_APPLIED_KEY: &[u8] = &[0];
 
 /// The first 8 bytes of the value at [`INDEX_APPLIED_KEY`]; the next 8 are the txn id,
@@ -235,7 +237,7 @@ impl IndexDefinition {
 /// Errors: corruption reading the page; [`Error::Corruption`] when the reserved key holds a value
 /// that is not an applied record.
 pub fn index_applied_txn(index: &ReadTransaction) -> Result<Option<u64>> {
-    match index.get(INDEX_APPLIED_KEY)? {
+    match crate::actor_interface::get_index_record(index, INDEX_APPLIED_KEY)? {
         None => Ok(None),
         // Built before terms were escaped: to be reconciled, as an index never built.
         Some(v) if is_applied_v1(v) => Ok(None),
@@ -256,7 +258,10 @@ pub fn index_applied_txn(index: &ReadTransaction) -> Result<Option<u64>> {
 /// The applied record of an index storage's snapshot; a value at the reserved key that is not
 /// one counts as none.
 pub(crate) fn read_applied(index: &ReadTransaction) -> Result<Option<u64>> {
-    Ok(index.get(INDEX_APPLIED_KEY)?.and_then(decode_applied))
+    Ok(
+        crate::actor_interface::get_index_record(index, INDEX_APPLIED_KEY)?
+            .and_then(decode_applied),
+    )
 }
 
 pub(super) fn decode_applied(v: &[u8]) -> Option<u64> {

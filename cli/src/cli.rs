@@ -92,10 +92,21 @@ page, when one is not."
     /// snapshot, read-only: also the salvage of a storage whose free-space map is damaged.
     #[command(long_about = BACKUP_LONG)]
     Backup(BackupArgs),
+    /// Shrink the data files of every storage of a database (or a plain storage): move the
+    /// pages in use toward each file's start, then cut its free tail.
+    #[command(long_about = COMPACT_LONG)]
+    Compact(CompactArgs),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
 }
+
+const COMPACT_LONG: &str = "Shrink the data file of every storage of the database DB (the root, then each \
+branch in name order), or of the plain storage DB: the pages in use are moved toward the start of the file \
+(ordinary copy-on-write transactions, crash-safe), then the free tail is cut off. Prints, per storage, the \
+pages moved and the data file's length and bytes on disk before and after, then the totals.\n\nOpens DB for \
+writing: a process that has it open makes this fail. Exit code 0 on success; 2 when a storage could not be \
+compacted (damaged, or an I/O error: the storages before it are compacted, nothing is lost).";
 
 const BACKUP_LONG: &str = "Write a standalone copy of the database (or plain storage) SRC into DEST, a new or \
 empty directory outside SRC. SRC is opened read-only, so a running writer in another process blocks it (the \
@@ -449,6 +460,15 @@ pub struct CheckArgs {
     /// an error listing the names.
     #[arg(long, value_name = "NAME")]
     pub storage: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CompactArgs {
+    /// Database directory, or a plain storage's.
+    pub db: PathBuf,
+    /// Print one JSON object with every storage's report.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

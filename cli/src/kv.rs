@@ -12,7 +12,8 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::cli::{
-    BackupArgs, CheckArgs, DeleteArgs, GetArgs, PutArgs, QueryArgs, ScanArgs, StatArgs, StorageArg,
+    BackupArgs, CheckArgs, CompactArgs, DeleteArgs, GetArgs, PutArgs, QueryArgs, ScanArgs,
+    StatArgs, StorageArg,
 };
 use crate::{db_dir, fmt, CliResult, Fail};
 
@@ -1254,4 +1255,98 @@ pub fn backup(a: BackupArgs) -> CliResult {
         damaged.len(),
         if damaged.len() == 1 { " was" } else { "s were" }
     )))
+}
+
+/// `omnibus compact DB`: [`Database::compact`] (or [`Storage::compact`] of a plain storage),
+/// one line per storage and the totals (or one JSON object).
+pub fn compact(a: CompactArgs) -> CliResult {
+    crate::not_a_branch(&a.db)?;
+    if !crate::db_dir(&a.db)? {
+        return Err(Fail::input(format!("{}: no such database", a.db.display())));
+    }
+    let fail = |e: omnibus::Error| Fail {
+        code: 2,
+        msg: format!("compaction of {}: {e}", a.db.display()),
+    };
+    let started = std::time::Instant::now();
+    let reports = if is_plain_storage(&a.db) {
+        let opts = Options {
+            create: false,
+            ..Options::default()
+        };
+        let s = Storage::open(&a.db, opts).map_err(|e| Fail::opening(e, &a.db))?;
+        let r = s.compact().map_err(fail)?;
+        s.close().map_err(fail)?;
+        vec![(String::new(), r)]
+    } else {
+        let db = open_write(&a.db, false)?;
+        let r = db.compact().map_err(fail)?;
+        db.close().map_err(fail)?;
+        r
+    };
+    let secs = started.elapsed().as_secs_f64();
+    let sum =
+        |f: fn(&omnibus::CompactReport) -> u64| reports.iter().map(|(_, r)| f(r)).sum::<u64>();
+    let (moved, before, after) = (
+        sum(|r| r.pages_moved),
+        sum(|r| r.data_file_bytes_before),
+        sum(|r| r.data_file_bytes_after),
+    );
+    let (disk_before, disk_after) = (
+        sum(|r| r.allocated_bytes_before),
+        sum(|r| r.allocated_bytes_after),
+    );
+    let name = |n: &str| {
+        if n.is_empty() {
+            "(root)".to_string()
+        } else {
+            n.to_string()
+        }
+    };
+    if a.json {
+        let v = json!({
+            "db": a.db.display().to_string(),
+            "seconds": secs,
+            "pages_moved": moved,
+            "data_file_bytes_before": before,
+            "data_file_bytes_after": after,
+            "allocated_bytes_before": disk_before,
+            "allocated_bytes_after": disk_after,
+            "storages": reports.iter().map(|(n, r)| json!({
+                "storage": name(n),
+                "pages_moved": r.pages_moved,
+                "passes": r.passes,
+                "data_file_bytes_before": r.data_file_bytes_before,
+                "data_file_bytes_after": r.data_file_bytes_after,
+                "allocated_bytes_before": r.allocated_bytes_before,
+                "allocated_bytes_after": r.allocated_bytes_after,
+                "truncated": r.truncated,
+            })).collect::<Vec<_>>(),
+        });
+        println!("{v}");
+        return Ok(());
+    }
+    for (n, r) in &reports {
+        println!(
+            "{}: {} pages moved in {} pass{}; data file {} -> {}, on disk {} -> {}",
+            name(n),
+            r.pages_moved,
+            r.passes,
+            if r.passes == 1 { "" } else { "es" },
+            fmt::bytes(r.data_file_bytes_before),
+            fmt::bytes(r.data_file_bytes_after),
+            fmt::bytes(r.allocated_bytes_before),
+            fmt::bytes(r.allocated_bytes_after),
+        );
+    }
+    println!(
+        "compacted {} storage{} in {secs:.2} s: {moved} pages moved; data files {} -> {}, on disk {} -> {}",
+        reports.len(),
+        if reports.len() == 1 { "" } else { "s" },
+        fmt::bytes(before),
+        fmt::bytes(after),
+        fmt::bytes(disk_before),
+        fmt::bytes(disk_after),
+    );
+    Ok(())
 }

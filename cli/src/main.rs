@@ -251,6 +251,7 @@ fn main() -> ExitCode {
         cli::Command::Stat(a) => kv::stat(a),
         cli::Command::Check(a) => kv::check(a),
         cli::Command::Backup(a) => kv::backup(a),
+        cli::Command::Compact(a) => kv::compact(a),
         cli::Command::Bench(cli::BenchCommand::Shop(a)) => bench_shop::run(a),
         cli::Command::Bench(cli::BenchCommand::Scale(a)) => bench_scale::run(a),
     };

@@ -24,6 +24,7 @@ mod cli_binary_values;
 mod cli_branch_path;
 mod cli_check_program_index;
 mod cli_check_storage;
+mod cli_compact;
 mod cli_exit_codes;
 mod cli_ingest;
 mod cli_ingest_errors;

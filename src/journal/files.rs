@@ -68,6 +68,7 @@ impl Io {
             started: BTreeMap::new(),
             stated: (0, 0),
             closed_clean: false,
+            marked: 0,
         }
     }
 }
@@ -227,6 +228,7 @@ impl Journal {
         io.file = file;
         io.no = no;
         io.pos = 0;
+        io.marked = 0;
         self.zero.start_file(path, zeroed);
         self.env.sync_dir(&self.dir)?;
         self.dir_syncs.fetch_add(1, Ordering::Relaxed);

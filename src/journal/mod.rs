@@ -79,6 +79,10 @@ struct Shared {
     stop: bool,
     /// The batch being written holds eventual records.
     writing_eventual: bool,
+    /// When the last batch ended, if no durable mark was written after it yet (docs/design.md
+    /// 3.12): the sync thread writes one once this is [`Journal::mark_idle`] old with no batch
+    /// since. `None` when the last batch is marked (or none was written).
+    unmarked: Option<Instant>,
 }
 
 /// A group-commit journal writer over the numbered files of one `Journals/` directory: a
@@ -99,6 +103,9 @@ pub struct Journal {
     sync_cv: Arc<Condvar>,
     /// Longest wait of a queued eventual record ([`JournalConfig::eventual_sync`]).
     eventual_sync: Duration,
+    /// How long the journal stays idle after a batch before its sync thread writes a durable
+    /// mark ([`JournalConfig::mark_idle`]; zero: never).
+    mark_idle: Duration,
     /// This journal, for the sync thread.
     me: Weak<Journal>,
     io: Mutex<Io>,
@@ -123,6 +130,8 @@ pub struct Journal {
     start_records: AtomicU64,
     eventual_commits: AtomicU64,
     eventual_lost: AtomicU64,
+    /// Durable marks written (docs/design.md 3.12).
+    marks: AtomicU64,
     /// Histograms recorded once per batch (`crate::metrics`).
     recorders: crate::metrics::JournalRecorders,
 }
@@ -180,6 +189,9 @@ struct Io {
     /// statement (see [`Journal::start_statement`]): the journal's drop may empty the current
     /// file.
     closed_clean: bool,
+    /// The write position right after the last durable mark in the current file (0: none):
+    /// when `pos` is still there, no batch came since and no mark is due.
+    marked: u64,
 }
 
 /// Locks `m`, taking the inner value of a poisoned mutex (a panic in one thread must not turn

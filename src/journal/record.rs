@@ -818,6 +818,40 @@ pub fn decode_commit(body: &[u8]) -> Option<DecodedCommit<'_>> {
     Some((meta, images))
 }
 
+/// `"OMJMARK1"` little-endian: the first 8 bytes of a durable mark's body (see [`mark_record`]).
+pub const MARK_MAGIC: u64 = u64::from_le_bytes(*b"OMJMARK1");
+
+/// Bytes of a durable mark's body: the mark is one padding record filling a 4 KiB batch.
+pub const MARK_BODY_LEN: usize = BATCH_ALIGN as usize - RECORD_HEADER_LEN;
+
+/// The durable mark written at `end`, the write position after the journal's last batch, when
+/// the journal went idle (docs/design.md 3.12): a padding record (kind 2) of one 4 KiB batch whose
+/// body is `MARK_MAGIC u64 | end u64 | zeros` and whose txn id is `durable`, the file's durable
+/// length, as any padding's. It says "every batch of this file below `end` was written and
+/// synced": a damaged record below it is corruption, not a torn tail. A reader that predates
+/// marks skips it as the padding it is.
+pub fn mark_record(end: u64, durable: u64) -> OutRecord {
+    let mut head = vec![0u8; 16];
+    wr_u64(&mut head, 0, MARK_MAGIC);
+    wr_u64(&mut head, 8, end);
+    OutRecord::new(
+        RecordKind::Padding,
+        0,
+        durable,
+        vec![Part::Owned(head), Part::Zeros(MARK_BODY_LEN - 16)],
+    )
+}
+
+/// The end a durable mark states (bytes of its file: every batch below it was synced), when
+/// `h` and `body` are a mark's ([`mark_record`]); `None` for every other record, plain padding
+/// included.
+pub fn mark_end(h: &RecordHeader, body: &[u8]) -> Option<u64> {
+    if h.kind != RecordKind::Padding || rd_u64(body, 0)? != MARK_MAGIC {
+        return None;
+    }
+    rd_u64(body, 8)
+}
+
 /// A padding record that, written at `pos`, ends exactly on the next 4 KiB boundary (or the
 /// one after when the gap is too small for a header and one byte), recording `durable`, the
 /// file's durable length before its batch (bytes; see [`RecordHeader::durable_len`]). `None`
@@ -862,6 +896,21 @@ mod tests {
         assert_eq!(decode_start(&start_body(17, 4 << 20)), Some((17, 4 << 20)));
         assert_eq!(decode_start(&[0; 15]), None);
         assert_eq!(decode_start(&[0; 17]), None);
+    }
+
+    #[test]
+    fn marks_roundtrip_and_plain_padding_is_no_mark() {
+        let m = mark_record(40960, 4 << 20);
+        assert_eq!(m.total_len(), BATCH_ALIGN);
+        let h = RecordHeader::decode(&m.header(3)).unwrap();
+        assert_eq!((h.kind, h.durable_len()), (RecordKind::Padding, 4 << 20));
+        let body: Vec<u8> = m.parts.iter().flat_map(|p| p.iter().copied()).collect();
+        assert_eq!(crc32fast::hash(&body), h.body_crc);
+        assert_eq!(mark_end(&h, &body), Some(40960));
+        let pad = padding_for(100, 0).unwrap();
+        let ph = RecordHeader::decode(&pad.header(3)).unwrap();
+        assert_eq!(mark_end(&ph, &vec![0u8; pad.body_len as usize]), None);
+        assert_eq!(mark_end(&ph, &[1, 2]), None);
     }
 
     #[test]

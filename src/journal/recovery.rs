@@ -15,7 +15,9 @@
 //! region) was synced: [`Error::Corruption`]. A torn last batch never shows such a gap. When
 //! the damaged record's header is intact, a valid record after the padding that ends its batch
 //! is such proof too (it starts a later batch), and the search also covers the 4 MiB after the
-//! record's claimed end.
+//! record's claimed end. So is a *durable mark* past the stop (design.md 3.12: a padding record
+//! the journal writes once idle, stating that every batch of the file below it was synced): it
+//! makes damage to a journal's last batch corruption too, once the journal went idle after it.
 //!
 //! A file *cut short* (truncated, or copied short) is corruption too: each batch's padding
 //! record holds the file's durable length when the batch was written (its synced, pre-zeroed
@@ -31,7 +33,9 @@ use std::sync::Arc;
 
 use std::collections::HashMap;
 
-use super::record::{decode_group, RecordHeader, RecordKind, BATCH_ALIGN, RECORD_HEADER_LEN};
+use super::record::{
+    decode_group, mark_end, RecordHeader, RecordKind, BATCH_ALIGN, RECORD_HEADER_LEN,
+};
 use crate::env::{EnvFile, OpenMode, StorageEnv};
 use crate::error::{Error, Result};
 
@@ -130,7 +134,10 @@ pub fn scan(
                 .saturating_add(RECORD_HEADER_LEN as u64)
                 .saturating_add(h.body_len);
             if end < len {
-                check_no_later_batch(&*file, len, no, pos, end, path)?;
+                // A damaged padding record (a mark's, or the end of a batch) ends its batch:
+                // whatever valid record follows it is a later batch.
+                let batch_end = (h.kind == RecordKind::Padding).then_some(end);
+                check_no_later_batch(&*file, len, no, pos, end, batch_end, path)?;
                 if end > pos.saturating_add(window) {
                     check_nothing_synced_after(&*file, len, no, pos, end, LOOKAHEAD, &last, path)?;
                 }
@@ -149,20 +156,28 @@ pub fn scan(
 /// valid record after that padding starts a later batch, which the writer issued only after the
 /// damaged batch's `fdatasync` returned, so the damage hit a synced batch: corruption, whatever
 /// the txn ids (a shared journal's storages may each have one commit after the damage).
+#[allow(clippy::too_many_arguments)]
 fn check_no_later_batch(
     file: &dyn EnvFile,
     len: u64,
     no: u64,
     stop: u64,
     end: u64,
+    batch_end: Option<u64>,
     path: &Path,
 ) -> Result<()> {
-    let mut padding_end: Option<u64> = None;
+    let mut padding_end: Option<u64> = batch_end;
     // Bounded by the file, and stops at the first record of a later batch (the error).
-    read_records(file, len, no, end, |h, _, at| {
+    read_records(file, len, no, end, |h, body, at| {
+        let later = padding_end.is_some_and(|e| at >= e);
+        if let Some(marked) = mark_end(h, body).filter(|&m| m > stop) {
+            // A durable mark (design.md 3.12) is a batch of its own, written after the batches
+            // below it were synced.
+            return Err(marked_after(path, stop, at, marked));
+        }
         if h.kind == RecordKind::Padding {
             padding_end.get_or_insert(at + RECORD_HEADER_LEN as u64 + h.body_len);
-        } else if padding_end.is_some_and(|e| at >= e) {
+        } else if later {
             return Err(synced_after(
                 path,
                 stop,
@@ -175,6 +190,20 @@ fn check_no_later_batch(
         Ok(())
     })?;
     Ok(())
+}
+
+/// The corruption error for a damaged record at `stop` below a durable mark at `at` that states
+/// every batch below `marked` synced.
+fn marked_after(path: &Path, stop: u64, at: u64, marked: u64) -> Error {
+    Error::corruption(
+        path,
+        None,
+        Some(stop),
+        format!(
+            "a damaged journal record lies in a batch known durable: the durable mark at offset \
+             {at} states every batch below offset {marked} written and synced"
+        ),
+    )
 }
 
 /// The corruption error for a damaged record at `stop` that later synced commits follow.
@@ -271,9 +300,6 @@ fn check_nothing_synced_after(
     last: &HashMap<u64, u64>,
     path: &Path,
 ) -> Result<()> {
-    if last.is_empty() {
-        return Ok(());
-    }
     let first = from.div_ceil(BATCH_ALIGN) * BATCH_ALIGN;
     let limit = len.min(from.saturating_add(window));
     if first + RECORD_HEADER_LEN as u64 > limit {
@@ -297,7 +323,11 @@ fn check_nothing_synced_after(
             at += BATCH_ALIGN;
             continue;
         }
-        let end = read_records(file, len, no, at, |h, body, _| {
+        let end = read_records(file, len, no, at, |h, body, mark_at| {
+            // A durable mark past the stop states the damaged batch synced (design.md 3.12).
+            if let Some(marked) = mark_end(h, body).filter(|&m| m > stop) {
+                return Err(marked_after(path, stop, mark_at, marked));
+            }
             // A group's parts count as their storages' records; a malformed group proves
             // nothing.
             for_each_part(h, body, |h, _| match last.get(&h.storage_id) {

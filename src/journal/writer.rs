@@ -19,6 +19,13 @@
 //! on a condition variable (no eventual record queued: without timeout; else until the
 //! oldest's deadline, or the end of the batch in progress): no polling.
 //!
+//! Durable marks (design.md 3.12, invariant I15): the same thread, started by the first batch,
+//! writes a mark after the last batch once the journal has been idle for
+//! [`JournalConfig::mark_idle`] (`Journal::write_mark`): a 4 KiB padding record stating that
+//! every batch below it was synced, so that recovery reports damage to that batch instead of
+//! taking it for a torn tail. One write and one `fdatasync` per idle period; none while batches
+//! keep coming (the thread wakes at most once per idle delay to look).
+//!
 //! This module holds the [`Journal`] itself (its state, counters, opening and dropping) and the
 //! writing of batches. The rest of the journal's work is split by concern: `files.rs` (the
 //! file lifecycle: creating the next file, links into branch storages, releasing and recycling
@@ -44,7 +51,7 @@ use std::time::{Duration, Instant};
 use super::lock;
 use super::pool::{start_pool, Pool};
 use super::prezero::ZeroCtl;
-use super::record::{padding_for, OutRecord, BATCH_ALIGN, RECORD_HEADER_LEN};
+use super::record::{mark_record, padding_for, OutRecord, BATCH_ALIGN, RECORD_HEADER_LEN};
 use super::{Io, Journal, Shared, Waiting};
 use crate::env::{JournalIo, StorageEnv};
 use crate::error::{Error, Result};
@@ -104,6 +111,10 @@ pub struct JournalStats {
     /// a 4 KiB batch of its own in the previous file with one `fdatasync` (counted in
     /// `fdatasyncs`; docs/design.md 3.8).
     pub start_records: u64,
+    /// Durable marks written: one per idle period after a batch, each a 4 KiB batch of its own
+    /// (counted in `bytes`) with one `fdatasync` (counted in `fdatasyncs`), never in `batches`
+    /// (docs/design.md 3.12).
+    pub durable_marks: u64,
 }
 
 /// Options of a journal (from [`crate::Options`]).
@@ -121,6 +132,9 @@ pub struct JournalConfig {
     /// How batches reach the device, as requested ([`crate::Options::journal_io`]; resolved
     /// when the journal opens, `crate::journal_io`).
     pub io: JournalIo,
+    /// How long the journal must stay idle after a batch before its sync thread writes a
+    /// durable mark after it ([`crate::Options::journal_mark_ms`]); zero: never.
+    pub mark_idle: Duration,
 }
 
 impl JournalConfig {
@@ -132,6 +146,7 @@ impl JournalConfig {
             pool_files: opts.journal_pool_files,
             eventual_sync: Duration::from_millis(opts.eventual_sync_ms),
             io: opts.journal_io,
+            mark_idle: Duration::from_millis(opts.journal_mark_ms),
         }
     }
 }
@@ -186,6 +201,7 @@ impl Journal {
             shared: Arc::new(Mutex::new(Shared::default())),
             sync_cv: Arc::new(Condvar::new()),
             eventual_sync: cfg.eventual_sync,
+            mark_idle: cfg.mark_idle,
             me,
             io: Mutex::new(Io::new(owner, owner_dir)),
             pool: Arc::new(Pool::new(cfg.pool_files)),
@@ -205,6 +221,7 @@ impl Journal {
             start_records: AtomicU64::new(0),
             eventual_commits: AtomicU64::new(0),
             eventual_lost: AtomicU64::new(0),
+            marks: AtomicU64::new(0),
             recorders: Default::default(),
         }
     }
@@ -219,7 +236,8 @@ impl Journal {
 
     /// On drop: empties the current file when every storage with records in it has flushed
     /// them (its zeroed tail, up to the journal file size, and its records cost disk space that
-    /// no recovery needs), and removes the pre-zeroed pool files (an idle database keeps no
+    /// no recovery needs), removes the owner's names of older files whose records are all
+    /// flushed (after a clean close of the owner), and removes the pre-zeroed pool files (an idle database keeps no
     /// zeros; the next session zeroes new ones in the background). Best effort, not synced:
     /// after a crash the file may be back whole, which is harmless (its records are at or below
     /// every storage's durable header). Returns the bytes given back (by file lengths).
@@ -227,19 +245,35 @@ impl Journal {
         if self.file_size == 0 || self.poisoned().is_some() {
             return 0;
         }
-        let pool: Vec<PathBuf> = std::iter::from_fn(|| self.pool.take()).collect();
+        let mut pool: Vec<PathBuf> = std::iter::from_fn(|| self.pool.take()).collect();
         let current = {
             let io = lock(&self.io);
             let flushed = lock(&self.flushed);
+            let done = |per: &HashMap<u64, u64>| {
+                per.iter()
+                    .all(|(sid, max)| flushed.get(sid).is_some_and(|f| f >= max) || *max == 0)
+            };
             // The owner's durable start statement must let the file be emptied (its closing
             // flush stated the current file with length 0), else the next open would take the
             // empty file for one that was cut.
-            let all_flushed = io.no != 0
-                && self.current_stated_empty(&io)
-                && io.entries.get(&io.no).is_some_and(|per| {
-                    per.iter()
-                        .all(|(sid, max)| flushed.get(sid).is_some_and(|f| f >= max) || *max == 0)
-                });
+            let clean = io.no != 0 && self.current_stated_empty(&io);
+            if clean {
+                // The owner's names of older files whose records are all flushed: the owner
+                // releases no file at or above its last statement while it runs (3.8), so a
+                // file started since that statement kept the owner's name, a whole file (a
+                // pool file's 256 MiB by default). With no statement left, nothing needs it.
+                // Regression: a database closed after a rotation kept the previous journal
+                // file, pre-zeroed to its full size.
+                pool.extend(
+                    io.entries
+                        .iter()
+                        .filter(|(no, per)| {
+                            **no < io.no && per.contains_key(&self.owner) && done(per)
+                        })
+                        .map(|(no, _)| self.dir.join(super::file_name(*no))),
+                );
+            }
+            let all_flushed = clean && io.entries.get(&io.no).is_some_and(done);
             all_flushed.then(|| io.file.clone())
         };
         let env = self.env.clone();
@@ -289,6 +323,7 @@ impl Journal {
                     pool_files: 0,
                     eventual_sync: Duration::from_millis(100),
                     io: JournalIo::Syscalls,
+                    mark_idle: Duration::ZERO,
                 },
                 (JournalIo::Syscalls, "opened read-only".into()),
                 me.clone(),
@@ -333,6 +368,7 @@ impl Journal {
             eventual_commits: self.eventual_commits.load(Ordering::Relaxed),
             eventual_lost: self.eventual_lost.load(Ordering::Relaxed),
             start_records: self.start_records.load(Ordering::Relaxed),
+            durable_marks: self.marks.load(Ordering::Relaxed),
         }
     }
 
@@ -535,6 +571,15 @@ impl Journal {
         }
         g.leader = false;
         g.writing_eventual = false;
+        if result.is_ok() && !batch.is_empty() && !self.mark_idle.is_zero() {
+            // A durable mark is due once the journal stays idle (docs/design.md 3.12). The sync
+            // thread is woken only when the last batch was marked: during a busy stream it
+            // wakes once per idle interval at most, and this costs a clock read.
+            let was = g.unmarked.replace(Instant::now());
+            if was.is_none() && self.start_sync_thread(&mut g) {
+                self.sync_cv.notify_one();
+            }
+        }
         // The leader answers the others of its batch and wakes them, and the first queued
         // committer to lead next; its own answer it returns (no wake-up call).
         for w in &batch {
@@ -571,15 +616,16 @@ impl Journal {
         if g.sync_thread {
             return true;
         }
-        let (shared, cv, me, every) = (
+        let (shared, cv, me, every, idle) = (
             self.shared.clone(),
             self.sync_cv.clone(),
             self.me.clone(),
             self.eventual_sync,
+            self.mark_idle,
         );
         match std::thread::Builder::new()
             .name("omnibus-journal-sync".into())
-            .spawn(move || sync_thread(shared, cv, me, every))
+            .spawn(move || sync_thread(shared, cv, me, every, idle))
         {
             Ok(_) => {
                 g.sync_thread = true;
@@ -590,6 +636,48 @@ impl Journal {
                 false
             }
         }
+    }
+
+    /// Writes a durable mark (docs/design.md 3.12) at the write position, as a 4 KiB batch of
+    /// its own with one `fdatasync`, when a batch was written since the last mark in the
+    /// current file and the file keeps room for it and for the next file's start record.
+    /// Called by the sync thread once the journal is idle; a committer that arrives meanwhile
+    /// waits for the `io` lock (one sync at most). Returns whether a mark was written.
+    ///
+    /// Errors: the write's or sync's I/O error, which poisons the journal as a failed batch
+    /// does (the sync is never retried).
+    fn write_mark(&self) -> Result<bool> {
+        let mut io = lock(&self.io);
+        if self.poisoned().is_some()
+            || io.no == 0
+            || io.pos == io.marked
+            || io.pos + 2 * BATCH_ALIGN > self.file_size
+        {
+            return Ok(false);
+        }
+        let durable = lock(&self.zero.state).zeroed_end;
+        let mark = mark_record(io.pos, durable);
+        let end = io.pos + mark.total_len();
+        let written = self.ensure_zeroed(&mut io, end).and_then(|()| {
+            let header = mark.header(io.no);
+            let mut slices = vec![IoSlice::new(&header)];
+            slices.extend(mark.parts.iter().map(|p| IoSlice::new(p)));
+            Ok(io
+                .file
+                .write_vectored_and_sync(&slices, io.pos, self.io_path.0)?)
+        });
+        if let Err(e) = written {
+            let cause = format!("writing the journal's durable mark failed: {e}");
+            tracing::error!(journal = %self.dir.display(), error = %e, "writing the journal's durable mark failed");
+            self.poison(cause);
+            return Err(e);
+        }
+        self.fdatasyncs.fetch_add(1, Ordering::Relaxed);
+        self.marks.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(mark.total_len(), Ordering::Relaxed);
+        io.pos = end;
+        io.marked = end;
+        Ok(true)
     }
 
     fn write_batch(&self, batch: &[Waiting]) -> Result<u64> {
@@ -737,20 +825,32 @@ fn lost_eventual(batch: &[Waiting]) -> String {
 }
 
 /// The sync thread: writes the queued eventual records once the oldest is `every` old and no
-/// batch took them meanwhile. Waits on `cv` (no polling); exits when the journal is dropped.
-fn sync_thread(shared: Arc<Mutex<Shared>>, cv: Arc<Condvar>, me: Weak<Journal>, every: Duration) {
+/// batch took them meanwhile, and a durable mark once the journal has been idle for `idle`
+/// after a batch (zero: never; docs/design.md 3.12). Waits on `cv` (no polling: a busy journal
+/// wakes it once per `idle` at most); exits when the journal is dropped.
+fn sync_thread(
+    shared: Arc<Mutex<Shared>>,
+    cv: Arc<Condvar>,
+    me: Weak<Journal>,
+    every: Duration,
+    idle: Duration,
+) {
     let mut g = lock(&shared);
-    // Bounded: each turn waits for a notification or a deadline, or writes one batch.
+    // Bounded: each turn waits for a notification or a deadline, or writes one batch or mark.
     loop {
         if g.stop {
             return;
         }
-        let Some(since) = g.eventual_since else {
+        let eventual_due = g.eventual_since.map(|since| since + every);
+        let mark_due = g
+            .unmarked
+            .filter(|_| !idle.is_zero())
+            .map(|since| since + idle);
+        let Some(due) = eventual_due.into_iter().chain(mark_due).min() else {
             g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
             continue;
         };
         let now = Instant::now();
-        let due = since + every;
         if now < due {
             g = cv
                 .wait_timeout(g, due - now)
@@ -758,21 +858,41 @@ fn sync_thread(shared: Arc<Mutex<Shared>>, cv: Arc<Condvar>, me: Weak<Journal>, 
                 .0;
             continue;
         }
-        if g.leader {
-            // The batch in progress ends with a notification (and took the queue, or not).
-            g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        if g.leader || (eventual_due.is_none() && !g.queue.is_empty()) {
+            // The batch in progress (or the one a queued committer is about to lead) ends with
+            // a notification when eventual records wait, and moves `unmarked` on; a mark waits
+            // for the journal to be idle again.
+            g = if idle.is_zero() {
+                cv.wait(g).unwrap_or_else(|e| e.into_inner())
+            } else {
+                cv.wait_timeout(g, idle)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            };
             continue;
+        }
+        let eventual = eventual_due.is_some_and(|d| d <= now);
+        if !eventual {
+            g.unmarked = None;
+            if eventual_due.is_some() {
+                // Eventual records are queued: their batch comes within `every` and is marked
+                // once the journal is idle after it.
+                continue;
+            }
         }
         drop(g);
         let Some(j) = me.upgrade() else {
             return;
         };
-        {
+        if eventual {
             let jg = lock(&j.shared);
             if !jg.leader && jg.eventual_since.is_some() && !jg.stop {
                 // A failure is recorded (poisoned, lost commits named) by `lead`.
                 let _ = j.lead(jg, None);
             }
+        } else {
+            // A failure poisons the journal (recorded by `write_mark`).
+            let _ = j.write_mark();
         }
         // Possibly the last reference: the journal's drop then runs here.
         drop(j);
@@ -828,6 +948,7 @@ mod tests {
             pool_files: 0,
             eventual_sync: Duration::from_secs(60),
             io: crate::JournalIo::Auto,
+            mark_idle: Duration::ZERO,
         };
         Journal::open(crate::env::default_env(), OWNER, dir, 1, cfg).unwrap()
     }

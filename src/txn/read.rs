@@ -1,5 +1,6 @@
 //! The read transaction: a snapshot of one committed state.
 
+use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::btree::{self, KeyRange, Range, Source};
@@ -12,10 +13,20 @@ use crate::state::State;
 /// the pages and the map it reads stay valid (the writer does not reuse pages it can read, and
 /// the flush does not overwrite them). Keys and values are returned as slices into the map or
 /// into scratch pages: no copy. `Send + Sync`, cheap to clone.
+///
+/// A snapshot of an index storage that the actor runtime keeps (design.md 10.1) leaves out the
+/// index's applied record, the key `0x00`: `len`, `get`, `multi_get`, `contains_key`, `range`,
+/// `iter`, `prefix`, `first` and `last` show the index's entries only.
 #[derive(Clone)]
 pub struct ReadTransaction {
     state: Arc<State>,
+    /// The storage is an engine-kept index: [`RESERVED_KEY`] is left out of every view.
+    hide_reserved: bool,
 }
+
+/// The key an index storage keeps its applied record at (`0x00`, the smallest key there is);
+/// left out of the snapshots of a storage marked as an index (`Storage::hide_reserved_key`).
+pub(crate) const RESERVED_KEY: &[u8] = &[0];
 
 impl std::fmt::Debug for ReadTransaction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -24,8 +35,39 @@ impl std::fmt::Debug for ReadTransaction {
 }
 
 impl ReadTransaction {
-    pub(crate) fn new(state: Arc<State>) -> ReadTransaction {
-        ReadTransaction { state }
+    pub(crate) fn new(state: Arc<State>, hide_reserved: bool) -> ReadTransaction {
+        ReadTransaction {
+            state,
+            hide_reserved,
+        }
+    }
+
+    /// True when `key` is the hidden applied record of an index storage.
+    fn hidden(&self, key: &[u8]) -> bool {
+        self.hide_reserved && key == RESERVED_KEY
+    }
+
+    /// `start`, moved past [`RESERVED_KEY`] when that key is hidden and `start` admits it (it is
+    /// the smallest key, so a range holds it exactly when its start admits it).
+    fn visible_start<'k>(&self, start: Bound<&'k [u8]>) -> Bound<&'k [u8]> {
+        let admits = match start {
+            Bound::Unbounded => true,
+            Bound::Included(k) => k <= RESERVED_KEY,
+            Bound::Excluded(k) => k < RESERVED_KEY,
+        };
+        if self.hide_reserved && admits {
+            Bound::Excluded(RESERVED_KEY)
+        } else {
+            start
+        }
+    }
+
+    /// The value of `key` whether hidden or not: the index runtime's read of its applied record.
+    pub(crate) fn get_reserved(&self, key: &[u8]) -> Result<Option<&[u8]>> {
+        if let Some(v) = self.state.buffer.get(key) {
+            return Ok(v);
+        }
+        btree::get(&self.state, key)
     }
 
     /// The id of the last transaction this snapshot sees.
@@ -38,13 +80,15 @@ impl ReadTransaction {
     /// replaced ones) and keeps the count: commits do not count their keys as they buffer them.
     /// If a lookup fails (a damaged page), the count leaves the buffered entries out, and reads
     /// of the damaged keys report the damage.
+    /// An index storage's applied record is not counted (one lookup of it per call).
     pub fn len(&self) -> u64 {
-        self.state.len()
+        let hidden = self.hide_reserved && matches!(self.get_reserved(RESERVED_KEY), Ok(Some(_)));
+        self.state.len().saturating_sub(u64::from(hidden))
     }
 
     /// True when the snapshot holds no key.
     pub fn is_empty(&self) -> bool {
-        self.state.len() == 0
+        self.len() == 0
     }
 
     /// The value of `key`, borrowed from the snapshot.
@@ -53,10 +97,10 @@ impl ReadTransaction {
     /// malformed. A key that could never be stored (empty, over 1,024 bytes) is simply absent.
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<&[u8]>> {
         let key = key.as_ref();
-        if let Some(v) = self.state.buffer.get(key) {
-            return Ok(v);
+        if self.hidden(key) {
+            return Ok(None);
         }
-        btree::get(&self.state, key)
+        self.get_reserved(key)
     }
 
     /// [`ReadTransaction::get`], when it can answer without a page fault: every page on the
@@ -65,6 +109,9 @@ impl ReadTransaction {
     /// otherwise, having touched no page that is not. The actors' handles read this way on the
     /// caller's thread and send the rest to their reader pool.
     pub(crate) fn get_if_resident(&self, key: &[u8]) -> Option<Result<Option<&[u8]>>> {
+        if self.hidden(key) {
+            return Some(Ok(None));
+        }
         if let Some(v) = self.state.buffer.get(key) {
             return Some(Ok(v));
         }
@@ -85,6 +132,19 @@ impl ReadTransaction {
     /// or is malformed (the page is named); [`crate::Error::Io`] (`"io_uring read"` or
     /// `"pread"`, with the data file's path) when reading a page failed, e.g. `EIO`.
     pub fn multi_get<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<&[u8]>>> {
+        let mut found = self.multi_get_all(keys)?;
+        if self.hide_reserved {
+            for (v, k) in found.iter_mut().zip(keys) {
+                if self.hidden(k.as_ref()) {
+                    *v = None;
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// [`ReadTransaction::multi_get`] with nothing hidden.
+    fn multi_get_all<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<&[u8]>>> {
         let buffer = &self.state.buffer;
         if buffer.is_empty() {
             return btree::multi_get(&self.state, keys);
@@ -127,7 +187,11 @@ impl ReadTransaction {
     /// Errors: [`crate::Error::Corruption`] met while descending to the first key; later ones
     /// come as one `Err` item, after which the iterator ends.
     pub fn range<K, R: KeyRange<K>>(&self, bounds: R) -> Result<Range<'_>> {
-        Range::new(self.source(), bounds.start_key(), bounds.end_key())
+        Range::new(
+            self.source(),
+            self.visible_start(bounds.start_key()),
+            bounds.end_key(),
+        )
     }
 
     /// Every entry, in key order (double-ended, as [`ReadTransaction::range`]).
@@ -142,7 +206,14 @@ impl ReadTransaction {
     ///
     /// Errors: as [`ReadTransaction::range`].
     pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Result<Range<'_>> {
-        Range::prefix(self.source(), prefix.as_ref())
+        let p = prefix.as_ref();
+        if self.hide_reserved && RESERVED_KEY.starts_with(p) {
+            // The prefix admits the hidden key (it is empty or the key itself).
+            let end = crate::btree::prefix_end(p);
+            let end = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            return Range::new(self.source(), Bound::Excluded(RESERVED_KEY), end);
+        }
+        Range::prefix(self.source(), p)
     }
 
     /// The entry with the smallest key, or `None` when the snapshot is empty. Cost: one

@@ -26,6 +26,7 @@ mod group_model;
 mod groups;
 mod hole_punch;
 mod journal_io;
+mod journal_mark_cost;
 mod journal_prezero_background;
 mod journal_start_cost;
 mod journal_zeros;

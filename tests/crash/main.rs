@@ -25,6 +25,7 @@ mod journal_cut_first_batch;
 mod journal_damage;
 mod journal_file_all_names_deleted;
 mod journal_link_deleted;
+mod journal_mark;
 mod journal_root_name_deleted_branch_records;
 mod recreated_branch_links;
 mod torn_page;

@@ -14,14 +14,18 @@ use super::WriteTransaction;
 const RESERVE: u64 = 40;
 
 impl WriteTransaction {
-    /// Free pages this transaction can allocate below `limit` now (its own freed pages and the
-    /// writer's reusable extents).
-    fn free_below(&self, limit: u64) -> u64 {
-        let w = self
-            .writer
-            .as_ref()
-            .map_or(0, |w| w.alloc.reusable.pages_below(limit));
-        self.local_free.pages_below(limit) + w
+    /// True when this transaction can allocate at least `need` free pages below `limit` now
+    /// (its own freed pages and the writer's reusable extents). Costs at most `need` extents of
+    /// each (`Extents::pages_below_up_to`): called before every page moved, it must not grow
+    /// with the free-space map (design.md 13).
+    fn free_below(&self, limit: u64, need: u64) -> bool {
+        let own = self.local_free.pages_below_up_to(limit, need);
+        let w = self.writer.as_ref().map_or(0, |w| {
+            w.alloc
+                .reusable
+                .pages_below_up_to(limit, need.saturating_sub(own))
+        });
+        own + w >= need
     }
 
     /// True when a run of `n` pages can be allocated below `limit` with [`RESERVE`] to spare.
@@ -40,7 +44,7 @@ impl WriteTransaction {
                     .is_some_and(|(s, _)| s + n <= limit)
             })
         };
-        first_fit_low && self.free_below(limit) >= n + RESERVE
+        first_fit_low && self.free_below(limit, n + RESERVE)
     }
 
     /// Where compaction should move pages from: pages in use (not free in the map) plus some
