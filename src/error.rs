@@ -99,6 +99,16 @@ pub enum Error {
         /// Who holds it, in words: `"a read-write opener"` or `"read-only openers"`.
         holder: String,
     },
+    /// Every slot of the storage's reader table (its `LOCK` file, 127 slots) is held by a live
+    /// read-only opener: a read-only open fails until one of them closes. Slots of readers
+    /// that died are free again.
+    #[error("{path}: every one of its {slots} reader slots is held by a live reader")]
+    TooManyReaders {
+        /// The `LOCK` file.
+        path: PathBuf,
+        /// Slots in the table.
+        slots: usize,
+    },
     /// An earlier write or sync of the journal or data file failed; the storage refuses writes
     /// until it is closed and reopened (fail-stop: a failed fsync is never retried into success).
     #[error("poisoned by an earlier I/O failure ({cause}): close and reopen to recover")]
@@ -389,6 +399,10 @@ impl Clone for Error {
             Error::AlreadyOpen { path, holder } => Error::AlreadyOpen {
                 path: path.clone(),
                 holder: holder.clone(),
+            },
+            Error::TooManyReaders { path, slots } => Error::TooManyReaders {
+                path: path.clone(),
+                slots: *slots,
             },
             Error::Poisoned { cause } => Error::Poisoned {
                 cause: cause.clone(),

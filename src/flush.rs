@@ -156,6 +156,7 @@ impl Storage {
             Binding::Own {
                 lock: None,
                 borrowed: Vec::new(),
+                at: None,
             },
         )
     }
@@ -333,7 +334,19 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
             inner.journal.note_statement(stated);
         }
     }
-    if fs.punching && target.tree_txn <= inner.current.load().flushed_txn {
+    // A reader in another process older than the target may read pages the target has free
+    // (invariant I15): no punching until it moves on or closes. Dead readers' slots go first.
+    if let Some(t) = inner.lock_file.table().filter(|_| !inner.opts.read_only) {
+        if t.oldest().is_some() {
+            if let Err(e) = t.sweep() {
+                tracing::warn!(path = %inner.path.display(), error = %e, "clearing dead readers' slots failed");
+            }
+        }
+    }
+    if fs.punching
+        && target.tree_txn <= inner.current.load().flushed_txn
+        && inner.other_readers().is_none_or(|r| r >= target.txn_id)
+    {
         out.runs_punched = punch(inner, &mut fs, &target)?;
     }
     let flushed = inner.current.load().flushed_txn;
