@@ -3,9 +3,12 @@
 //! flushed; then serial synced one-put commits (background flushes, the default options) are
 //! timed with no reader, and with `--readers R` (default 8) reader processes beside it (this
 //! binary started again as a reader: a read-only open, then 20 random gets and a
-//! `Storage::catch_up` every 10 ms, each holding its snapshot until its next catch-up), in
-//! alternating phases of `--secs S` (default 5), twice each. Prints commits/s, p50/p99 and
-//! process CPU per commit for both, and the ratio (target: with readers >= 0.9x without).
+//! `Storage::catch_up` every 10 ms, each holding its snapshot until its next catch-up), and,
+//! as a control, with as many processes that spin for 9 ms and sleep for 1 ms, touching no
+//! storage (on a virtual machine an idle CPU makes the writer's wake-up after each
+//! `fdatasync` slow, so busy neighbours speed serial commits up), in phases of `--secs S`
+//! (default 5) in a rotating order, four each. Prints commits/s, p50/p99 and process CPU per
+//! commit for each, and the ratios (target: with readers >= 0.9x without).
 //!
 //! `cargo bench --bench live_readers -- [--keys N] [--readers R] [--secs S] [--dir D]`
 
@@ -23,6 +26,9 @@ use omnibus::{Options, Storage};
 /// Set in a reader child's environment: the storage to read, and how many keys it has.
 const READER_DIR: &str = "OMNIBUS_LIVE_READERS_BENCH_DIR";
 const READER_KEYS: &str = "OMNIBUS_LIVE_READERS_BENCH_KEYS";
+/// Set in a control child's environment: it spins for 9 ms and sleeps for 1 ms, again and
+/// again, touching no storage: what keeping the CPUs busy does to the writer alone.
+const CONTROL: &str = "OMNIBUS_LIVE_READERS_BENCH_CONTROL";
 
 struct Phase {
     hist: Histogram<u64>,
@@ -73,10 +79,35 @@ fn reader(dir: &Path, keys: u64) {
     }
 }
 
-fn start_readers(n: usize, dir: &Path, keys: u64) -> Vec<Child> {
+/// A control child: spins for 9 ms and sleeps for 1 ms until its stdin closes.
+fn control() {
+    println!("OPEN");
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d = done.clone();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+        d.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let mut x = 0u64;
+    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(9) {
+            x = splitmix(x);
+        }
+        std::hint::black_box(x);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn start_readers(n: usize, dir: &Path, keys: u64, control: bool) -> Vec<Child> {
     (0..n)
         .map(|_| {
-            let mut c = Command::new(std::env::current_exe().unwrap())
+            let mut cmd = Command::new(std::env::current_exe().unwrap());
+            if control {
+                cmd.env(CONTROL, "1");
+            }
+            let mut c = cmd
                 .env(READER_DIR, dir)
                 .env(READER_KEYS, keys.to_string())
                 .stdin(Stdio::piped())
@@ -111,6 +142,9 @@ fn commit_for(s: &Storage, next: &mut u64, p: &mut Phase, secs: f64) {
 }
 
 fn main() {
+    if std::env::var(CONTROL).is_ok() {
+        return control();
+    }
     if let Ok(dir) = std::env::var(READER_DIR) {
         let keys = std::env::var(READER_KEYS).unwrap().parse().unwrap();
         return reader(Path::new(&dir), keys);
@@ -159,34 +193,61 @@ fn main() {
     s.flush().unwrap();
     let mut next = keys;
     commit_for(&s, &mut next, &mut Phase::new(), secs.min(1.0));
-    let (mut alone, mut beside) = (Phase::new(), Phase::new());
-    for _ in 0..2 {
-        commit_for(&s, &mut next, &mut alone, secs);
-        let children = start_readers(readers, &path, keys);
-        commit_for(&s, &mut next, &mut beside, secs);
+    let (mut alone, mut beside, mut control) = (Phase::new(), Phase::new(), Phase::new());
+    let with = |s: &Storage, next: &mut u64, p: &mut Phase, ctl: bool| {
+        let children = start_readers(readers, &path, keys, ctl);
+        commit_for(s, next, p, secs);
         for mut c in children {
             drop(c.stdin.take());
             let st = c.wait().unwrap();
-            assert!(st.success(), "a reader failed: {st:?}");
+            assert!(st.success(), "a child failed: {st:?}");
+        }
+    };
+    // Alternating, in a different order each round (the disk's latency drifts).
+    for round in 0..4 {
+        match round % 3 {
+            0 => {
+                commit_for(&s, &mut next, &mut alone, secs);
+                with(&s, &mut next, &mut beside, false);
+                with(&s, &mut next, &mut control, true);
+            }
+            1 => {
+                with(&s, &mut next, &mut beside, false);
+                with(&s, &mut next, &mut control, true);
+                commit_for(&s, &mut next, &mut alone, secs);
+            }
+            _ => {
+                with(&s, &mut next, &mut control, true);
+                commit_for(&s, &mut next, &mut alone, secs);
+                with(&s, &mut next, &mut beside, false);
+            }
         }
     }
     println!(
-        "{:<16} {:>9} {:>9} {:>9} {:>11} {:>14}",
+        "{:<18} {:>9} {:>9} {:>9} {:>11} {:>14}",
         "phase", "commits", "p50 µs", "p99 µs", "commits/s", "CPU µs/commit"
     );
-    for (name, p) in [("no readers", &alone), ("beside readers", &beside)] {
+    let rate = |p: &Phase| p.commits as f64 / p.secs;
+    for (name, p) in [
+        ("no readers", &alone),
+        ("beside readers", &beside),
+        ("beside spinners", &control),
+    ] {
         println!(
-            "{:<16} {:>9} {:>9} {:>9} {:>11.0} {:>14.1}",
+            "{:<18} {:>9} {:>9} {:>9} {:>11.0} {:>14.1}",
             name,
             p.commits,
             p.hist.value_at_quantile(0.5),
             p.hist.value_at_quantile(0.99),
-            p.commits as f64 / p.secs,
+            rate(p),
             p.cpu * 1e6 / p.commits as f64
         );
     }
-    let ratio = (beside.commits as f64 / beside.secs) / (alone.commits as f64 / alone.secs);
-    println!("commits/s beside {readers} readers / without: {ratio:.2}x (target >= 0.9x)");
+    println!(
+        "commits/s beside {readers} readers / without: {:.2}x (target >= 0.9x); beside readers / beside {readers} spinning processes (the CPUs kept busy alike): {:.2}x",
+        rate(&beside) / rate(&alone),
+        rate(&beside) / rate(&control)
+    );
     let st = s.stats();
     println!(
         "data file after: {:.1} MiB ({} pages in use)",

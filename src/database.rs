@@ -1267,7 +1267,14 @@ fn read_at_one_point(
                 .iter()
                 .map(|n| (n, sequence(&path.join(INDEXES_DIR).join(n))))
                 .collect();
-            let point = match recovery::list(env, &path.join(JOURNALS_DIR))?.pop() {
+            let mut borrowed = borrowed_names(env, path, &names)?;
+            // The newest file of the shared journal: the root's, or one it reads through a
+            // branch's name (its own deleted).
+            let newest = recovery::list(env, &path.join(JOURNALS_DIR))?
+                .into_iter()
+                .chain(borrowed.values().flatten().cloned())
+                .max_by_key(|(no, _)| *no);
+            let point = match newest {
                 Some((no, file)) => {
                     let end = recovery::scan(env, &file, no, &[], |_, _, _| Ok(()))?;
                     (no, end.offset)
@@ -1279,7 +1286,6 @@ fn read_at_one_point(
                 offset: point.1,
                 sequence,
             };
-            let mut borrowed = borrowed_names(env, path, &names)?;
             let root = open_storage(
                 path,
                 opts.clone(),

@@ -1040,6 +1040,10 @@ impl Inner {
             init_files(&*env, &path, &*data, created_dir)?;
             len = 2 * PAGE_SIZE as u64;
         }
+        if !opts.read_only {
+            // A writable open names a foreign or cut data file before it creates anything.
+            Source::precheck(&*env, &*data, &data_path, &journals_dir, len)?;
+        }
         if !env.exists(&journals_dir) {
             if opts.read_only {
                 return Err(Error::NotAStorage {
@@ -1800,8 +1804,9 @@ impl Source<'_> {
     ///
     /// With a reader slot (a read-only open that took one, design.md 6.5), a writer in
     /// another process may flush, reuse pages and release journal files meanwhile, so each
-    /// attempt first pins every page (slot txn 0, or `floor`: the oldest state this process
-    /// still reads), then states the header's flushed txn, replays, and is accepted only when
+    /// attempt first pins every page (slot txn 0), or with `floor` (a catch-up: the oldest state
+    /// this process still reads) every page that state reads, then states the header's flushed
+    /// txn (never above `floor`), replays, and is accepted only when
     /// the durable header has not moved past what it replayed (a journal file released during
     /// the replay could hide records, but only records a newer header covers). An attempt
     /// that fails while a writer is live or the header moved is made again, up to
@@ -1836,7 +1841,9 @@ impl Source<'_> {
         }
         let mut last = None;
         for attempt in 0..LOAD_ATTEMPTS {
-            pin(0);
+            // Every page pinned (an open), or every page the oldest state held here reads (a
+            // catch-up: pages the newer state reads are in use there too, or freed later).
+            slot.set_txn(floor.unwrap_or(0));
             let len = if attempt == 0 { len } else { self.data.len()? };
             let before = read_header(&**self.data, self.data_path)
                 .ok()
@@ -1882,12 +1889,16 @@ impl Source<'_> {
         self.attempt_pinned(len, &|_| {})
     }
 
-    /// One attempt: header, length check, map, replay. `pin` is told the header's flushed txn
-    /// before anything of the state is read.
-    fn attempt_pinned(&self, len: u64, pin: &dyn Fn(u64)) -> Result<Loaded> {
-        let (env, data, data_path) = (self.env, self.data, self.data_path);
-        let (hdr, slot) = read_header_or_damage(env, &**data, data_path, self.journals_dir)?;
-        pin(hdr.flushed_txn);
+    /// The newest header, read as an open does (a foreign data file next to journals is
+    /// damage), and the data file's length checked against it (design.md 6, step 5).
+    fn precheck(
+        env: &dyn StorageEnv,
+        data: &dyn EnvFile,
+        data_path: &Path,
+        journals_dir: &Path,
+        len: u64,
+    ) -> Result<(Header, u64)> {
+        let (hdr, slot) = read_header_or_damage(env, data, data_path, journals_dir)?;
         // Every page below the durable header's `next_page` was in the file when that header
         // was written (the file grows before pages are allocated past its end, the flush syncs
         // the data file before the header, and `trim_tail` never cuts below `next_page`): a
@@ -1896,7 +1907,7 @@ impl Source<'_> {
         let in_use = hdr.next_page.saturating_mul(PAGE_SIZE as u64);
         if len < in_use {
             return Err(Error::corruption(
-                &***data_path,
+                data_path,
                 None,
                 None,
                 format!(
@@ -1905,6 +1916,15 @@ impl Source<'_> {
                 ),
             ));
         }
+        Ok((hdr, slot))
+    }
+
+    /// One attempt: header, length check, map, replay. `pin` is told the header's flushed txn
+    /// before anything of the state is read.
+    fn attempt_pinned(&self, len: u64, pin: &dyn Fn(u64)) -> Result<Loaded> {
+        let (env, data, data_path) = (self.env, self.data, self.data_path);
+        let (hdr, slot) = Source::precheck(env, &**data, data_path, self.journals_dir, len)?;
+        pin(hdr.flushed_txn);
         let mapping = Arc::new(Mapping::new(
             data,
             len,

@@ -396,7 +396,7 @@ fn several_read_only_processes_at_once() {
 
 // A read-only open while a writer holds the storage (before the reader table, `AlreadyOpen`
 // naming the holder): it opens and reads every acknowledged commit, unflushed ones too, in this
-// process and from the CLI (`get`, `scan`, `stat`, `check`).
+// process and from the CLI (`get`, `scan`, `stat`, `check`, and a `backup` that opens whole).
 #[test]
 fn read_only_open_while_a_writer_holds_it() {
     let _serial = serial();
@@ -413,6 +413,21 @@ fn read_only_open_while_a_writer_holds_it() {
     );
     ok(&["stat", dbs]);
     ok(&["check", dbs]);
+    // A backup taken beside the writer opens whole, with the unflushed commits.
+    let copy = dir.path().join("copy");
+    ok(&["backup", dbs, copy.to_str().unwrap()]);
+    let c = Database::open(&copy, Options::default()).unwrap();
+    assert_eq!(
+        c.root().begin_read().unwrap().get(b"unflushed").unwrap(),
+        Some(&b"root 2"[..])
+    );
+    let idx = c.storage("idx").unwrap();
+    assert_eq!(
+        idx.begin_read().unwrap().get(b"i2").unwrap(),
+        Some(&b"branch 2"[..])
+    );
+    assert!(idx.check().unwrap().is_ok());
+    drop(c);
     drop(writer);
     drop(writer_store);
     read_all(&db, &store);
