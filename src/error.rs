@@ -91,7 +91,10 @@ pub enum Error {
     Corruption(Corruption),
     /// The storage (or database) is already open, in this process or another one, in a mode
     /// that excludes this open: its `LOCK` file is held with `flock`, exclusively by a
-    /// read-write opener, or shared by read-only openers (which exclude a read-write open only).
+    /// read-write opener (which excludes another read-write opener; read-only openers read
+    /// beside it through the reader table), or shared by read-only openers that could not
+    /// write `LOCK` (which exclude a read-write open only). Also what a read-only open beside a
+    /// writer returns when the writer moved the durable state under each of its 50 attempts.
     #[error("{path}: already open (its LOCK file is held by {holder})")]
     AlreadyOpen {
         /// The storage directory.

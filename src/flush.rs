@@ -143,8 +143,14 @@ impl Storage {
     /// Opens the storage in directory `path`, creating it when it is missing or empty (unless
     /// [`Options::create`] is false), and recovers every commit the journal holds.
     ///
-    /// Errors: [`Error::AlreadyOpen`] when another handle or process holds it in a conflicting
-    /// mode (a read-write opener excludes every other opener; read-only openers share it);
+    /// A read-only open ([`Options::read_only`]) succeeds beside a live writer in another
+    /// process: it takes a slot in the storage's reader table and reads one committed state
+    /// (design.md 6.5; [`Storage::catch_up`] reads a newer one).
+    ///
+    /// Errors: [`Error::AlreadyOpen`] when another read-write opener (handle or process) holds
+    /// it, or a read-write open while read-only openers that could not write `LOCK` hold its
+    /// shared `flock`; [`Error::TooManyReaders`] for a read-only open when every reader slot
+    /// is live;
     /// [`Error::NotAStorage`] for a non-empty directory without a data file, or a data file
     /// without the omnibus header; [`Error::FormatVersion`]; [`Error::Corruption`] when both
     /// header pages are damaged or the journal's txn ids are not contiguous;

@@ -790,7 +790,11 @@ impl Storage {
     /// buffer, the check covers the tree: buffered entries (their records passed their checksums
     /// when the journal was written or replayed) are not in it, and
     /// [`CheckReport::entries`] counts the tree's keys ([`StorageStats::buffer_entries`] says
-    /// how many are buffered).
+    /// how many are buffered). On a read-only storage it keeps writers in other processes out
+    /// while it runs (a shared `flock` on `LOCK`: a read-write open meanwhile fails with
+    /// [`Error::AlreadyOpen`]); when a writer holds the storage already, it checks the tree only
+    /// ([`CheckReport::free_space_checked`] false), the writer updating the free-space map and
+    /// the header slots in place.
     pub fn check(&self) -> Result<CheckReport> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);

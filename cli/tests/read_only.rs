@@ -412,7 +412,12 @@ fn read_only_open_while_a_writer_holds_it() {
         "i1\tbranch 1\ni2\tbranch 2\n"
     );
     ok(&["stat", dbs]);
-    ok(&["check", dbs]);
+    let o = cli_common::omnibus(&["check", dbs]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("a writer holds it: the tree is checked"),
+        "check beside a writer says what it did not check: {o:?}"
+    );
     // A backup taken beside the writer opens whole, with the unflushed commits.
     let copy = dir.path().join("copy");
     ok(&["backup", dbs, copy.to_str().unwrap()]);

@@ -83,15 +83,21 @@ pub(crate) fn take_lock(dir: &Path, read_only: bool) -> Result<Lock> {
             .write(true)
             .open(&lock_path)
         {
-            Ok(f) => {
-                let table = std::sync::Arc::new(ReaderTable::open(f, &lock_path)?);
-                let slot = table.claim()?;
-                return Ok(Lock {
-                    slot: Some(slot),
-                    table: Some(table),
-                    file: None,
-                });
-            }
+            Ok(f) => match ReaderTable::open(f, &lock_path) {
+                Ok(table) => {
+                    let table = std::sync::Arc::new(table);
+                    let slot = table.claim()?;
+                    return Ok(Lock {
+                        slot: Some(slot),
+                        table: Some(table),
+                        file: None,
+                    });
+                }
+                Err(e) if no_range_locks(&e) => {
+                    tracing::debug!(path = %lock_path.display(), error = %e, "no byte-range locks on LOCK: a shared flock instead of a reader slot");
+                }
+                Err(e) => return Err(e),
+            },
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
             Err(e) if lock_unavailable(&e) => {
                 tracing::debug!(path = %lock_path.display(), error = %e, "LOCK is not writable: a shared flock instead of a reader slot");
@@ -128,7 +134,22 @@ pub(crate) fn take_lock(dir: &Path, read_only: bool) -> Result<Lock> {
             ..Lock::default()
         }),
         Ok(()) => {
-            let table = ReaderTable::open(lock_file, &lock_path)?;
+            let dup = lock_file
+                .try_clone()
+                .map_err(|e| env_err("dup", &lock_path, e))?;
+            let table = match ReaderTable::open(dup, &lock_path) {
+                Ok(t) => t,
+                Err(e) if no_range_locks(&e) => {
+                    // Without the table, readers take the shared flock and wait for no writer.
+                    tracing::debug!(path = %lock_path.display(), error = %e, "no byte-range locks on LOCK: no reader table");
+                    return Ok(Lock {
+                        file: Some(lock_file),
+                        ..Lock::default()
+                    });
+                }
+                Err(e) => return Err(e),
+            };
+            drop(lock_file);
             table.mark_writer()?;
             let cleared = table.sweep()?;
             if cleared > 0 {
@@ -166,6 +187,18 @@ pub(crate) fn take_lock(dir: &Path, read_only: bool) -> Result<Lock> {
             std::io::Error::from_raw_os_error(e.raw_os_error()),
         )),
     }
+}
+
+/// True when `e` says the file system has no open-file-description byte-range locks (some FUSE
+/// and network file systems): the reader table cannot be used there.
+fn no_range_locks(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Io { source, .. } if matches!(
+            source.raw_os_error(),
+            Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS)
+        )
+    )
 }
 
 /// True when a read-only open may go on without `LOCK`: it is missing, or cannot be opened for
