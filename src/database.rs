@@ -33,6 +33,7 @@ use crate::options::{JournalMode, Options};
 use crate::storage::{
     classify_data_file, init_files, lock, read_header, take_lock, Binding, DataFile, Storage,
 };
+use crate::storage::{writer_live, OnePoint};
 
 const DROPPED_PREFIX: &str = ".dropped-";
 
@@ -305,7 +306,7 @@ impl Database {
                 )?;
                 let mut branches = BTreeMap::new();
                 for n in names {
-                    match open_branch(&opts, &path, &n, Some(&journal), dev, Vec::new()) {
+                    match open_branch(&opts, &path, &n, Some(&journal), dev, Vec::new(), None) {
                         Ok(s) => {
                             branches.insert(n, s);
                         }
@@ -316,6 +317,14 @@ impl Database {
                     }
                 }
                 (root, Some(journal), branches)
+            }
+            _ if opts.journal_mode == JournalMode::Shared && lock_file.slot().is_some() => {
+                // Read-only beside a writer that may be live: every storage at one point of
+                // the shared journal, tried again while the writer moves under it.
+                let (root, branches, d) =
+                    read_at_one_point(&*env, &path, &opts, names, dev, lock_file)?;
+                damaged = d;
+                (root, None, branches)
             }
             _ => {
                 // Read-only, a shared journal's files may be reached through another name where
@@ -330,12 +339,13 @@ impl Database {
                     Binding::Own {
                         lock: Some(lock_file),
                         borrowed: borrowed.remove(&None).unwrap_or_default(),
+                        at: None,
                     },
                 )?;
                 let mut branches = BTreeMap::new();
                 for n in names {
                     let b = borrowed.remove(&Some(n.clone())).unwrap_or_default();
-                    match open_branch(&opts, &path, &n, None, dev, b) {
+                    match open_branch(&opts, &path, &n, None, dev, b, None) {
                         Ok(s) => {
                             branches.insert(n, s);
                         }
@@ -489,6 +499,7 @@ impl Database {
             self.inner.journal.as_ref(),
             self.inner.dev,
             Vec::new(),
+            None,
         )?;
         map.insert(name.to_string(), s.clone());
         Ok(s)
@@ -935,6 +946,7 @@ fn open_branch(
     journal: Option<&Arc<Journal>>,
     dev: u64,
     borrowed: Vec<(u64, PathBuf)>,
+    at: Option<OnePoint>,
 ) -> Result<Storage> {
     let dir = root.join(INDEXES_DIR).join(name);
     if journal.is_some() {
@@ -953,6 +965,7 @@ fn open_branch(
         None => Binding::Own {
             lock: None,
             borrowed,
+            at,
         },
     };
     let s = open_storage(&dir, opts.clone(), binding)?;
@@ -1246,4 +1259,121 @@ fn relink(env: &dyn StorageEnv, root: &Path, missing: &[Missing]) -> Result<()> 
         env.sync_dir(&dir)?;
     }
     Ok(())
+}
+
+/// The storages of a read-only database open: the root, the branches that opened, and those
+/// left out as damaged.
+type ReadOnlyParts = (Storage, BTreeMap<String, Storage>, BTreeMap<String, Error>);
+
+/// Attempts of [`read_at_one_point`] before it gives up.
+const ONE_POINT_ATTEMPTS: u32 = 50;
+
+/// Opens every storage of a read-only database at one point of its shared journal (design.md
+/// 6.5), so that a writer in another process committing meanwhile never shows a reader one part
+/// of a group transaction without the others (invariant I14): first every storage's header
+/// sequence, then the point (the end of the valid records of the root's newest journal file),
+/// then each storage replays up to the point and checks that its header is still the one read
+/// first (a header written after the point could cover records past it). While a writer is
+/// live, an attempt that fails, or leaves a branch out as damaged, is made again from a new
+/// point (a flush moved a header, or released a journal file that was being read), up to
+/// [`ONE_POINT_ATTEMPTS`]; the last attempt's outcome is returned.
+///
+/// Errors: as a read-only [`Database::open`].
+fn read_at_one_point(
+    env: &dyn StorageEnv,
+    path: &Path,
+    opts: &Options,
+    names: Vec<String>,
+    dev: u64,
+    lock_file: crate::storage::Lock,
+) -> Result<ReadOnlyParts> {
+    let sequence = |dir: &Path| -> Option<u64> {
+        let data_path = dir.join(DATA_FILE);
+        let data = env.open(&data_path, OpenMode::ReadOnly).ok()?;
+        read_header(&*data, &data_path)
+            .ok()
+            .map(|(h, _)| h.sequence)
+    };
+    let mut lock = Some(lock_file);
+    let mut names = Some(names);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let last = attempt >= ONE_POINT_ATTEMPTS;
+        let lock_file = match lock.take() {
+            Some(l) => l,
+            None => take_lock(path, true)?,
+        };
+        let names = match names.take() {
+            Some(n) => n,
+            None => branch_names(env, &path.join(INDEXES_DIR), true)?,
+        };
+        let r = (|| -> Result<ReadOnlyParts> {
+            let root_seq = sequence(path);
+            let seqs: BTreeMap<&String, Option<u64>> = names
+                .iter()
+                .map(|n| (n, sequence(&path.join(INDEXES_DIR).join(n))))
+                .collect();
+            let mut borrowed = borrowed_names(env, path, &names)?;
+            // The newest file of the shared journal: the root's, or one it reads through a
+            // branch's name (its own deleted).
+            let newest = recovery::list(env, &path.join(JOURNALS_DIR))?
+                .into_iter()
+                .chain(borrowed.values().flatten().cloned())
+                .max_by_key(|(no, _)| *no);
+            let point = match newest {
+                Some((no, file)) => {
+                    let end = recovery::scan(env, &file, no, &[], |_, _, _| Ok(()))?;
+                    (no, end.offset)
+                }
+                None => (0, 0),
+            };
+            let at = |sequence| OnePoint {
+                file: point.0,
+                offset: point.1,
+                sequence,
+            };
+            let root = open_storage(
+                path,
+                opts.clone(),
+                Binding::Own {
+                    lock: Some(lock_file),
+                    borrowed: borrowed.remove(&None).unwrap_or_default(),
+                    at: Some(at(root_seq)),
+                },
+            )?;
+            root.inner.in_database.store(true, Ordering::Release);
+            let mut branches = BTreeMap::new();
+            let mut damaged = BTreeMap::new();
+            for n in &names {
+                let b = borrowed.remove(&Some(n.clone())).unwrap_or_default();
+                let seq = seqs.get(n).copied().flatten();
+                match open_branch(opts, path, n, None, dev, b, Some(at(seq))) {
+                    Ok(s) => {
+                        s.inner.in_database.store(true, Ordering::Release);
+                        branches.insert(n.clone(), s);
+                    }
+                    Err(e) if is_damage(&e) || is_io(&e) => {
+                        damaged.insert(n.clone(), e);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok((root, branches, damaged))
+        })();
+        let again = !last
+            && match &r {
+                Ok((_, _, damaged)) => !damaged.is_empty() && writer_live(path),
+                Err(Error::AlreadyOpen { .. }) => true,
+                Err(_) => writer_live(path),
+            };
+        if !again {
+            return r;
+        }
+        if let Err(e) = &r {
+            tracing::debug!(path = %path.display(), attempt, error = %e, "reading a database beside a live writer: trying again");
+        }
+        drop(r);
+        std::thread::sleep(std::time::Duration::from_millis(1 + u64::from(attempt)));
+    }
 }

@@ -91,13 +91,26 @@ pub enum Error {
     Corruption(Corruption),
     /// The storage (or database) is already open, in this process or another one, in a mode
     /// that excludes this open: its `LOCK` file is held with `flock`, exclusively by a
-    /// read-write opener, or shared by read-only openers (which exclude a read-write open only).
+    /// read-write opener (which excludes another read-write opener; read-only openers read
+    /// beside it through the reader table), or shared by read-only openers that could not
+    /// write `LOCK` (which exclude a read-write open only). Also what a read-only open beside a
+    /// writer returns when the writer moved the durable state under each of its 50 attempts.
     #[error("{path}: already open (its LOCK file is held by {holder})")]
     AlreadyOpen {
         /// The storage directory.
         path: PathBuf,
         /// Who holds it, in words: `"a read-write opener"` or `"read-only openers"`.
         holder: String,
+    },
+    /// Every slot of the storage's reader table (its `LOCK` file, 127 slots) is held by a live
+    /// read-only opener: a read-only open fails until one of them closes. Slots of readers
+    /// that died are free again.
+    #[error("{path}: every one of its {slots} reader slots is held by a live reader")]
+    TooManyReaders {
+        /// The `LOCK` file.
+        path: PathBuf,
+        /// Slots in the table.
+        slots: usize,
     },
     /// An earlier write or sync of the journal or data file failed; the storage refuses writes
     /// until it is closed and reopened (fail-stop: a failed fsync is never retried into success).
@@ -389,6 +402,10 @@ impl Clone for Error {
             Error::AlreadyOpen { path, holder } => Error::AlreadyOpen {
                 path: path.clone(),
                 holder: holder.clone(),
+            },
+            Error::TooManyReaders { path, slots } => Error::TooManyReaders {
+                path: path.clone(),
+                slots: *slots,
             },
             Error::Poisoned { cause } => Error::Poisoned {
                 cause: cause.clone(),

@@ -143,8 +143,14 @@ impl Storage {
     /// Opens the storage in directory `path`, creating it when it is missing or empty (unless
     /// [`Options::create`] is false), and recovers every commit the journal holds.
     ///
-    /// Errors: [`Error::AlreadyOpen`] when another handle or process holds it in a conflicting
-    /// mode (a read-write opener excludes every other opener; read-only openers share it);
+    /// A read-only open ([`Options::read_only`]) succeeds beside a live writer in another
+    /// process: it takes a slot in the storage's reader table and reads one committed state
+    /// (design.md 6.5; [`Storage::catch_up`] reads a newer one).
+    ///
+    /// Errors: [`Error::AlreadyOpen`] when another read-write opener (handle or process) holds
+    /// it, or a read-write open while read-only openers that could not write `LOCK` hold its
+    /// shared `flock`; [`Error::TooManyReaders`] for a read-only open when every reader slot
+    /// is live;
     /// [`Error::NotAStorage`] for a non-empty directory without a data file, or a data file
     /// without the omnibus header; [`Error::FormatVersion`]; [`Error::Corruption`] when both
     /// header pages are damaged or the journal's txn ids are not contiguous;
@@ -156,6 +162,7 @@ impl Storage {
             Binding::Own {
                 lock: None,
                 borrowed: Vec::new(),
+                at: None,
             },
         )
     }
@@ -333,7 +340,19 @@ pub(crate) fn flush(inner: &Inner) -> Result<FlushReport> {
             inner.journal.note_statement(stated);
         }
     }
-    if fs.punching && target.tree_txn <= inner.current.load().flushed_txn {
+    // A reader in another process older than the target may read pages the target has free
+    // (invariant I16): no punching until it moves on or closes. Dead readers' slots go first.
+    if let Some(t) = inner.lock_file.table().filter(|_| !inner.opts.read_only) {
+        if t.oldest().is_some() {
+            if let Err(e) = t.sweep() {
+                tracing::warn!(path = %inner.path.display(), error = %e, "clearing dead readers' slots failed");
+            }
+        }
+    }
+    if fs.punching
+        && target.tree_txn <= inner.current.load().flushed_txn
+        && inner.other_readers().is_none_or(|r| r >= target.txn_id)
+    {
         out.runs_punched = punch(inner, &mut fs, &target)?;
     }
     let flushed = inner.current.load().flushed_txn;

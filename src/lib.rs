@@ -193,7 +193,7 @@ pub use journal::{JournalStats, Prezero};
 pub use metrics::{HistogramSummary, Metrics};
 pub use options::{Durability, FlushMode, JournalMode, Options};
 pub use page::{live_image_bytes, peak_image_bytes, reset_peak_image_bytes};
-pub use storage::{CompactReport, FlushReport, Storage, StorageStats};
+pub use storage::{CompactReport, FlushReport, ReaderInfo, Storage, StorageStats};
 pub use txn::{ReadTransaction, WriteTransaction};
 
 /// Largest key in bytes (keys are 1..=1,024 bytes).

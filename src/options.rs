@@ -65,12 +65,13 @@ pub struct Options {
     /// Create the storage when the directory is missing or empty. Default `true`; when `false`,
     /// opening a missing storage fails with [`Error::NotAStorage`].
     pub create: bool,
-    /// Open for reading only: recovery replays the journal in memory, nothing is written (not
-    /// even `LOCK`: it is `flock`ed shared when it can be opened for reading, so any number of
-    /// read-only openers coexist while no writer can, and skipped where it cannot, e.g. on
-    /// read-only media without one), and [`crate::Storage::begin_write`] fails with
-    /// [`Error::ReadOnly`]. Works on read-only media and without write permission. Default
-    /// `false`.
+    /// Open for reading only: recovery replays the journal in memory, and nothing is written
+    /// but a slot of the reader table in `LOCK` (so any number of read-only openers, in any
+    /// processes, read beside one live writer: docs/design.md 6.5); where `LOCK` cannot be
+    /// written it is `flock`ed shared instead (no writer meanwhile), and where it cannot be
+    /// opened, e.g. on read-only media without one, skipped. [`crate::Storage::begin_write`]
+    /// fails with [`Error::ReadOnly`]. Works on read-only media and without write permission.
+    /// Default `false`.
     pub read_only: bool,
     /// Journal file size in bytes before a new file is started. Default 256 MiB. A batch larger
     /// than this gets a file of its own, as large as it needs.

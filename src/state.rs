@@ -88,8 +88,13 @@ impl Mapping {
             // file is cut only (a) by a closing storage's `Inner::trim_tail`, which first lowers
             // `end`, below which every read stays (`page`), and (b) by compaction, only above the
             // next page of every live state (no snapshot can reach a page there:
-            // `Storage::compact`); the only writer (the flush) never writes a page that a live
-            // snapshot can read from the map (design.md invariants I3, I4 and I12), so no reader
+            // `Storage::compact`); the only writer (the flush, of this process or, for a
+            // read-only storage, of a writer in another one) never writes a page that a live
+            // snapshot can read from the map (design.md invariants I3, I4, I12 and I16: the
+            // reader table holds another process's pages back as a snapshot does; free-space
+            // pages, which a flush writes in place, are read from the map beside a live writer
+            // only by the open's replay, which checks the page it rebuilds from one and tries
+            // again on a mismatch), so no reader
             // observes bytes changing, or vanishing, under a `&[u8]` it holds.
             let m = unsafe { MmapOptions::new().len(len as usize).map(file.raw_fd()) }.map_err(
                 |e| Error::Io {

@@ -39,13 +39,15 @@ use crate::layout::{DATA_FILE, INDEXES_DIR, JOURNALS_DIR, LOCK_FILE};
 // creation, the `LOCK`, and journal replay.
 mod damage;
 mod lock;
+mod readers;
 mod replay;
 
 pub(crate) use damage::{
     classify_data_file, init_files, missing_data_file_is_damage, read_header,
     read_header_or_damage, read_header_pages, unfinished_backup, DataFile,
 };
-pub(crate) use lock::{take_lock, Lock};
+pub(crate) use lock::{take_lock, writer_live, Lock};
+pub use readers::ReaderInfo;
 use replay::recover;
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -62,6 +64,9 @@ pub(crate) enum Binding {
     Own {
         lock: Option<Lock>,
         borrowed: Vec<(u64, PathBuf)>,
+        /// A read-only database's point in its shared journal (design.md 6.5): replay stops
+        /// there, and the header must be the one read before the point was taken.
+        at: Option<OnePoint>,
     },
     /// A database's shared journal. `rel` is the storage's path relative to the root (empty for
     /// the root); `lock` is the root's LOCK, already held by the database.
@@ -70,6 +75,18 @@ pub(crate) enum Binding {
         rel: String,
         lock: Option<Lock>,
     },
+}
+
+/// One point of a database's shared journal at which a read-only open beside a live writer
+/// reads every storage (design.md 6.5): records in files numbered above `file`, or at or past
+/// `offset` in it, are not replayed; `sequence` is the storage's header sequence read before
+/// the point was taken, and the open fails (to be tried again) when the header it reads
+/// differs, before or after its replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OnePoint {
+    pub file: u64,
+    pub offset: u64,
+    pub sequence: Option<u64>,
 }
 
 /// What one flush did ([`Storage::flush`], [`crate::Database::flush`]). Page counts are 8 KiB
@@ -267,7 +284,14 @@ pub(crate) struct Inner {
     pub env: Arc<dyn StorageEnv>,
     pub opts: Options,
     pub storage_id: u64,
-    _lock: Lock,
+    /// The `LOCK` file: the writers' `flock` and the reader table (`storage/readers.rs`).
+    pub lock_file: Lock,
+    /// Journal files read through another name at open (a read-only database's storage whose
+    /// own name is missing), read again by [`Storage::catch_up`].
+    borrowed: Vec<(u64, PathBuf)>,
+    /// Set by a read-only [`crate::Database`] open for each of its storages: catching one up
+    /// alone could show one part of a group transaction without the others.
+    pub in_database: AtomicBool,
     pub data: Arc<dyn EnvFile>,
     /// How flushes write the data file, and why ([`crate::write_mode::resolve`]), resolved on
     /// first need (the first flush that writes pages, or [`Storage::write_mode`]): `Auto`'s
@@ -443,6 +467,78 @@ impl Storage {
     /// handle of every storage that holds the same directory open.
     pub(crate) fn hide_reserved_key(&self) {
         self.inner.hide_reserved.store(true, Ordering::Relaxed);
+    }
+
+    /// A read-only storage reads the state that was committed when it was opened (design.md
+    /// 6.5); this reads the newest committed state again, as an open does (the durable header
+    /// and the journal after it, replayed into memory), and makes it the state that
+    /// [`Storage::begin_read`] returns from now on. Snapshots taken before stay as they were
+    /// (their pages stay pinned in the reader table). Returns the txn id now read. On a
+    /// writable storage it does nothing (its snapshots are always the newest).
+    ///
+    /// Errors: as a read-only [`Storage::open`]; [`Error::Closed`];
+    /// [`Error::InvalidOptions`] on a storage of a read-only [`crate::Database`], where
+    /// catching one storage up alone could show one part of a group transaction without the
+    /// others (open the database again instead).
+    pub fn catch_up(&self) -> Result<u64> {
+        let inner = &self.inner;
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if !inner.opts.read_only {
+            return Ok(inner.current.load().txn_id);
+        }
+        if inner.in_database.load(Ordering::Acquire) {
+            return Err(Error::InvalidOptions(
+                "catch_up on a storage of a read-only database: open the database again to read every storage at one point".into(),
+            ));
+        }
+        let _g = lock(&inner.publish);
+        let cur = inner.current.load_full();
+        let floor = inner.registry.oldest_live().map(|s| s.txn_id);
+        let src = Source {
+            env: &*inner.env,
+            data: &inner.data,
+            data_path: &inner.data_path,
+            journals_dir: &inner.journals_dir,
+            borrowed: &inner.borrowed,
+            map_end: &inner.map_end,
+            at: None,
+        };
+        let len = inner.data.len()?;
+        let (_, _, state, _, len) = src.load(len, inner.lock_file.slot(), floor)?;
+        if state.txn_id <= cur.txn_id {
+            return Ok(cur.txn_id);
+        }
+        let next = Arc::new(state);
+        inner.file_len.fetch_max(len, Ordering::AcqRel);
+        inner.current.store(next.clone());
+        inner.registry.register(&next);
+        Ok(next.txn_id)
+    }
+
+    /// The read-only openers in other open files of this storage's `LOCK` that are alive now:
+    /// each one's pid and the oldest txn it reads (design.md 6.5). Empty where the storage has
+    /// no reader table (a read-only open that took a shared `flock` or no lock).
+    ///
+    /// Errors: I/O errors of `fcntl` on `LOCK`.
+    pub fn readers(&self) -> Result<Vec<ReaderInfo>> {
+        match self.inner.lock_file.table() {
+            Some(t) => t.live(),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Clears the reader slots of processes that died without freeing them (their slot lock
+    /// is gone), so that their pinned pages can be reused; a writer does it at open and at each
+    /// flush too. Returns how many slots it cleared.
+    ///
+    /// Errors: I/O errors of `fcntl` on `LOCK`.
+    pub fn clear_dead_readers(&self) -> Result<usize> {
+        match self.inner.lock_file.table() {
+            Some(t) => t.sweep(),
+            None => Ok(0),
+        }
     }
 
     /// Writes every committed page to the data file, advances the header, punches free 1 MiB
@@ -629,8 +725,11 @@ impl Storage {
             // (it only grows after a shrink): with none older alive, and the durable header
             // past it (recovery replays nothing older), no one reads above the new end.
             let shrink = self.inner.last_shrink.load(Ordering::Acquire);
-            if oldest < shrink || cur.flushed_txn < shrink {
-                report.limited_by_snapshot = Some(oldest);
+            // A reader in another process may read a state from before a shrink of this or an
+            // earlier session: no cut while one reads an older state than this one.
+            let other_old = self.inner.other_readers().is_some_and(|r| r < cur.txn_id);
+            if oldest < shrink || cur.flushed_txn < shrink || other_old {
+                report.limited_by_snapshot = Some(self.inner.oldest_reader(oldest));
             } else if new_len < len {
                 self.inner.data.set_len(new_len)?;
                 self.inner.file_len.store(new_len, Ordering::Release);
@@ -704,7 +803,11 @@ impl Storage {
     /// buffer, the check covers the tree: buffered entries (their records passed their checksums
     /// when the journal was written or replayed) are not in it, and
     /// [`CheckReport::entries`] counts the tree's keys ([`StorageStats::buffer_entries`] says
-    /// how many are buffered).
+    /// how many are buffered). On a read-only storage it keeps writers in other processes out
+    /// while it runs (a shared `flock` on `LOCK`: a read-write open meanwhile fails with
+    /// [`Error::AlreadyOpen`]); when a writer holds the storage already, it checks the tree only
+    /// ([`CheckReport::free_space_checked`] false), the writer updating the free-space map and
+    /// the header slots in place.
     pub fn check(&self) -> Result<CheckReport> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
@@ -712,8 +815,19 @@ impl Storage {
         // Free-space pages are updated in place; holding the flush lock keeps the checked
         // state's free-space map from being overwritten by a newer flushed version meanwhile.
         let _flush = lock(&self.inner.flush_state);
+        // A read-only storage with a reader slot keeps writers in other processes out for the
+        // check (a shared `flock`); beside a live one it checks the tree only: the writer
+        // updates the map's pages and the header slots in place (design.md 6.5).
+        let exclusion = match self.inner.lock_file.table() {
+            Some(t) if self.inner.opts.read_only => Some(t.exclude_writers()),
+            _ => None,
+        };
+        let free_space = exclusion.as_ref().is_none_or(|g| g.is_some());
         let s = self.inner.current.load_full();
-        let mut report = crate::btree::check(&s);
+        let mut report = crate::btree::check(&s, free_space);
+        if !free_space {
+            return Ok(report);
+        }
         // The header slots are read from the file: readers never use them after the open, so
         // only a check sees one that was damaged since (or torn by a crash).
         let pages = read_header_pages(&*self.inner.data, &self.inner.data_path).ok();
@@ -886,9 +1000,11 @@ impl Inner {
             created_dir = true;
         }
         // The lock first: nothing is read or written before it is held.
-        let (binding, held, borrowed) = match binding {
-            Binding::Shared { journal, rel, lock } => (Some((journal, rel)), lock, Vec::new()),
-            Binding::Own { lock, borrowed } => (None, lock, borrowed),
+        let (binding, held, borrowed, at) = match binding {
+            Binding::Shared { journal, rel, lock } => {
+                (Some((journal, rel)), lock, Vec::new(), None)
+            }
+            Binding::Own { lock, borrowed, at } => (None, lock, borrowed, at),
         };
         let lock_file = match held {
             Some(f) => f,
@@ -941,23 +1057,9 @@ impl Inner {
             init_files(&*env, &path, &*data, created_dir)?;
             len = 2 * PAGE_SIZE as u64;
         }
-        let (hdr, slot) = read_header_or_damage(&*env, &*data, &data_path, &journals_dir)?;
-        // Every page below the durable header's `next_page` was in the file when that header
-        // was written (the file grows before pages are allocated past its end, the flush syncs
-        // the data file before the header, and `trim_tail` never cuts below `next_page`): a
-        // shorter file lost pages of the tree or its map. Opening it would read zeros or fail
-        // at a page deep in the tree at some later read; it is damage, named now.
-        let in_use = hdr.next_page.saturating_mul(PAGE_SIZE as u64);
-        if len < in_use {
-            return Err(Error::corruption(
-                &*data_path,
-                None,
-                None,
-                format!(
-                    "the data file is {len} bytes, shorter than the {} pages ({in_use} bytes) its header says are in use: it was truncated",
-                    hdr.next_page
-                ),
-            ));
+        if !opts.read_only {
+            // A writable open names a foreign or cut data file before it creates anything.
+            Source::precheck(&*env, &*data, &data_path, &journals_dir, len)?;
         }
         if !env.exists(&journals_dir) {
             if opts.read_only {
@@ -970,32 +1072,16 @@ impl Inner {
             env.sync_dir(&path)?;
         }
         let map_end = Arc::new(AtomicU64::new(u64::MAX));
-        let mapping = Arc::new(Mapping::new(
-            &data,
-            len,
-            data_path.clone(),
-            map_end.clone(),
-        )?);
-        let mut state = State {
-            txn_id: hdr.flushed_txn,
-            root: hdr.root,
-            freedir: hdr.freedir,
-            next_page: hdr.next_page,
-            entries: hdr.entries,
-            flushed_txn: hdr.flushed_txn,
-            tree_txn: hdr.flushed_txn,
-            buffer: Default::default(),
-            buffer_bytes: 0,
-            len_delta: Default::default(),
-            len_wanted: Default::default(),
-            buffer_since: None,
-            sweep: None,
-            scratch: Default::default(),
-            scratch_bytes: 0,
-            dirty_since: None,
-            mapping,
+        let src = Source {
+            env: &*env,
+            data: &data,
+            data_path: &data_path,
+            journals_dir: &journals_dir,
+            borrowed: &borrowed,
+            map_end: &map_end,
+            at,
         };
-        let files = recover(&*env, &journals_dir, &borrowed, &hdr, &mut state)?;
+        let (hdr, slot, mut state, files, len) = src.load(len, lock_file.slot(), None)?;
         let max_no = files.keys().next_back().copied().unwrap_or(0);
         let replayed = state.txn_id > hdr.flushed_txn;
         if replayed {
@@ -1018,6 +1104,22 @@ impl Inner {
                 e => e,
             })?
         };
+        let mut alloc = alloc;
+        if let Some(r) = lock_file
+            .table()
+            .filter(|_| !opts.read_only)
+            .and_then(|t| t.oldest())
+            .filter(|r| *r < state.txn_id)
+        {
+            // A reader in another process reads an older state: the pages free now may be in
+            // use there. They wait under this state's txn, as pages freed by it would
+            // (invariant I16).
+            let runs: Vec<(u64, u64)> = alloc.reusable.iter().collect();
+            alloc.reusable = Default::default();
+            alloc.pending_pages += runs.iter().map(|(_, l)| l).sum::<u64>();
+            tracing::debug!(path = %path.display(), reader = r, pages = alloc.pending_pages, "free pages wait for a reader in another process");
+            alloc.pending.push_back((state.txn_id, runs));
+        }
         let mine: BTreeMap<u64, u64> = files
             .iter()
             .map(|(no, per)| (*no, per.get(&hdr.storage_id).copied().unwrap_or(0)))
@@ -1048,7 +1150,9 @@ impl Inner {
             journals_dir,
             env,
             storage_id: hdr.storage_id,
-            _lock: lock_file,
+            lock_file,
+            borrowed,
+            in_database: AtomicBool::new(false),
             data,
             current: ArcSwap::new(state.clone()),
             registry: SnapshotRegistry::default(),
@@ -1177,10 +1281,12 @@ impl Inner {
         // of a page diff, which recovery reads from the data file (design.md invariant I9). Pages
         // whose freed version never reached the data file wait for the snapshots only
         // (`Allocator::early`).
+        // Readers in other processes count as snapshots (their reader slots, invariant I16).
         if let Some(oldest) = self.registry.oldest_live() {
+            let oldest = self.oldest_reader(oldest.txn_id);
             let flushed = self.current.load().flushed_txn;
             let started = self.flush_started.load(Ordering::Acquire);
-            let early = writer.alloc.release_early(oldest.txn_id, started);
+            let early = writer.alloc.release_early(oldest, started);
             if early > 0 {
                 let _ =
                     self.freed_unflushed
@@ -1188,10 +1294,26 @@ impl Inner {
                             Some(v.saturating_sub(early))
                         });
             }
-            writer.alloc.release(oldest.txn_id.min(flushed));
+            writer.alloc.release(oldest.min(flushed));
         }
         let base = self.current.load_full();
         Ok(WriteTransaction::new(self.clone(), writer, base))
+    }
+
+    /// The oldest txn read by a reader in another process (its reader slot, design.md 6.5),
+    /// when one is there; `None` for a read-only storage. Reads the shared table: no system
+    /// call.
+    pub fn other_readers(&self) -> Option<u64> {
+        if self.opts.read_only {
+            return None;
+        }
+        self.lock_file.table().and_then(|t| t.oldest())
+    }
+
+    /// `txn` (the oldest txn a snapshot of this process reads), lowered to the oldest one a
+    /// reader in another process reads.
+    pub fn oldest_reader(&self, txn: u64) -> u64 {
+        self.other_readers().map_or(txn, |r| r.min(txn))
     }
 
     pub fn return_writer(&self, w: Box<WriterState>) {
@@ -1247,6 +1369,11 @@ impl Inner {
         }
         let cur = self.current.load_full();
         if cur.txn_id != cur.flushed_txn {
+            return 0;
+        }
+        // A reader in another process may read an older state, whose next page may be higher
+        // (a compaction lowered it since).
+        if self.other_readers().is_some_and(|r| r < cur.txn_id) {
             return 0;
         }
         let end = cur.next_page.max(2) * PAGE_SIZE as u64;
@@ -1670,4 +1797,188 @@ fn build_allocator(s: &State) -> Result<Allocator> {
         maps.iter().map(|(i, w)| (*i, &w[..])),
         s.next_page,
     ))
+}
+
+/// Where a storage's committed state is read from at open (and by [`Storage::catch_up`]).
+struct Source<'a> {
+    env: &'a dyn StorageEnv,
+    data: &'a Arc<dyn EnvFile>,
+    data_path: &'a Arc<PathBuf>,
+    journals_dir: &'a Path,
+    borrowed: &'a [(u64, PathBuf)],
+    map_end: &'a Arc<AtomicU64>,
+    at: Option<OnePoint>,
+}
+
+/// What [`Source::load`] read: the durable header and its slot, the recovered state, the
+/// highest txn of each storage in each journal file, and the data file's length.
+type Loaded = (
+    Header,
+    u64,
+    State,
+    BTreeMap<u64, std::collections::HashMap<u64, u64>>,
+    u64,
+);
+
+/// Attempts of a read-only open beside a live writer before it gives up (each one after a
+/// flush moved the header under it, or a journal file it read was released meanwhile).
+const LOAD_ATTEMPTS: u32 = 50;
+
+impl Source<'_> {
+    /// Reads the newest durable header and replays the journal after it into a new state
+    /// (design.md 6, steps 5 to 7). `len`: the data file's length as the caller knows it (read
+    /// again for a later attempt).
+    ///
+    /// With a reader slot (a read-only open that took one, design.md 6.5), a writer in
+    /// another process may flush, reuse pages and release journal files meanwhile, so each
+    /// attempt first pins every page (slot txn 0), or with `floor` (a catch-up: the oldest state
+    /// this process still reads) every page that state reads, then states the header's flushed
+    /// txn (never above `floor`), replays, and is accepted only when
+    /// the durable header has not moved past what it replayed (a journal file released during
+    /// the replay could hide records, but only records a newer header covers). An attempt
+    /// that fails while a writer is live or the header moved is made again, up to
+    /// [`LOAD_ATTEMPTS`]; the slot then states the replayed txn.
+    fn load(
+        &self,
+        len: u64,
+        slot: Option<&readers::ReaderSlot>,
+        floor: Option<u64>,
+    ) -> Result<Loaded> {
+        let Some(slot) = slot else {
+            return self.attempt(len);
+        };
+        let pin = |t: u64| slot.set_txn(floor.map_or(t, |f| f.min(t)));
+        if let Some(at) = self.at {
+            // One attempt: the database tries again from a new point when the header moved.
+            pin(0);
+            let moved = || Error::AlreadyOpen {
+                path: self.data_path.to_path_buf(),
+                holder: "a read-write opener that flushed while it was read".into(),
+            };
+            let l = self.attempt_pinned(len, &pin)?;
+            let (now, _) = read_header(&**self.data, self.data_path)?;
+            if at
+                .sequence
+                .is_some_and(|q| q != l.0.sequence || q != now.sequence)
+            {
+                return Err(moved());
+            }
+            pin(l.2.txn_id);
+            return Ok(l);
+        }
+        let mut last = None;
+        for attempt in 0..LOAD_ATTEMPTS {
+            // Every page pinned (an open), or every page the oldest state held here reads (a
+            // catch-up: pages the newer state reads are in use there too, or freed later).
+            slot.set_txn(floor.unwrap_or(0));
+            let len = if attempt == 0 { len } else { self.data.len()? };
+            let before = read_header(&**self.data, self.data_path)
+                .ok()
+                .map(|(h, _)| h.sequence);
+            let r = self.attempt_pinned(len, &pin).and_then(|l| {
+                // Accepted only when no durable header is past what was replayed.
+                let (now, _) = read_header(&**self.data, self.data_path)?;
+                if now.flushed_txn > l.2.txn_id {
+                    return Err(Error::AlreadyOpen {
+                        path: self.data_path.to_path_buf(),
+                        holder: format!(
+                            "a read-write opener that flushed past the replayed transaction {} during each of {LOAD_ATTEMPTS} attempts to read it",
+                            l.2.txn_id
+                        ),
+                    });
+                }
+                Ok(l)
+            });
+            match r {
+                Ok(l) => {
+                    pin(l.2.txn_id);
+                    return Ok(l);
+                }
+                Err(e) => {
+                    let after = read_header(&**self.data, self.data_path)
+                        .ok()
+                        .map(|(h, _)| h.sequence);
+                    let live = slot.table().writer_live();
+                    if !live && before == after && !matches!(e, Error::AlreadyOpen { .. }) {
+                        return Err(e);
+                    }
+                    tracing::debug!(path = %self.data_path.display(), attempt, error = %e, "reading beside a live writer: trying again");
+                    last = Some(e);
+                    std::thread::sleep(std::time::Duration::from_millis(1 + u64::from(attempt)));
+                }
+            }
+        }
+        Err(last.unwrap_or(Error::Closed))
+    }
+
+    /// One attempt of [`Source::load`] without a slot.
+    fn attempt(&self, len: u64) -> Result<Loaded> {
+        self.attempt_pinned(len, &|_| {})
+    }
+
+    /// The newest header, read as an open does (a foreign data file next to journals is
+    /// damage), and the data file's length checked against it (design.md 6, step 5).
+    fn precheck(
+        env: &dyn StorageEnv,
+        data: &dyn EnvFile,
+        data_path: &Path,
+        journals_dir: &Path,
+        len: u64,
+    ) -> Result<(Header, u64)> {
+        let (hdr, slot) = read_header_or_damage(env, data, data_path, journals_dir)?;
+        // Every page below the durable header's `next_page` was in the file when that header
+        // was written (the file grows before pages are allocated past its end, the flush syncs
+        // the data file before the header, and `trim_tail` never cuts below `next_page`): a
+        // shorter file lost pages of the tree or its map. Opening it would read zeros or fail
+        // at a page deep in the tree at some later read; it is damage, named now.
+        let in_use = hdr.next_page.saturating_mul(PAGE_SIZE as u64);
+        if len < in_use {
+            return Err(Error::corruption(
+                data_path,
+                None,
+                None,
+                format!(
+                    "the data file is {len} bytes, shorter than the {} pages ({in_use} bytes) its header says are in use: it was truncated",
+                    hdr.next_page
+                ),
+            ));
+        }
+        Ok((hdr, slot))
+    }
+
+    /// One attempt: header, length check, map, replay. `pin` is told the header's flushed txn
+    /// before anything of the state is read.
+    fn attempt_pinned(&self, len: u64, pin: &dyn Fn(u64)) -> Result<Loaded> {
+        let (env, data, data_path) = (self.env, self.data, self.data_path);
+        let (hdr, slot) = Source::precheck(env, &**data, data_path, self.journals_dir, len)?;
+        pin(hdr.flushed_txn);
+        let mapping = Arc::new(Mapping::new(
+            data,
+            len,
+            data_path.clone(),
+            self.map_end.clone(),
+        )?);
+        let mut state = State {
+            txn_id: hdr.flushed_txn,
+            root: hdr.root,
+            freedir: hdr.freedir,
+            next_page: hdr.next_page,
+            entries: hdr.entries,
+            flushed_txn: hdr.flushed_txn,
+            tree_txn: hdr.flushed_txn,
+            buffer: Default::default(),
+            buffer_bytes: 0,
+            len_delta: Default::default(),
+            len_wanted: Default::default(),
+            buffer_since: None,
+            sweep: None,
+            scratch: Default::default(),
+            scratch_bytes: 0,
+            dirty_since: None,
+            mapping,
+        };
+        let cut = self.at.map(|a| (a.file, a.offset));
+        let files = recover(env, self.journals_dir, self.borrowed, &hdr, &mut state, cut)?;
+        Ok((hdr, slot, state, files, len))
+    }
 }

@@ -962,10 +962,17 @@ pub fn check(a: CheckArgs) -> CliResult {
                  twin is intact (nothing lost); a read-write open rewrites it"
             );
         }
+        if !r.free_space_checked {
+            eprintln!(
+                "omnibus: storage `{name}`: a writer holds it: the tree is checked, its free-space \
+                 map and header pages are not (the writer updates them in place)"
+            );
+        }
         if a.json {
             reports.push(json!({
                 "storage": name,
                 "ok": r.is_ok(),
+                "free_space_checked": r.free_space_checked,
                 "opened_alone": db_error.is_some(),
                 "header_slots_damaged": r.header_slots_damaged,
                 "txn_id": r.txn_id,

@@ -65,6 +65,7 @@ impl Fail {
                 | E::FormatVersion { .. }
                 | E::Corruption(_)
                 | E::AlreadyOpen { .. }
+                | E::TooManyReaders { .. }
                 | E::CrossDevice { .. }
                 | E::NoSpace { .. }
                 | E::Io { .. }

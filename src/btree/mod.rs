@@ -142,6 +142,11 @@ pub struct CheckReport {
     /// a problem: nothing is lost, the twin holds the same header, and the first flush of a
     /// read-write open rewrites the slot from it). Filled by [`crate::Storage::check`].
     pub header_slots_damaged: Vec<u64>,
+    /// False when the free-space map and the header slots were not checked: a read-only
+    /// storage beside a live writer in another process, which updates the map's pages and the
+    /// header in place (design.md 6.5). Then `pages_free` is 0, and pages neither reachable nor
+    /// checked are not reported as leaked.
+    pub free_space_checked: bool,
 }
 
 impl CheckReport {
@@ -487,12 +492,13 @@ impl<'a> Checker<'a> {
 /// in [`CheckReport::hidden`] instead of being reported as leaked, and the recorded key count
 /// is not compared with the leaves. Without damage, unreached pages that are not free are
 /// leaks, one problem per run of consecutive pages. Memory: two bits per page of the file.
-pub(crate) fn check(state: &State) -> CheckReport {
+pub(crate) fn check(state: &State, free_space: bool) -> CheckReport {
     let words = (state.next_page as usize).div_ceil(64) + 1;
     let mut c = Checker {
         state,
         report: CheckReport {
             txn_id: state.txn_id,
+            free_space_checked: free_space,
             ..Default::default()
         },
         used: vec![0; words],
@@ -508,7 +514,9 @@ pub(crate) fn check(state: &State) -> CheckReport {
         c.node(state.root, None, None, 1);
     }
     let mut free = vec![0u64; words];
-    c.free_map(&mut free);
+    if free_space {
+        c.free_map(&mut free);
+    }
     let mut hidden = Runs::default();
     let mut leaked = Runs::default();
     let mut marked_free = Runs::default();
@@ -518,6 +526,7 @@ pub(crate) fn check(state: &State) -> CheckReport {
         let is_free = free[w] & (1 << b) != 0;
         match (used, is_free) {
             (true, true) => marked_free.add(p),
+            (false, false) if !free_space => {}
             (false, false) => {
                 if c.subtree_hidden || c.free_unknown.iter().any(|&(a, e)| p >= a && p < e) {
                     hidden.add(p);

@@ -20,13 +20,16 @@ use crate::state::{ScratchPage, State};
 /// Replays the commit records of the storage of header `hdr` after `state.flushed_txn` into
 /// the scratch table (design.md invariant I7) and returns, per journal file, the highest txn id of
 /// each storage. The files are those of `dir` and, where `dir` lacks their number, `borrowed`
-/// ones. Then checks the journal's start statements (`check_started`).
+/// ones. Then checks the journal's start statements (`check_started`). `cut`: `(file,
+/// offset)` of a database's one point (design.md 6.5): files numbered above it are not read,
+/// and records at or past the offset in it are left out.
 pub(super) fn recover(
     env: &dyn StorageEnv,
     dir: &Path,
     borrowed: &[(u64, PathBuf)],
     hdr: &Header,
     state: &mut State,
+    cut: Option<(u64, u64)>,
 ) -> Result<BTreeMap<u64, HashMap<u64, u64>>> {
     let storage_id = hdr.storage_id;
     // INFO, once per open: the records of this storage replayed (after its durable header)
@@ -57,6 +60,9 @@ pub(super) fn recover(
         }
     }
     list.sort();
+    if let Some((file, _)) = cut {
+        list.retain(|(no, _)| *no <= file);
+    }
     // Free-space bitmap pages journaled as diffs of their own previous version (design.md 3.2)
     // whose chain starts at the data file's copy (no replayed record holds the page): page ->
     // its diffs `(txn, ranges)` in order. That copy may be torn by a flush whose header never
@@ -71,6 +77,9 @@ pub(super) fn recover(
         let mut per: HashMap<u64, u64> = HashMap::new();
         let known = [(storage_id, state.txn_id)];
         let end = recovery::scan(env, &path, no, &known, |h, body, offset| {
+            if cut.is_some_and(|(file, at)| no == file && offset >= at) {
+                return Ok(());
+            }
             if h.kind == RecordKind::Start && h.storage_id == storage_id {
                 // A start record this storage's journal wrote (another owner's, in a shared
                 // file hard-linked into a branch, says nothing about this directory).

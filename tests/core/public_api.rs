@@ -35,8 +35,8 @@ use omnibus::{
     BackupReport, CheckReport, CompactReport, Corruption, Database, DatabaseStats, Durability,
     Error, FlushMode, FlushReport, GroupError, GroupTransaction, HiddenPages, HistogramSummary,
     IndexFailure, JournalIo, JournalMode, JournalStats, KeyRange, Metrics, Options, Prezero, Range,
-    ReadTransaction, Result, Storage, StorageStats, WriteMode, WriteTransaction, MAX_GROUP_BYTES,
-    MAX_GROUP_STORAGES, MAX_KEY_LEN, MAX_VALUE_LEN, PAGE_SIZE,
+    ReadTransaction, ReaderInfo, Result, Storage, StorageStats, WriteMode, WriteTransaction,
+    MAX_GROUP_BYTES, MAX_GROUP_STORAGES, MAX_KEY_LEN, MAX_VALUE_LEN, PAGE_SIZE,
 };
 
 #[test]
@@ -56,6 +56,9 @@ fn every_intended_item_is_public() {
     let _: fn(&Storage) -> StorageStats = Storage::stats;
     let _: fn(&Storage) -> Metrics = Storage::metrics;
     let _: fn(&Storage) -> Result<CheckReport> = Storage::check;
+    let _: fn(&Storage) -> Result<u64> = Storage::catch_up;
+    let _: fn(&Storage) -> Result<Vec<ReaderInfo>> = Storage::readers;
+    let _: fn(&Storage) -> Result<usize> = Storage::clear_dead_readers;
     let _: fn(Storage) -> Result<()> = Storage::close;
     let _: fn(&Storage) -> bool = Storage::flush_due;
     let _: fn(&Storage) -> bool = Storage::is_poisoned;
@@ -181,7 +184,7 @@ fn no_internal_module_or_export_is_public() {
                 "pub use metrics::{HistogramSummary, Metrics};",
                 "pub use options::{Durability, FlushMode, JournalMode, Options};",
                 "pub use page::{live_image_bytes, peak_image_bytes, reset_peak_image_bytes};",
-                "pub use storage::{CompactReport, FlushReport, Storage, StorageStats};",
+                "pub use storage::{CompactReport, FlushReport, ReaderInfo, Storage, StorageStats};",
                 "pub use txn::{ReadTransaction, WriteTransaction};",
                 "pub const MAX_KEY_LEN: usize = 1024;",
                 "pub const MAX_VALUE_LEN: usize = 128 << 20;",

@@ -19,3 +19,4 @@ mod cross_device;
 mod database_sigkill;
 mod group_sigkill;
 mod index_model;
+mod live_readers;
