@@ -1213,7 +1213,12 @@ impl DatabaseHandle {
         let with_root = batches
             .iter()
             .any(|(h, _)| h.tx.same_channel(&self.inner.root.tx));
-        let count = batches.len() + if with_root { self.synchronous_indexes(None) } else { 0 };
+        let count = batches.len()
+            + if with_root {
+                self.synchronous_indexes(None)
+            } else {
+                0
+            };
         if count > MAX_GROUP_STORAGES {
             return Err(GroupError::TooManyStorages {
                 count,

@@ -205,10 +205,7 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
                 StorageMsg::Group { root, parts, reply } => {
                     // A group of at most `MAX_GROUP_STORAGES`: the root, the synchronous
                     // indexes and the branches of every merged request.
-                    let new = parts
-                        .iter()
-                        .filter(|p| !members.contains(&p.name))
-                        .count();
+                    let new = parts.iter().filter(|p| !members.contains(&p.name)).count();
                     if !payloads.is_empty()
                         && 1 + sync.len() + members.len() + new > MAX_GROUP_STORAGES
                     {

@@ -88,7 +88,10 @@ fn a_group_write_shows_in_every_storage_or_in_none() {
         Err(Error::InvalidOptions(_))
     ));
     // Nor through its own handle (reads are fine).
-    assert!(matches!(index.blocking_put("x", "1"), Err(Error::InvalidOptions(_))));
+    assert!(matches!(
+        index.blocking_put("x", "1"),
+        Err(Error::InvalidOptions(_))
+    ));
     assert!(matches!(
         index.blocking_update(|t| t.put("x", "1")),
         Err(Error::InvalidOptions(_))
