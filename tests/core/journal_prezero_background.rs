@@ -179,7 +179,20 @@ fn overlaps(a: &[(u64, u64)], b: &[(u64, u64)]) -> Option<((u64, u64), (u64, u64
 #[test]
 fn background_zeros_never_overlap_records_across_rotations() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s");
+    // On a loaded machine the commits can outrun the pre-zeroing thread for a whole run (the
+    // writer zeroes inline then): such a run shows nothing, so it is run again, up to 5 times.
+    for i in 0..5 {
+        if background_zeros_checked(&dir.path().join(format!("s{i}"))) {
+            return;
+        }
+    }
+    panic!("the pre-zeroing thread wrote nothing in 5 runs");
+}
+
+/// One run of the workload at `path`: false when the pre-zeroing thread wrote nothing, else
+/// the checks (which panic on a failure) passed.
+fn background_zeros_checked(path: &Path) -> bool {
+    let path = path.to_path_buf();
     let env = Arc::new(HookedEnv::new(Arc::new(DefaultEnv::new())));
     let writes = Arc::new(Mutex::new(Writes::default()));
     let w2 = writes.clone();
@@ -231,7 +244,9 @@ fn background_zeros_never_overlap_records_across_rotations() {
     };
     env.clear();
     assert!(stats.files_created >= 10, "{stats:?}");
-    assert!(stats.background_zero_bytes > 0, "{stats:?}");
+    if stats.background_zero_bytes == 0 {
+        return false;
+    }
     let w = writes.lock().unwrap();
     assert!(w.late.is_empty(), "{:?}", w.late);
     let bg: u64 = w.background.values().flatten().map(|(a, b)| b - a).sum();
@@ -253,6 +268,7 @@ fn background_zeros_never_overlap_records_across_rotations() {
         assert!(end <= len);
     }
     assert_all(&path, N);
+    true
 }
 
 /// Commits until one fails (at most `max`); returns the number acknowledged and the error.
