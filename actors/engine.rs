@@ -713,7 +713,10 @@ impl Engine {
     }
 
     /// Drains every mailbox, stops every actor, flushes and closes every database, and joins
-    /// the executors. Returns the first error met (all work is stopped regardless).
+    /// the executors. Returns the first error met (all work is stopped regardless). A closed
+    /// database's handles answer [`Error::Closed`]; its storages' `LOCK` files stay held until
+    /// the last [`DatabaseHandle`] and [`StorageHandle`] clone of it is dropped (another opener,
+    /// in this process or another, gets [`Error::AlreadyOpen`] until then).
     pub fn shutdown(self) -> Result<()> {
         self.inner.shutdown()
     }
