@@ -1361,11 +1361,16 @@ fn read_at_one_point(
             }
             Ok((root, branches, damaged))
         })();
+        // A journal file read short: a writer process created or emptied it meanwhile, and
+        // may have exited already (a short `omnibus put`): the point is taken again.
+        let short = |e: &Error| matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::UnexpectedEof);
         let again = !last
             && match &r {
-                Ok((_, _, damaged)) => !damaged.is_empty() && writer_live(path),
+                Ok((_, _, damaged)) => {
+                    !damaged.is_empty() && (writer_live(path) || damaged.values().any(short))
+                }
                 Err(Error::AlreadyOpen { .. }) => true,
-                Err(_) => writer_live(path),
+                Err(e) => writer_live(path) || short(e),
             };
         if !again {
             return r;

@@ -1821,7 +1821,8 @@ type Loaded = (
 );
 
 /// Attempts of a read-only open beside a live writer before it gives up (each one after a
-/// flush moved the header under it, or a journal file it read was released meanwhile).
+/// flush moved the header under it, a journal file it read was released meanwhile, or one was
+/// read short: a writer process created or emptied it meanwhile, and may have exited since).
 const LOAD_ATTEMPTS: u32 = 50;
 
 impl Source<'_> {
@@ -1836,8 +1837,8 @@ impl Source<'_> {
     /// txn (never above `floor`), replays, and is accepted only when
     /// the durable header has not moved past what it replayed (a journal file released during
     /// the replay could hide records, but only records a newer header covers). An attempt
-    /// that fails while a writer is live or the header moved is made again, up to
-    /// [`LOAD_ATTEMPTS`]; the slot then states the replayed txn.
+    /// that fails while a writer is live, the header moved, or a journal file was read short
+    /// is made again, up to [`LOAD_ATTEMPTS`]; the slot then states the replayed txn.
     fn load(
         &self,
         len: u64,
@@ -1899,7 +1900,12 @@ impl Source<'_> {
                         .ok()
                         .map(|(h, _)| h.sequence);
                     let live = slot.table().writer_live();
-                    if !live && before == after && !matches!(e, Error::AlreadyOpen { .. }) {
+                    // A journal file read short: a writer process created or emptied it while
+                    // it was read, and may be gone already (a short `omnibus put`).
+                    let short = matches!(&e, Error::Io { source, .. }
+                        if source.kind() == std::io::ErrorKind::UnexpectedEof);
+                    if !live && !short && before == after && !matches!(e, Error::AlreadyOpen { .. })
+                    {
                         return Err(e);
                     }
                     tracing::debug!(path = %self.data_path.display(), attempt, error = %e, "reading beside a live writer: trying again");
