@@ -143,6 +143,18 @@ fn a_point_read_that_would_fault_goes_to_the_pool_and_a_warm_one_stays() {
         .blocking_open_database(&path, Options::default())
         .unwrap();
     let root = db.root();
+    // Out of the page cache too (the flush left the pages there): else a residency refresh of
+    // the flushers (every 50 ms) could find them resident before the get, on a slow machine.
+    let f = std::fs::File::open(path.join("data.pages")).unwrap();
+    // SAFETY: posix_fadvise only advises the kernel about the descriptor's pages.
+    unsafe {
+        libc::posix_fadvise(
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            0,
+            0,
+            libc::POSIX_FADV_DONTNEED,
+        )
+    };
     let before = omnibus::actors::cold_reads();
     let mut get = Box::pin(root.get(key(1234)));
     // Not answered on the caller's thread: sent to the reader pool.
