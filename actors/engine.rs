@@ -687,7 +687,7 @@ impl Engine {
             .background_io
             .run(move || {
                 let db = Database::open(&p, o)?;
-                // Branches left as indexes by an earlier session hide their applied records (a
+                // Branches left as indexes by an earlier open hide their applied records (a
                 // damaged branch is left as the open left it: reported by `damaged`).
                 for name in db.storages() {
                     if let Ok(s) = db.storage(&name) {
@@ -1746,7 +1746,7 @@ impl DatabaseHandle {
 }
 
 /// `s`, marked as an index storage when it holds an index's applied record (an index defined
-/// in an earlier session, or by another process): its snapshots then leave the record out of
+/// in an earlier open, or by another process): its snapshots then leave the record out of
 /// every view, as those of an index defined now (design.md 10.1). Reads a page: run off the
 /// executors.
 fn index_marked(s: Storage) -> Result<Storage> {

@@ -194,7 +194,10 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
         while let Some(m) = next.take() {
             match m {
                 StorageMsg::Write { batch, reply } => {
-                    group_bytes += batch_bytes(&batch);
+                    // Counted on a database's root only: the one actor that leads groups.
+                    if feed.is_some() {
+                        group_bytes += batch_bytes(&batch);
+                    }
                     payloads.push(Payload::Write(batch));
                     replies.push(Reply::Write(reply));
                 }

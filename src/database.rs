@@ -276,7 +276,7 @@ impl Database {
                 let files = survey(&*env, &path, hdr.storage_id, &names)?;
                 let missing = missing_names(&*env, &path, &files, &hdr, &names);
                 relink(&*env, &path, &missing)?;
-                // Every link made in earlier sessions becomes durable now (design.md invariant I5).
+                // Every link made by earlier opens becomes durable now (design.md invariant I5).
                 let mut first_no = max_journal_no(&*env, &path.join(JOURNALS_DIR))?;
                 for n in &names {
                     let j = indexes.join(n).join(JOURNALS_DIR);
@@ -1363,14 +1363,14 @@ fn read_at_one_point(
         })();
         // A journal file read short: a writer process created or emptied it meanwhile, and
         // may have exited already (a short `omnibus put`): the point is taken again.
-        let short = |e: &Error| matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::UnexpectedEof);
         let again = !last
             && match &r {
                 Ok((_, _, damaged)) => {
-                    !damaged.is_empty() && (writer_live(path) || damaged.values().any(short))
+                    !damaged.is_empty()
+                        && (writer_live(path) || damaged.values().any(Error::is_short_read))
                 }
                 Err(Error::AlreadyOpen { .. }) => true,
-                Err(e) => writer_live(path) || short(e),
+                Err(e) => writer_live(path) || e.is_short_read(),
             };
         if !again {
             return r;

@@ -326,6 +326,12 @@ impl std::fmt::Display for IndexFailure {
 }
 
 impl Error {
+    /// A file read short (`UnexpectedEof`): beside a writer process, one it created or emptied
+    /// while it was read; a read-only open takes its point again (design.md 6.5).
+    pub(crate) fn is_short_read(&self) -> bool {
+        matches!(self, Error::Io { source, .. } if source.kind() == io::ErrorKind::UnexpectedEof)
+    }
+
     /// True when this is an I/O error with `ENOSPC` (the file system is full), or
     /// [`Error::Poisoned`] by one (a later commit after a batch failed on a full disk: free
     /// space, then close and reopen). Regression: the poisoned commits after a

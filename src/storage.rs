@@ -726,7 +726,7 @@ impl Storage {
             // past it (recovery replays nothing older), no one reads above the new end.
             let shrink = self.inner.last_shrink.load(Ordering::Acquire);
             // A reader in another process may read a state from before a shrink of this or an
-            // earlier session: no cut while one reads an older state than this one.
+            // earlier open: no cut while one reads an older state than this one.
             let other_old = self.inner.other_readers().is_some_and(|r| r < cur.txn_id);
             if oldest < shrink || cur.flushed_txn < shrink || other_old {
                 report.limited_by_snapshot = Some(self.inner.oldest_reader(oldest));
@@ -1902,9 +1902,10 @@ impl Source<'_> {
                     let live = slot.table().writer_live();
                     // A journal file read short: a writer process created or emptied it while
                     // it was read, and may be gone already (a short `omnibus put`).
-                    let short = matches!(&e, Error::Io { source, .. }
-                        if source.kind() == std::io::ErrorKind::UnexpectedEof);
-                    if !live && !short && before == after && !matches!(e, Error::AlreadyOpen { .. })
+                    if !live
+                        && !e.is_short_read()
+                        && before == after
+                        && !matches!(e, Error::AlreadyOpen { .. })
                     {
                         return Err(e);
                     }

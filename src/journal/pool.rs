@@ -3,7 +3,7 @@
 //! (`omnibus-journal-pool`, I/O priority best effort 7) as `<number>.zeroed` in the journal
 //! directory, so a rotation renames a ready file into place instead of zeroing one on the commit
 //! path. The next file is prepared only once the current one is half full (a short session
-//! writes no whole file of zeros). Files left over from an earlier session are taken into the
+//! writes no whole file of zeros). Files left over from an earlier open are taken into the
 //! pool at open, and released files of this session go back to it (`files.rs` decides when a
 //! file may be recycled).
 //!
@@ -54,7 +54,7 @@ impl Pool {
         }
     }
 
-    /// At open: leftover pool files in `dir` from an earlier session, `file_size` bytes long,
+    /// At open: leftover pool files in `dir` from an earlier open, `file_size` bytes long,
     /// are ready to use (when this journal keeps a pool); others are removed.
     pub(super) fn adopt_leftovers(
         &self,

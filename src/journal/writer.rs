@@ -170,7 +170,7 @@ impl Journal {
         let io_path = crate::journal_io::resolve(cfg.io, &env, &journals);
         tracing::debug!(journal = %owner_dir.display(), path = io_path.0.name(), why = %io_path.1, "journal I/O path");
         let j = Arc::new_cyclic(|me| Journal::new(env, owner, owner_dir, cfg, io_path, me.clone()));
-        // Leftover pool files from an earlier session are ready to use; others are removed.
+        // Leftover pool files from an earlier open are ready to use; others are removed.
         j.pool.adopt_leftovers(&*j.env, &j.dir, cfg.file_size)?;
         {
             let mut io = lock(&j.io);
@@ -238,7 +238,7 @@ impl Journal {
     /// them (its zeroed tail, up to the journal file size, and its records cost disk space that
     /// no recovery needs), removes the owner's names of older files whose records are all
     /// flushed (after a clean close of the owner), and removes the pre-zeroed pool files (an idle database keeps no
-    /// zeros; the next session zeroes new ones in the background). Best effort, not synced:
+    /// zeros; the next open zeroes new ones in the background). Best effort, not synced:
     /// after a crash the file may be back whole, which is harmless (its records are at or below
     /// every storage's durable header). Returns the bytes given back (by file lengths).
     fn release_on_drop(&self) -> u64 {

@@ -21,7 +21,7 @@
 //! bytes, held by the reader for as long as the slot is its own: the kernel drops it with the
 //! reader's last descriptor, so a SIGKILLed reader's slot is found free by the next claim and
 //! cleared by the writer's sweep ([`ReaderTable::sweep`]; LMDB's `mdb_reader_check`). The
-//! writer holds the same kind of lock over bytes 16..24 for its whole session, so a reader can
+//! writer holds the same kind of lock over bytes 16..24 for as long as it is open, so a reader can
 //! tell whether a writer is live ([`ReaderTable::writer_live`]). `flock` on the same file (the
 //! writers' mutual exclusion, `lock.rs`) and these locks do not interact.
 

@@ -1,6 +1,6 @@
 //! An index storage's applied record (the key `0x00`, design.md 10.1) is the engine's, not an
 //! entry: every public view of the index storage through the engine leaves it out, for an
-//! index defined now and for one left on disk by an earlier session, while the engine still
+//! index defined now and for one left on disk by an earlier open, while the engine still
 //! reads it (the index resumes without a rebuild, `index_applied_txn` answers).
 //!
 //! Regression: `len`, `iter`, `first`, ranges and prefixes of `storage(name).snapshot()` and the
@@ -81,7 +81,7 @@ fn the_applied_record_is_in_no_view_of_an_index_storage() {
     drop((h, root, db));
     engine.shutdown().unwrap();
 
-    // The next session, before the index is defined again: the storage holds an applied record.
+    // The next open, before the index is defined again: the storage holds an applied record.
     let (engine, db) = open_engine(&path);
     let h = db.blocking_storage("by_color").unwrap();
     assert_handle(&h, DOCS, "left on disk");

@@ -29,7 +29,7 @@ fn torn_data_pages_are_repaired_from_the_journal() {
         w.commit().unwrap();
         s.flush().unwrap();
     }
-    // The closing flush cuts the data file's free tail, so the next session's pages may lie
+    // The closing flush cuts the data file's free tail, so the next open's pages may lie
     // past its old end: those read as zeros before (a hole), which is what a tear restores.
     let mut before = std::fs::read(&data).unwrap();
     {
