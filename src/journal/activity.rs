@@ -1,7 +1,8 @@
-//! The process's journal activity, as flushes see it: how many batches are being written and
-//! synced right now, and when the last one ended. A flush yields the disk while the journal is
-//! busy (`crate::flush`'s pacing), because `ioprio_set` does nothing under the `none` I/O
-//! scheduler of virtio and NVMe disks: priority has to come from omnibus itself.
+//! The process's journal activity, as flushes and durable marks see it: how many batches are
+//! being written and synced right now, and when the last one ended. A flush yields the disk
+//! while the journal is busy (`crate::flush`'s pacing), because `ioprio_set` does nothing under
+//! the `none` I/O scheduler of virtio and NVMe disks: priority has to come from omnibus itself;
+//! an idle journal's durable mark waits likewise (design.md 3.12).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;

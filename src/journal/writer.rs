@@ -828,6 +828,10 @@ fn lost_eventual(batch: &[Waiting]) -> String {
 /// batch took them meanwhile, and a durable mark once the journal has been idle for `idle`
 /// after a batch (zero: never; docs/design.md 3.12). Waits on `cv` (no polling: a busy journal
 /// wakes it once per `idle` at most); exits when the journal is dropped.
+/// How many mark delays (`Options::journal_mark_ms`) a journal's mark waits at most, after its
+/// last batch, for the process's other journals to go idle too.
+const MARK_PATIENCE: u32 = 10;
+
 fn sync_thread(
     shared: Arc<Mutex<Shared>>,
     cv: Arc<Condvar>,
@@ -873,6 +877,20 @@ fn sync_thread(
         }
         let eventual = eventual_due.is_some_and(|d| d <= now);
         if !eventual {
+            if let Some(since) = g.unmarked {
+                // The device is the process's: while another journal of it wrote a batch within
+                // the delay, the mark waits (at most MARK_PATIENCE delays after this journal's
+                // last batch), so idle journals beside busy ones never take syncs from them
+                // (docs/design.md 3.12).
+                let patient_until = since + idle * MARK_PATIENCE;
+                if now < patient_until && super::activity::busy_within(idle) {
+                    g = cv
+                        .wait_timeout(g, idle.min(patient_until - now))
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                    continue;
+                }
+            }
             g.unmarked = None;
             if eventual_due.is_some() {
                 // Eventual records are queued: their batch comes within `every` and is marked

@@ -135,3 +135,37 @@ fn a_database_marks_its_shared_journal_once_and_separate_journals_each() {
         db.close().unwrap();
     }
 }
+
+#[test]
+fn a_journal_beside_a_busy_one_marks_after_the_stream() {
+    // An idle journal wrote its mark while another journal of the process streamed commits, and
+    // a hundred idle index journals beside a busy documents journal took most of a slow disk's
+    // syncs with their marks.
+    let dir = tempfile::tempdir().unwrap();
+    let idle_ms = 300;
+    let a = Storage::open(dir.path().join("a"), opts(idle_ms)).unwrap();
+    let b = Storage::open(dir.path().join("b"), opts(idle_ms)).unwrap();
+    let a_before = a.stats().journal.durable_marks;
+    put(&a, "a");
+    // `b` streams for about five idle delays (under the patience of ten).
+    let start = Instant::now();
+    let mut last = Instant::now();
+    let mut largest_gap = Duration::ZERO;
+    let mut i = 0u32;
+    while start.elapsed() < Duration::from_millis(5 * idle_ms) {
+        put(&b, &format!("key{i:06}"));
+        largest_gap = largest_gap.max(last.elapsed());
+        last = Instant::now();
+        i += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let during = a.stats().journal.durable_marks - a_before;
+    if largest_gap < Duration::from_millis(idle_ms) {
+        assert_eq!(during, 0, "a marked while b streamed ({i} commits)");
+    }
+    // Once b stops, a marks (and b too).
+    wait_for_marks(|| a.stats().journal, a_before + 1);
+    wait_for_marks(|| b.stats().journal, 1);
+    std::thread::sleep(Duration::from_millis(2 * idle_ms));
+    assert_eq!(a.stats().journal.durable_marks, a_before + 1);
+}
