@@ -362,6 +362,11 @@ impl Database {
                 (root, None, branches)
             }
         };
+        // A branch an index keeps shows its entries only, opened with the engine or without
+        // (design.md 10.1): its applied record is in no public view.
+        for s in branches.values() {
+            s.hide_if_index();
+        }
         if !damaged.is_empty() {
             let names: Vec<String> = damaged.keys().cloned().collect();
             for (n, e) in &damaged {

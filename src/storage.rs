@@ -469,6 +469,26 @@ impl Storage {
         self.inner.hide_reserved.store(true, Ordering::Relaxed);
     }
 
+    /// Marks the storage as an index ([`Storage::hide_reserved_key`]) when its key `0x00` holds
+    /// an index's applied record (design.md 10.1): a database's branch that an index defined
+    /// in any open, whether or not the engine runs it now. Returns whether it is marked. A read
+    /// that fails (a damaged page) marks nothing: the damage is reported by the reads.
+    pub(crate) fn hide_if_index(&self) -> bool {
+        let Ok(r) = self.begin_read() else {
+            return false;
+        };
+        if matches!(r.get_reserved(crate::txn::RESERVED_KEY), Ok(Some(v)) if crate::txn::is_index_record(v))
+        {
+            self.hide_reserved_key();
+        }
+        self.inner.hide_reserved.load(Ordering::Relaxed)
+    }
+
+    /// True when the storage's snapshots leave the key `0x00` out (an index storage).
+    pub(crate) fn hides_reserved_key(&self) -> bool {
+        self.inner.hide_reserved.load(Ordering::Relaxed)
+    }
+
     /// A read-only storage reads the state that was committed when it was opened (design.md
     /// 6.5); this reads the newest committed state again, as an open does (the durable header
     /// and the journal after it, replayed into memory), and makes it the state that
@@ -641,7 +661,8 @@ impl Storage {
         // The copy is made of pages: buffered entries go into the tree first.
         let state = self.inner.apply_buffer_for_copy()?;
         crate::backup::check_outside(&self.inner.path, dest.as_ref())?;
-        crate::backup::backup_storage(&*self.inner.env, &state, dest.as_ref())
+        let index = self.hides_reserved_key();
+        crate::backup::backup_storage(&*self.inner.env, &state, dest.as_ref(), index)
     }
 
     /// Compacts the data file: moves the pages in use toward its start, then shrinks it.
