@@ -850,7 +850,25 @@ impl Database {
             .collect();
         branches.sort_by(|a, b| a.0.cmp(&b.0));
         let mut out = Vec::with_capacity(branches.len() + 1);
-        out.push((String::new(), self.inner.root.compact()?));
+        let root = &self.inner.root;
+        let before = root.begin_read()?.txn_id();
+        // Indexes in step with the documents (applied record == the root's txn) stay in step:
+        // compaction's commits change no document.
+        let in_step: Vec<&Storage> = branches
+            .iter()
+            .filter(|(_, s)| applied_record(s) == Some(before))
+            .map(|(_, s)| s)
+            .collect();
+        let (report, commits) = root.compact_counting()?;
+        let after = root.begin_read()?.txn_id();
+        // Only when every root commit since was compaction's (no document written meanwhile
+        // through another handle of this process).
+        if commits > 0 && after == before + commits {
+            for s in in_step {
+                advance_applied_record(s, before, after)?;
+            }
+        }
+        out.push((String::new(), report));
         for (name, s) in branches {
             let r = s.compact()?;
             out.push((name, r));
@@ -897,6 +915,28 @@ impl Database {
         let r = self.inner.root.clone().close();
         first.and(r)
     }
+}
+
+/// The root txn an index storage's applied record names (design.md 10.1), read as the index
+/// runtime reads it; `None` for a storage that holds none (or a read that fails).
+fn applied_record(s: &Storage) -> Option<u64> {
+    let r = s.begin_read().ok()?;
+    let v = r.get_reserved(crate::txn::RESERVED_KEY).ok()??;
+    crate::txn::decode_index_record(v)
+}
+
+/// Moves index storage `s`'s applied record from root txn `from` to `to` (root commits that
+/// changed no document: compaction's), in one commit of `s`, when it still names `from`.
+fn advance_applied_record(s: &Storage, from: u64, to: u64) -> Result<()> {
+    let mut w = s.begin_write()?;
+    let now = w
+        .get(crate::txn::RESERVED_KEY)?
+        .and_then(|v| crate::txn::decode_index_record(&v));
+    if now == Some(from) {
+        w.put(crate::txn::RESERVED_KEY, crate::txn::index_record(to))?;
+        w.commit()?;
+    }
+    Ok(())
 }
 
 /// The state of `s` to back up: its current state, once it includes every commit `durable`

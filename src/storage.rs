@@ -200,6 +200,11 @@ pub struct CompactReport {
     /// The txn id of a live snapshot that limited compaction (held flushes back, or kept the
     /// file from being truncated): call again once it ended.
     pub limited_by_snapshot: Option<u64>,
+    /// Non-zero when compaction was skipped (or stopped before its next pass) because this
+    /// many read-only openers in other processes held reader slots (design.md 6.5): pages a
+    /// reader may read are never reused, so moving pages then would only grow the file. Call
+    /// again once they closed.
+    pub skipped_for_readers: u64,
 }
 
 /// Counters and sizes of one storage. Page counts are 8 KiB pages, sizes are bytes.
@@ -688,15 +693,46 @@ impl Storage {
     /// [`CompactReport::limited_by_snapshot`] says so; call it again once the snapshot ended.
     /// Writers wait for each of compaction's transactions as for any other; readers never.
     ///
+    /// Beside a reader in another process (a read-only open holding a slot of the reader table,
+    /// design.md 6.5) it does nothing: the pages such a reader may read cannot be reused, so
+    /// moving pages would only add pages at the end of the file.
+    /// [`CompactReport::skipped_for_readers`] then counts the live slots (dead readers' slots
+    /// are cleared first), and the data file is left as it was; call it again once they closed
+    /// or caught up. A reader that takes a slot while it runs stops it before its next pass.
+    ///
     /// Errors: [`Error::Closed`], [`Error::ReadOnly`], [`Error::Poisoned`]; the flushes' and
-    /// commits' errors; an I/O error of `ftruncate` (nothing lost: the file stays longer).
+    /// commits' errors; an I/O error of `ftruncate` (nothing lost: the file stays longer) or of
+    /// `fcntl` on `LOCK` (reading the reader table).
     pub fn compact(&self) -> Result<CompactReport> {
+        self.compact_counting().map(|(r, _)| r)
+    }
+
+    /// Live reader slots of other open files of `LOCK`, dead ones cleared first (0 without a
+    /// reader table).
+    fn live_readers(&self) -> Result<u64> {
+        if self.inner.lock_file.table().is_none() || self.inner.other_readers().is_none() {
+            return Ok(0);
+        }
+        self.clear_dead_readers()?;
+        Ok(self.readers()?.len() as u64)
+    }
+
+    /// [`Storage::compact`], and the number of transactions it committed (a database's index
+    /// records move past the root's compaction commits, design.md 13).
+    pub(crate) fn compact_counting(&self) -> Result<(CompactReport, u64)> {
         self.inner.check_writable()?;
         let mut report = CompactReport {
             data_file_bytes_before: self.inner.data.len()?,
             allocated_bytes_before: self.inner.data.allocated_bytes()?,
             ..Default::default()
         };
+        let mut commits = 0u64;
+        report.skipped_for_readers = self.live_readers()?;
+        if report.skipped_for_readers > 0 {
+            report.data_file_bytes_after = report.data_file_bytes_before;
+            report.allocated_bytes_after = self.inner.data.allocated_bytes()?;
+            return Ok((report, 0));
+        }
         let mut note = |f: &FlushReport| {
             if f.limited_by_snapshot.is_some() {
                 report.limited_by_snapshot = f.limited_by_snapshot;
@@ -705,6 +741,12 @@ impl Storage {
         // Bounded: at most 8 passes.
         for _ in 0..8 {
             note(&self.flush()?);
+            let readers = self.live_readers()?;
+            if readers > 0 {
+                // A reader came meanwhile: further moves would only grow the file.
+                report.skipped_for_readers = readers;
+                break;
+            }
             let mut w = self.begin_write()?;
             let Some(limit) = w.compaction_limit() else {
                 break;
@@ -714,6 +756,7 @@ impl Storage {
                 break;
             }
             w.commit()?;
+            commits += 1;
             report.pages_moved += moved;
             report.passes += 1;
         }
@@ -723,6 +766,7 @@ impl Storage {
         let shrunk = w.shrink_tail()?;
         if shrunk.is_some() {
             w.commit()?;
+            commits += 1;
             self.inner
                 .last_shrink
                 .fetch_max(shrink_txn, Ordering::AcqRel);
@@ -769,7 +813,7 @@ impl Storage {
         drop(w);
         report.data_file_bytes_after = self.inner.data.len()?;
         report.allocated_bytes_after = self.inner.data.allocated_bytes()?;
-        Ok(report)
+        Ok((report, commits))
     }
 
     /// Makes every commit acknowledged so far durable: the eventual commits
