@@ -32,6 +32,7 @@ mod journal_start_cost;
 mod journal_zeros;
 mod layering;
 mod leaf_fill;
+mod lock_file;
 mod metrics;
 mod model;
 mod multi_get_model;
