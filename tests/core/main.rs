@@ -13,6 +13,7 @@ mod backup_while_writing;
 mod basic;
 mod bitmap_page_diffs;
 mod buffered;
+mod catch_up_cost;
 mod compact_shrinks;
 mod compact_with_snapshot;
 mod database;
