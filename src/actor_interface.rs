@@ -91,6 +91,10 @@ pub(crate) use crate::journal::record::OutRecord;
 /// A write transaction whose journal record is built and not yet durable ([`prepare`]).
 pub(crate) use crate::txn::PreparedCommit;
 
+/// An index's applied record (design.md 10.1): its first version's magic, its encoding and
+/// decoding.
+pub(crate) use crate::txn::{decode_index_record, index_record, INDEX_RECORD_MAGIC_V1};
+
 /// Checks a key and value against `WriteTransaction::put`'s limits (a write batch's check).
 pub(crate) use crate::txn::check_put;
 

@@ -48,7 +48,9 @@ pub struct BackupReport {
     pub txn_id: u64,
     /// Storages copied (1 for a storage; the root and every branch for a database).
     pub storages: u64,
-    /// Keys copied.
+    /// Keys copied that a snapshot of the copy shows: an index storage's applied record (its
+    /// key `0x00`, the engine's, design.md 10.1) is copied but not counted, so a database of
+    /// `n` documents and one index of one term each reports `2 n`.
     pub entries: u64,
     /// Pages (8 KiB) written: tree and overflow pages, the new free-space map and the two
     /// header pages.
@@ -248,7 +250,23 @@ fn tree_pages(state: &State) -> Result<Vec<(u64, u64)>> {
 
 /// Writes a standalone copy of `state` into the (existing, empty) directory `dir`, through
 /// `env`: see the module doc.
-pub(crate) fn write_copy(env: &dyn StorageEnv, state: &State, dir: &Path) -> Result<BackupReport> {
+/// `state`'s keys less an index's applied record, when `index` (a storage whose snapshots hide
+/// it) and the state holds one: the keys a snapshot of it shows.
+fn visible_entries(state: &State, index: bool) -> Result<u64> {
+    let record = index
+        && crate::btree::get(state, crate::txn::RESERVED_KEY)?
+            .is_some_and(crate::txn::is_index_record);
+    Ok(state.entries.saturating_sub(u64::from(record)))
+}
+
+/// Writes the copy of `state` into `dir`; `index`: the storage is an index (its applied record
+/// is not counted in the report's entries).
+pub(crate) fn write_copy(
+    env: &dyn StorageEnv,
+    state: &State,
+    dir: &Path,
+    index: bool,
+) -> Result<BackupReport> {
     let tree = tree_pages(state)?;
     // The map goes after the highest tree page: a directory page, then the bitmaps covering
     // every page of the new file (themselves included).
@@ -372,20 +390,22 @@ pub(crate) fn write_copy(env: &dyn StorageEnv, state: &State, dir: &Path) -> Res
     Ok(BackupReport {
         txn_id: txn,
         storages: 1,
-        entries: state.entries,
+        entries: visible_entries(state, index)?,
         pages_written: written,
         data_file_bytes: next_page * PAGE_SIZE as u64,
     })
 }
 
-/// Backs up `state` of one storage into `dest` (missing, or an empty directory).
+/// Backs up `state` of one storage into `dest` (missing, or an empty directory); `index`: the
+/// storage is an index (its applied record is not counted).
 pub(crate) fn backup_storage(
     env: &dyn StorageEnv,
     state: &State,
     dest: &Path,
+    index: bool,
 ) -> Result<BackupReport> {
     let cleanup = Cleanup::prepare(env, dest)?;
-    let r = write_copy(env, state, dest)?;
+    let r = write_copy(env, state, dest, index)?;
     cleanup.done()?;
     Ok(r)
 }
@@ -407,11 +427,12 @@ pub(crate) fn backup_database(
     for (name, state) in branches {
         let dir = indexes.join(name);
         env.create_dir(&dir)?;
-        let r = write_copy(env, state, &dir)?;
+        // A branch holding an applied record is an index (design.md 10.1).
+        let r = write_copy(env, state, &dir, true)?;
         report.add(&r);
     }
     env.sync_dir(&indexes)?;
-    let r = write_copy(env, root, dest)?;
+    let r = write_copy(env, root, dest, false)?;
     report.add(&r);
     report.txn_id = r.txn_id;
     cleanup.done()?;

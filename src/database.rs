@@ -362,6 +362,11 @@ impl Database {
                 (root, None, branches)
             }
         };
+        // A branch an index keeps shows its entries only, opened with the engine or without
+        // (design.md 10.1): its applied record is in no public view.
+        for s in branches.values() {
+            s.hide_if_index();
+        }
         if !damaged.is_empty() {
             let names: Vec<String> = damaged.keys().cloned().collect();
             for (n, e) in &damaged {
@@ -772,6 +777,93 @@ impl Database {
         r
     }
 
+    /// A read-only database reads the state committed when it was opened, every storage at one
+    /// point of the shared journal (design.md 6.5); this moves every storage to one newer point
+    /// and returns the root's txn id now read. Each storage reads only the journal records
+    /// after those it replayed before while its durable header did not move
+    /// ([`Storage::catch_up`]'s cost), else loads again from its header; the new states are
+    /// published only once every storage has read its own at the point, so after it returns
+    /// every snapshot taken reads one point: never one part of a group transaction without the
+    /// others. A thread taking snapshots while another catches up may get one storage before
+    /// and another after the move, as across any two calls. Storages created or dropped by the
+    /// writer since the open are not added or removed (open the database again). Snapshots
+    /// taken before keep their states. On a writable database, or one with separate journals
+    /// (no group transactions), it catches each storage up on its own (a writable one is
+    /// always current).
+    ///
+    /// Errors: [`Error::Closed`]; as a read-only [`Database::open`]: a storage's read fails
+    /// (damage), or a writer moved the headers under every one of 50 points (then nothing was
+    /// published: the states are those before the call).
+    pub fn catch_up(&self) -> Result<u64> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        let root = &self.inner.root;
+        let mut all: Vec<(String, Storage)> = lock(&self.inner.branches)
+            .iter()
+            .map(|(n, s)| (n.clone(), s.clone()))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        if !root.inner.in_database.load(Ordering::Acquire) {
+            for (_, s) in &all {
+                s.catch_up()?;
+                s.hide_if_index();
+            }
+            return root.catch_up();
+        }
+        let env = &*self.inner.opts.env;
+        let path = &self.inner.path;
+        // One catch-up at a time per storage, in a fixed order (the root, then by name).
+        let _held: Vec<_> = std::iter::once(root)
+            .chain(all.iter().map(|(_, s)| s))
+            .map(Storage::publish_lock)
+            .collect();
+        let names: Vec<String> = all.iter().map(|(n, _)| n.clone()).collect();
+        let mut attempt = 0;
+        let read = loop {
+            attempt += 1;
+            let r = (|| -> Result<_> {
+                let root_seq = header_sequence(env, path);
+                let seqs: Vec<Option<u64>> = names
+                    .iter()
+                    .map(|n| header_sequence(env, &path.join(INDEXES_DIR).join(n)))
+                    .collect();
+                let borrowed = borrowed_names(env, path, &names)?;
+                let (file, offset) = journal_point(env, path, &borrowed)?;
+                let at = |sequence| OnePoint {
+                    file,
+                    offset,
+                    sequence,
+                };
+                let root_next = root.read_newer(Some(at(root_seq)))?;
+                let mut next = Vec::with_capacity(all.len());
+                for ((_, s), seq) in all.iter().zip(seqs) {
+                    next.push(s.read_newer(Some(at(seq)))?);
+                }
+                Ok((root_next, next))
+            })();
+            match r {
+                Ok(read) => break read,
+                Err(e)
+                    if attempt < ONE_POINT_ATTEMPTS
+                        && (matches!(e, Error::AlreadyOpen { .. })
+                            || writer_live(path)
+                            || e.is_short_read()) =>
+                {
+                    tracing::debug!(path = %path.display(), attempt, error = %e, "catching a read-only database up beside a live writer: a new point");
+                    std::thread::sleep(std::time::Duration::from_millis(1 + u64::from(attempt)));
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let (root_next, next) = read;
+        for ((_, s), n) in all.iter().zip(next) {
+            s.publish_caught_up(n);
+            s.hide_if_index();
+        }
+        Ok(root.publish_caught_up(root_next))
+    }
+
     /// Counters of the journal(s): commits, batches, group-commit factor, fdatasyncs, links.
     pub fn stats(&self) -> DatabaseStats {
         let branches = lock(&self.inner.branches);
@@ -845,7 +937,25 @@ impl Database {
             .collect();
         branches.sort_by(|a, b| a.0.cmp(&b.0));
         let mut out = Vec::with_capacity(branches.len() + 1);
-        out.push((String::new(), self.inner.root.compact()?));
+        let root = &self.inner.root;
+        let before = root.begin_read()?.txn_id();
+        // Indexes in step with the documents (applied record == the root's txn) stay in step:
+        // compaction's commits change no document.
+        let in_step: Vec<&Storage> = branches
+            .iter()
+            .filter(|(_, s)| applied_record(s) == Some(before))
+            .map(|(_, s)| s)
+            .collect();
+        let (report, commits) = root.compact_counting()?;
+        let after = root.begin_read()?.txn_id();
+        // Only when every root commit since was compaction's (no document written meanwhile
+        // through another handle of this process).
+        if commits > 0 && after == before + commits {
+            for s in in_step {
+                advance_applied_record(s, before, after)?;
+            }
+        }
+        out.push((String::new(), report));
         for (name, s) in branches {
             let r = s.compact()?;
             out.push((name, r));
@@ -892,6 +1002,28 @@ impl Database {
         let r = self.inner.root.clone().close();
         first.and(r)
     }
+}
+
+/// The root txn an index storage's applied record names (design.md 10.1), read as the index
+/// runtime reads it; `None` for a storage that holds none (or a read that fails).
+fn applied_record(s: &Storage) -> Option<u64> {
+    let r = s.begin_read().ok()?;
+    let v = r.get_reserved(crate::txn::RESERVED_KEY).ok()??;
+    crate::txn::decode_index_record(v)
+}
+
+/// Moves index storage `s`'s applied record from root txn `from` to `to` (root commits that
+/// changed no document: compaction's), in one commit of `s`, when it still names `from`.
+fn advance_applied_record(s: &Storage, from: u64, to: u64) -> Result<()> {
+    let mut w = s.begin_write()?;
+    let now = w
+        .get(crate::txn::RESERVED_KEY)?
+        .and_then(|v| crate::txn::decode_index_record(&v));
+    if now == Some(from) {
+        w.put(crate::txn::RESERVED_KEY, crate::txn::index_record(to))?;
+        w.commit()?;
+    }
+    Ok(())
 }
 
 /// The state of `s` to back up: its current state, once it includes every commit `durable`
@@ -1261,6 +1393,32 @@ fn relink(env: &dyn StorageEnv, root: &Path, missing: &[Missing]) -> Result<()> 
     Ok(())
 }
 
+/// The durable header's sequence of the storage in `dir`, when it reads.
+fn header_sequence(env: &dyn StorageEnv, dir: &Path) -> Option<u64> {
+    let data_path = dir.join(DATA_FILE);
+    let data = env.open(&data_path, OpenMode::ReadOnly).ok()?;
+    read_header(&*data, &data_path)
+        .ok()
+        .map(|(h, _)| h.sequence)
+}
+
+/// A read-only database's point of the shared journal (design.md 6.5): `(file, offset)`, the
+/// end of the valid records of its newest file, the root's or one it reads through a branch's
+/// name (its own deleted); `(0, 0)` without any.
+fn journal_point(env: &dyn StorageEnv, path: &Path, borrowed: &Borrowed) -> Result<(u64, u64)> {
+    let newest = recovery::list(env, &path.join(JOURNALS_DIR))?
+        .into_iter()
+        .chain(borrowed.values().flatten().cloned())
+        .max_by_key(|(no, _)| *no);
+    Ok(match newest {
+        Some((no, file)) => {
+            let end = recovery::scan(env, &file, no, &[], |_, _, _| Ok(()))?;
+            (no, end.offset)
+        }
+        None => (0, 0),
+    })
+}
+
 /// The storages of a read-only database open: the root, the branches that opened, and those
 /// left out as damaged.
 type ReadOnlyParts = (Storage, BTreeMap<String, Storage>, BTreeMap<String, Error>);
@@ -1287,13 +1445,7 @@ fn read_at_one_point(
     dev: u64,
     lock_file: crate::storage::Lock,
 ) -> Result<ReadOnlyParts> {
-    let sequence = |dir: &Path| -> Option<u64> {
-        let data_path = dir.join(DATA_FILE);
-        let data = env.open(&data_path, OpenMode::ReadOnly).ok()?;
-        read_header(&*data, &data_path)
-            .ok()
-            .map(|(h, _)| h.sequence)
-    };
+    let sequence = |dir: &Path| header_sequence(env, dir);
     let mut lock = Some(lock_file);
     let mut names = Some(names);
     let mut attempt = 0;
@@ -1315,19 +1467,7 @@ fn read_at_one_point(
                 .map(|n| (n, sequence(&path.join(INDEXES_DIR).join(n))))
                 .collect();
             let mut borrowed = borrowed_names(env, path, &names)?;
-            // The newest file of the shared journal: the root's, or one it reads through a
-            // branch's name (its own deleted).
-            let newest = recovery::list(env, &path.join(JOURNALS_DIR))?
-                .into_iter()
-                .chain(borrowed.values().flatten().cloned())
-                .max_by_key(|(no, _)| *no);
-            let point = match newest {
-                Some((no, file)) => {
-                    let end = recovery::scan(env, &file, no, &[], |_, _, _| Ok(()))?;
-                    (no, end.offset)
-                }
-                None => (0, 0),
-            };
+            let point = journal_point(env, path, &borrowed)?;
             let at = |sequence| OnePoint {
                 file: point.0,
                 offset: point.1,

@@ -200,6 +200,11 @@ pub struct CompactReport {
     /// The txn id of a live snapshot that limited compaction (held flushes back, or kept the
     /// file from being truncated): call again once it ended.
     pub limited_by_snapshot: Option<u64>,
+    /// Non-zero when compaction was skipped (or stopped before its next pass) because this
+    /// many read-only openers in other processes held reader slots (design.md 6.5): pages a
+    /// reader may read are never reused, so moving pages then would only grow the file. Call
+    /// again once they closed.
+    pub skipped_for_readers: u64,
 }
 
 /// Counters and sizes of one storage. Page counts are 8 KiB pages, sizes are bytes.
@@ -251,6 +256,11 @@ pub struct StorageStats {
     /// Page commits since this open that were apply steps ([`Storage::set_apply_step_pages`]):
     /// part of the buffer applied, the rest carried. Starts at 0 at each open.
     pub apply_steps: u64,
+    /// This storage's journal records replayed into memory since open: at the open's recovery,
+    /// and, for a read-only open, by each [`Storage::catch_up`] (or
+    /// [`crate::Database::catch_up`]): the records after those it had replayed while the
+    /// durable header is the one it read, every record after the header otherwise.
+    pub journal_records_replayed: u64,
 }
 
 /// A storage's apply steps paused while held ([`Storage::pause_apply_steps`]).
@@ -292,6 +302,11 @@ pub(crate) struct Inner {
     /// Set by a read-only [`crate::Database`] open for each of its storages: catching one up
     /// alone could show one part of a group transaction without the others.
     pub in_database: AtomicBool,
+    /// A read-only open's position in the journal: the durable header its state was replayed
+    /// after and where that replay ended (`Storage::catch_up` goes on from there).
+    pub replay_pos: Mutex<Option<ReplayPos>>,
+    /// [`StorageStats::journal_records_replayed`].
+    pub records_replayed: AtomicU64,
     pub data: Arc<dyn EnvFile>,
     /// How flushes write the data file, and why ([`crate::write_mode::resolve`]), resolved on
     /// first need (the first flush that writes pages, or [`Storage::write_mode`]): `Auto`'s
@@ -469,6 +484,26 @@ impl Storage {
         self.inner.hide_reserved.store(true, Ordering::Relaxed);
     }
 
+    /// Marks the storage as an index ([`Storage::hide_reserved_key`]) when its key `0x00` holds
+    /// an index's applied record (design.md 10.1): a database's branch that an index defined
+    /// in any open, whether or not the engine runs it now. Returns whether it is marked. A read
+    /// that fails (a damaged page) marks nothing: the damage is reported by the reads.
+    pub(crate) fn hide_if_index(&self) -> bool {
+        let Ok(r) = self.begin_read() else {
+            return false;
+        };
+        if matches!(r.get_reserved(crate::txn::RESERVED_KEY), Ok(Some(v)) if crate::txn::is_index_record(v))
+        {
+            self.hide_reserved_key();
+        }
+        self.inner.hide_reserved.load(Ordering::Relaxed)
+    }
+
+    /// True when the storage's snapshots leave the key `0x00` out (an index storage).
+    pub(crate) fn hides_reserved_key(&self) -> bool {
+        self.inner.hide_reserved.load(Ordering::Relaxed)
+    }
+
     /// A read-only storage reads the state that was committed when it was opened (design.md
     /// 6.5); this reads the newest committed state again, as an open does (the durable header
     /// and the journal after it, replayed into memory), and makes it the state that
@@ -476,10 +511,16 @@ impl Storage {
     /// (their pages stay pinned in the reader table). Returns the txn id now read. On a
     /// writable storage it does nothing (its snapshots are always the newest).
     ///
+    /// Cost: while the durable header is the one the current state was replayed after, it reads
+    /// only the journal records written after those it replayed before (from the file and
+    /// offset where that replay ended), so a catch-up costs the new records, not the whole
+    /// unflushed journal; once a flush moved the header, it loads again from the new header
+    /// (the journal after it). [`StorageStats::journal_records_replayed`] counts them.
+    ///
     /// Errors: as a read-only [`Storage::open`]; [`Error::Closed`];
     /// [`Error::InvalidOptions`] on a storage of a read-only [`crate::Database`], where
     /// catching one storage up alone could show one part of a group transaction without the
-    /// others (open the database again instead).
+    /// others: [`crate::Database::catch_up`] moves every storage to one point.
     pub fn catch_up(&self) -> Result<u64> {
         let inner = &self.inner;
         if inner.closed.load(Ordering::Acquire) {
@@ -490,10 +531,31 @@ impl Storage {
         }
         if inner.in_database.load(Ordering::Acquire) {
             return Err(Error::InvalidOptions(
-                "catch_up on a storage of a read-only database: open the database again to read every storage at one point".into(),
+                "catch_up on a storage of a read-only database: Database::catch_up moves every storage to one point".into(),
             ));
         }
-        let _g = lock(&inner.publish);
+        let _g = self.publish_lock();
+        let next = self.read_newer(None)?;
+        Ok(self.publish_caught_up(next))
+    }
+
+    /// Held while a read-only storage reads and publishes a newer state (one catch-up at a
+    /// time; a database's catch-up holds every storage's).
+    pub(crate) fn publish_lock(&self) -> MutexGuard<'_, ()> {
+        lock(&self.inner.publish)
+    }
+
+    /// Reads a read-only storage's newest committed state, or its state at a database's point
+    /// `at`, without publishing it ([`Storage::publish_caught_up`]); the caller holds
+    /// [`Storage::publish_lock`]. While the durable header is the one the current state was
+    /// replayed after, only the journal's records after the previous replay's end are read
+    /// (`Source::load_after`); otherwise the state is loaded again from the header, as an open
+    /// does (design.md 6.5).
+    ///
+    /// Errors: as a read-only [`Storage::open`]; with `at`, [`Error::AlreadyOpen`] when a
+    /// writer moved the header meanwhile (the database takes a new point).
+    pub(crate) fn read_newer(&self, at: Option<OnePoint>) -> Result<CaughtUp> {
+        let inner = &self.inner;
         let cur = inner.current.load_full();
         let floor = inner.registry.oldest_live().map(|s| s.txn_id);
         let src = Source {
@@ -503,18 +565,48 @@ impl Storage {
             journals_dir: &inner.journals_dir,
             borrowed: &inner.borrowed,
             map_end: &inner.map_end,
-            at: None,
+            at,
         };
         let len = inner.data.len()?;
-        let (_, _, state, _, len) = src.load(len, inner.lock_file.slot(), floor)?;
-        if state.txn_id <= cur.txn_id {
-            return Ok(cur.txn_id);
+        let pos = *lock(&inner.replay_pos);
+        let (hdr, _, state, rec, len) = match pos.and_then(|p| src.load_after(&cur, p, len)) {
+            Some(l) => {
+                if let Some(slot) = inner.lock_file.slot() {
+                    let t = l.2.txn_id;
+                    slot.set_txn(floor.map_or(t, |f| f.min(t)));
+                }
+                l
+            }
+            None => src.load(len, inner.lock_file.slot(), floor)?,
+        };
+        Ok(CaughtUp {
+            state,
+            len,
+            pos: ReplayPos {
+                sequence: hdr.sequence,
+                end: rec.end,
+            },
+            records: rec.records,
+        })
+    }
+
+    /// Makes `next` (from [`Storage::read_newer`]) the state [`Storage::begin_read`] returns,
+    /// unless the current one is as new; returns the txn id now read.
+    pub(crate) fn publish_caught_up(&self, next: CaughtUp) -> u64 {
+        let inner = &self.inner;
+        *lock(&inner.replay_pos) = Some(next.pos);
+        inner
+            .records_replayed
+            .fetch_add(next.records, Ordering::Relaxed);
+        let cur = inner.current.load_full();
+        if next.state.txn_id <= cur.txn_id {
+            return cur.txn_id;
         }
-        let next = Arc::new(state);
-        inner.file_len.fetch_max(len, Ordering::AcqRel);
-        inner.current.store(next.clone());
-        inner.registry.register(&next);
-        Ok(next.txn_id)
+        let state = Arc::new(next.state);
+        inner.file_len.fetch_max(next.len, Ordering::AcqRel);
+        inner.current.store(state.clone());
+        inner.registry.register(&state);
+        state.txn_id
     }
 
     /// The read-only openers in other open files of this storage's `LOCK` that are alive now:
@@ -641,7 +733,8 @@ impl Storage {
         // The copy is made of pages: buffered entries go into the tree first.
         let state = self.inner.apply_buffer_for_copy()?;
         crate::backup::check_outside(&self.inner.path, dest.as_ref())?;
-        crate::backup::backup_storage(&*self.inner.env, &state, dest.as_ref())
+        let index = self.hides_reserved_key();
+        crate::backup::backup_storage(&*self.inner.env, &state, dest.as_ref(), index)
     }
 
     /// Compacts the data file: moves the pages in use toward its start, then shrinks it.
@@ -667,15 +760,46 @@ impl Storage {
     /// [`CompactReport::limited_by_snapshot`] says so; call it again once the snapshot ended.
     /// Writers wait for each of compaction's transactions as for any other; readers never.
     ///
+    /// Beside a reader in another process (a read-only open holding a slot of the reader table,
+    /// design.md 6.5) it does nothing: the pages such a reader may read cannot be reused, so
+    /// moving pages would only add pages at the end of the file.
+    /// [`CompactReport::skipped_for_readers`] then counts the live slots (dead readers' slots
+    /// are cleared first), and the data file is left as it was; call it again once they closed
+    /// or caught up. A reader that takes a slot while it runs stops it before its next pass.
+    ///
     /// Errors: [`Error::Closed`], [`Error::ReadOnly`], [`Error::Poisoned`]; the flushes' and
-    /// commits' errors; an I/O error of `ftruncate` (nothing lost: the file stays longer).
+    /// commits' errors; an I/O error of `ftruncate` (nothing lost: the file stays longer) or of
+    /// `fcntl` on `LOCK` (reading the reader table).
     pub fn compact(&self) -> Result<CompactReport> {
+        self.compact_counting().map(|(r, _)| r)
+    }
+
+    /// Live reader slots of other open files of `LOCK`, dead ones cleared first (0 without a
+    /// reader table).
+    fn live_readers(&self) -> Result<u64> {
+        if self.inner.lock_file.table().is_none() || self.inner.other_readers().is_none() {
+            return Ok(0);
+        }
+        self.clear_dead_readers()?;
+        Ok(self.readers()?.len() as u64)
+    }
+
+    /// [`Storage::compact`], and the number of transactions it committed (a database's index
+    /// records move past the root's compaction commits, design.md 13).
+    pub(crate) fn compact_counting(&self) -> Result<(CompactReport, u64)> {
         self.inner.check_writable()?;
         let mut report = CompactReport {
             data_file_bytes_before: self.inner.data.len()?,
             allocated_bytes_before: self.inner.data.allocated_bytes()?,
             ..Default::default()
         };
+        let mut commits = 0u64;
+        report.skipped_for_readers = self.live_readers()?;
+        if report.skipped_for_readers > 0 {
+            report.data_file_bytes_after = report.data_file_bytes_before;
+            report.allocated_bytes_after = self.inner.data.allocated_bytes()?;
+            return Ok((report, 0));
+        }
         let mut note = |f: &FlushReport| {
             if f.limited_by_snapshot.is_some() {
                 report.limited_by_snapshot = f.limited_by_snapshot;
@@ -684,6 +808,12 @@ impl Storage {
         // Bounded: at most 8 passes.
         for _ in 0..8 {
             note(&self.flush()?);
+            let readers = self.live_readers()?;
+            if readers > 0 {
+                // A reader came meanwhile: further moves would only grow the file.
+                report.skipped_for_readers = readers;
+                break;
+            }
             let mut w = self.begin_write()?;
             let Some(limit) = w.compaction_limit() else {
                 break;
@@ -693,6 +823,7 @@ impl Storage {
                 break;
             }
             w.commit()?;
+            commits += 1;
             report.pages_moved += moved;
             report.passes += 1;
         }
@@ -702,6 +833,7 @@ impl Storage {
         let shrunk = w.shrink_tail()?;
         if shrunk.is_some() {
             w.commit()?;
+            commits += 1;
             self.inner
                 .last_shrink
                 .fetch_max(shrink_txn, Ordering::AcqRel);
@@ -748,7 +880,7 @@ impl Storage {
         drop(w);
         report.data_file_bytes_after = self.inner.data.len()?;
         report.allocated_bytes_after = self.inner.data.allocated_bytes()?;
-        Ok(report)
+        Ok((report, commits))
     }
 
     /// Makes every commit acknowledged so far durable: the eventual commits
@@ -1081,7 +1213,9 @@ impl Inner {
             map_end: &map_end,
             at,
         };
-        let (hdr, slot, mut state, files, len) = src.load(len, lock_file.slot(), None)?;
+        let (hdr, slot, mut state, recovered, len) = src.load(len, lock_file.slot(), None)?;
+        let (files, recovered_end, recovered_records) =
+            (recovered.files, recovered.end, recovered.records);
         let max_no = files.keys().next_back().copied().unwrap_or(0);
         let replayed = state.txn_id > hdr.flushed_txn;
         if replayed {
@@ -1153,6 +1287,11 @@ impl Inner {
             lock_file,
             borrowed,
             in_database: AtomicBool::new(false),
+            replay_pos: Mutex::new(opts.read_only.then_some(ReplayPos {
+                sequence: hdr.sequence,
+                end: recovered_end,
+            })),
+            records_replayed: AtomicU64::new(recovered_records),
             data,
             current: ArcSwap::new(state.clone()),
             registry: SnapshotRegistry::default(),
@@ -1692,6 +1831,7 @@ impl Inner {
             flushes: self.flushes.load(Ordering::Relaxed),
             pages_flushed: self.pages_flushed.load(Ordering::Relaxed),
             journal: self.journal.stats(),
+            journal_records_replayed: self.records_replayed.load(Ordering::Relaxed),
         }
     }
 
@@ -1812,13 +1952,23 @@ struct Source<'a> {
 
 /// What [`Source::load`] read: the durable header and its slot, the recovered state, the
 /// highest txn of each storage in each journal file, and the data file's length.
-type Loaded = (
-    Header,
-    u64,
-    State,
-    BTreeMap<u64, std::collections::HashMap<u64, u64>>,
-    u64,
-);
+type Loaded = (Header, u64, State, replay::Recovered, u64);
+
+/// A read-only storage's newer state, read and not yet published ([`Storage::read_newer`]).
+pub(crate) struct CaughtUp {
+    state: State,
+    len: u64,
+    pos: ReplayPos,
+    records: u64,
+}
+
+/// Where a read-only open's replay of the journal stands: the durable header's sequence it
+/// replayed after, and `(journal number, offset)` where the records it took end.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReplayPos {
+    pub sequence: u64,
+    pub end: (u64, u64),
+}
 
 /// Attempts of a read-only open beside a live writer before it gives up (each one after a
 /// flush moved the header under it, a journal file it read was released meanwhile, or one was
@@ -1985,7 +2135,56 @@ impl Source<'_> {
             mapping,
         };
         let cut = self.at.map(|a| (a.file, a.offset));
-        let files = recover(env, self.journals_dir, self.borrowed, &hdr, &mut state, cut)?;
+        let files = recover(
+            env,
+            self.journals_dir,
+            self.borrowed,
+            &hdr,
+            &mut state,
+            cut,
+            None,
+        )?;
         Ok((hdr, slot, state, files, len))
+    }
+
+    /// A catch-up that reads only what was written after `pos` (design.md 6.5): when the newest
+    /// durable header is still the one `base` was replayed after (and, at a database's point,
+    /// the one read before the point), the journal's records from `pos.end` on are replayed
+    /// onto `base` over a new map of the data file (`len` bytes). `None` when the header moved
+    /// (before or during the replay), or the replay failed (a journal file released meanwhile):
+    /// the caller loads again from the header.
+    fn load_after(&self, base: &State, pos: ReplayPos, len: u64) -> Option<Loaded> {
+        let (env, data, data_path) = (self.env, self.data, self.data_path);
+        let header = || read_header(&**data, data_path).ok();
+        let (hdr, slot) = header()?;
+        if hdr.sequence != pos.sequence
+            || self
+                .at
+                .is_some_and(|a| a.sequence.is_some_and(|q| q != pos.sequence))
+        {
+            return None;
+        }
+        let cut = self.at.map(|a| (a.file, a.offset));
+        if cut.is_some_and(|c| c < pos.end) {
+            return None;
+        }
+        let mut state = base.clone();
+        state.mapping =
+            Arc::new(Mapping::new(data, len, data_path.clone(), self.map_end.clone()).ok()?);
+        let rec = recover(
+            env,
+            self.journals_dir,
+            self.borrowed,
+            &hdr,
+            &mut state,
+            cut,
+            Some(pos.end),
+        )
+        .ok()?;
+        let (now, _) = header()?;
+        if now.sequence != pos.sequence {
+            return None;
+        }
+        Some((hdr, slot, state, rec, len))
     }
 }

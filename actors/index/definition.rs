@@ -11,18 +11,15 @@ use std::time::Duration;
 /// document key`, document keys at least 1 byte) are at least 2 bytes, so it is never an entry.
 /// The snapshots of an index storage the engine runs leave it out of every view (`len`,
 /// `get`, `iter`, `range`, `prefix`, `first`, the handles' reads: design.md 10.1); read it
-/// with [`index_applied_txn`]. A storage opened without the engine (`omnibus::Database`) still
-/// shows it as its first key.
+/// with [`index_applied_txn`]. So do those of `omnibus::Database` without the engine: it marks
+/// every branch holding an applied record at open. A branch directory opened alone with
+/// `omnibus::Storage::open` still shows it as its first key.
 pub const INDEX_APPLIED_KEY: &[u8] = &[0];
 
-/// The first 8 bytes of the value at [`INDEX_APPLIED_KEY`]; the next 8 are the txn id,
-/// little-endian.
-/// Version 2: entry keys with escaped terms (`index_key.rs`). A version-1 record (terms stored
-/// as they were) reads as no record, so that the index is reconciled once into escaped keys.
-pub(super) const APPLIED_MAGIC: &[u8; 8] = b"omniIDX2";
-
-/// The applied record's magic before terms were escaped.
-pub(super) const APPLIED_MAGIC_V1: &[u8; 8] = b"omniIDX1";
+/// The applied record's magic before terms were escaped (the current one, version 2, is the
+/// core's: entry keys with escaped terms, `index_key.rs`). A version-1 record (terms stored as
+/// they were) reads as no record, so that the index is reconciled once into escaped keys.
+pub(super) const APPLIED_MAGIC_V1: &[u8; 8] = crate::actor_interface::INDEX_RECORD_MAGIC_V1;
 
 /// Smallest reconcile memory accepted (bytes).
 pub(super) const MIN_RECONCILE_MEMORY: usize = 64 << 10;
@@ -265,10 +262,7 @@ pub(crate) fn read_applied(index: &ReadTransaction) -> Result<Option<u64>> {
 }
 
 pub(super) fn decode_applied(v: &[u8]) -> Option<u64> {
-    if v.len() != 16 || &v[..8] != APPLIED_MAGIC {
-        return None;
-    }
-    Some(u64::from_le_bytes(v[8..16].try_into().ok()?))
+    crate::actor_interface::decode_index_record(v)
 }
 
 /// Whether `v` is an applied record of the first version (entries with unescaped terms).
@@ -277,8 +271,5 @@ pub(super) fn is_applied_v1(v: &[u8]) -> bool {
 }
 
 pub(crate) fn applied_record(txn: u64) -> [u8; 16] {
-    let mut v = [0u8; 16];
-    v[..8].copy_from_slice(APPLIED_MAGIC);
-    v[8..].copy_from_slice(&txn.to_le_bytes());
-    v
+    crate::actor_interface::index_record(txn)
 }

@@ -105,7 +105,11 @@ const COMPACT_LONG: &str = "Shrink the data file of every storage of the databas
 branch in name order), or of the plain storage DB: the pages in use are moved toward the start of the file \
 (ordinary copy-on-write transactions, crash-safe), then the free tail is cut off. Prints, per storage, the \
 pages moved and the data file's length and bytes on disk before and after, then the totals.\n\nOpens DB for \
-writing: a process that has it open makes this fail. Exit code 0 on success; 2 when a storage could not be \
+writing: a process that has it open makes this fail. Beside a reader process (a read-only open: get, scan, \
+stat, check, backup, or a program) it moves nothing, since pages a reader may read are never reused and \
+moved pages would only grow the file: each storage's line says so (--json: skipped_for_readers, \
+skipped_reason); run it again once the readers closed. Indexes stay in step with the documents. Exit code \
+0 on success; 2 when a storage could not be \
 compacted (damaged, or an I/O error: the storages before it are compacted, nothing is lost).";
 
 const BACKUP_LONG: &str = "Write a standalone copy of the database (or plain storage) SRC into DEST, a new or \
@@ -432,6 +436,8 @@ allocated blocks: punched free runs), 1 MiB runs punched since this open
   journals        journal files in the storage's Journals/ (a shared journal file is hard-linked \
 into every storage that has records in it)
   scratch         unflushed page images held in memory
+  readers         the read-only openers in other processes attached to the storage (its LOCK's reader \
+slots): each one's pid and the oldest txn it reads (this command's own slot is not listed)
 Then the database's journal counters since this open (batches, commits per batch, fdatasyncs, \
 directory fsyncs, links): a fresh open only recovers and flushes, so these count that; `ingest` \
 and `bench shop` print the counters of their runs. The database is opened read-only: nothing is \

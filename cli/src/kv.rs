@@ -564,6 +564,17 @@ struct StorageStat {
     journal_files: u64,
     scratch_pages: u64,
     scratch_bytes: u64,
+    /// Read-only openers in other processes holding a slot of this storage's reader table now
+    /// (`Storage::readers`): this command's own slot is not listed.
+    readers: Vec<ReaderStat>,
+}
+
+/// A live reader slot: the reader's pid and the oldest txn whose pages it may read (0 while
+/// it opens).
+#[derive(Serialize)]
+struct ReaderStat {
+    pid: u32,
+    txn: u64,
 }
 
 /// The applied-txn record of an index storage's snapshot, if it holds one.
@@ -649,6 +660,16 @@ fn storage_stat(name: &str, s: &Storage, branch: bool) -> StorageStat {
         journal_files: st.journal_files,
         scratch_pages: st.scratch_pages,
         scratch_bytes: st.scratch_bytes,
+        // Informative: a table that cannot be read lists no reader.
+        readers: s
+            .readers()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| ReaderStat {
+                pid: r.pid,
+                txn: r.txn,
+            })
+            .collect(),
     }
 }
 
@@ -758,6 +779,20 @@ fn print_storage_stat(s: &StorageStat) {
         s.scratch_pages,
         fmt::bytes(s.scratch_bytes)
     );
+    if s.readers.is_empty() {
+        println!("  readers    none in other processes");
+    } else {
+        let list: Vec<String> = s
+            .readers
+            .iter()
+            .map(|r| format!("pid {} at txn {}", r.pid, r.txn))
+            .collect();
+        println!(
+            "  readers    {} in other processes: {}",
+            s.readers.len(),
+            list.join(", ")
+        );
+    }
 }
 
 pub fn stat(a: StatArgs) -> CliResult {
@@ -1290,6 +1325,20 @@ pub fn backup(a: BackupArgs) -> CliResult {
     )))
 }
 
+/// Why compaction of a storage was skipped or stopped early, when it was: readers in other
+/// processes hold slots of its reader table ([`omnibus::CompactReport::skipped_for_readers`]).
+fn skipped_reason(r: &omnibus::CompactReport) -> Option<String> {
+    (r.skipped_for_readers > 0).then(|| {
+        format!(
+            "skipped: {} read-only opener{} in other processes hold{} reader slots; the pages a reader may read are never reused, so moving pages would only grow the file: run compact again once {} closed",
+            r.skipped_for_readers,
+            if r.skipped_for_readers == 1 { "" } else { "s" },
+            if r.skipped_for_readers == 1 { "s" } else { "" },
+            if r.skipped_for_readers == 1 { "it has" } else { "they have" },
+        )
+    })
+}
+
 /// `omnibus compact DB`: [`Database::compact`] (or [`Storage::compact`] of a plain storage),
 /// one line per storage and the totals (or one JSON object).
 pub fn compact(a: CompactArgs) -> CliResult {
@@ -1354,6 +1403,8 @@ pub fn compact(a: CompactArgs) -> CliResult {
                 "allocated_bytes_before": r.allocated_bytes_before,
                 "allocated_bytes_after": r.allocated_bytes_after,
                 "truncated": r.truncated,
+                "skipped_for_readers": r.skipped_for_readers,
+                "skipped_reason": skipped_reason(r),
             })).collect::<Vec<_>>(),
         });
         println!("{v}");
@@ -1371,6 +1422,9 @@ pub fn compact(a: CompactArgs) -> CliResult {
             fmt::bytes(r.allocated_bytes_before),
             fmt::bytes(r.allocated_bytes_after),
         );
+        if let Some(why) = skipped_reason(r) {
+            println!("{}: {why}", name(n));
+        }
     }
     println!(
         "compacted {} storage{} in {secs:.2} s: {moved} pages moved; data files {} -> {}, on disk {} -> {}",

@@ -82,3 +82,74 @@ fn compact_of_a_missing_database_is_bad_input() {
     let o = cli::omnibus(&["compact", dir.path().join("nothing").to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
 }
+
+#[test]
+fn compact_keeps_indexes_in_step_and_is_skipped_beside_a_reader() {
+    // Regressions: after `compact` the index was "behind the documents" for `check` until the
+    // next `ingest --index`; beside a reader the data files grew and the report said nothing;
+    // `get --storage country '\x00'` printed the index's applied record.
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let d = db.to_str().unwrap();
+    let lines: Vec<String> = (0..3000)
+        .map(|i| {
+            format!(
+                r#"{{"id": {i}, "country": "C{}", "note": "{}"}}"#,
+                i % 7,
+                "x".repeat(300)
+            )
+        })
+        .collect();
+    cli::ingest_lines(&db, &lines, &["country"]);
+    cli::ok(&["compact", d]);
+    let out = cli::ok(&["check", d]);
+    assert!(out.contains("index `country`: ok"), "{out}");
+    assert!(!out.contains("behind"), "{out}");
+    let o = cli::omnibus(&["get", d, "--storage", "country", "\\x00"]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("not found"),
+        "{o:?}"
+    );
+
+    // A reader in this process (a read-only open holding reader slots), as a reader process.
+    let ro = Options {
+        read_only: true,
+        ..Default::default()
+    };
+    let reader = Database::open(&db, ro).unwrap();
+    let seen = reader.root().begin_read().unwrap();
+    let before = data_bytes(&db);
+    let out = cli::ok(&["compact", d, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    for s in v["storages"].as_array().unwrap() {
+        assert_eq!(s["skipped_for_readers"], 1, "{v}");
+        assert_eq!(s["pages_moved"], 0, "{v}");
+        assert!(
+            s["skipped_reason"].as_str().unwrap().contains("reader"),
+            "{v}"
+        );
+    }
+    let out = cli::ok(&["compact", d]);
+    assert!(out.contains("(root): skipped: 1 read-only opener"), "{out}");
+    assert_eq!(data_bytes(&db), before);
+
+    // `stat` lists the reader's slot in every storage (its own slot is not listed).
+    let me = u64::from(std::process::id());
+    let out = cli::ok(&["stat", d, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    for s in v["storages"].as_array().unwrap() {
+        let readers = s["readers"].as_array().unwrap();
+        assert_eq!(readers.len(), 1, "{v}");
+        assert_eq!(readers[0]["pid"], me, "{v}");
+    }
+    assert_eq!(v["storages"][0]["readers"][0]["txn"], seen.txn_id(), "{v}");
+    let out = cli::ok(&["stat", d]);
+    assert!(
+        out.contains(&format!("readers    1 in other processes: pid {me} at txn")),
+        "{out}"
+    );
+    drop((seen, reader));
+    let out = cli::ok(&["stat", d]);
+    assert!(out.contains("readers    none"), "{out}");
+}

@@ -72,6 +72,19 @@ pub fn scan(
     path: &Path,
     no: u64,
     known: &[(u64, u64)],
+    f: impl FnMut(&RecordHeader, &[u8], u64) -> Result<()>,
+) -> Result<ScanEnd> {
+    scan_from(env, path, no, known, 0, f)
+}
+
+/// [`scan`] from byte `from` of the file, the end of the records an earlier scan of it took (a
+/// reader's catch-up reads only what was written since); `from` 0 is the whole file.
+pub fn scan_from(
+    env: &dyn StorageEnv,
+    path: &Path,
+    no: u64,
+    known: &[(u64, u64)],
+    from: u64,
     mut f: impl FnMut(&RecordHeader, &[u8], u64) -> Result<()>,
 ) -> Result<ScanEnd> {
     // Reading only: read-only opens on read-only media scan with it too.
@@ -82,7 +95,7 @@ pub fn scan(
     let mut last: HashMap<u64, u64> = known.iter().copied().collect();
     // The longest durable length a batch recorded, and where that batch's padding is.
     let mut durable = (0u64, 0u64);
-    let pos = read_records(&*file, len, no, 0, |h, body, at| {
+    let pos = read_records(&*file, len, no, from, |h, body, at| {
         records += 1;
         if h.durable_len() > durable.0 {
             durable = (h.durable_len(), at);

@@ -43,6 +43,18 @@ impl Lock {
     }
 }
 
+impl Drop for Lock {
+    fn drop(&mut self) {
+        // A read-write open's close: its pid leaves the table before its `flock` is released
+        // (the table's file closes after this), so a later writer's pid is never cleared.
+        if self.slot.is_none() {
+            if let Some(t) = &self.table {
+                t.clear_writer();
+            }
+        }
+    }
+}
+
 /// Holder of a LOCK that a read-write opener holds, for [`Error::AlreadyOpen`].
 const HELD_BY_WRITER: &str = "a read-write opener";
 /// Holder of a LOCK that read-only openers hold, for [`Error::AlreadyOpen`].
@@ -130,8 +142,9 @@ pub(crate) fn take_lock(dir: &Path, read_only: bool) -> Result<Lock> {
     };
     match rustix::fs::flock(&lock_file, op) {
         Ok(()) if read_only => Ok(Lock {
+            slot: None,
+            table: None,
             file: Some(lock_file),
-            ..Lock::default()
         }),
         Ok(()) => {
             let dup = lock_file
@@ -143,8 +156,9 @@ pub(crate) fn take_lock(dir: &Path, read_only: bool) -> Result<Lock> {
                     // Without the table, readers take the shared flock and wait for no writer.
                     tracing::debug!(path = %lock_path.display(), error = %e, "no byte-range locks on LOCK: no reader table");
                     return Ok(Lock {
+                        slot: None,
+                        table: None,
                         file: Some(lock_file),
-                        ..Lock::default()
                     });
                 }
                 Err(e) => return Err(e),
@@ -156,8 +170,9 @@ pub(crate) fn take_lock(dir: &Path, read_only: bool) -> Result<Lock> {
                 tracing::info!(path = %lock_path.display(), cleared, "cleared the reader slots of dead processes");
             }
             Ok(Lock {
+                slot: None,
                 table: Some(std::sync::Arc::new(table)),
-                ..Lock::default()
+                file: None,
             })
         }
         Err(rustix::io::Errno::WOULDBLOCK) => {

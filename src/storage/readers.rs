@@ -9,7 +9,8 @@
 //! ```text
 //! 0    8   magic "OMNIRDR\0"
 //! 8    8   version (1) in the low 32 bits, slot count (127) in the high 32 bits
-//! 16   8   the writer's pid while a read-write opener holds the storage (informative)
+//! 16   8   the writer's pid while a read-write opener holds the storage (informative; 0 after
+//!          its clean close)
 //! 24   40  zeros
 //! 64 + 64 i   slot i (i < 127):
 //!      0  8  pid of the reader (0: free)
@@ -186,6 +187,18 @@ impl ReaderTable {
         self.word(16)
             .store(u64::from(std::process::id()), Ordering::Release);
         Ok(())
+    }
+
+    /// Clears the writer's pid (bytes 16..24) when it is this process's: a read-write open's
+    /// close, before its lock and `flock` go with the file. The reader slots are left as they
+    /// are (readers still attached keep theirs).
+    pub fn clear_writer(&self) {
+        let _ = self.word(16).compare_exchange(
+            u64::from(std::process::id()),
+            0,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
     }
 
     /// True when a read-write opener (another open file than this one) holds the storage.

@@ -17,12 +17,28 @@ use crate::page::header::Header;
 use crate::page::{self, PAGE_SIZE};
 use crate::state::{ScratchPage, State};
 
+/// What [`recover`] read.
+pub(crate) struct Recovered {
+    /// Per journal file, the highest txn id of each storage in it.
+    pub files: BTreeMap<u64, HashMap<u64, u64>>,
+    /// `(journal number, offset)` where the records taken end: the end of the valid records of
+    /// the newest file scanned, or the cut when one was given in that file. A reader's next
+    /// catch-up starts there.
+    pub end: (u64, u64),
+    /// This storage's records replayed into the state.
+    pub records: u64,
+}
+
 /// Replays the commit records of the storage of header `hdr` after `state.flushed_txn` into
 /// the scratch table (design.md invariant I7) and returns, per journal file, the highest txn id of
 /// each storage. The files are those of `dir` and, where `dir` lacks their number, `borrowed`
 /// ones. Then checks the journal's start statements (`check_started`). `cut`: `(file,
 /// offset)` of a database's one point (design.md 6.5): files numbered above it are not read,
-/// and records at or past the offset in it are left out.
+/// and records at or past the offset in it are left out. `from`: `(file, offset)` where an
+/// earlier replay into `state` ended (a read-only storage's catch-up under the same durable
+/// header, design.md 6.5): files numbered below it are not read, that file is read from the
+/// offset, records at or below `state.txn_id` are skipped, and the start statements, checked
+/// by that earlier replay, are not checked again.
 pub(super) fn recover(
     env: &dyn StorageEnv,
     dir: &Path,
@@ -30,7 +46,8 @@ pub(super) fn recover(
     hdr: &Header,
     state: &mut State,
     cut: Option<(u64, u64)>,
-) -> Result<BTreeMap<u64, HashMap<u64, u64>>> {
+    from: Option<(u64, u64)>,
+) -> Result<Recovered> {
     let storage_id = hdr.storage_id;
     // INFO, once per open: the records of this storage replayed (after its durable header)
     // and their bytes (headers included), and the whole recovery's time (every file scanned,
@@ -63,6 +80,20 @@ pub(super) fn recover(
     if let Some((file, _)) = cut {
         list.retain(|(no, _)| *no <= file);
     }
+    if let Some((file, _)) = from {
+        list.retain(|(no, _)| *no >= file);
+    }
+    if let Some((file, _)) = from.filter(|(f, _)| *f != 0) {
+        if !list.iter().any(|(no, _)| *no == file) {
+            // Released since (only after a flush, which moved the header): the caller reads
+            // everything again.
+            return Err(Error::InvalidOptions(format!(
+                "journal file {file} is gone: the catch-up reads the journal again"
+            )));
+        }
+    }
+    let base_txn = state.txn_id;
+    let mut end_at = from.unwrap_or((0, 0));
     // Free-space bitmap pages journaled as diffs of their own previous version (design.md 3.2)
     // whose chain starts at the data file's copy (no replayed record holds the page): page ->
     // its diffs `(txn, ranges)` in order. That copy may be torn by a flush whose header never
@@ -76,7 +107,8 @@ pub(super) fn recover(
     for (no, path) in list {
         let mut per: HashMap<u64, u64> = HashMap::new();
         let known = [(storage_id, state.txn_id)];
-        let end = recovery::scan(env, &path, no, &known, |h, body, offset| {
+        let start = from.filter(|(f, _)| *f == no).map_or(0, |(_, o)| o);
+        let end = recovery::scan_from(env, &path, no, &known, start, |h, body, offset| {
             if cut.is_some_and(|(file, at)| no == file && offset >= at) {
                 return Ok(());
             }
@@ -103,7 +135,7 @@ pub(super) fn recover(
             if h.storage_id != storage_id {
                 return Ok(());
             }
-            if h.txn_id <= state.flushed_txn {
+            if h.txn_id <= state.flushed_txn || (from.is_some() && h.txn_id <= base_txn) {
                 return Ok(());
             }
             replayed += 1;
@@ -160,6 +192,11 @@ pub(super) fn recover(
             Ok(())
         })?;
         files.insert(no, per);
+        let taken = match cut {
+            Some((file, at)) if file == no => end.offset.min(at),
+            _ => end.offset,
+        };
+        end_at = (no, taken.max(start));
         lens.insert(no, (path, end.len));
     }
     // The deferred chains, on the data file's copies (see `deferred` above).
@@ -182,12 +219,14 @@ pub(super) fn recover(
         page::check_image(&page_img, p, &data_path)?;
         put_scratch(state, p, txn, crate::page::Image::copy_from(&page_img));
     }
-    check_started(
-        dir,
-        &lens,
-        (hdr.journal_started, hdr.journal_started_len),
-        &starts,
-    )?;
+    if from.is_none() {
+        check_started(
+            dir,
+            &lens,
+            (hdr.journal_started, hdr.journal_started_len),
+            &starts,
+        )?;
+    }
     span.record("files", files.len() as u64);
     span.record("records", replayed);
     span.record("bytes", replayed_bytes);
@@ -198,7 +237,11 @@ pub(super) fn recover(
     // The event that closes the span, at DEBUG: INFO stays quiet for an open with nothing to
     // replay (the `replayed journal` event says when there was).
     tracing::debug!("recovered");
-    Ok(files)
+    Ok(Recovered {
+        files,
+        end: end_at,
+        records: replayed,
+    })
 }
 
 /// Replays the page commit `txn` of body `body` (a commit body, kind 1's or an apply step's)

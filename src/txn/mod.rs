@@ -5,6 +5,9 @@ mod read;
 mod write;
 
 pub use read::ReadTransaction;
+pub(crate) use read::{
+    decode_index_record, index_record, is_index_record, INDEX_RECORD_MAGIC_V1, RESERVED_KEY,
+};
 pub(crate) use write::check_put;
 pub use write::WriteTransaction;
 pub(crate) use write::{LogicalOps, StepCarry};

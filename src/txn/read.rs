@@ -28,6 +28,36 @@ pub struct ReadTransaction {
 /// left out of the snapshots of a storage marked as an index (`Storage::hide_reserved_key`).
 pub(crate) const RESERVED_KEY: &[u8] = &[0];
 
+/// The first 8 bytes of an index's applied record at [`RESERVED_KEY`] (design.md 10.1); the next
+/// 8 are the root txn id the index has applied, little-endian.
+pub(crate) const INDEX_RECORD_MAGIC: &[u8; 8] = b"omniIDX2";
+
+/// The applied record's magic before index terms were escaped (read as no record by the index
+/// runtime, which reconciles such an index; still the engine's key, never an entry).
+pub(crate) const INDEX_RECORD_MAGIC_V1: &[u8; 8] = b"omniIDX1";
+
+/// The applied record of root txn `txn`: 16 bytes, [`INDEX_RECORD_MAGIC`] then `txn` (u64 LE).
+pub(crate) fn index_record(txn: u64) -> [u8; 16] {
+    let mut v = [0u8; 16];
+    v[..8].copy_from_slice(INDEX_RECORD_MAGIC);
+    v[8..].copy_from_slice(&txn.to_le_bytes());
+    v
+}
+
+/// The root txn of an applied record of the current version; `None` for any other value.
+pub(crate) fn decode_index_record(v: &[u8]) -> Option<u64> {
+    if v.len() != 16 || &v[..8] != INDEX_RECORD_MAGIC {
+        return None;
+    }
+    Some(u64::from_le_bytes(v[8..16].try_into().ok()?))
+}
+
+/// True when `v`, the value at [`RESERVED_KEY`] of a branch storage, is an index's applied
+/// record of either version: the storage is an index, its key `0x00` the engine's.
+pub(crate) fn is_index_record(v: &[u8]) -> bool {
+    v.len() == 16 && (&v[..8] == INDEX_RECORD_MAGIC || &v[..8] == INDEX_RECORD_MAGIC_V1)
+}
+
 impl std::fmt::Debug for ReadTransaction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "ReadTransaction(txn {})", self.state.txn_id)

@@ -110,3 +110,71 @@ fn a_plain_branch_keeps_its_key_0x00() {
     drop((b, db));
     engine.shutdown().unwrap();
 }
+
+#[test]
+fn a_database_opened_without_the_engine_hides_it_too() {
+    // Regression: `omnibus::Database::storage(name)` snapshots (and so `omnibus get --storage
+    // IDX '\x00'`) returned the applied record of an index the engine had defined.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let (engine, db) = open_engine(&path);
+    let root = db.root();
+    for i in 0..DOCS {
+        root.blocking_put(format!("doc{i:03}"), format!("color=c{};n={i}", i % 3))
+            .unwrap();
+    }
+    db.blocking_define_index(IndexDefinition::new("by_color", map_color))
+        .unwrap();
+    db.blocking_wait_for_indexes().unwrap();
+    drop((root, db));
+    engine.shutdown().unwrap();
+
+    for read_only in [false, true] {
+        let opts = omnibus::Options {
+            read_only,
+            ..Default::default()
+        };
+        let core = omnibus::Database::open(&path, opts).unwrap();
+        let idx = core.storage("by_color").unwrap();
+        assert_entries_only(
+            &idx.begin_read().unwrap(),
+            DOCS,
+            &format!("core, read_only {read_only}"),
+        );
+        drop(idx);
+        core.close().unwrap();
+    }
+}
+
+#[test]
+fn a_backup_counts_documents_and_entries_not_applied_records() {
+    // Regression: `BackupReport::entries` of a database of n documents and one index of one
+    // term each was 2 n + 1, the index's applied record counted as a key.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let (engine, db) = open_engine(&path);
+    let root = db.root();
+    for i in 0..DOCS {
+        root.blocking_put(format!("doc{i:03}"), format!("color=c{};n={i}", i % 3))
+            .unwrap();
+    }
+    db.blocking_define_index(IndexDefinition::new("by_color", map_color))
+        .unwrap();
+    db.blocking_wait_for_indexes().unwrap();
+    let through_engine = db.blocking_backup(dir.path().join("copy1")).unwrap();
+    assert_eq!(through_engine.entries, 2 * DOCS, "DatabaseHandle::backup");
+    drop((root, db));
+    engine.shutdown().unwrap();
+
+    let core = omnibus::Database::open(&path, omnibus::Options::default()).unwrap();
+    let r = core.backup(dir.path().join("copy2")).unwrap();
+    assert_eq!(r.entries, 2 * DOCS, "Database::backup");
+    let idx = core.storage("by_color").unwrap();
+    let r = idx.backup(dir.path().join("copy3")).unwrap();
+    assert_eq!(r.entries, DOCS, "Storage::backup of the index");
+    // The copy keeps the record (a copy's index resumes from it).
+    let copy = omnibus::Storage::open(dir.path().join("copy3"), Default::default()).unwrap();
+    assert_eq!(copy.stats().entries, DOCS + 1);
+    drop((copy, idx));
+    core.close().unwrap();
+}

@@ -21,6 +21,7 @@ mod executor_placement;
 mod group_writes;
 mod handle_maintenance;
 mod index_build;
+mod index_compact;
 mod index_outside_writes;
 mod index_poison;
 mod index_query;

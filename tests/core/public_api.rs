@@ -82,6 +82,7 @@ fn every_intended_item_is_public() {
     let _: fn(GroupTransaction) -> Result<()> = GroupTransaction::commit;
     let _: fn(&mut GroupTransaction, Durability) = GroupTransaction::set_durability;
     let _: fn(&Database, PathBuf) -> Result<BackupReport> = Database::backup;
+    let _: fn(&Database) -> Result<u64> = Database::catch_up;
     let _: fn(&Database) -> DatabaseStats = Database::stats;
     let _: fn(&Database) -> Metrics = Database::metrics;
     let _: fn(&Database) -> Result<FlushReport> = Database::flush;

@@ -475,3 +475,49 @@ fn a_read_only_database_beside_a_live_writer_reads_whole_groups_and_backs_up() {
     let db = omnibus::Database::open(&path, read_only()).unwrap();
     assert!(verify_db(&db, "after the writer was killed") >= last_acked);
 }
+
+#[test]
+fn a_read_only_database_catches_up_to_whole_groups() {
+    // Regression: `Database::catch_up` did not exist and `Storage::catch_up` was refused on a
+    // database's storage: a read-only database moved on only by opening it again.
+    let _no_children = children::no_children_meanwhile();
+    if std::env::var(DB_WRITER_DIR).is_ok() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let (writer, acked) = start("db_writer_child_entry", DB_WRITER_DIR, &path);
+    wait_for(&acked, 0, 5);
+    let db = omnibus::Database::open(&path, read_only()).unwrap();
+    let first = verify_db(&db, "at the open");
+    // A snapshot held throughout keeps reading its group.
+    let held = db.root().begin_read().unwrap();
+    assert!(matches!(
+        db.root().catch_up(),
+        Err(omnibus::Error::InvalidOptions(_))
+    ));
+    let mut last = first;
+    for round in 0..150 {
+        let before = acked.load(Ordering::SeqCst);
+        let txn = db
+            .catch_up()
+            .unwrap_or_else(|e| panic!("round {round}: catch_up: {e}"));
+        assert_eq!(txn, db.root().begin_read().unwrap().txn_id());
+        let t = verify_db(&db, &format!("round {round}"));
+        assert!(
+            t >= before,
+            "round {round}: group {t}, {before} acknowledged before the catch-up"
+        );
+        assert!(t >= last, "round {round}: group {t} after {last}");
+        last = t;
+        if round % 50 == 49 {
+            assert_eq!(verify_db_storage(&held, "the held snapshot"), first);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(last > first, "the database moved on: {first} -> {last}");
+    let last_acked = acked.load(Ordering::SeqCst);
+    kill(writer);
+    db.catch_up().unwrap();
+    assert!(verify_db(&db, "after the writer was killed") >= last_acked);
+}
