@@ -4,13 +4,18 @@
 //! referenced by the cells of exactly one leaf (invariant I17), so whether a run still holds a
 //! live value is known from that leaf alone: no reference counts, no back pointers.
 //!
-//! A put copies the run it joins (its live values, then the new one) to a new run and points
-//! the leaf's cells at the copy; a run written by this transaction is rewritten in place when
-//! it keeps its length. A removed value frees its run when no other cell of the leaf names
+//! A put adds the value to a run this transaction wrote, or gives it a run of its own, or,
+//! once the leaf's committed runs with room fill three quarters of a run together with it,
+//! merges them and the value into one new run (so a value is copied a few times at most, not
+//! at every put into its leaf). A removed value frees its run when no other cell of the leaf names
 //! it. A leaf split moves the right half's values out of every run the left half also names.
 
 use super::*;
 use crate::page::node::{leaf_packed_cells, leaf_repoint, LeafView, ValRef, VALUE_RUN_BODY};
+
+/// Live bytes (the new value's included) at which committed runs of a leaf are merged into one
+/// run with a new value: three quarters of the largest run's body.
+const MERGE_FILL: usize = VALUE_RUN_BODY * 3 / 4;
 
 impl WriteTransaction {
     /// Pages of value page run `b` as this transaction sees it.
@@ -72,10 +77,14 @@ impl WriteTransaction {
     }
 
     /// Packs `value` (the new value of `key`) into a value page run of dirty leaf `p` (page
-    /// form): the run of the leaf with the most live bytes that still has room for it
-    /// (`key`'s own old value not counted) is copied with it (its live values first, dead
-    /// bytes dropped) and the leaf's cells are pointed at the copy; with no such run, a new
-    /// run holds it alone. Returns the value's reference, for the cell the caller writes.
+    /// form); `key`'s own old value is not counted as live. The value joins the fullest run
+    /// this transaction wrote that has room (rewritten in memory: the journal gets its final
+    /// image once); else, when the leaf's committed runs that have room, fewest live bytes
+    /// first, fill three quarters of a run together with it ([`MERGE_FILL`]), their live
+    /// values and the new one are copied, back to back (dead bytes dropped), to one new run
+    /// and those runs are freed; else the value takes a new run of its own. Cells moved are
+    /// pointed at their new place. Returns the value's reference, for the cell the caller
+    /// writes.
     pub(super) fn pack_into_leaf(&mut self, p: u64, key: &[u8], value: &[u8]) -> Result<Val> {
         let (img, h) = self.node_page(p)?;
         let cells = leaf_packed_cells(img).ok_or_else(|| self.corrupt(p, "malformed leaf page"))?;
@@ -95,38 +104,70 @@ impl WriteTransaction {
                 None => runs.push((b, len as usize)),
             }
         }
-        let best = runs
+        let len = value.len();
+        // A run this transaction wrote, with room: joining it costs the journal nothing but its
+        // final image.
+        let dirty = runs
             .iter()
-            .filter(|r| r.1 + value.len() <= VALUE_RUN_BODY)
+            .filter(|r| self.values.contains_key(&r.0) && r.1 + len <= VALUE_RUN_BODY)
             .max_by_key(|r| r.1)
-            .copied();
-        let Some((b, live)) = best else {
-            let q = self.alloc(page::overflow_run_pages(value.len()) as u64)?;
+            .map(|r| r.0);
+        let chosen: Vec<u64> = match dirty {
+            Some(b) => vec![b],
+            None => {
+                // Committed runs with room, fewest live bytes first, merged with the value once
+                // together they fill three quarters of a run: until then the value takes a run
+                // of its own (no committed run copied for it).
+                let mut open: Vec<(u64, usize)> = runs
+                    .iter()
+                    .filter(|r| r.1 + len <= VALUE_RUN_BODY)
+                    .copied()
+                    .collect();
+                open.sort_unstable_by_key(|r| (r.1, r.0));
+                let (mut total, mut set) = (len, Vec::new());
+                for (b, live) in open {
+                    if total + live <= VALUE_RUN_BODY {
+                        total += live;
+                        set.push(b);
+                    }
+                }
+                if total >= MERGE_FILL {
+                    set
+                } else {
+                    Vec::new()
+                }
+            }
+        };
+        if chosen.is_empty() {
+            let q = self.alloc(page::overflow_run_pages(len) as u64)?;
             self.values.insert(q, value.to_vec());
             return Ok(Val::Packed {
                 page: q,
                 off: HEADER_LEN as u32,
-                len: value.len() as u64,
+                len: len as u64,
             });
-        };
-        let mut body = Vec::with_capacity(live + value.len());
+        }
+        let mut body = Vec::with_capacity(VALUE_RUN_BODY);
         let mut moves = Vec::new();
-        for &(i, rb, off, len) in &cells {
-            if rb != b || Some(i) == own {
+        for &(i, rb, off, vlen) in &cells {
+            if !chosen.contains(&rb) || Some(i) == own {
                 continue;
             }
             moves.push((i, (HEADER_LEN + body.len()) as u32));
-            body.extend_from_slice(self.tree_packed(b, off, len)?);
+            body.extend_from_slice(self.tree_packed(rb, off, vlen)?);
         }
         let voff = (HEADER_LEN + body.len()) as u32;
         body.extend_from_slice(value);
         let pages = page::overflow_run_pages(body.len()) as u64;
-        let q = if self.values.contains_key(&b) && self.value_run_pages(b)? == pages {
-            b
-        } else {
-            let q = self.alloc(pages)?;
-            self.free_value_run(b)?;
-            q
+        let q = match chosen[..] {
+            [b] if self.values.contains_key(&b) && self.value_run_pages(b)? == pages => b,
+            _ => {
+                let q = self.alloc(pages)?;
+                for &b in &chosen {
+                    self.free_value_run(b)?;
+                }
+                q
+            }
         };
         self.values.insert(q, body);
         for (i, off) in moves {
@@ -137,14 +178,16 @@ impl WriteTransaction {
         Ok(Val::Packed {
             page: q,
             off: voff,
-            len: value.len() as u64,
+            len: len as u64,
         })
     }
 
     /// After leaf `l` split into `l` and its new right sibling `r` (both dirty, page form):
     /// the right half's values lying in runs the left half also names are copied to new runs
     /// (packed together), so every run is named by one leaf again. The left half's runs keep
-    /// the moved values' bytes, dead, until they are next copied.
+    /// the moved values' bytes, dead, until they are next copied. (Moving, for each run, the
+    /// half with fewer of its bytes instead left dead bytes on both sides: more merges later,
+    /// more journal bytes in all.)
     pub(super) fn separate_runs(&mut self, l: u64, r: u64) -> Result<()> {
         let (limg, _) = self.node_page(l)?;
         let left: Vec<u64> = leaf_packed_cells(limg)
@@ -161,12 +204,15 @@ impl WriteTransaction {
             .into_iter()
             .filter(|c| left.contains(&c.1))
             .collect();
-        if shared.is_empty() {
-            return Ok(());
-        }
+        self.move_to_new_runs(r, &shared)
+    }
+
+    /// Copies the values of `cells` (packed cells of dirty leaf `p`: index, run, offset,
+    /// length) back to back into new runs and points the cells at them.
+    fn move_to_new_runs(&mut self, p: u64, cells: &[(usize, u64, u32, u64)]) -> Result<()> {
         let mut bodies: Vec<Vec<u8>> = Vec::new();
-        let mut moves = Vec::with_capacity(shared.len());
-        for &(i, b, off, len) in &shared {
+        let mut moves = Vec::with_capacity(cells.len());
+        for &(i, b, off, len) in cells {
             let bytes = self.tree_packed(b, off, len)?;
             let n = bodies.len();
             match bodies.last_mut() {
@@ -175,7 +221,7 @@ impl WriteTransaction {
                     body.extend_from_slice(bytes);
                 }
                 _ => {
-                    moves.push((i, bodies.len(), HEADER_LEN as u32));
+                    moves.push((i, n, HEADER_LEN as u32));
                     bodies.push(bytes.to_vec());
                 }
             }
@@ -187,9 +233,9 @@ impl WriteTransaction {
             runs.push(q);
         }
         for (i, k, off) in moves {
-            let rg = leaf_repoint(self.page_mut(r)?, i, runs[k], off)
-                .ok_or_else(|| self.corrupt(r, "malformed leaf cell"))?;
-            self.touch(r, [rg, 0..0, 0..0]);
+            let rg = leaf_repoint(self.page_mut(p)?, i, runs[k], off)
+                .ok_or_else(|| self.corrupt(p, "malformed leaf cell"))?;
+            self.touch(p, [rg, 0..0, 0..0]);
         }
         Ok(())
     }
