@@ -221,6 +221,7 @@ fn tree_pages(state: &State) -> Result<Vec<(u64, u64)>> {
             }
             PageKind::Leaf => {
                 let v = LeafView::new(img, &h);
+                let mut runs: Vec<u64> = Vec::new();
                 for i in 0..v.len() {
                     let (_, val) = v.cell(i).ok_or_else(|| bad(p, "malformed leaf cell"))?;
                     if let ValRef::Overflow { page: o, .. } = val {
@@ -229,6 +230,17 @@ fn tree_pages(state: &State) -> Result<Vec<(u64, u64)>> {
                             return Err(bad(o, "expected an overflow page"));
                         }
                         out.push((o, oh.run_pages.max(1) as u64));
+                    }
+                    // A value page run is named by this leaf alone, maybe by several cells.
+                    if let ValRef::Packed { page: o, .. } = val {
+                        if !runs.contains(&o) {
+                            let (_, oh) = state.page_verified(o)?;
+                            if oh.kind != PageKind::Values {
+                                return Err(bad(o, "expected a value page"));
+                            }
+                            runs.push(o);
+                            out.push((o, oh.run_pages.max(1) as u64));
+                        }
                     }
                 }
                 out.push((p, 1));

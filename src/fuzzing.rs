@@ -278,14 +278,15 @@ pub fn header_pages(bytes: &[u8], seal: bool) -> Result<(u64, u64)> {
 }
 
 /// The page kinds' byte values, for building pages: (header, branch, leaf, overflow, free-space
-/// directory, free-space bitmap).
-pub const PAGE_KINDS: [u8; 6] = [
+/// directory, free-space bitmap, value page run).
+pub const PAGE_KINDS: [u8; 7] = [
     PageKind::Header as u8,
     PageKind::Branch as u8,
     PageKind::Leaf as u8,
     PageKind::Overflow as u8,
     PageKind::FreeDir as u8,
     PageKind::FreeBitmap as u8,
+    PageKind::Values as u8,
 ];
 
 /// A sealed leaf page image for page `page_number` holding `entries` (inline values), or

@@ -77,7 +77,7 @@ pub enum Command {
     /// Verify every storage (checksums, key order, tree shape, free-space map).
     #[command(
         long_about = "Verify every storage of the database: every page checksum, key order and bounds, equal \
-leaf depth, overflow runs, and the free-space map.\n\nCauses, not cascades: a damaged page is one message, and the \
+leaf depth, overflow runs, value page runs, and the free-space map.\n\nCauses, not cascades: a damaged page is one message, and the \
 pages it hides (below it, or covered by a damaged free-space page) are one summary line with their count and \
 range, not leaks.\n\nThen every index (a branch storage holding an index's applied record, named by its `--index` \
 spec) is cross-checked against the documents: entries missing for a document, entries naming no document, and \

@@ -182,7 +182,7 @@ fn build_file(t: &Template, f: &JFile) -> (u64, Vec<u8>) {
                             let mut img = bytes.clone();
                             img.truncate(3 * 8192);
                             img.resize(img.len().max(32), 0);
-                            img[4] = fuzzing::PAGE_KINDS[*kind as usize % 6];
+                            img[4] = fuzzing::PAGE_KINDS[*kind as usize % fuzzing::PAGE_KINDS.len()];
                             images.push((pn, img));
                         }
                     }

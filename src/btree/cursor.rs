@@ -193,9 +193,16 @@ impl<'a> Source<'a> {
             (Source::Snapshot(s), CellVal::Val(&Val::Overflow { page, len })) => {
                 super::value(s, ValRef::Overflow { page, len })
             }
+            (Source::Snapshot(s), CellVal::Val(&Val::Packed { page, off, len })) => {
+                super::value(s, ValRef::Packed { page, off, len })
+            }
             (Source::Txn(t), CellVal::Ref(ValRef::Overflow { page, len }))
             | (Source::Txn(t), CellVal::Val(&Val::Overflow { page, len })) => {
                 t.tree_overflow(page, len)
+            }
+            (Source::Txn(t), CellVal::Ref(ValRef::Packed { page, off, len }))
+            | (Source::Txn(t), CellVal::Val(&Val::Packed { page, off, len })) => {
+                t.tree_packed(page, off, len)
             }
         }
     }

@@ -50,7 +50,23 @@ fn value_via<'a>(
                 .ok_or_else(|| corrupt(state, o, "overflow run shorter than its value")),
             Ok(_) => Err(corrupt(state, o, "expected an overflow page")),
         },
+        ValRef::Packed { page: o, off, len } => match page(o)? {
+            Err(e) => Err(e),
+            Ok((img, h)) if h.kind == PageKind::Values => packed_slice(img, off, len)
+                .ok_or_else(|| corrupt(state, o, "value page run shorter than its value")),
+            Ok(_) => Err(corrupt(state, o, "expected a value page")),
+        },
     })
+}
+
+/// The `len` bytes at byte `off` of value page run image `img`; `None` when they do not lie in
+/// its body.
+pub(crate) fn packed_slice(img: &[u8], off: u32, len: u64) -> Option<&[u8]> {
+    let off = off as usize;
+    if off < HEADER_LEN {
+        return None;
+    }
+    img.get(off..off.checked_add(usize::try_from(len).ok()?)?)
 }
 
 /// Looks `key` up in the tree of `state`.
@@ -320,6 +336,52 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// Checks the value page runs one leaf's packed values name (`(run, offset, length)`):
+    /// each run is a value page run, marked once (a run another leaf names too is reachable
+    /// twice: invariant I17), and its values lie in its body without overlapping.
+    fn value_runs(&mut self, packed: &mut [(u64, u32, u64)]) {
+        packed.sort_unstable();
+        let mut at = 0;
+        while at < packed.len() {
+            let run = packed[at].0;
+            let end = packed[at..].partition_point(|v| v.0 == run) + at;
+            let values = &packed[at..end];
+            at = end;
+            match self.page(run) {
+                Err(c) => {
+                    let want = values
+                        .iter()
+                        .map(|v| (v.1 as usize + v.2 as usize).div_ceil(crate::page::PAGE_SIZE))
+                        .max()
+                        .unwrap_or(1) as u64;
+                    self.damage(c, run, want, false);
+                }
+                Ok((_, h)) if h.kind != PageKind::Values => {
+                    let c = self.corruption(run, "expected a value page");
+                    self.damage(c, run, 1, true);
+                }
+                Ok((_, h)) => {
+                    let len = h.run_pages as u64 * crate::page::PAGE_SIZE as u64;
+                    let mut prev_end = HEADER_LEN as u64;
+                    for &(_, off, vlen) in values {
+                        let (s, e) = (off as u64, off as u64 + vlen);
+                        if s < prev_end || e > len {
+                            let what = if e > len {
+                                "value page run shorter than its value"
+                            } else {
+                                "packed values overlap"
+                            };
+                            self.problem(run, what);
+                            break;
+                        }
+                        prev_end = e;
+                    }
+                    self.mark(run, h.run_pages as u64);
+                }
+            }
+        }
+    }
+
     fn node(&mut self, p: u64, lo: Option<&[u8]>, hi: Option<&[u8]>, depth: u32) {
         if depth as usize > MAX_DEPTH {
             self.problem(p, "tree deeper than 32 levels");
@@ -344,6 +406,7 @@ impl<'a> Checker<'a> {
                 let v = LeafView::new(img, &h);
                 let mut prev: Option<&[u8]> = None;
                 let mut overflow = Vec::new();
+                let mut packed: Vec<(u64, u32, u64)> = Vec::new();
                 for i in 0..v.len() {
                     let Some((k, val)) = v.cell(i) else {
                         self.problem(p, format!("malformed leaf cell {i}"));
@@ -362,8 +425,10 @@ impl<'a> Checker<'a> {
                     }
                     prev = Some(k);
                     self.report.entries += 1;
-                    if let ValRef::Overflow { page, len } = val {
-                        overflow.push((page, len));
+                    match val {
+                        ValRef::Overflow { page, len } => overflow.push((page, len)),
+                        ValRef::Packed { page, off, len } => packed.push((page, off, len)),
+                        ValRef::Inline(_) => {}
                     }
                 }
                 // Overflow runs after the leaf's own problems: a page's problems stay one entry.
@@ -382,6 +447,7 @@ impl<'a> Checker<'a> {
                         Ok((_, oh)) => self.mark(page, oh.run_pages as u64),
                     }
                 }
+                self.value_runs(&mut packed);
             }
             PageKind::Branch => {
                 let v = BranchView::new(img, &h);

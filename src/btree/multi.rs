@@ -5,7 +5,7 @@
 use crate::env::page_reads::{self, PageRead};
 use crate::error::Result;
 use crate::page::node::{BranchView, LeafView, ValRef};
-use crate::page::{check_image, overflow_run_pages, PageHeader, PageKind};
+use crate::page::{check_image, overflow_run_pages, PageHeader, PageKind, PAGE_SIZE};
 use crate::state::State;
 
 use super::{corrupt, value, MAX_DEPTH};
@@ -33,7 +33,7 @@ pub(crate) fn multi_get<'a, K: AsRef<[u8]>>(
     }
     // The keys still descending: (index in `keys`, the page it is at).
     let mut live: Vec<(usize, u64)> = (0..keys.len()).map(|i| (i, state.root)).collect();
-    let mut overflow: Vec<(usize, u64, u64)> = Vec::new();
+    let mut overflow: Vec<(usize, ValRef<'_>)> = Vec::new();
     let mut spans: Vec<(u64, usize)> = Vec::new();
     let hints = &state.mapping.read_hints;
     for _ in 0..MAX_DEPTH {
@@ -72,7 +72,9 @@ pub(crate) fn multi_get<'a, K: AsRef<[u8]>>(
                                 .ok_or_else(|| corrupt(state, p, "malformed leaf cell"))?;
                             match val {
                                 ValRef::Inline(b) => out[i] = Some(b),
-                                ValRef::Overflow { page, len } => overflow.push((i, page, len)),
+                                r @ (ValRef::Overflow { .. } | ValRef::Packed { .. }) => {
+                                    overflow.push((i, r))
+                                }
                             }
                         }
                     }
@@ -95,13 +97,20 @@ pub(crate) fn multi_get<'a, K: AsRef<[u8]>>(
         spans.extend(
             overflow
                 .iter()
-                .map(|&(_, page, len)| (page, overflow_run_pages(len as usize)))
+                .map(|&(_, r)| match r {
+                    // The pages up to the value's end (the run's length is in its header).
+                    ValRef::Packed { page, off, len } => {
+                        (page, (off as usize + len as usize).div_ceil(PAGE_SIZE))
+                    }
+                    ValRef::Overflow { page, len } => (page, overflow_run_pages(len as usize)),
+                    ValRef::Inline(_) => (0, 0),
+                })
                 .filter(|&(_, pages)| pages <= MAX_READ_AHEAD_RUN),
         );
         prefetch(state, &mut spans, check)?;
     }
-    for (i, page, len) in overflow {
-        out[i] = Some(value(state, ValRef::Overflow { page, len })?);
+    for (i, r) in overflow {
+        out[i] = Some(value(state, r)?);
     }
     Ok(out)
 }

@@ -29,10 +29,13 @@ pub const MAGIC: [u8; 8] = *b"OMNIBUS\0";
 /// The on-disk format this build writes. 2: free-space bitmap pages are journaled as diffs of
 /// their own previous version (docs/design.md 3.2), which a version 1 build would rebuild on
 /// the data file's copy only when that copy is intact, and report a torn one as corruption.
-pub const FORMAT_VERSION: u32 = 2;
-/// The oldest format this build reads. A version 1 storage opened for writing has both header
-/// pages rewritten at version 2 before its first commit (its journal, written by a version 1
-/// build, holds nothing this build reads differently).
+/// 3: values of up to 10,912 bytes that do not fit their leaf are packed into value page runs
+/// (kind 7) named by leaf cells of flag 2 (docs/design.md 2.7), which a version 2 build would
+/// report as malformed leaves.
+pub const FORMAT_VERSION: u32 = 3;
+/// The oldest format this build reads. A version 1 or 2 storage opened for writing has both
+/// header pages rewritten at version 3 before its first commit (its journal, written by an
+/// older build, holds nothing this build reads differently).
 pub const MIN_FORMAT_VERSION: u32 = 1;
 
 /// The decoded content of a header page.

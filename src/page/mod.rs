@@ -53,6 +53,8 @@ pub enum PageKind {
     FreeDir = 5,
     /// Free-space map bitmap: one bit per page, 1 = free.
     FreeBitmap = 6,
+    /// First page of a value page run: values of 2 to 10 KiB of one leaf, packed.
+    Values = 7,
 }
 
 impl PageKind {
@@ -65,6 +67,7 @@ impl PageKind {
             4 => PageKind::Overflow,
             5 => PageKind::FreeDir,
             6 => PageKind::FreeBitmap,
+            7 => PageKind::Values,
             _ => return None,
         })
     }

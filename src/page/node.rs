@@ -5,7 +5,8 @@
 //! 32: slot[0..count] u16 offsets of cells, in key order
 //! ... free ...
 //! cells, packed toward the end of the page:
-//!   key_len u16 | flags u8 (0 inline, 1 overflow) | value_len u32 | [overflow page u64] | key | [value]
+//!   key_len u16 | flags u8 (0 inline, 1 overflow, 2 packed) | value_len u32
+//!   | [overflow page u64 | packed: value page u64, offset u32] | key | [value]
 //! ```
 //! Branch page (kind 2), `count` = keys, `count + 1` children:
 //! ```text
@@ -21,13 +22,16 @@ use super::{BODY_LEN, HEADER_LEN, PAGE_SIZE};
 /// Largest leaf cell stored inline (bytes, slot included: 4 of them always fit in one page).
 pub const MAX_INLINE_CELL: usize = BODY_LEN / 4;
 const LEAF_CELL_FIXED: usize = 2 + 1 + 4;
+/// Bytes of a packed value's reference in its cell: value page u64, offset u32.
+const PACKED_REF: usize = 8 + 4;
 const BRANCH_CELL_FIXED: usize = 2 + 8;
 const BRANCH_BODY_START: usize = HEADER_LEN + 8;
 
 const _: () = assert!(MAX_INLINE_CELL * 4 <= BODY_LEN);
 const _: () = assert!((BRANCH_CELL_FIXED + 2 + crate::MAX_KEY_LEN) * 4 <= BODY_LEN - 8);
 
-/// A leaf value as stored: inline bytes or a reference to an overflow run.
+/// A leaf value as stored: inline bytes, a reference to an overflow run, or a reference to a
+/// value packed in a value page run shared with other values of the same leaf.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Val {
     /// The value bytes, in the leaf.
@@ -39,6 +43,34 @@ pub enum Val {
         /// Value length in bytes.
         len: u64,
     },
+    /// The value lives at byte `off` of the value page run starting at `page` (kind 7).
+    Packed {
+        /// First page of the value page run.
+        page: u64,
+        /// Byte offset of the value from the start of the run (at least the header's 32).
+        off: u32,
+        /// Value length in bytes.
+        len: u64,
+    },
+}
+
+impl Val {
+    /// Bytes the value takes in its leaf cell after the fixed part (the key excluded).
+    pub fn cell_bytes(&self) -> usize {
+        match self {
+            Val::Inline(v) => v.len(),
+            Val::Overflow { .. } => 8,
+            Val::Packed { .. } => PACKED_REF,
+        }
+    }
+
+    /// The value as stored outside the leaf, without its inline bytes: what a writer frees.
+    fn stub(v: ValRef<'_>) -> Val {
+        match v {
+            ValRef::Inline(_) => Val::Inline(Vec::new()),
+            other => other.to_val(),
+        }
+    }
 }
 
 /// A leaf value as seen by a reader, borrowed from the page.
@@ -53,6 +85,15 @@ pub enum ValRef<'a> {
         /// Value length in bytes.
         len: u64,
     },
+    /// `len` bytes at byte `off` of value page run `page`.
+    Packed {
+        /// First page of the value page run.
+        page: u64,
+        /// Byte offset of the value from the start of the run.
+        off: u32,
+        /// Value length in bytes.
+        len: u64,
+    },
 }
 
 impl ValRef<'_> {
@@ -61,6 +102,7 @@ impl ValRef<'_> {
         match self {
             ValRef::Inline(b) => Val::Inline(b.to_vec()),
             ValRef::Overflow { page, len } => Val::Overflow { page, len },
+            ValRef::Packed { page, off, len } => Val::Packed { page, off, len },
         }
     }
 }
@@ -68,6 +110,81 @@ impl ValRef<'_> {
 /// True when a key/value pair is stored inline in the leaf.
 pub fn fits_inline(key_len: usize, value_len: usize) -> bool {
     2 + LEAF_CELL_FIXED + key_len + value_len <= MAX_INLINE_CELL
+}
+
+/// Most pages in one value page run (kind 7): 32 KiB.
+pub const MAX_VALUE_RUN_PAGES: usize = 4;
+
+/// Value bytes one value page run holds at most (its pages less the 32-byte header).
+pub const VALUE_RUN_BODY: usize = MAX_VALUE_RUN_PAGES * PAGE_SIZE - HEADER_LEN;
+
+/// Largest value packed into a value page run (bytes): three always fit one run. A value not
+/// inline and at most this long is packed; a longer one takes an overflow run of its own.
+pub const MAX_PACKED_VALUE: usize = VALUE_RUN_BODY / 3;
+
+/// True when a key/value pair's value is packed into a value page run of its leaf (not inline,
+/// at most [`MAX_PACKED_VALUE`] bytes).
+pub fn packs(key_len: usize, value_len: usize) -> bool {
+    !fits_inline(key_len, value_len) && value_len <= MAX_PACKED_VALUE
+}
+
+/// The packed cells of leaf image `page`: (cell index, value page, offset, length), in cell
+/// order; `None` when the page is malformed.
+pub fn leaf_packed_cells(page: &[u8]) -> Option<Vec<(usize, u64, u32, u64)>> {
+    let h = PageHeader::read(page)?;
+    if h.kind != PageKind::Leaf {
+        return None;
+    }
+    let v = LeafView::new(page, &h);
+    let mut out = Vec::new();
+    for i in 0..v.len() {
+        if let (_, ValRef::Packed { page, off, len }) = v.cell(i)? {
+            out.push((i, page, off, len));
+        }
+    }
+    Some(out)
+}
+
+/// Points packed cell `i` of a dirty leaf image at byte `off` of value page run `run` (the
+/// value moved: same length, same cell size); returns the bytes written, or `None` when cell
+/// `i` is not a packed cell of the page.
+pub fn leaf_repoint(
+    page: &mut [u8],
+    i: usize,
+    run: u64,
+    off: u32,
+) -> Option<std::ops::Range<usize>> {
+    let h = PageHeader::read(page)?;
+    if h.kind != PageKind::Leaf || i >= h.count as usize {
+        return None;
+    }
+    let at = rd_u16(page, HEADER_LEN + 2 * i)? as usize;
+    if *page.get(at + 2)? != 2 || at + LEAF_CELL_FIXED + PACKED_REF > page.len() {
+        return None;
+    }
+    let f = at + LEAF_CELL_FIXED;
+    wr_u64(page, f, run);
+    wr_u32(page, f + 8, off);
+    Some(f..f + PACKED_REF)
+}
+
+/// Builds a sealed value page run (kind 7) at `page_number` holding `body` right after its
+/// header (values at the offsets their cells name, from 32 on).
+pub fn encode_values(body: &[u8], page_number: u64, txn_id: u64) -> Box<[u8]> {
+    let pages = super::overflow_run_pages(body.len());
+    let mut p = super::zeroed(pages);
+    PageHeader {
+        kind: PageKind::Values,
+        count: 0,
+        page_number,
+        txn_id,
+        run_pages: pages as u32,
+        aux: 0,
+    }
+    .write(&mut p);
+    p[HEADER_LEN..HEADER_LEN + body.len()].copy_from_slice(body);
+    super::seal(&mut p);
+    p
 }
 
 /// Zero-copy view of a leaf page. Accessors return `None` on malformed content.
@@ -112,6 +229,16 @@ impl<'a> LeafView<'a> {
                 at += 8;
                 ValRef::Overflow {
                     page: p,
+                    len: vlen as u64,
+                }
+            }
+            2 => {
+                let p = rd_u64(self.page, at)?;
+                let off = rd_u32(self.page, at + 8)?;
+                at += PACKED_REF;
+                ValRef::Packed {
+                    page: p,
+                    off,
                     len: vlen as u64,
                 }
             }
@@ -223,12 +350,7 @@ pub enum Node {
 
 /// Bytes one leaf entry takes in a page (slot included).
 pub fn leaf_entry_size(e: &LeafEntry) -> usize {
-    2 + LEAF_CELL_FIXED
-        + e.key.len()
-        + match &e.val {
-            Val::Inline(v) => v.len(),
-            Val::Overflow { .. } => 8,
-        }
+    2 + LEAF_CELL_FIXED + e.key.len() + e.val.cell_bytes()
 }
 
 /// Bytes one branch key takes (slot included).
@@ -509,21 +631,13 @@ pub fn leaf_put_in_place(
     let count = h.count as usize;
     let view = LeafView::new(page, &h);
     let found = view.search(key).ok_or(EditError::Malformed)?;
-    let size = LEAF_CELL_FIXED
-        + key.len()
-        + match val {
-            Val::Inline(v) => v.len(),
-            Val::Overflow { .. } => 8,
-        };
+    let size = LEAF_CELL_FIXED + key.len() + val.cell_bytes();
     let low = lowest_cell(page, HEADER_LEN, count).ok_or(EditError::Malformed)?;
     let (old, off, i, slots) = match found {
         Ok(i) => {
             let (_, v) = view.cell(i).ok_or(EditError::Malformed)?;
             let (_, old_size, old_off) = base_cell(page, &h, i).ok_or(EditError::Malformed)?;
-            let old = match v {
-                ValRef::Inline(_) => Val::Inline(Vec::new()),
-                ValRef::Overflow { page, len } => Val::Overflow { page, len },
-            };
+            let old = Val::stub(v);
             let off = if old_size == size {
                 old_off
             } else if low >= HEADER_LEN + 2 * count + size {
@@ -581,10 +695,7 @@ pub fn leaf_delete_in_place(
         return Ok((None, [0..0, 0..0, 0..0]));
     };
     let (_, v) = view.cell(i).ok_or(EditError::Malformed)?;
-    let old = match v {
-        ValRef::Inline(_) => Val::Inline(Vec::new()),
-        ValRef::Overflow { page, len } => Val::Overflow { page, len },
-    };
+    let old = Val::stub(v);
     let (_, size, off) = base_cell(page, &h, i).ok_or(EditError::Malformed)?;
     if off + size > PAGE_SIZE || HEADER_LEN + 2 * count > PAGE_SIZE {
         return Err(EditError::Malformed);
@@ -672,12 +783,7 @@ impl LeafCells {
         let found = LeafView::new(page, &h)
             .search(key)
             .ok_or(EditError::Malformed)?;
-        self.new_size = LEAF_CELL_FIXED
-            + key.len()
-            + match val {
-                Val::Inline(v) => v.len(),
-                Val::Overflow { .. } => 8,
-            };
+        self.new_size = LEAF_CELL_FIXED + key.len() + val.cell_bytes();
         if self.new_size > BODY_LEN - 2 {
             return Err(EditError::Malformed);
         }
@@ -699,10 +805,7 @@ impl LeafCells {
                     let (_, v) = LeafView::new(page, &h)
                         .cell(j)
                         .ok_or(EditError::Malformed)?;
-                    old = Some(match v {
-                        ValRef::Inline(_) => Val::Inline(Vec::new()),
-                        ValRef::Overflow { page, len } => Val::Overflow { page, len },
-                    });
+                    old = Some(Val::stub(v));
                     self.cells.push(new);
                     self.total += 2 + self.new_size;
                     continue;
@@ -885,6 +988,7 @@ fn cell_key(page: &[u8], off: usize) -> Option<&[u8]> {
     let at = match *page.get(off + 2)? {
         0 => off + LEAF_CELL_FIXED,
         1 => off + LEAF_CELL_FIXED + 8,
+        2 => off + LEAF_CELL_FIXED + PACKED_REF,
         _ => return None,
     };
     page.get(at..at.checked_add(klen)?)
@@ -967,6 +1071,18 @@ fn write_leaf_cell(p: &mut [u8], off: usize, key: &[u8], val: &Val) {
             at += 8;
             p[at..at + key.len()].copy_from_slice(key);
         }
+        Val::Packed {
+            page,
+            off: voff,
+            len,
+        } => {
+            p[off + 2] = 2;
+            wr_u32(p, off + 3, *len as u32);
+            wr_u64(p, at, *page);
+            wr_u32(p, at + 8, *voff);
+            at += PACKED_REF;
+            p[at..at + key.len()].copy_from_slice(key);
+        }
     }
 }
 
@@ -980,6 +1096,7 @@ fn base_cell<'a>(page: &'a [u8], h: &PageHeader, j: usize) -> Option<(&'a [u8], 
             let vbytes = match v {
                 ValRef::Inline(b) => b.len(),
                 ValRef::Overflow { .. } => 8,
+                ValRef::Packed { .. } => PACKED_REF,
             };
             Some((k, LEAF_CELL_FIXED + k.len() + vbytes, off))
         }

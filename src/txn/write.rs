@@ -48,7 +48,7 @@ use crate::error::{Error, Result};
 use crate::freespace::{self, Extents, BITS_PER_BITMAP, DIR_CAPACITY};
 use crate::journal::record::{commit_record, CommitMeta, DiffBase, OutRecord};
 use crate::options::Durability;
-use crate::page::node::{encode_overflow, fits_inline, LeafEntry, Node, Val};
+use crate::page::node::{encode_overflow, encode_values, fits_inline, LeafEntry, Node, Val};
 use crate::page::{self, PageHeader, PageKind, HEADER_LEN, PAGE_SIZE};
 use crate::state::State;
 use crate::storage::{Inner, WriterState};
@@ -62,6 +62,7 @@ mod compact;
 mod delete;
 mod insert;
 mod logical;
+mod packed;
 mod range_delete;
 mod reads;
 
@@ -82,6 +83,7 @@ pub(crate) struct TxnMaps {
     bases: HashMap<u64, u64>,
     touched: HashMap<u64, Touches>,
     overflow: HashMap<u64, Vec<u8>>,
+    values: HashMap<u64, Vec<u8>>,
     bitmaps: HashMap<usize, (crate::page::SharedImage, Option<Touches>)>,
     allocated: HashMap<u64, u64>,
     /// The free-space directory's bitmap pages (refilled by `load_fsm`).
@@ -98,6 +100,7 @@ impl Default for TxnMaps {
             bases: map(),
             touched: map(),
             overflow: map(),
+            values: map(),
             bitmaps: map(),
             allocated: map(),
             dir: Vec::new(),
@@ -169,6 +172,9 @@ pub struct WriteTransaction {
     /// collected more than [`MAX_TOUCHED`] ranges) has no entry and is diffed.
     touched: HashMap<u64, Touches>,
     overflow: HashMap<u64, Vec<u8>>,
+    /// Value page runs written by this transaction: their bodies (the bytes after the
+    /// header), by first page (`write/packed.rs`).
+    values: HashMap<u64, Vec<u8>>,
     /// Scratch for leaves re-packed or split in page form (`put_full_leaf`): reused, so no
     /// allocation per split.
     leaf_cells: page::node::LeafCells,
@@ -267,6 +273,7 @@ impl WriteTransaction {
             bases: maps.bases,
             touched: maps.touched,
             overflow: maps.overflow,
+            values: maps.values,
             leaf_cells: page::node::LeafCells::default(),
             spare: None,
             fsm_loaded: false,
@@ -445,6 +452,8 @@ impl WriteTransaction {
         page::node::page_body_size(img, &h).ok_or_else(|| self.corrupt(p, "malformed node page"))
     }
 
+    /// Frees an overflow value's run. A packed value's run is freed by the leaf edit that
+    /// removed its last cell (`write/packed.rs`): nothing here.
     fn free_value(&mut self, v: &Val) -> Result<()> {
         if let Val::Overflow { page, len } = v {
             let n = page::overflow_run_pages(*len as usize) as u64;
@@ -465,6 +474,7 @@ impl WriteTransaction {
             bases: emptied(std::mem::replace(&mut self.bases, map())),
             touched: emptied(std::mem::replace(&mut self.touched, map())),
             overflow: emptied(std::mem::replace(&mut self.overflow, map())),
+            values: emptied(std::mem::replace(&mut self.values, map())),
             bitmaps: emptied(std::mem::replace(&mut self.bitmaps, map())),
             allocated: emptied(std::mem::replace(&mut self.allocated, map())),
             dir: emptied_vec(std::mem::take(&mut self.dir)),

@@ -338,8 +338,10 @@ fn recycle_rounds(branch_last: bool) -> (Vec<(u64, bool)>, Vec<String>, u64) {
     let db = Database::open(&path, opts()).unwrap();
     let b = db.create_storage("b").unwrap();
     let root = db.root();
+    // Values small enough to stay inline in their leaf, so that each commit journals about one
+    // page and the rounds rotate through the 64 KiB files at the pace the rotations need.
     let value =
-        |round: u32, i: usize, k: u32| vec![(round as usize * 31 + i * 7 + k as usize) as u8; 3000];
+        |round: u32, i: usize, k: u32| vec![(round as usize * 31 + i * 7 + k as usize) as u8; 2000];
     let mut written = Vec::new();
     // Bounded: rounds of commits through a few journal files, then flushes (the storage
     // flushed first releases its names, the other then releases the last name and may

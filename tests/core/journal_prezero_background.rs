@@ -101,7 +101,9 @@ fn background_zeroes_ahead(window: u64, n: u32) {
     let stats = {
         let s = Storage::open(
             &path,
-            opts_window(Arc::new(DefaultEnv::new()), 16 << 20, window),
+            // One file holds every commit: a 4 KiB value is packed into a value page run of its
+            // leaf, copied with the others at each put (up to 32 KiB a commit).
+            opts_window(Arc::new(DefaultEnv::new()), 64 << 20, window),
         )
         .unwrap();
         for i in 0..n {

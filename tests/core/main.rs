@@ -38,6 +38,7 @@ mod metrics;
 mod model;
 mod multi_get_model;
 mod no_fallocate;
+mod packed_values;
 mod page_diffs;
 mod public_api;
 mod punch_clustered_delete;

@@ -27,5 +27,6 @@ mod journal_file_all_names_deleted;
 mod journal_link_deleted;
 mod journal_mark;
 mod journal_root_name_deleted_branch_records;
+mod packed_crash;
 mod recreated_branch_links;
 mod torn_page;

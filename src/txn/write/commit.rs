@@ -84,7 +84,12 @@ impl WriteTransaction {
         let mut bases: HashMap<u64, DiffBase<'_>> = map();
         bases.reserve(self.bases.len() + self.bitmaps.len());
         let mut images: Vec<(u64, crate::page::SharedImage)> = Vec::with_capacity(
-            self.nodes.len() + self.pages.len() + self.overflow.len() + self.bitmaps.len() + 1,
+            self.nodes.len()
+                + self.pages.len()
+                + self.overflow.len()
+                + self.values.len()
+                + self.bitmaps.len()
+                + 1,
         );
         for (&p, node) in &self.nodes {
             let image = match self.bases.get(&p) {
@@ -154,6 +159,9 @@ impl WriteTransaction {
         self.touched = touched;
         for (&p, value) in &self.overflow {
             images.push((p, page::Image::from_boxed(encode_overflow(value, p, txn))));
+        }
+        for (&p, body) in &self.values {
+            images.push((p, page::Image::from_boxed(encode_values(body, p, txn))));
         }
         let mut bitmaps = std::mem::replace(&mut self.bitmaps, map());
         for (idx, (mut image, touched)) in bitmaps.drain() {

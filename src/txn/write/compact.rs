@@ -164,6 +164,41 @@ impl WriteTransaction {
                     *moved += n;
                     runs = true;
                 }
+                // Value page runs: each moved once, every cell naming it pointed at the copy.
+                let mut named: Vec<u64> = Vec::new();
+                for e in &entries {
+                    if let Val::Packed { page: b, .. } = e.val {
+                        if !named.contains(&b) {
+                            named.push(b);
+                        }
+                    }
+                }
+                for b in named {
+                    if b < limit || self.values.contains_key(&b) {
+                        continue;
+                    }
+                    let (img, h) = self.base.page(b)?;
+                    if h.kind != PageKind::Values {
+                        return Err(self.corrupt(b, "expected a value page"));
+                    }
+                    let n = u64::from(h.run_pages.max(1));
+                    if !self.room_below(n, limit) {
+                        continue;
+                    }
+                    let body = img[page::HEADER_LEN..].to_vec();
+                    let q = self.alloc(n)?;
+                    self.values.insert(q, body);
+                    self.free(b, n)?;
+                    for e in entries.iter_mut() {
+                        if let Val::Packed { page, .. } = &mut e.val {
+                            if *page == b {
+                                *page = q;
+                            }
+                        }
+                    }
+                    *moved += n;
+                    runs = true;
+                }
                 let dirty = self.nodes.contains_key(&p) || self.pages.contains_key(&p);
                 if !runs && (p < limit || dirty || !self.room_below(1, limit)) {
                     return Ok(p);

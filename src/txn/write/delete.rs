@@ -9,6 +9,7 @@ impl WriteTransaction {
             return Err(self.corrupt(page, "tree deeper than 32 levels"));
         }
         let p = self.cow(page)?;
+        self.leaf_in_page_form(p)?;
         // Fast path: a dirty page in page form is edited in place (no decode). A branch whose
         // child became underfull falls through to the node path, which merges, with the
         // child's answer.
@@ -16,9 +17,13 @@ impl WriteTransaction {
         if self.pages.contains_key(&p) {
             let (img, h) = self.node_page(p)?;
             if h.kind == PageKind::Leaf {
+                let orphan = self.orphaned_run(p, key)?;
                 return match page::node::leaf_delete_in_place(self.page_mut(p)?, key) {
                     Ok((old, touched)) => {
                         self.touch(p, touched);
+                        if let Some(b) = orphan {
+                            self.free_value_run(b)?;
+                        }
                         Ok((p, old))
                     }
                     Err(_) => Err(self.corrupt(p, "malformed leaf page")),
@@ -54,7 +59,14 @@ impl WriteTransaction {
                 (Node::Leaf(_), Some(_)) => Err(self.corrupt(p, "internal: branch became a leaf")),
                 (Node::Leaf(es), None) => {
                     match es.binary_search_by(|e| e.key.as_slice().cmp(key)) {
-                        Ok(i) => Ok(Some(es.remove(i).val)),
+                        Ok(i) => {
+                            let old = es.remove(i).val;
+                            self.free_removed_runs(
+                                std::iter::once(&old),
+                                es.iter().map(|e| &e.val),
+                            )?;
+                            Ok(Some(old))
+                        }
                         Err(_) => Ok(None),
                     }
                 }

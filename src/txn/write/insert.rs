@@ -89,11 +89,14 @@ impl WriteTransaction {
     #[allow(clippy::type_complexity)]
     /// `rightmost`: `page` is the last node of its level (every step of the descent took the
     /// last child), where sorted inserts append.
+    /// `packed`: the value's bytes when it is packed (`val` is then a placeholder reference of
+    /// its cell's size, placed at the leaf: `write/packed.rs`).
     fn insert_at(
         &mut self,
         page: u64,
         key: &[u8],
         val: Val,
+        packed: Option<&[u8]>,
         depth: usize,
         rightmost: bool,
     ) -> Result<(u64, Option<(Vec<u8>, u64)>, Option<Val>)> {
@@ -101,6 +104,7 @@ impl WriteTransaction {
             return Err(self.corrupt(page, "tree deeper than 32 levels"));
         }
         let p = self.cow(page)?;
+        self.leaf_in_page_form(p)?;
         let mut val = Some(val);
         let mut old = None;
         // Fast path: a dirty page in page form is edited in place. A branch whose child split
@@ -112,34 +116,7 @@ impl WriteTransaction {
                 let Some(v) = val.take() else {
                     return Err(self.corrupt(p, "internal: value missing"));
                 };
-                match page::node::leaf_put_in_place(self.page_mut(p)?, key, &v) {
-                    Ok((o, touched)) => {
-                        self.touch(p, touched);
-                        return Ok((p, None, o));
-                    }
-                    Err(page::node::EditError::NoRoom)
-                        if rightmost && self.after_last(p, key)? =>
-                    {
-                        // An append to the full rightmost leaf (sorted inserts): the new key
-                        // starts a new rightmost leaf; this one stays as it is, full.
-                        let r = self.alloc(1)?;
-                        self.park(
-                            r,
-                            Node::Leaf(vec![LeafEntry {
-                                key: key.to_vec(),
-                                val: v,
-                            }]),
-                        )?;
-                        return Ok((p, Some((key.to_vec(), r)), None));
-                    }
-                    Err(page::node::EditError::NoRoom) => {
-                        // Re-packed or split in page form: no decode.
-                        return self.put_full_leaf(p, key, &v);
-                    }
-                    Err(page::node::EditError::Malformed) => {
-                        return Err(self.corrupt(p, "malformed leaf page"))
-                    }
-                }
+                return self.put_into_leaf(p, key, v, packed, rightmost);
             } else {
                 let bv = page::node::BranchView::new(img, &h);
                 let (i, c) = bv
@@ -150,7 +127,8 @@ impl WriteTransaction {
                     return Err(self.corrupt(p, "internal: value missing"));
                 };
                 let last = i == bv.keys();
-                let (nc, split, o) = self.insert_at(c, key, v, depth + 1, rightmost && last)?;
+                let (nc, split, o) =
+                    self.insert_at(c, key, v, packed, depth + 1, rightmost && last)?;
                 let edit = match &split {
                     None => page::node::branch_set_child(self.page_mut(p)?, i, nc),
                     Some((sep, right)) => {
@@ -192,6 +170,10 @@ impl WriteTransaction {
                     let val = val
                         .take()
                         .ok_or_else(|| self.corrupt(p, "internal: value missing"))?;
+                    if packed.is_some() {
+                        // Leaves are page form here (`leaf_in_page_form`).
+                        return Err(self.corrupt(p, "internal: packed put into a decoded leaf"));
+                    }
                     match es.binary_search_by(|e| e.key.as_slice().cmp(key)) {
                         Ok(i) => old = Some(std::mem::replace(&mut es[i].val, val)),
                         Err(i) => {
@@ -212,8 +194,14 @@ impl WriteTransaction {
                         .ok_or_else(|| self.corrupt(p, "internal: value missing"))?;
                     let i = keys.partition_point(|k| k.as_slice() <= key);
                     let last = i == keys.len();
-                    let (nc, split, o) =
-                        self.insert_at(children[i], key, val, depth + 1, rightmost && last)?;
+                    let (nc, split, o) = self.insert_at(
+                        children[i],
+                        key,
+                        val,
+                        packed,
+                        depth + 1,
+                        rightmost && last,
+                    )?;
                     children[i] = nc;
                     old = o;
                     if let Some((sep, right)) = split {
@@ -233,6 +221,76 @@ impl WriteTransaction {
         let split = split.transpose()?;
         self.park(p, node)?;
         Ok((p, split, old))
+    }
+
+    /// Puts `key` with `v` into dirty leaf `p` (page form): in place while the cell fits the
+    /// free gap, else as a new rightmost leaf (an append to the full rightmost leaf: sorted
+    /// inserts; the new key starts a new leaf and this one stays full), else re-packed or
+    /// split in page form (`put_full_leaf`). A split leaves no value page run named by both
+    /// halves (`separate_runs`); a packed value (`packed`, `v` its placeholder) is then
+    /// placed in a run of the leaf that holds the key; a run the old value was last in is
+    /// freed. Returns what `insert_at` returns.
+    #[allow(clippy::type_complexity)]
+    fn put_into_leaf(
+        &mut self,
+        p: u64,
+        key: &[u8],
+        v: Val,
+        packed: Option<&[u8]>,
+        rightmost: bool,
+    ) -> Result<(u64, Option<(Vec<u8>, u64)>, Option<Val>)> {
+        let orphan = self.orphaned_run(p, key)?;
+        let out = match page::node::leaf_put_in_place(self.page_mut(p)?, key, &v) {
+            Ok((o, touched)) => {
+                self.touch(p, touched);
+                (p, None, o)
+            }
+            Err(page::node::EditError::NoRoom) if rightmost && self.after_last(p, key)? => {
+                let r = self.alloc(1)?;
+                self.park(
+                    r,
+                    Node::Leaf(vec![LeafEntry {
+                        key: key.to_vec(),
+                        val: v,
+                    }]),
+                )?;
+                (p, Some((key.to_vec(), r)), None)
+            }
+            // Re-packed or split in page form: no decode.
+            Err(page::node::EditError::NoRoom) => self.put_full_leaf(p, key, &v)?,
+            Err(page::node::EditError::Malformed) => {
+                return Err(self.corrupt(p, "malformed leaf page"))
+            }
+        };
+        if let Some((sep, r)) = &out.1 {
+            self.separate_runs(p, *r)?;
+            if let Some(bytes) = packed {
+                let t = if key >= sep.as_slice() { *r } else { p };
+                self.place_packed(t, key, bytes)?;
+            }
+        } else if let Some(bytes) = packed {
+            self.place_packed(p, key, bytes)?;
+        }
+        if let Some(b) = orphan {
+            self.free_value_run(b)?;
+        }
+        Ok(out)
+    }
+
+    /// Packs `bytes`, the value of `key`, into a value page run of dirty leaf `t` (page form)
+    /// and points the key's cell (a placeholder of the same size) at it.
+    fn place_packed(&mut self, t: u64, key: &[u8], bytes: &[u8]) -> Result<()> {
+        let Val::Packed { page: run, off, .. } = self.pack_into_leaf(t, key, bytes)? else {
+            return Err(self.corrupt(t, "internal: packed value not packed"));
+        };
+        let (img, h) = self.node_page(t)?;
+        let Some(Ok(i)) = page::node::LeafView::new(img, &h).search(key) else {
+            return Err(self.corrupt(t, "internal: packed key missing from its leaf"));
+        };
+        let r = page::node::leaf_repoint(self.page_mut(t)?, i, run, off)
+            .ok_or_else(|| self.corrupt(t, "malformed leaf cell"))?;
+        self.touch(t, [r, 0..0, 0..0]);
+        Ok(())
     }
 
     /// Puts `key` into dirty leaf `p` (in page form) whose free gap has no room for it, without
@@ -421,8 +479,16 @@ impl WriteTransaction {
 
     pub(super) fn put_inner(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         self.changed = true;
+        let packed = page::node::packs(key.len(), value.len()).then_some(value);
         let val = if fits_inline(key.len(), value.len()) {
             Val::Inline(value.to_vec())
+        } else if packed.is_some() {
+            // Placed in a value page run of the leaf the key lands in (`put_into_leaf`).
+            Val::Packed {
+                page: 0,
+                off: 0,
+                len: value.len() as u64,
+            }
         } else {
             let n = page::overflow_run_pages(value.len()) as u64;
             let p = self.alloc(n)?;
@@ -439,7 +505,7 @@ impl WriteTransaction {
         } else {
             self.root
         };
-        let (nr, split, old) = self.insert_at(root, key, val, 0, true)?;
+        let (nr, split, old) = self.insert_at(root, key, val, packed, 0, true)?;
         self.root = match split {
             Some((sep, right)) => {
                 let r = self.alloc(1)?;

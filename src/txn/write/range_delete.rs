@@ -90,6 +90,8 @@ impl WriteTransaction {
                 for e in &es[a..b] {
                     self.free_value(&e.val)?;
                 }
+                let kept = es[..a].iter().chain(&es[b..]).map(|e| &e.val);
+                self.free_removed_runs(es[a..b].iter().map(|e| &e.val), kept)?;
                 *deleted += (b - a) as u64;
                 if a == 0 && b == es.len() {
                     self.drop_node(p)?;
@@ -219,7 +221,7 @@ impl WriteTransaction {
                 n = es.len() as u64;
                 values.extend(
                     es.iter()
-                        .filter(|e| matches!(e.val, Val::Overflow { .. }))
+                        .filter(|e| matches!(e.val, Val::Overflow { .. } | Val::Packed { .. }))
                         .map(|e| e.val.clone()),
                 );
             }
@@ -230,7 +232,9 @@ impl WriteTransaction {
                     let (_, val) = v
                         .cell(i)
                         .ok_or_else(|| self.corrupt(p, "malformed leaf cell"))?;
-                    if let page::node::ValRef::Overflow { .. } = val {
+                    if let page::node::ValRef::Overflow { .. } | page::node::ValRef::Packed { .. } =
+                        val
+                    {
                         values.push(val.to_val());
                     }
                 }
@@ -250,6 +254,8 @@ impl WriteTransaction {
         for v in &values {
             self.free_value(v)?;
         }
+        // A leaf's value page runs are named by it alone: each is freed once.
+        self.free_removed_runs(values.iter(), std::iter::empty())?;
         self.drop_node(p)?;
         Ok(n)
     }

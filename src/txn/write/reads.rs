@@ -96,6 +96,7 @@ impl WriteTransaction {
                 };
                 Ok(crate::btree::value(&self.base, vr)?.to_vec())
             }
+            Val::Packed { page, off, len } => Ok(self.tree_packed(*page, *off, *len)?.to_vec()),
         }
     }
 
@@ -186,6 +187,21 @@ impl WriteTransaction {
             None => crate::btree::value(
                 &self.base,
                 crate::page::node::ValRef::Overflow { page, len },
+            ),
+        }
+    }
+
+    /// The bytes of the packed value at byte `off` of value page run `page` (`len` bytes) as
+    /// this transaction sees it: in a run written by this transaction, or in the base snapshot.
+    pub(crate) fn tree_packed(&self, page: u64, off: u32, len: u64) -> Result<&[u8]> {
+        match self.values.get(&page) {
+            Some(body) => (off as usize)
+                .checked_sub(HEADER_LEN)
+                .and_then(|o| body.get(o..o.checked_add(len as usize)?))
+                .ok_or_else(|| self.corrupt(page, "internal: packed value outside its run")),
+            None => crate::btree::value(
+                &self.base,
+                crate::page::node::ValRef::Packed { page, off, len },
             ),
         }
     }
