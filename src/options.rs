@@ -146,6 +146,16 @@ pub struct Options {
     /// buffered (`IndexDefinition::write_buffer_bytes`). [`crate::Storage::set_write_buffer_bytes`]
     /// changes the size of an open storage's buffer.
     pub write_buffer_bytes: u64,
+    /// Pack values too long to sit in their leaf but at most
+    /// 10,912 bytes (from 2,032 bytes up, with short keys)
+    /// several to a value page run of their leaf (docs/design.md 2.7): 4 KiB values then take
+    /// about 4.3 KiB of the data file each instead of a whole 8 KiB page. Default `true`.
+    /// `false` gives each such value an overflow run of its own (a page or more, as format
+    /// version 2 stored them): a one-put commit of a 4 KiB value then journals about 8 KiB
+    /// instead of about 21 KiB (a put may merge runs of its leaf), at twice the space. Values
+    /// packed before stay packed until rewritten; reads are the same either way. Not stored:
+    /// each open chooses.
+    pub pack_values: bool,
 }
 
 impl Default for Options {
@@ -169,6 +179,7 @@ impl Default for Options {
             eventual_sync_ms: 100,
             journal_mark_ms: 100,
             write_buffer_bytes: 0,
+            pack_values: true,
         }
     }
 }

@@ -51,7 +51,10 @@ fn compaction_leaves_every_index_in_step() {
     let after = core.root().begin_read().unwrap().txn_id();
     // Whether pages moved or the file was only cut (where the writer left the free pages at
     // the end), compaction committed on the root.
-    assert!(after > before, "compaction committed on the root: {reports:?}");
+    assert!(
+        after > before,
+        "compaction committed on the root: {reports:?}"
+    );
     let docs = core.root().begin_read().unwrap();
     for def in [by_color(), by_tags()] {
         let idx = core.storage(def.name()).unwrap().begin_read().unwrap();

@@ -140,8 +140,12 @@ fn random_sizes_match_a_model() {
 /// Pages in use after `n` values of `len` bytes under random 24-byte keys, put in batches of
 /// 50 in random order, flushed.
 fn pages_for(n: usize, len: usize, seed: u64) -> u64 {
+    pages_with(n, len, seed, Options::default())
+}
+
+fn pages_with(n: usize, len: usize, seed: u64, opts: Options) -> u64 {
     let dir = tempfile::tempdir().unwrap();
-    let s = Storage::open(dir.path().join("s"), Options::default()).unwrap();
+    let s = Storage::open(dir.path().join("s"), opts).unwrap();
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut model = Model::new();
     while model.len() < n {
@@ -175,6 +179,71 @@ fn mid_size_values_take_well_under_a_page_each() {
             "{n} values of {len} bytes took {pages} pages, over {bound}"
         );
     }
+}
+
+/// With `Options::pack_values` off, mid-size values take an overflow run of their own again
+/// (a page each, and a one-put commit journals about one page), and values packed by an
+/// earlier open stay readable and are freed as they are rewritten or deleted.
+#[test]
+fn values_are_not_packed_when_packing_is_off() {
+    let off = || Options {
+        pack_values: false,
+        ..Options::default()
+    };
+    let n = 500;
+    let pages = pages_with(n, 4 * 1024, 7, off());
+    assert!(pages >= n as u64, "{n} values of 4 KiB took {pages} pages");
+
+    // Written packed, then reopened with packing off: rewrites, deletes and new values.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let mut rng = SmallRng::seed_from_u64(11);
+    let mut model = Model::new();
+    {
+        let s = Storage::open(&path, Options::default()).unwrap();
+        let mut w = s.begin_write().unwrap();
+        for _ in 0..300 {
+            let (k, v) = (key(&mut rng), value(&mut rng));
+            w.put(&k, &v).unwrap();
+            model.insert(k, v);
+        }
+        w.commit().unwrap();
+        s.close().unwrap();
+    }
+    let s = Storage::open(&path, off()).unwrap();
+    let keys: Vec<Vec<u8>> = model.keys().cloned().collect();
+    for (i, k) in keys.iter().enumerate() {
+        let mut w = s.begin_write().unwrap();
+        if i % 3 == 0 {
+            w.delete(k).unwrap();
+            model.remove(k);
+        } else if i % 3 == 1 {
+            let v = value(&mut rng);
+            w.put(k, &v).unwrap();
+            model.insert(k.clone(), v);
+        }
+        let (nk, nv) = (key(&mut rng), value(&mut rng));
+        w.put(&nk, &nv).unwrap();
+        model.insert(nk, nv);
+        w.commit().unwrap();
+    }
+    assert_same(&s.begin_read().unwrap(), &model);
+    check_clean(&s);
+    // One put of a 4 KiB value: about a page journaled (a packing put journals 2-3 pages).
+    let before = s.stats().journal.bytes;
+    let mut w = s.begin_write().unwrap();
+    w.put(b"one more key", vec![9u8; 4096]).unwrap();
+    w.commit().unwrap();
+    let bytes = s.stats().journal.bytes - before;
+    assert!(
+        bytes <= 12 * 1024,
+        "a one-put commit journaled {bytes} bytes"
+    );
+    s.close().unwrap();
+    let s = Storage::open(&path, Options::default()).unwrap();
+    model.insert(b"one more key".to_vec(), vec![9u8; 4096]);
+    assert_same(&s.begin_read().unwrap(), &model);
+    check_clean(&s);
 }
 
 /// A storage whose header pages say format 2 (as a build before value page runs wrote it:

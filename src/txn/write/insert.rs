@@ -479,7 +479,8 @@ impl WriteTransaction {
 
     pub(super) fn put_inner(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         self.changed = true;
-        let packed = page::node::packs(key.len(), value.len()).then_some(value);
+        let packed = (self.inner.opts.pack_values && page::node::packs(key.len(), value.len()))
+            .then_some(value);
         let val = if fits_inline(key.len(), value.len()) {
             Val::Inline(value.to_vec())
         } else if packed.is_some() {
