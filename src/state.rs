@@ -24,10 +24,36 @@ pub(crate) use crate::scratch::{Scratch, ScratchPage};
 const VERIFIED: u64 = 1;
 /// A page's bit in [`Mapping`]'s bitmap: known to be in the page cache.
 const RESIDENT: u64 = 2;
+/// A page's bit in [`Mapping`]'s bitmap: read through the map since the last refresh of its
+/// window. Only such a page, found gone, counts as an eviction ([`Mapping::evicting`]).
+const READ: u64 = 4;
+/// Bits a page takes in a word of [`Mapping`]'s bitmap ([`VERIFIED`], [`RESIDENT`], [`READ`]
+/// and one unused).
+const BITS_PER_PAGE: u64 = 4;
 /// Pages per word of [`Mapping`]'s bitmap (two bits each).
-const PAGES_PER_WORD: u64 = 32;
+const PAGES_PER_WORD: u64 = 64 / BITS_PER_PAGE;
 /// The [`RESIDENT`] bits of all the pages of a word.
-const RESIDENT_ALL: u64 = 0xAAAA_AAAA_AAAA_AAAA;
+const RESIDENT_ALL: u64 = 0x2222_2222_2222_2222;
+/// The [`READ`] bits of all the pages of a word.
+const READ_ALL: u64 = 0x4444_4444_4444_4444;
+
+/// The pages of `word` (a word of [`Mapping`]'s bitmap) that count as evicted when the page
+/// cache no longer holds them: known resident and read since their window's last refresh, as
+/// a mask of [`RESIDENT`] bits.
+fn relied_on(word: u64) -> u64 {
+    word & RESIDENT_ALL & ((word & READ_ALL) >> 1)
+}
+
+/// The [`RESIDENT`] bits of a word for `resident`, one bool per page from the word's first.
+fn resident_mask(resident: &[bool]) -> u64 {
+    resident
+        .iter()
+        .take(PAGES_PER_WORD as usize)
+        .enumerate()
+        .fold(0u64, |m, (b, r)| {
+            m | (u64::from(*r) * RESIDENT) << (BITS_PER_PAGE * b as u64)
+        })
+}
 
 /// A read-only map of the data file, with two bits per page: its checksum was verified, and it
 /// is known to be in the page cache.
@@ -37,8 +63,9 @@ pub(crate) struct Mapping {
     /// closing flush cuts the file's free tail, so no read touches a byte past the file's end.
     end: Arc<AtomicU64>,
     len: u64,
-    /// Two bits per page, [`PAGES_PER_WORD`] pages a word (one load answers both for a read):
-    /// [`VERIFIED`], and [`RESIDENT`]: read through the map since the last
+    /// Four bits per page, [`PAGES_PER_WORD`] pages a word (one load answers all for a read):
+    /// [`VERIFIED`]; [`READ`], read through the map since its window's last refresh; and
+    /// [`RESIDENT`]: read through the map since the last
     /// [`Mapping::refresh_residency`], or found in the page cache by it. What
     /// [`Mapping::page_if_resident`] trusts, so that an async caller's read never faults on a
     /// page known cold.
@@ -48,8 +75,9 @@ pub(crate) struct Mapping {
     residency_wanted: AtomicBool,
     /// The page the next refresh window starts at (0: a new pass).
     refresh_cursor: AtomicU64,
-    /// Pages known resident were found evicted (by a refresh, or by a check of
-    /// [`Mapping::page_if_resident`]) in the current or the last whole refresh pass: the bits
+    /// Pages known resident and read since their last refresh were found evicted (by a
+    /// refresh, or a check of [`Mapping::page_if_resident`]) in the current or the
+    /// last whole refresh pass: the bits
     /// may be stale, so `page_if_resident` asks the kernel (`mincore`) before it touches a
     /// page, and the map's read-around is off ([`Mapping::set_evicting`]). Cleared by a whole
     /// pass that finds no eviction.
@@ -156,13 +184,13 @@ impl Mapping {
     /// Page `p`'s word of the bitmap and the shift of its two bits in it.
     fn slot(&self, p: u64) -> Option<(&AtomicU64, u32)> {
         let w = self.bits.get(usize::try_from(p / PAGES_PER_WORD).ok()?)?;
-        Some((w, ((p % PAGES_PER_WORD) * 2) as u32))
+        Some((w, ((p % PAGES_PER_WORD) * BITS_PER_PAGE) as u32))
     }
 
-    /// Page `p`'s bits ([`VERIFIED`], [`RESIDENT`]); none for a page past the map.
+    /// Page `p`'s bits ([`VERIFIED`], [`RESIDENT`], [`READ`]); none for a page past the map.
     fn page_bits(&self, p: u64) -> u64 {
         self.slot(p).map_or(0, |(w, sh)| {
-            (w.load(Ordering::Relaxed) >> sh) & (VERIFIED | RESIDENT)
+            (w.load(Ordering::Relaxed) >> sh) & (VERIFIED | RESIDENT | READ)
         })
     }
 
@@ -184,12 +212,13 @@ impl Mapping {
         self.page_bits(p) & RESIDENT != 0
     }
 
-    /// Sets the residency bits of pages `p..p + pages` (they were just read through the map).
+    /// Sets the residency and read bits of pages `p..p + pages` (they were just read through
+    /// the map).
     fn mark_resident(&self, p: u64, pages: u64) {
         for q in p..p.saturating_add(pages) {
-            // A load first: the bit is set on all but a page's first read.
-            if !self.known_resident(q) {
-                self.set_bits(q, RESIDENT);
+            // A load first: the bits are set on all but a page's first read in a refresh pass.
+            if self.page_bits(q) & (RESIDENT | READ) != RESIDENT | READ {
+                self.set_bits(q, RESIDENT | READ);
             }
         }
     }
@@ -259,7 +288,7 @@ impl Mapping {
         // its bit back at its next read through the map, or at the next refresh).
         for q in p..p.saturating_add(pages) {
             if let Some((w, sh)) = self.slot(q) {
-                w.fetch_and(!(RESIDENT << sh), Ordering::Relaxed);
+                w.fetch_and(!((RESIDENT | READ) << sh), Ordering::Relaxed);
             }
         }
         self.set_evicting(true);
@@ -319,19 +348,19 @@ impl Mapping {
             return;
         };
         for (i, chunk) in units.chunks(per).enumerate() {
-            let found = chunk
-                .iter()
-                .enumerate()
-                .fold(0u64, |w, (b, r)| w | (u64::from(*r) * RESIDENT) << (2 * b));
+            let found = resident_mask(chunk);
             if let Some(w) = self.bits.get(start / per + i) {
-                // The residency bits replaced, the verified ones kept.
+                // The residency bits replaced, the read bits cleared, the verified ones kept.
                 let old = w
                     .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
-                        Some((old & !RESIDENT_ALL) | found)
+                        Some((old & !(RESIDENT_ALL | READ_ALL)) | found)
                     })
                     .unwrap_or_else(|old| old);
-                if old & RESIDENT_ALL & !found != 0 {
-                    // A page known resident was evicted.
+                if relied_on(old) & !found != 0 {
+                    // A page read since the last refresh was evicted. (Pages the refresh
+                    // found resident and nobody read, evicted since, say nothing about the
+                    // pages readers use: a host's proactive reclaim, such as DAMON's, pages
+                    // out such cold pages of a large file all the time.)
                     self.set_evicting(true);
                     self.pass_evicted.store(true, Ordering::Relaxed);
                 }
@@ -342,6 +371,13 @@ impl Mapping {
             let evicted = self.pass_evicted.swap(false, Ordering::Relaxed);
             self.set_evicting(evicted);
         }
+    }
+
+    /// Marks the bits in use, as a [`Mapping::page_if_resident`] does, without reading a page:
+    /// the next refresh pass runs.
+    #[cfg(test)]
+    pub fn want_residency(&self) {
+        self.residency_wanted.store(true, Ordering::Relaxed);
     }
 
     /// Whether pages known resident were found evicted in the current or the last whole refresh
@@ -384,14 +420,14 @@ impl Mapping {
         let bits = self.page_bits(p);
         if bits & VERIFIED == 0 || force_verify {
             let h = check_image(image, p, &self.path)?;
-            self.set_bits(p, VERIFIED | RESIDENT);
+            self.set_bits(p, VERIFIED | RESIDENT | READ);
             // The checksum read the whole run.
             self.mark_resident(p + 1, (image.len() / PAGE_SIZE) as u64 - 1);
             return Ok((image, h));
         }
-        if bits & RESIDENT == 0 {
-            // The header was read: its page is in memory now.
-            self.set_bits(p, RESIDENT);
+        if bits & (RESIDENT | READ) != RESIDENT | READ {
+            // The header was read: its page is in memory now, and read in this refresh pass.
+            self.set_bits(p, RESIDENT | READ);
         }
         Ok((image, h))
     }
@@ -400,6 +436,7 @@ impl Mapping {
 /// Pages whose residency one [`Mapping::refresh_residency`] call asks the page cache about
 /// (32,768: 256 MiB of map, one `mincore` of 65,536 bytes on 4 KiB pages).
 pub(crate) const RESIDENCY_WINDOW: usize = 32_768;
+
 
 /// Everything a snapshot reads. Immutable once published.
 #[derive(Debug, Clone)]

@@ -370,6 +370,53 @@ mod tests {
         assert!(r.get_if_resident(&key(7)).is_some());
     }
 
+    /// Pages that a refresh found resident and nobody read, paged out since (as a host's
+    /// proactive reclaim does to the cold pages of a large file), turned the whole map to
+    /// "evicting": every read on a caller's thread then paid a `mincore` per page, for as
+    /// long as such pages went on being reclaimed.
+    #[test]
+    fn pages_nobody_read_leaving_the_cache_are_no_eviction() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = reopened(&dir.path().join("s"));
+        let r = s.begin_read().unwrap();
+        let state = r.state_for_tests();
+        let pages = state.mapping.len() / crate::page::PAGE_SIZE as u64;
+        let span = state.mapping.span(0, pages).unwrap();
+        // Every page in the page cache, none read through the map: a pass sets their bits.
+        let sum: u64 = std::fs::read(dir.path().join("s").join("data.pages"))
+            .unwrap()
+            .iter()
+            .map(|b| u64::from(*b))
+            .sum();
+        assert!(sum > 0);
+        state.mapping.want_residency();
+        s.refresh_residency();
+        assert!(!state.mapping.evicting());
+        // Dropped from the page cache without a read since (no page of it is mapped, so
+        // `POSIX_FADV_DONTNEED` drops them all): no eviction.
+        let f = std::fs::File::open(dir.path().join("s").join("data.pages")).unwrap();
+        // SAFETY: an advice on an open file descriptor; no memory is passed.
+        let rc = unsafe {
+            libc::posix_fadvise(
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+                0,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+        assert_eq!(rc, 0);
+        state.mapping.want_residency();
+        s.refresh_residency();
+        assert!(!state.mapping.evicting());
+        assert!(!random_advice(span));
+        assert!(r.get_if_resident(&key(7)).is_none(), "the refresh cleared the bits");
+        // Read (bits set by the read), then paged out before any refresh: that is an eviction.
+        assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
+        page_out(span);
+        s.refresh_residency();
+        assert!(state.mapping.evicting());
+    }
+
     /// Whether the mapping holding `span` is advised `MADV_RANDOM` (its `VmFlags` in
     /// `/proc/self/smaps` has `rr`).
     fn random_advice(span: &[u8]) -> bool {
