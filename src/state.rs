@@ -24,13 +24,14 @@ pub(crate) use crate::scratch::{Scratch, ScratchPage};
 const VERIFIED: u64 = 1;
 /// A page's bit in [`Mapping`]'s bitmap: known to be in the page cache.
 const RESIDENT: u64 = 2;
-/// A page's bit in [`Mapping`]'s bitmap: read through the map since the last refresh of its
-/// window. Only such a page, found gone, counts as an eviction ([`Mapping::evicting`]).
+/// A page's bit in [`Mapping`]'s bitmap: read through the map since it was last found gone
+/// from the page cache (or since the map was made). Only such a page, found gone, counts as an
+/// eviction ([`Mapping::evicting`]).
 const READ: u64 = 4;
 /// Bits a page takes in a word of [`Mapping`]'s bitmap ([`VERIFIED`], [`RESIDENT`], [`READ`]
 /// and one unused).
 const BITS_PER_PAGE: u64 = 4;
-/// Pages per word of [`Mapping`]'s bitmap (two bits each).
+/// Pages per word of [`Mapping`]'s bitmap.
 const PAGES_PER_WORD: u64 = 64 / BITS_PER_PAGE;
 /// The [`RESIDENT`] bits of all the pages of a word.
 const RESIDENT_ALL: u64 = 0x2222_2222_2222_2222;
@@ -38,8 +39,8 @@ const RESIDENT_ALL: u64 = 0x2222_2222_2222_2222;
 const READ_ALL: u64 = 0x4444_4444_4444_4444;
 
 /// The pages of `word` (a word of [`Mapping`]'s bitmap) that count as evicted when the page
-/// cache no longer holds them: known resident and read since their window's last refresh, as
-/// a mask of [`RESIDENT`] bits.
+/// cache no longer holds them: known resident and read through the map, as a mask of
+/// [`RESIDENT`] bits.
 fn relied_on(word: u64) -> u64 {
     word & RESIDENT_ALL & ((word & READ_ALL) >> 1)
 }
@@ -64,7 +65,7 @@ pub(crate) struct Mapping {
     end: Arc<AtomicU64>,
     len: u64,
     /// Four bits per page, [`PAGES_PER_WORD`] pages a word (one load answers all for a read):
-    /// [`VERIFIED`]; [`READ`], read through the map since its window's last refresh; and
+    /// [`VERIFIED`]; [`READ`], read through the map since it was last found gone; and
     /// [`RESIDENT`]: read through the map since the last
     /// [`Mapping::refresh_residency`], or found in the page cache by it. What
     /// [`Mapping::page_if_resident`] trusts, so that an async caller's read never faults on a
@@ -75,7 +76,7 @@ pub(crate) struct Mapping {
     residency_wanted: AtomicBool,
     /// The page the next refresh window starts at (0: a new pass).
     refresh_cursor: AtomicU64,
-    /// Pages known resident and read since their last refresh were found evicted (by a
+    /// Pages known resident and read through the map were found evicted (by a
     /// refresh, or a check of [`Mapping::page_if_resident`]) in the current or the
     /// last whole refresh pass: the bits
     /// may be stale, so `page_if_resident` asks the kernel (`mincore`) before it touches a
@@ -216,7 +217,7 @@ impl Mapping {
     /// the map).
     fn mark_resident(&self, p: u64, pages: u64) {
         for q in p..p.saturating_add(pages) {
-            // A load first: the bits are set on all but a page's first read in a refresh pass.
+            // A load first: the bits are set at a page's first read only.
             if self.page_bits(q) & (RESIDENT | READ) != RESIDENT | READ {
                 self.set_bits(q, RESIDENT | READ);
             }
@@ -350,17 +351,19 @@ impl Mapping {
         for (i, chunk) in units.chunks(per).enumerate() {
             let found = resident_mask(chunk);
             if let Some(w) = self.bits.get(start / per + i) {
-                // The residency bits replaced, the read bits cleared, the verified ones kept.
+                // The residency bits replaced, the read bits of pages found gone cleared, the
+                // verified ones kept.
                 let old = w
                     .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
-                        Some((old & !(RESIDENT_ALL | READ_ALL)) | found)
+                        let read = old & READ_ALL & (found << 1);
+                        Some((old & !(RESIDENT_ALL | READ_ALL)) | found | read)
                     })
                     .unwrap_or_else(|old| old);
                 if relied_on(old) & !found != 0 {
-                    // A page read since the last refresh was evicted. (Pages the refresh
-                    // found resident and nobody read, evicted since, say nothing about the
-                    // pages readers use: a host's proactive reclaim, such as DAMON's, pages
-                    // out such cold pages of a large file all the time.)
+                    // A page read through the map was evicted. (Pages the refresh found
+                    // resident and nobody read, evicted since, say nothing about the pages
+                    // readers use: a host's proactive reclaim, such as DAMON's, pages out
+                    // such cold pages of a large file all the time.)
                     self.set_evicting(true);
                     self.pass_evicted.store(true, Ordering::Relaxed);
                 }
@@ -426,7 +429,7 @@ impl Mapping {
             return Ok((image, h));
         }
         if bits & (RESIDENT | READ) != RESIDENT | READ {
-            // The header was read: its page is in memory now, and read in this refresh pass.
+            // The header was read: its page is in memory now, and read.
             self.set_bits(p, RESIDENT | READ);
         }
         Ok((image, h))

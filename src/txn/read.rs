@@ -392,7 +392,7 @@ mod tests {
         state.mapping.want_residency();
         s.refresh_residency();
         assert!(!state.mapping.evicting());
-        // Dropped from the page cache without a read since (no page of it is mapped, so
+        // Dropped from the page cache, never read through the map (no page of it is mapped, so
         // `POSIX_FADV_DONTNEED` drops them all): no eviction.
         let f = std::fs::File::open(dir.path().join("s").join("data.pages")).unwrap();
         // SAFETY: an advice on an open file descriptor; no memory is passed.
@@ -409,10 +409,19 @@ mod tests {
         s.refresh_residency();
         assert!(!state.mapping.evicting());
         assert!(!random_advice(span));
-        assert!(r.get_if_resident(&key(7)).is_none(), "the refresh cleared the bits");
-        // Read (bits set by the read), then paged out before any refresh: that is an eviction.
+        assert!(
+            r.get_if_resident(&key(7)).is_none(),
+            "the refresh cleared the bits"
+        );
+        // Read through the map, found resident by a refresh since, then paged out: that is
+        // an eviction (the read bit outlives refreshes: a random reader's page is usually
+        // evicted long after its read, several refreshes later).
         assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
+        state.mapping.want_residency();
+        s.refresh_residency();
+        assert!(!state.mapping.evicting());
         page_out(span);
+        state.mapping.want_residency();
         s.refresh_residency();
         assert!(state.mapping.evicting());
     }
