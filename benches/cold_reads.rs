@@ -323,7 +323,10 @@ fn print_top(r: &Row) {
         .iter()
         .map(|(ms, at)| format!("{ms:.1} ms at {at:.6}"))
         .collect();
-    eprintln!("largest gaps (CLOCK_MONOTONIC s at the end): {}", list.join(", "));
+    eprintln!(
+        "largest gaps (CLOCK_MONOTONIC s at the end): {}",
+        list.join(", ")
+    );
 }
 
 fn main() {

@@ -24,9 +24,9 @@ pub(crate) use crate::scratch::{Scratch, ScratchPage};
 const VERIFIED: u64 = 1;
 /// A page's bit in [`Mapping`]'s bitmap: known to be in the page cache.
 const RESIDENT: u64 = 2;
-/// A page's bit in [`Mapping`]'s bitmap: read through the map since it was last found gone
-/// from the page cache (or since the map was made). Only such a page, found gone, counts as an
-/// eviction ([`Mapping::evicting`]).
+/// A page's bit in [`Mapping`]'s bitmap: read through the map since the last refresh of its
+/// window. While the map counts as evicting, such a page is read on a caller's thread without
+/// asking the kernel first ([`Mapping::page_if_resident`]): it was just in the page cache.
 const READ: u64 = 4;
 /// Bits a page takes in a word of [`Mapping`]'s bitmap ([`VERIFIED`], [`RESIDENT`], [`READ`]
 /// and one unused).
@@ -37,13 +37,6 @@ const PAGES_PER_WORD: u64 = 64 / BITS_PER_PAGE;
 const RESIDENT_ALL: u64 = 0x2222_2222_2222_2222;
 /// The [`READ`] bits of all the pages of a word.
 const READ_ALL: u64 = 0x4444_4444_4444_4444;
-
-/// The pages of `word` (a word of [`Mapping`]'s bitmap) that count as evicted when the page
-/// cache no longer holds them: known resident and read through the map, as a mask of
-/// [`RESIDENT`] bits.
-fn relied_on(word: u64) -> u64 {
-    word & RESIDENT_ALL & ((word & READ_ALL) >> 1)
-}
 
 /// The [`RESIDENT`] bits of a word for `resident`, one bool per page from the word's first.
 fn resident_mask(resident: &[bool]) -> u64 {
@@ -65,7 +58,7 @@ pub(crate) struct Mapping {
     end: Arc<AtomicU64>,
     len: u64,
     /// Four bits per page, [`PAGES_PER_WORD`] pages a word (one load answers all for a read):
-    /// [`VERIFIED`]; [`READ`], read through the map since it was last found gone; and
+    /// [`VERIFIED`]; [`READ`], read through the map since its window's last refresh; and
     /// [`RESIDENT`]: read through the map since the last
     /// [`Mapping::refresh_residency`], or found in the page cache by it. What
     /// [`Mapping::page_if_resident`] trusts, so that an async caller's read never faults on a
@@ -76,8 +69,10 @@ pub(crate) struct Mapping {
     residency_wanted: AtomicBool,
     /// The page the next refresh window starts at (0: a new pass).
     refresh_cursor: AtomicU64,
-    /// Pages known resident and read through the map were found evicted (by a
-    /// refresh, or a check of [`Mapping::page_if_resident`]) in the current or the
+    /// The word of the bitmap the next [`Mapping::probe_residency`] starts at.
+    probe_cursor: AtomicU64,
+    /// Pages known resident were found evicted (by a
+    /// refresh, a probe, or a check of [`Mapping::page_if_resident`]) in the current or the
     /// last whole refresh pass: the bits
     /// may be stale, so `page_if_resident` asks the kernel (`mincore`) before it touches a
     /// page, and the map's read-around is off ([`Mapping::set_evicting`]). Cleared by a whole
@@ -85,6 +80,8 @@ pub(crate) struct Mapping {
     evicting: AtomicBool,
     /// An eviction was found since the current refresh pass began.
     pass_evicted: AtomicBool,
+    /// Pages and runs [`Mapping::page_if_resident`] asked the kernel about (`mincore`).
+    kernel_checks: AtomicU64,
     path: Arc<PathBuf>,
     /// The data file, for [`crate::btree::multi_get`]'s reads of pages not in memory (its
     /// `raw_fd` is the real file, as the map's).
@@ -145,8 +142,10 @@ impl Mapping {
             bits,
             residency_wanted: AtomicBool::new(false),
             refresh_cursor: AtomicU64::new(0),
+            probe_cursor: AtomicU64::new(0),
             evicting: AtomicBool::new(false),
             pass_evicted: AtomicBool::new(false),
+            kernel_checks: AtomicU64::new(0),
             path,
             file: file.clone(),
             read_hints: Default::default(),
@@ -217,7 +216,7 @@ impl Mapping {
     /// the map).
     fn mark_resident(&self, p: u64, pages: u64) {
         for q in p..p.saturating_add(pages) {
-            // A load first: the bits are set at a page's first read only.
+            // A load first: the bits are set at a page's first read in a refresh pass only.
             if self.page_bits(q) & (RESIDENT | READ) != RESIDENT | READ {
                 self.set_bits(q, RESIDENT | READ);
             }
@@ -228,10 +227,15 @@ impl Mapping {
     /// be in the page cache (read through the map since the last
     /// [`Mapping::refresh_residency`] or found there by it): `None` otherwise, without touching
     /// the map past page `p`'s header. While the page cache evicts this file's pages (see
-    /// [`Mapping::evicting`]) the bits are only a first filter: every page of the run is also
-    /// asked about (`mincore`, one call a run) before it is touched, and one found evicted loses
-    /// its bit; otherwise a page evicted since it was last known resident still faults (the bits
-    /// are as fresh as the last refresh).
+    /// [`Mapping::evicting`]) the bits are only a first filter: every page of the run not read
+    /// through the map since its window's last refresh ([`READ`]) is also asked about
+    /// (`mincore`, one call a run) before it is touched, and one found evicted loses its bit;
+    /// otherwise a page evicted since it was last known resident still faults (the bits are as
+    /// fresh as the last refresh). A page read since the last refresh is trusted: a random
+    /// reader's page leaves the cache long after its read (16 s under a 1 GiB limit at 8,000
+    /// reads a second), while the pages a warm reader reads over and over would each cost a
+    /// `mincore` per read (on a map counted evicting because a host's proactive reclaim pages
+    /// out pages nobody reads, warm gets ran at 0.38 to 0.88x the speed).
     pub fn page_if_resident(&self, p: u64) -> Option<Result<(&[u8], PageHeader)>> {
         // The bits are in use: the next refresh must run (a load first, so that readers on
         // many threads do not all write one cache line).
@@ -242,7 +246,7 @@ impl Mapping {
             return None;
         }
         let verify = self.evicting.load(Ordering::Relaxed);
-        if verify && !self.still_resident(p, 1) {
+        if verify && self.page_bits(p) & READ == 0 && !self.still_resident(p, 1) {
             return None;
         }
         // The rest of the run must be known resident too. A page read before (checksum
@@ -253,7 +257,9 @@ impl Mapping {
         let run_ok = |pages: u64| {
             pages <= 1
                 || ((1..pages).all(|i| self.known_resident(p + i))
-                    && (!verify || self.still_resident(p + 1, pages - 1)))
+                    && (!verify
+                        || (1..pages).all(|i| self.page_bits(p + i) & READ != 0)
+                        || self.still_resident(p + 1, pages - 1)))
         };
         if self.page_bits(p) & VERIFIED == 0 {
             let pages = self
@@ -282,6 +288,7 @@ impl Mapping {
         let Some(span) = self.span(p, pages) else {
             return true;
         };
+        self.kernel_checks.fetch_add(1, Ordering::Relaxed);
         if crate::env::page_reads::all_resident(span) != Some(false) {
             return true;
         }
@@ -351,19 +358,14 @@ impl Mapping {
         for (i, chunk) in units.chunks(per).enumerate() {
             let found = resident_mask(chunk);
             if let Some(w) = self.bits.get(start / per + i) {
-                // The residency bits replaced, the read bits of pages found gone cleared, the
-                // verified ones kept.
+                // The residency bits replaced, the read bits cleared, the verified ones kept.
                 let old = w
                     .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
-                        let read = old & READ_ALL & (found << 1);
-                        Some((old & !(RESIDENT_ALL | READ_ALL)) | found | read)
+                        Some((old & !(RESIDENT_ALL | READ_ALL)) | found)
                     })
                     .unwrap_or_else(|old| old);
-                if relied_on(old) & !found != 0 {
-                    // A page read through the map was evicted. (Pages the refresh found
-                    // resident and nobody read, evicted since, say nothing about the pages
-                    // readers use: a host's proactive reclaim, such as DAMON's, pages out
-                    // such cold pages of a large file all the time.)
+                if old & RESIDENT_ALL & !found != 0 {
+                    // A page known resident was evicted.
                     self.set_evicting(true);
                     self.pass_evicted.store(true, Ordering::Relaxed);
                 }
@@ -374,6 +376,66 @@ impl Mapping {
             let evicted = self.pass_evicted.swap(false, Ordering::Relaxed);
             self.set_evicting(evicted);
         }
+    }
+
+    /// Looks for pages evicted while their residency bits were set, a few at a time, between
+    /// refreshes: the first word of the bitmap with pages known resident, among the next
+    /// [`PROBE_SCAN`] words from a cursor of its own, is asked
+    /// about (one `mincore` of its 16 pages, 128 KiB of map); pages found gone lose their bits
+    /// and the map counts as evicting, as after a refresh that finds them
+    /// ([`Mapping::set_evicting`]). Nothing is done while the map
+    /// already counts as evicting (every read on a caller's thread then asks the kernel
+    /// itself). Returns whether it found an eviction.
+    ///
+    /// Why: a refresh pass over a large map takes seconds (16 ticks of 50 ms for 4 GiB), and
+    /// until it reaches a page that went out of the page cache, its bit is trusted and a read
+    /// on a caller's thread faults it back in. The reader pool probes after each read that a
+    /// caller's thread sent it for a page not known resident: that is when the cache holds less
+    /// than the readers want, and the probe runs on the reader's thread, never the caller's.
+    pub fn probe_residency(&self) -> bool {
+        if self.evicting.load(Ordering::Relaxed) || self.map.is_none() {
+            return false;
+        }
+        let words = self.bits.len() as u64;
+        if words == 0 {
+            return false;
+        }
+        let first = self.probe_cursor.fetch_add(PROBE_SCAN, Ordering::Relaxed) % words;
+        for i in 0..PROBE_SCAN.min(words) {
+            let word = (first + i) % words;
+            let Some(w) = self.bits.get(word as usize) else {
+                continue;
+            };
+            let known = w.load(Ordering::Relaxed) & RESIDENT_ALL;
+            if known == 0 {
+                continue;
+            }
+            // The word's pages below the readers' end of file (the last word may be partial).
+            let p = word * PAGES_PER_WORD;
+            let end_page = self.end.load(Ordering::Acquire) / PAGE_SIZE as u64;
+            let pages = PAGES_PER_WORD.min(end_page.saturating_sub(p));
+            let Some(span) = self.span(p, pages).filter(|_| pages > 0) else {
+                return false;
+            };
+            let Some(units) = crate::env::page_reads::resident_units(span, PAGE_SIZE) else {
+                return false;
+            };
+            let gone = known & !resident_mask(&units);
+            if gone == 0 {
+                return false;
+            }
+            w.fetch_and(!(gone | (gone << 1)), Ordering::Relaxed);
+            self.set_evicting(true);
+            self.pass_evicted.store(true, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
+    /// Pages and runs [`Mapping::page_if_resident`] asked the kernel about so far.
+    #[cfg(test)]
+    pub fn kernel_checks(&self) -> u64 {
+        self.kernel_checks.load(Ordering::Relaxed)
     }
 
     /// Marks the bits in use, as a [`Mapping::page_if_resident`] does, without reading a page:
@@ -429,7 +491,7 @@ impl Mapping {
             return Ok((image, h));
         }
         if bits & (RESIDENT | READ) != RESIDENT | READ {
-            // The header was read: its page is in memory now, and read.
+            // The header was read: its page is in memory now, and read in this pass.
             self.set_bits(p, RESIDENT | READ);
         }
         Ok((image, h))
@@ -440,6 +502,15 @@ impl Mapping {
 /// (32,768: 256 MiB of map, one `mincore` of 65,536 bytes on 4 KiB pages).
 pub(crate) const RESIDENCY_WINDOW: usize = 32_768;
 
+/// Words of the residency bitmap (16 pages each) one [`Mapping::probe_residency`] looks at, at
+/// most, to find one with pages to check: 2,048 pages, 16 MiB of map, so that a reader pool
+/// answering thousands of cold reads a second sweeps a 4 GiB map in a fraction of a second
+/// while each probe asks the kernel about 16 pages at most.
+const PROBE_SCAN: u64 = 128;
+
+/// Pages of the map one [`Mapping::probe_residency`] looks over, at most.
+#[cfg(test)]
+pub(crate) const PROBE_SCAN_PAGES: u64 = PROBE_SCAN * PAGES_PER_WORD;
 
 /// Everything a snapshot reads. Immutable once published.
 #[derive(Debug, Clone)]

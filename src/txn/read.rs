@@ -326,13 +326,6 @@ mod tests {
         let state = r.state_for_tests();
         let pages = state.mapping.len() / crate::page::PAGE_SIZE as u64;
         let span = state.mapping.span(0, pages).unwrap();
-        let resident = || {
-            crate::env::page_reads::resident_units(span, crate::page::PAGE_SIZE)
-                .unwrap()
-                .iter()
-                .filter(|r| **r)
-                .count()
-        };
         // Read, then a whole refresh pass with nothing evicted: the bits are trusted.
         assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
         assert!(r.get_if_resident(&key(7)).is_some());
@@ -347,13 +340,6 @@ mod tests {
         s.refresh_residency();
         assert!(state.mapping.evicting());
         assert!(random_advice(span));
-        // Read again (bits set), then evicted with no refresh since: the bits are stale, and
-        // the read "if resident" must ask the kernel instead of faulting the pages back in.
-        assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
-        page_out(span);
-        let before = resident();
-        assert!(r.get_if_resident(&key(7)).is_none());
-        assert_eq!(resident(), before, "a page was read back in by the check");
         // Back in memory, a whole pass with no eviction ends the evicting state.
         assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
         let sum: u64 = span.iter().step_by(4096).map(|b| u64::from(*b)).sum();
@@ -370,60 +356,76 @@ mod tests {
         assert!(r.get_if_resident(&key(7)).is_some());
     }
 
-    /// Pages that a refresh found resident and nobody read, paged out since (as a host's
-    /// proactive reclaim does to the cold pages of a large file), turned the whole map to
-    /// "evicting": every read on a caller's thread then paid a `mincore` per page, for as
-    /// long as such pages went on being reclaimed.
+    /// A map counted as evicting (a host's proactive reclaim paged out pages a refresh had
+    /// found resident and nobody read) made every read on a caller's thread ask the kernel
+    /// about each page, the pages read over and over included: warm gets ran at 0.38 to 0.88x
+    /// the speed of reads that trust the bits.
     #[test]
-    fn pages_nobody_read_leaving_the_cache_are_no_eviction() {
+    fn while_evicting_pages_read_since_the_last_refresh_are_not_asked_about() {
         let dir = tempfile::tempdir().unwrap();
         let s = reopened(&dir.path().join("s"));
         let r = s.begin_read().unwrap();
         let state = r.state_for_tests();
         let pages = state.mapping.len() / crate::page::PAGE_SIZE as u64;
         let span = state.mapping.span(0, pages).unwrap();
-        // Every page in the page cache, none read through the map: a pass sets their bits.
-        let sum: u64 = std::fs::read(dir.path().join("s").join("data.pages"))
-            .unwrap()
-            .iter()
-            .map(|b| u64::from(*b))
-            .sum();
-        assert!(sum > 0);
-        state.mapping.want_residency();
-        s.refresh_residency();
-        assert!(!state.mapping.evicting());
-        // Dropped from the page cache, never read through the map (no page of it is mapped, so
-        // `POSIX_FADV_DONTNEED` drops them all): no eviction.
-        let f = std::fs::File::open(dir.path().join("s").join("data.pages")).unwrap();
-        // SAFETY: an advice on an open file descriptor; no memory is passed.
-        let rc = unsafe {
-            libc::posix_fadvise(
-                std::os::fd::AsRawFd::as_raw_fd(&f),
-                0,
-                0,
-                libc::POSIX_FADV_DONTNEED,
-            )
-        };
-        assert_eq!(rc, 0);
-        state.mapping.want_residency();
-        s.refresh_residency();
-        assert!(!state.mapping.evicting());
-        assert!(!random_advice(span));
-        assert!(
-            r.get_if_resident(&key(7)).is_none(),
-            "the refresh cleared the bits"
-        );
-        // Read through the map, found resident by a refresh since, then paged out: that is
-        // an eviction (the read bit outlives refreshes: a random reader's page is usually
-        // evicted long after its read, several refreshes later).
+        // Read, found resident by a refresh, then paged out: the map counts as evicting.
         assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
         state.mapping.want_residency();
         s.refresh_residency();
-        assert!(!state.mapping.evicting());
         page_out(span);
         state.mapping.want_residency();
         s.refresh_residency();
         assert!(state.mapping.evicting());
+        // Read again through the map: its path is read in this pass, so reads "if resident"
+        // of it ask the kernel nothing, however many.
+        assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
+        let before = state.mapping.kernel_checks();
+        for _ in 0..100 {
+            assert!(r.get_if_resident(&key(7)).is_some());
+        }
+        assert_eq!(state.mapping.kernel_checks(), before);
+    }
+
+    /// Pages read, then evicted before a refresh reached them, kept their bits: until a refresh
+    /// pass (seconds on a large map) came by, a read on a caller's thread trusted them and
+    /// faulted them back in. A probe (the reader pool runs one after each read a caller sent
+    /// it) finds the eviction at once.
+    #[test]
+    fn a_probe_finds_pages_evicted_since_they_were_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = reopened(&dir.path().join("s"));
+        let r = s.begin_read().unwrap();
+        let state = r.state_for_tests();
+        let pages = state.mapping.len() / crate::page::PAGE_SIZE as u64;
+        let span = state.mapping.span(0, pages).unwrap();
+        let resident = || {
+            crate::env::page_reads::resident_units(span, crate::page::PAGE_SIZE)
+                .unwrap()
+                .iter()
+                .filter(|r| **r)
+                .count()
+        };
+        assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
+        assert!(r.get_if_resident(&key(7)).is_some());
+        // Nothing evicted: a probe finds nothing, and the map is not evicting.
+        assert!(!s.probe_residency());
+        assert!(!state.mapping.evicting());
+        page_out(span);
+        // One probe looks at up to PROBE_SCAN words: this map has fewer.
+        assert!(pages < crate::state::PROBE_SCAN_PAGES);
+        assert!(s.probe_residency());
+        assert!(state.mapping.evicting());
+        assert!(random_advice(span));
+        // The read "if resident" now asks the kernel instead of faulting the path back in.
+        let before = resident();
+        assert!(r.get_if_resident(&key(7)).is_none());
+        assert_eq!(
+            resident(),
+            before,
+            "a page was read back in on the caller's thread"
+        );
+        // While evicting, a probe does nothing (callers check each page themselves).
+        assert!(!s.probe_residency());
     }
 
     /// Whether the mapping holding `span` is advised `MADV_RANDOM` (its `VmFlags` in
