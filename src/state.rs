@@ -24,30 +24,10 @@ pub(crate) use crate::scratch::{Scratch, ScratchPage};
 const VERIFIED: u64 = 1;
 /// A page's bit in [`Mapping`]'s bitmap: known to be in the page cache.
 const RESIDENT: u64 = 2;
-/// A page's bit in [`Mapping`]'s bitmap: read through the map since the last refresh of its
-/// window. While the map counts as evicting, such a page is read on a caller's thread without
-/// asking the kernel first ([`Mapping::page_if_resident`]): it was just in the page cache.
-const READ: u64 = 4;
-/// Bits a page takes in a word of [`Mapping`]'s bitmap ([`VERIFIED`], [`RESIDENT`], [`READ`]
-/// and one unused).
-const BITS_PER_PAGE: u64 = 4;
-/// Pages per word of [`Mapping`]'s bitmap.
-const PAGES_PER_WORD: u64 = 64 / BITS_PER_PAGE;
+/// Pages per word of [`Mapping`]'s bitmap (two bits each).
+const PAGES_PER_WORD: u64 = 32;
 /// The [`RESIDENT`] bits of all the pages of a word.
-const RESIDENT_ALL: u64 = 0x2222_2222_2222_2222;
-/// The [`READ`] bits of all the pages of a word.
-const READ_ALL: u64 = 0x4444_4444_4444_4444;
-
-/// The [`RESIDENT`] bits of a word for `resident`, one bool per page from the word's first.
-fn resident_mask(resident: &[bool]) -> u64 {
-    resident
-        .iter()
-        .take(PAGES_PER_WORD as usize)
-        .enumerate()
-        .fold(0u64, |m, (b, r)| {
-            m | (u64::from(*r) * RESIDENT) << (BITS_PER_PAGE * b as u64)
-        })
-}
+const RESIDENT_ALL: u64 = 0xAAAA_AAAA_AAAA_AAAA;
 
 /// A read-only map of the data file, with two bits per page: its checksum was verified, and it
 /// is known to be in the page cache.
@@ -57,9 +37,8 @@ pub(crate) struct Mapping {
     /// closing flush cuts the file's free tail, so no read touches a byte past the file's end.
     end: Arc<AtomicU64>,
     len: u64,
-    /// Four bits per page, [`PAGES_PER_WORD`] pages a word (one load answers all for a read):
-    /// [`VERIFIED`]; [`READ`], read through the map since its window's last refresh; and
-    /// [`RESIDENT`]: read through the map since the last
+    /// Two bits per page, [`PAGES_PER_WORD`] pages a word (one load answers both for a read):
+    /// [`VERIFIED`], and [`RESIDENT`]: read through the map since the last
     /// [`Mapping::refresh_residency`], or found in the page cache by it. What
     /// [`Mapping::page_if_resident`] trusts, so that an async caller's read never faults on a
     /// page known cold.
@@ -71,17 +50,14 @@ pub(crate) struct Mapping {
     refresh_cursor: AtomicU64,
     /// The word of the bitmap the next [`Mapping::probe_residency`] starts at.
     probe_cursor: AtomicU64,
-    /// Pages known resident were found evicted (by a
-    /// refresh, a probe, or a check of [`Mapping::page_if_resident`]) in the current or the
-    /// last whole refresh pass: the bits
+    /// Pages known resident were found evicted (by a refresh, a probe, or a check of
+    /// [`Mapping::page_if_resident`]) in the current or the last whole refresh pass: the bits
     /// may be stale, so `page_if_resident` asks the kernel (`mincore`) before it touches a
     /// page, and the map's read-around is off ([`Mapping::set_evicting`]). Cleared by a whole
     /// pass that finds no eviction.
     evicting: AtomicBool,
     /// An eviction was found since the current refresh pass began.
     pass_evicted: AtomicBool,
-    /// Pages and runs [`Mapping::page_if_resident`] asked the kernel about (`mincore`).
-    kernel_checks: AtomicU64,
     path: Arc<PathBuf>,
     /// The data file, for [`crate::btree::multi_get`]'s reads of pages not in memory (its
     /// `raw_fd` is the real file, as the map's).
@@ -145,7 +121,6 @@ impl Mapping {
             probe_cursor: AtomicU64::new(0),
             evicting: AtomicBool::new(false),
             pass_evicted: AtomicBool::new(false),
-            kernel_checks: AtomicU64::new(0),
             path,
             file: file.clone(),
             read_hints: Default::default(),
@@ -184,13 +159,13 @@ impl Mapping {
     /// Page `p`'s word of the bitmap and the shift of its two bits in it.
     fn slot(&self, p: u64) -> Option<(&AtomicU64, u32)> {
         let w = self.bits.get(usize::try_from(p / PAGES_PER_WORD).ok()?)?;
-        Some((w, ((p % PAGES_PER_WORD) * BITS_PER_PAGE) as u32))
+        Some((w, ((p % PAGES_PER_WORD) * 2) as u32))
     }
 
-    /// Page `p`'s bits ([`VERIFIED`], [`RESIDENT`], [`READ`]); none for a page past the map.
+    /// Page `p`'s bits ([`VERIFIED`], [`RESIDENT`]); none for a page past the map.
     fn page_bits(&self, p: u64) -> u64 {
         self.slot(p).map_or(0, |(w, sh)| {
-            (w.load(Ordering::Relaxed) >> sh) & (VERIFIED | RESIDENT | READ)
+            (w.load(Ordering::Relaxed) >> sh) & (VERIFIED | RESIDENT)
         })
     }
 
@@ -212,13 +187,12 @@ impl Mapping {
         self.page_bits(p) & RESIDENT != 0
     }
 
-    /// Sets the residency and read bits of pages `p..p + pages` (they were just read through
-    /// the map).
+    /// Sets the residency bits of pages `p..p + pages` (they were just read through the map).
     fn mark_resident(&self, p: u64, pages: u64) {
         for q in p..p.saturating_add(pages) {
-            // A load first: the bits are set at a page's first read in a refresh pass only.
-            if self.page_bits(q) & (RESIDENT | READ) != RESIDENT | READ {
-                self.set_bits(q, RESIDENT | READ);
+            // A load first: the bit is set on all but a page's first read.
+            if !self.known_resident(q) {
+                self.set_bits(q, RESIDENT);
             }
         }
     }
@@ -227,15 +201,10 @@ impl Mapping {
     /// be in the page cache (read through the map since the last
     /// [`Mapping::refresh_residency`] or found there by it): `None` otherwise, without touching
     /// the map past page `p`'s header. While the page cache evicts this file's pages (see
-    /// [`Mapping::evicting`]) the bits are only a first filter: every page of the run not read
-    /// through the map since its window's last refresh ([`READ`]) is also asked about
-    /// (`mincore`, one call a run) before it is touched, and one found evicted loses its bit;
-    /// otherwise a page evicted since it was last known resident still faults (the bits are as
-    /// fresh as the last refresh). A page read since the last refresh is trusted: a random
-    /// reader's page leaves the cache long after its read (16 s under a 1 GiB limit at 8,000
-    /// reads a second), while the pages a warm reader reads over and over would each cost a
-    /// `mincore` per read (on a map counted evicting because a host's proactive reclaim pages
-    /// out pages nobody reads, warm gets ran at 0.38 to 0.88x the speed).
+    /// [`Mapping::evicting`]) the bits are only a first filter: every page of the run is also
+    /// asked about (`mincore`, one call a run) before it is touched, and one found evicted loses
+    /// its bit; otherwise a page evicted since it was last known resident still faults (the bits
+    /// are as fresh as the last refresh).
     pub fn page_if_resident(&self, p: u64) -> Option<Result<(&[u8], PageHeader)>> {
         // The bits are in use: the next refresh must run (a load first, so that readers on
         // many threads do not all write one cache line).
@@ -246,7 +215,7 @@ impl Mapping {
             return None;
         }
         let verify = self.evicting.load(Ordering::Relaxed);
-        if verify && self.page_bits(p) & READ == 0 && !self.still_resident(p, 1) {
+        if verify && !self.still_resident(p, 1) {
             return None;
         }
         // The rest of the run must be known resident too. A page read before (checksum
@@ -257,9 +226,7 @@ impl Mapping {
         let run_ok = |pages: u64| {
             pages <= 1
                 || ((1..pages).all(|i| self.known_resident(p + i))
-                    && (!verify
-                        || (1..pages).all(|i| self.page_bits(p + i) & READ != 0)
-                        || self.still_resident(p + 1, pages - 1)))
+                    && (!verify || self.still_resident(p + 1, pages - 1)))
         };
         if self.page_bits(p) & VERIFIED == 0 {
             let pages = self
@@ -288,7 +255,6 @@ impl Mapping {
         let Some(span) = self.span(p, pages) else {
             return true;
         };
-        self.kernel_checks.fetch_add(1, Ordering::Relaxed);
         if crate::env::page_reads::all_resident(span) != Some(false) {
             return true;
         }
@@ -296,7 +262,7 @@ impl Mapping {
         // its bit back at its next read through the map, or at the next refresh).
         for q in p..p.saturating_add(pages) {
             if let Some((w, sh)) = self.slot(q) {
-                w.fetch_and(!((RESIDENT | READ) << sh), Ordering::Relaxed);
+                w.fetch_and(!(RESIDENT << sh), Ordering::Relaxed);
             }
         }
         self.set_evicting(true);
@@ -356,12 +322,15 @@ impl Mapping {
             return;
         };
         for (i, chunk) in units.chunks(per).enumerate() {
-            let found = resident_mask(chunk);
+            let found = chunk
+                .iter()
+                .enumerate()
+                .fold(0u64, |w, (b, r)| w | (u64::from(*r) * RESIDENT) << (2 * b));
             if let Some(w) = self.bits.get(start / per + i) {
-                // The residency bits replaced, the read bits cleared, the verified ones kept.
+                // The residency bits replaced, the verified ones kept.
                 let old = w
                     .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
-                        Some((old & !(RESIDENT_ALL | READ_ALL)) | found)
+                        Some((old & !RESIDENT_ALL) | found)
                     })
                     .unwrap_or_else(|old| old);
                 if old & RESIDENT_ALL & !found != 0 {
@@ -381,7 +350,7 @@ impl Mapping {
     /// Looks for pages evicted while their residency bits were set, a few at a time, between
     /// refreshes: the first word of the bitmap with pages known resident, among the next
     /// [`PROBE_SCAN`] words from a cursor of its own, is asked
-    /// about (one `mincore` of its 16 pages, 128 KiB of map); pages found gone lose their bits
+    /// about (one `mincore` of its 32 pages, 256 KiB of map); pages found gone lose their bit
     /// and the map counts as evicting, as after a refresh that finds them
     /// ([`Mapping::set_evicting`]). Nothing is done while the map
     /// already counts as evicting (every read on a caller's thread then asks the kernel
@@ -420,29 +389,20 @@ impl Mapping {
             let Some(units) = crate::env::page_reads::resident_units(span, PAGE_SIZE) else {
                 return false;
             };
-            let gone = known & !resident_mask(&units);
+            let found = units
+                .iter()
+                .enumerate()
+                .fold(0u64, |m, (b, r)| m | (u64::from(*r) * RESIDENT) << (2 * b));
+            let gone = known & !found;
             if gone == 0 {
                 return false;
             }
-            w.fetch_and(!(gone | (gone << 1)), Ordering::Relaxed);
+            w.fetch_and(!gone, Ordering::Relaxed);
             self.set_evicting(true);
             self.pass_evicted.store(true, Ordering::Relaxed);
             return true;
         }
         false
-    }
-
-    /// Pages and runs [`Mapping::page_if_resident`] asked the kernel about so far.
-    #[cfg(test)]
-    pub fn kernel_checks(&self) -> u64 {
-        self.kernel_checks.load(Ordering::Relaxed)
-    }
-
-    /// Marks the bits in use, as a [`Mapping::page_if_resident`] does, without reading a page:
-    /// the next refresh pass runs.
-    #[cfg(test)]
-    pub fn want_residency(&self) {
-        self.residency_wanted.store(true, Ordering::Relaxed);
     }
 
     /// Whether pages known resident were found evicted in the current or the last whole refresh
@@ -485,14 +445,14 @@ impl Mapping {
         let bits = self.page_bits(p);
         if bits & VERIFIED == 0 || force_verify {
             let h = check_image(image, p, &self.path)?;
-            self.set_bits(p, VERIFIED | RESIDENT | READ);
+            self.set_bits(p, VERIFIED | RESIDENT);
             // The checksum read the whole run.
             self.mark_resident(p + 1, (image.len() / PAGE_SIZE) as u64 - 1);
             return Ok((image, h));
         }
-        if bits & (RESIDENT | READ) != RESIDENT | READ {
-            // The header was read: its page is in memory now, and read in this pass.
-            self.set_bits(p, RESIDENT | READ);
+        if bits & RESIDENT == 0 {
+            // The header was read: its page is in memory now.
+            self.set_bits(p, RESIDENT);
         }
         Ok((image, h))
     }
@@ -502,11 +462,11 @@ impl Mapping {
 /// (32,768: 256 MiB of map, one `mincore` of 65,536 bytes on 4 KiB pages).
 pub(crate) const RESIDENCY_WINDOW: usize = 32_768;
 
-/// Words of the residency bitmap (16 pages each) one [`Mapping::probe_residency`] looks at, at
+/// Words of the residency bitmap (32 pages each) one [`Mapping::probe_residency`] looks at, at
 /// most, to find one with pages to check: 2,048 pages, 16 MiB of map, so that a reader pool
 /// answering thousands of cold reads a second sweeps a 4 GiB map in a fraction of a second
-/// while each probe asks the kernel about 16 pages at most.
-const PROBE_SCAN: u64 = 128;
+/// while each probe asks the kernel about 32 pages at most.
+const PROBE_SCAN: u64 = 64;
 
 /// Pages of the map one [`Mapping::probe_residency`] looks over, at most.
 #[cfg(test)]
