@@ -159,6 +159,12 @@ enum Queue {
 /// The switch costs one `io_uring_enter` (a few µs), 200 times a second at most.
 const PREEMPT_TIMER: Duration = Duration::from_millis(5);
 
+/// The CPU nice value of the thread that refreshes the maps' residency bits (the lowest): a
+/// refresh of a map whose pages this process has not mapped costs up to a few ms of CPU
+/// (`mincore` looks each page up in the page cache), and at the default priority it kept an
+/// application's tokio worker from its CPU for that long (`cargo bench --bench cold_reads`).
+const RESIDENCY_NICE: i32 = 19;
+
 /// How often the keepalive thread (`omnibus-keepalive`) wakes every executor from outside.
 ///
 /// Why: glommio 0.9 can park an executor that has work or a timer due, and sleep until some
@@ -222,6 +228,8 @@ struct EngineInner {
     readers: flume::Sender<ReadMsg>,
     journal_io: IoPool,
     background_io: IoPool,
+    /// The residency refreshes' thread (`omnibus-residency-0`, CPU nice [`RESIDENCY_NICE`]).
+    residency: IoPool,
     databases: Mutex<Vec<DatabaseHandle>>,
     down: std::sync::atomic::AtomicBool,
     /// Stops the keepalive thread (set by shutdown).
@@ -492,12 +500,15 @@ impl Engine {
                 "the actor runtime needs io_uring (its glommio executors run on it) and io_uring_setup failed: {e}; the core API (Storage, Database) works without it, from plain threads"
             )));
         }
-        let journal_io = IoPool::start("omnibus-journal-io", opts.critical_lane_threads, false)?;
+        let journal_io = IoPool::start("omnibus-journal-io", opts.critical_lane_threads, false, 0)?;
         let background_io = IoPool::start(
             "omnibus-flush-io",
             opts.background_lane_threads.unwrap_or(4 * cpus.len()),
             true,
+            0,
         )?;
+        // One thread at the lowest CPU priority for the flushers' residency refreshes.
+        let residency = IoPool::start("omnibus-residency", 1, true, RESIDENCY_NICE)?;
         let (rtx, rrx) = flume::bounded::<ReadMsg>(reader_pool::MAILBOX);
         // Each executor says it runs, with its thread id; one that dies first (a glommio panic)
         // drops its sender.
@@ -512,6 +523,7 @@ impl Engine {
             let (ftx, frx) = flume::bounded::<FlusherMsg>(1024);
             let readers = rrx.clone();
             let pool = background_io.clone();
+            let refresher = residency.clone();
             let tick = opts.flush_tick;
             let share = opts.memory_budget_bytes / cpus.len() as u64;
             let pressure = budget.clone();
@@ -538,7 +550,7 @@ impl Engine {
                     })
                     .detach();
                     glommio::spawn_local(reader_pool::run(readers)).detach();
-                    glommio::spawn_local(flusher::run(frx, pool, tick, share, flag)).detach();
+                    glommio::spawn_local(flusher::run(frx, pool, refresher, tick, share, flag)).detach();
                     // The documents' queue: picked before the default queue whenever it has a
                     // task (it uses little CPU, so its virtual runtime stays the lowest), so a
                     // root commit never waits behind every queued index batch, only behind
@@ -609,6 +621,7 @@ impl Engine {
                 readers: rtx,
                 journal_io,
                 background_io,
+                residency,
                 databases: Mutex::new(Vec::new()),
                 buffered: Mutex::new(Vec::new()),
                 down: std::sync::atomic::AtomicBool::new(false),
@@ -1011,6 +1024,7 @@ impl EngineInner {
         self.keepalive_stop.store(true, Ordering::Release);
         self.journal_io.stop();
         self.background_io.stop();
+        self.residency.stop();
         first
     }
 }

@@ -32,9 +32,14 @@
 //! them; a wait that runs out is counted in [`Budget::overruns`] and logged), so writers are
 //! paced to what the flushes can write. A flush also punches holes and releases journal files.
 //!
+//! Each tick also queues a residency refresh of its storages' maps on the engine's residency
+//! thread (CPU nice 19, `io_pool.rs`), one at a time per flusher.
+//!
 //! Failure: a failed flush poisons its storage (the core does it) and is logged; the flusher
 //! carries on with the others.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::io_pool::IoPool;
@@ -175,16 +180,30 @@ pub(crate) async fn pace(budget: &Budget) {
     }
 }
 
-/// The scratch bytes of each of `live` and whether a flush is due, asked on `pool` (which also
-/// refreshes their page residency):
+/// The page residency that handles' reads on their callers' threads trust: a `mincore` over
+/// the next window of each of `live`'s maps read that way since its pass began, queued on the
+/// engine's residency thread (CPU nice 19) unless this flusher's last refresh is still
+/// running (`busy`), so refreshes never pile up behind a starved thread.
+fn refresh(live: &[Storage], residency: &IoPool, busy: &Arc<AtomicBool>) {
+    if live.is_empty() || busy.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let (live, done) = (live.to_vec(), busy.clone());
+    let queued = residency.try_spawn(move || {
+        live.iter().for_each(actor_interface::refresh_residency);
+        done.store(false, Ordering::Release);
+    });
+    if !queued {
+        busy.store(false, Ordering::Release);
+    }
+}
+
+/// The scratch bytes of each of `live` and whether a flush is due, asked on `pool`:
 /// [`Storage::flush_due`] takes the journal's lock, which a batch holds across its `pwritev`
 /// and `fdatasync`, so asking here would hold up this executor for a sync. A closed pool
 /// (shutdown) answers nothing due.
 async fn poll(live: Vec<Storage>, pool: &IoPool) -> (Vec<Storage>, Vec<u64>, Vec<bool>) {
     pool.run(move || {
-        // The page residency that handles' reads on their callers' threads trust (a
-        // `mincore` over each map read that way since the last tick).
-        live.iter().for_each(actor_interface::refresh_residency);
         let scratch = live.iter().map(Storage::scratch_bytes).collect();
         let due = live.iter().map(Storage::flush_due).collect();
         Ok((live, scratch, due))
@@ -198,11 +217,13 @@ async fn poll(live: Vec<Storage>, pool: &IoPool) -> (Vec<Storage>, Vec<u64>, Vec
 pub(crate) async fn run(
     rx: flume::Receiver<FlusherMsg>,
     pool: IoPool,
+    residency: IoPool,
     tick: Duration,
     share: u64,
     budget: Pressure,
 ) {
     let mut storages: Vec<Storage> = Vec::new();
+    let refreshing = Arc::new(AtomicBool::new(false));
     loop {
         // Bounded: the mailbox holds at most 1,024 messages.
         while let Ok(m) = rx.try_recv() {
@@ -220,6 +241,7 @@ pub(crate) async fn run(
             .filter(|s| !s.is_poisoned())
             .cloned()
             .collect();
+        refresh(&live, &residency, &refreshing);
         let (live, scratch, due) = poll(live, &pool).await;
         // Over the whole budget: free the excess and 1/8 of the budget more from this
         // executor's scratch tables (the images they hold are freed once no snapshot holds

@@ -13,6 +13,11 @@
 //!   blocking housekeeping (opening, creating and dropping storages, index builds' scans, the
 //!   flushers' polls, checks and backups) at low I/O priority: `ioprio_set(IOPRIO_CLASS_BE, 7)`
 //!   on each of its threads.
+//! - The *residency thread* (`omnibus-residency-0`, a pool of one) runs the flushers'
+//!   residency refreshes (`Storage::refresh_residency`, a `mincore` over 256 MiB of a map, up
+//!   to a few ms of CPU on pages the process has not mapped) at CPU nice 19, so that this
+//!   bookkeeping never takes a CPU from the application's threads (a tokio worker woken by its
+//!   timer preempts it at once) and runs on CPU time they leave idle.
 //!
 //! Not to be confused with the io_uring environment's *lanes* (`env/uring.rs`: the critical and
 //! the background lane, each a ring owned by one thread), which lie beneath this interface:
@@ -44,6 +49,7 @@ struct PoolInner {
 }
 
 use crate::actor_interface::set_thread_io_priority as set_io_priority;
+use crate::actor_interface::set_thread_nice;
 
 fn wrap<T: Send + 'static>(
     f: impl FnOnce() -> Result<T> + Send + 'static,
@@ -60,8 +66,9 @@ fn wrap<T: Send + 'static>(
 }
 
 impl IoPool {
-    /// Starts `threads` threads named `name-N`; `low_priority` puts them in I/O class BE 7.
-    pub fn start(name: &str, threads: usize, low_priority: bool) -> Result<IoPool> {
+    /// Starts `threads` threads named `name-N`; `low_priority` puts them in I/O class BE 7,
+    /// `nice` sets their CPU nice value (0: unchanged).
+    pub fn start(name: &str, threads: usize, low_priority: bool, nice: i32) -> Result<IoPool> {
         let (tx, rx) = flume::bounded::<Job>(1024);
         let mut hs = Vec::new();
         for i in 0..threads.max(1) {
@@ -72,6 +79,11 @@ impl IoPool {
                     if low_priority {
                         if let Err(e) = set_io_priority(7) {
                             tracing::warn!(error = %e, "ioprio_set failed; flushes run at normal I/O priority");
+                        }
+                    }
+                    if nice != 0 {
+                        if let Err(e) = set_thread_nice(nice) {
+                            tracing::warn!(error = %e, nice, "setpriority failed; the pool runs at the process's CPU priority");
                         }
                     }
                     while let Ok(job) = rx.recv() {
@@ -113,6 +125,18 @@ impl IoPool {
             .map_err(|_| Error::Closed)?;
         drop(tx);
         rrx.recv_async().await.map_err(|_| Error::Closed)?
+    }
+
+    /// Queues `f` on the pool without waiting for it; `false` (and `f` dropped, not run) when
+    /// the queue is full or the pool stopped. A panic in `f` is caught.
+    pub fn try_spawn(&self, f: impl FnOnce() + Send + 'static) -> bool {
+        let Ok(tx) = self.sender() else {
+            return false;
+        };
+        let job: Job = Box::new(move || {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        });
+        tx.try_send(job).is_ok()
     }
 
     /// Stops the pool for every clone: queued jobs finish, then the threads exit and are joined.

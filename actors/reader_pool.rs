@@ -22,7 +22,7 @@
 
 use std::ops::Bound;
 
-use crate::actor_interface::{Error, ReadTransaction, Result, Storage};
+use crate::actor_interface::{self, Error, ReadTransaction, Result, Storage};
 
 /// Capacity of the shared reader mailbox (messages).
 pub const MAILBOX: usize = 4096;
@@ -32,9 +32,13 @@ pub(crate) type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// The reader pool's API.
 pub(crate) enum ReadMsg {
+    /// A point read; `cold`: sent by a read on a caller's thread ([`super::ReadPath::Caller`])
+    /// that met a page not known to be in memory, so the reader probes the map's residency
+    /// bits after answering (`actor_interface::probe_residency`).
     Get {
         storage: Storage,
         key: Vec<u8>,
+        cold: bool,
         reply: flume::Sender<Result<Option<Vec<u8>>>>,
     },
     /// Up to `limit` entries of `start..end` in `snap` (backward when `reverse`), ending with
@@ -48,9 +52,11 @@ pub(crate) enum ReadMsg {
         reverse: bool,
         reply: flume::Sender<Result<Entries>>,
     },
+    /// Point reads of many keys from one snapshot; `cold` as for `Get`.
     MultiGet {
         storage: Storage,
         keys: Vec<Vec<u8>>,
+        cold: bool,
         reply: flume::Sender<Result<Vec<Option<Vec<u8>>>>>,
     },
     Stop,
@@ -130,6 +136,18 @@ pub(crate) fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     })
 }
 
+/// After answering a read that a caller's thread sent here because a page on its path was not
+/// known to be in memory: looks for pages of the storage's map that left the page cache while
+/// their residency bits were set (`Mapping::probe_residency`: one `mincore` of 32 pages at
+/// most, nothing while the map already counts as evicting). The caller's thread is not held
+/// up: its answer is sent first. Without it, after a cold start the page cache filled and
+/// evicted pages whose bits were still set, and callers' threads faulted them back in (tokio
+/// workers blocked 1 to 55 ms per fault, `cargo bench --bench cold_reads`) until a refresh
+/// pass, seconds later on a large map, found the eviction.
+fn probe(storage: &Storage) {
+    let _ = guarded(|| Ok(actor_interface::probe_residency(storage)));
+}
+
 /// A reader's loop.
 pub(crate) async fn run(rx: flume::Receiver<ReadMsg>) {
     while let Ok(m) = rx.recv_async().await {
@@ -137,10 +155,14 @@ pub(crate) async fn run(rx: flume::Receiver<ReadMsg>) {
             ReadMsg::Get {
                 storage,
                 key,
+                cold,
                 reply,
             } => {
                 let r = guarded(|| Ok(storage.begin_read()?.get(&key)?.map(|v| v.to_vec())));
                 let _ = reply.send(r);
+                if cold {
+                    probe(&storage);
+                }
             }
             ReadMsg::Range {
                 snap,
@@ -158,10 +180,14 @@ pub(crate) async fn run(rx: flume::Receiver<ReadMsg>) {
             ReadMsg::MultiGet {
                 storage,
                 keys,
+                cold,
                 reply,
             } => {
                 let r = guarded(|| snapshot_multi_get(&storage.begin_read()?, &keys));
                 let _ = reply.send(r);
+                if cold {
+                    probe(&storage);
+                }
             }
             ReadMsg::Stop => return,
         }

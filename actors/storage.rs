@@ -871,6 +871,7 @@ impl StorageHandle {
         let m = ReadMsg::Get {
             storage: self.storage.clone(),
             key: key.to_vec(),
+            cold: self.reads == ReadPath::Caller,
             reply: tx,
         };
         self.readers
@@ -967,6 +968,7 @@ impl StorageHandle {
         let m = ReadMsg::MultiGet {
             storage: self.storage.clone(),
             keys: keys.iter().map(|k| k.as_ref().to_vec()).collect(),
+            cold: self.reads == ReadPath::Caller,
             reply: tx,
         };
         self.readers

@@ -19,6 +19,10 @@
 //! cannot hold the whole storage and random reads stay cold for the whole case (without it,
 //! the kernel's read-around warms a storage smaller than the machine's memory in seconds).
 //!
+//! On stderr, each case's timed span and its five largest tick gaps with the instants they
+//! ended, in CLOCK_MONOTONIC seconds (the clock of `perf record -k CLOCK_MONOTONIC`), to find
+//! in a trace what the threads did then; the tokio workers are named `tokio-worker`.
+//!
 //! `cargo bench --bench cold_reads -- [--gib G] [--seconds S] [--dir D] [--cache-gib C]
 //! [--db PATH] [--only cold|warm] [--paths caller|both]` (`OMNIBUS_BENCH_QUICK=1`: 0.25 GiB, 3 s a case; `--db`
 //! keeps the database at PATH for the next run, which then skips the build).
@@ -197,7 +201,24 @@ struct Row {
     max_gap_ms: f64,
     p99_gap_ms: f64,
     cold_sent: u64,
+    /// The largest gaps, `(gap in ms, CLOCK_MONOTONIC seconds at its end)`, largest first:
+    /// the clock of `perf record -k CLOCK_MONOTONIC`, to find what the threads did then.
+    top_gaps: Vec<(f64, f64)>,
 }
+
+/// CLOCK_MONOTONIC now, in seconds.
+fn monotonic_s() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+/// Gaps kept with their times (the largest ones).
+const TOP_GAPS: usize = 5;
 
 /// 64 tasks getting keys of `0..keys` for `seconds` on a 2-worker tokio runtime, one task
 /// ticking every 1 ms.
@@ -219,13 +240,14 @@ fn run(path: &Path, reads: ReadPath, keys: u64, seconds: f64, warm_first: bool) 
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_name("tokio-worker")
         .enable_all()
         .build()
         .expect("runtime");
     let stop = Arc::new(AtomicBool::new(false));
     let gets = Arc::new(AtomicU64::new(0));
     let cold0 = omnibus::actors::cold_reads();
-    let (gaps, elapsed) = rt.block_on(async {
+    let ((gaps, top_gaps), elapsed) = rt.block_on(async {
         let mut tasks = Vec::new();
         for t in 0..TASKS as u64 {
             let (root, stop, gets) = (root.clone(), stop.clone(), gets.clone());
@@ -247,24 +269,36 @@ fn run(path: &Path, reads: ReadPath, keys: u64, seconds: f64, warm_first: bool) 
             let mut last = Instant::now();
             tokio::spawn(async move {
                 let mut gaps = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("hist");
+                let mut top: Vec<(f64, f64)> = Vec::with_capacity(TOP_GAPS + 1);
                 let mut iv = tokio::time::interval(Duration::from_millis(1));
                 iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     iv.tick().await;
                     let now = Instant::now();
-                    gaps.record((now - last).as_micros().max(1) as u64)
-                        .expect("record");
+                    let gap = (now - last).as_micros().max(1) as u64;
+                    gaps.record(gap).expect("record");
                     last = now;
+                    let ms = gap as f64 / 1000.0;
+                    if top.len() < TOP_GAPS || ms > top[TOP_GAPS - 1].0 {
+                        top.push((ms, monotonic_s()));
+                        top.sort_by(|a, b| b.0.total_cmp(&a.0));
+                        top.truncate(TOP_GAPS);
+                    }
                     if stop.load(Ordering::Relaxed) {
-                        return gaps;
+                        return (gaps, top);
                     }
                 }
             })
         };
         let t0 = Instant::now();
+        let m0 = monotonic_s();
         tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
         stop.store(true, Ordering::Relaxed);
         let elapsed = t0.elapsed();
+        eprintln!(
+            "{reads:?}: timed from {m0:.6} to {:.6} (CLOCK_MONOTONIC s)",
+            monotonic_s()
+        );
         for t in tasks {
             t.await.expect("task");
         }
@@ -275,10 +309,24 @@ fn run(path: &Path, reads: ReadPath, keys: u64, seconds: f64, warm_first: bool) 
         max_gap_ms: gaps.max() as f64 / 1000.0,
         p99_gap_ms: gaps.value_at_quantile(0.99) as f64 / 1000.0,
         cold_sent: omnibus::actors::cold_reads() - cold0,
+        top_gaps,
     };
     drop((root, db));
     engine.shutdown().expect("shutdown");
     row
+}
+
+/// The run's largest gaps and when they ended (on stderr, beside the table).
+fn print_top(r: &Row) {
+    let list: Vec<String> = r
+        .top_gaps
+        .iter()
+        .map(|(ms, at)| format!("{ms:.1} ms at {at:.6}"))
+        .collect();
+    eprintln!(
+        "largest gaps (CLOCK_MONOTONIC s at the end): {}",
+        list.join(", ")
+    );
 }
 
 fn main() {
@@ -321,6 +369,7 @@ fn main() {
             "| cold, random keys | {reads:?} | {:.0} | {:.1} | {:.2} | {} |",
             r.gets_per_s, r.max_gap_ms, r.p99_gap_ms, r.cold_sent
         );
+        print_top(&r);
         cold.push(r);
     }
     // The warm rows with the whole page cache.
@@ -332,6 +381,7 @@ fn main() {
             "| warm, {WARM_KEYS} keys read before | {reads:?} | {:.0} | {:.1} | {:.2} | {} |",
             r.gets_per_s, r.max_gap_ms, r.p99_gap_ms, r.cold_sent
         );
+        print_top(&r);
         warm.push(r);
     }
     println!();

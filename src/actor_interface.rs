@@ -227,6 +227,13 @@ pub(crate) fn refresh_residency(storage: &Storage) {
     storage.refresh_residency()
 }
 
+/// Probes `storage`'s page residency bits for an eviction (a reader, after a read that a
+/// caller's thread sent it for a page not known resident).
+#[inline]
+pub(crate) fn probe_residency(storage: &Storage) -> bool {
+    storage.probe_residency()
+}
+
 /// Poisons `storage` and its journal (a storage actor panicked while writing it).
 #[inline]
 pub(crate) fn poison_storage(storage: &Storage, cause: &str) {
@@ -280,6 +287,8 @@ pub(crate) use crate::env::mark_executor_thread;
 pub(crate) use crate::env::on_executor;
 /// Puts the calling thread in I/O class best effort at a level (the background I/O pool: 7).
 pub(crate) use crate::env::set_thread_io_priority;
+/// Sets the calling thread's CPU nice value (the residency refresh's thread: 19).
+pub(crate) use crate::env::set_thread_nice;
 
 /// Marks `storage` as an index storage: its snapshots leave the applied record out of every
 /// view (design.md 10.1).

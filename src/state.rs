@@ -48,7 +48,9 @@ pub(crate) struct Mapping {
     residency_wanted: AtomicBool,
     /// The page the next refresh window starts at (0: a new pass).
     refresh_cursor: AtomicU64,
-    /// Pages known resident were found evicted (by a refresh, or by a check of
+    /// The word of the bitmap the next [`Mapping::probe_residency`] starts at.
+    probe_cursor: AtomicU64,
+    /// Pages known resident were found evicted (by a refresh, a probe, or a check of
     /// [`Mapping::page_if_resident`]) in the current or the last whole refresh pass: the bits
     /// may be stale, so `page_if_resident` asks the kernel (`mincore`) before it touches a
     /// page, and the map's read-around is off ([`Mapping::set_evicting`]). Cleared by a whole
@@ -116,6 +118,7 @@ impl Mapping {
             bits,
             residency_wanted: AtomicBool::new(false),
             refresh_cursor: AtomicU64::new(0),
+            probe_cursor: AtomicU64::new(0),
             evicting: AtomicBool::new(false),
             pass_evicted: AtomicBool::new(false),
             path,
@@ -344,6 +347,64 @@ impl Mapping {
         }
     }
 
+    /// Looks for pages evicted while their residency bits were set, a few at a time, between
+    /// refreshes: the first word of the bitmap with pages known resident, among the next
+    /// [`PROBE_SCAN`] words from a cursor of its own, is asked
+    /// about (one `mincore` of its 32 pages, 256 KiB of map); pages found gone lose their bit
+    /// and the map counts as evicting, as after a refresh that finds them
+    /// ([`Mapping::set_evicting`]). Nothing is done while the map
+    /// already counts as evicting (every read on a caller's thread then asks the kernel
+    /// itself). Returns whether it found an eviction.
+    ///
+    /// Why: a refresh pass over a large map takes seconds (16 ticks of 50 ms for 4 GiB), and
+    /// until it reaches a page that went out of the page cache, its bit is trusted and a read
+    /// on a caller's thread faults it back in. The reader pool probes after each read that a
+    /// caller's thread sent it for a page not known resident: that is when the cache holds less
+    /// than the readers want, and the probe runs on the reader's thread, never the caller's.
+    pub fn probe_residency(&self) -> bool {
+        if self.evicting.load(Ordering::Relaxed) || self.map.is_none() {
+            return false;
+        }
+        let words = self.bits.len() as u64;
+        if words == 0 {
+            return false;
+        }
+        let first = self.probe_cursor.fetch_add(PROBE_SCAN, Ordering::Relaxed) % words;
+        for i in 0..PROBE_SCAN.min(words) {
+            let word = (first + i) % words;
+            let Some(w) = self.bits.get(word as usize) else {
+                continue;
+            };
+            let known = w.load(Ordering::Relaxed) & RESIDENT_ALL;
+            if known == 0 {
+                continue;
+            }
+            // The word's pages below the readers' end of file (the last word may be partial).
+            let p = word * PAGES_PER_WORD;
+            let end_page = self.end.load(Ordering::Acquire) / PAGE_SIZE as u64;
+            let pages = PAGES_PER_WORD.min(end_page.saturating_sub(p));
+            let Some(span) = self.span(p, pages).filter(|_| pages > 0) else {
+                return false;
+            };
+            let Some(units) = crate::env::page_reads::resident_units(span, PAGE_SIZE) else {
+                return false;
+            };
+            let found = units
+                .iter()
+                .enumerate()
+                .fold(0u64, |m, (b, r)| m | (u64::from(*r) * RESIDENT) << (2 * b));
+            let gone = known & !found;
+            if gone == 0 {
+                return false;
+            }
+            w.fetch_and(!gone, Ordering::Relaxed);
+            self.set_evicting(true);
+            self.pass_evicted.store(true, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
     /// Whether pages known resident were found evicted in the current or the last whole refresh
     /// pass (then [`Mapping::page_if_resident`] asks the kernel before touching a page).
     #[cfg(test)]
@@ -400,6 +461,16 @@ impl Mapping {
 /// Pages whose residency one [`Mapping::refresh_residency`] call asks the page cache about
 /// (32,768: 256 MiB of map, one `mincore` of 65,536 bytes on 4 KiB pages).
 pub(crate) const RESIDENCY_WINDOW: usize = 32_768;
+
+/// Words of the residency bitmap (32 pages each) one [`Mapping::probe_residency`] looks at, at
+/// most, to find one with pages to check: 2,048 pages, 16 MiB of map, so that a reader pool
+/// answering thousands of cold reads a second sweeps a 4 GiB map in a fraction of a second
+/// while each probe asks the kernel about 32 pages at most.
+const PROBE_SCAN: u64 = 64;
+
+/// Pages of the map one [`Mapping::probe_residency`] looks over, at most.
+#[cfg(test)]
+pub(crate) const PROBE_SCAN_PAGES: u64 = PROBE_SCAN * PAGES_PER_WORD;
 
 /// Everything a snapshot reads. Immutable once published.
 #[derive(Debug, Clone)]

@@ -464,6 +464,14 @@ impl Storage {
         self.inner.current.load().mapping.refresh_residency();
     }
 
+    /// Checks a few pages of the current map known resident against the page cache (one
+    /// `mincore` of 32 pages at most), so that an eviction is noticed between refreshes
+    /// (`Mapping::probe_residency`). The actor engine's readers call it after a read that a
+    /// caller's thread sent them for a page not known resident. Returns whether it found one.
+    pub(crate) fn probe_residency(&self) -> bool {
+        self.inner.current.load().mapping.probe_residency()
+    }
+
     /// A snapshot of the last committed state. Never blocks, takes no lock.
     ///
     /// Errors: [`Error::Closed`] after [`Storage::close`].

@@ -486,6 +486,25 @@ fn choose_env(
     }
 }
 
+/// Sets the calling thread's CPU nice value to `nice` (-20 highest, 19 lowest) with
+/// `setpriority(PRIO_PROCESS, gettid(), nice)` (on Linux a nice value belongs to a thread):
+/// used for the residency refresh, background bookkeeping that must not take a CPU from the
+/// application's threads. Raising the value needs no privilege; lowering it below the
+/// current one needs `CAP_SYS_NICE` (or `RLIMIT_NICE`).
+///
+/// Errors: the OS error of `setpriority` (`EACCES` when lowering it is not allowed).
+pub(crate) fn set_thread_nice(nice: i32) -> std::io::Result<()> {
+    // SAFETY: gettid and setpriority take and return integers and touch no memory of ours.
+    let r = unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, nice)
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `IOPRIO_CLASS_BE` (best effort), `IOPRIO_CLASS_SHIFT` and `IOPRIO_WHO_PROCESS` from
 /// `linux/ioprio.h`.
 const IOPRIO_CLASS_BE: i64 = 2;

@@ -400,6 +400,48 @@ mod tests {
         assert!(r.get_if_resident(&key(7)).is_some());
     }
 
+    /// Pages read, then evicted before a refresh reached them, kept their bits: until a refresh
+    /// pass (seconds on a large map) came by, a read on a caller's thread trusted them and
+    /// faulted them back in. A probe (the reader pool runs one after each read a caller sent
+    /// it) finds the eviction at once.
+    #[test]
+    fn a_probe_finds_pages_evicted_since_they_were_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = reopened(&dir.path().join("s"));
+        let r = s.begin_read().unwrap();
+        let state = r.state_for_tests();
+        let pages = state.mapping.len() / crate::page::PAGE_SIZE as u64;
+        let span = state.mapping.span(0, pages).unwrap();
+        let resident = || {
+            crate::env::page_reads::resident_units(span, crate::page::PAGE_SIZE)
+                .unwrap()
+                .iter()
+                .filter(|r| **r)
+                .count()
+        };
+        assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
+        assert!(r.get_if_resident(&key(7)).is_some());
+        // Nothing evicted: a probe finds nothing, and the map is not evicting.
+        assert!(!s.probe_residency());
+        assert!(!state.mapping.evicting());
+        page_out(span);
+        // One probe looks at up to PROBE_SCAN words: this map has fewer.
+        assert!(pages < crate::state::PROBE_SCAN_PAGES);
+        assert!(s.probe_residency());
+        assert!(state.mapping.evicting());
+        assert!(random_advice(span));
+        // The read "if resident" now asks the kernel instead of faulting the path back in.
+        let before = resident();
+        assert!(r.get_if_resident(&key(7)).is_none());
+        assert_eq!(
+            resident(),
+            before,
+            "a page was read back in on the caller's thread"
+        );
+        // While evicting, a probe does nothing (callers check each page themselves).
+        assert!(!s.probe_residency());
+    }
+
     /// Whether the mapping holding `span` is advised `MADV_RANDOM` (its `VmFlags` in
     /// `/proc/self/smaps` has `rr`).
     fn random_advice(span: &[u8]) -> bool {
