@@ -171,10 +171,16 @@ pub fn leaf_repoint(
 /// Builds a sealed value page run (kind 7) at `page_number` holding `body` right after its
 /// header (values at the offsets their cells name, from 32 on).
 pub fn encode_values(body: &[u8], page_number: u64, txn_id: u64) -> Box<[u8]> {
+    encode_run(PageKind::Values, body, page_number, txn_id)
+}
+
+/// A sealed run of `kind` at `page_number`: its header, then `body`, then zeros to the last
+/// of the pages `body` needs.
+fn encode_run(kind: PageKind, body: &[u8], page_number: u64, txn_id: u64) -> Box<[u8]> {
     let pages = super::overflow_run_pages(body.len());
     let mut p = super::zeroed(pages);
     PageHeader {
-        kind: PageKind::Values,
+        kind,
         count: 0,
         page_number,
         txn_id,
@@ -1111,20 +1117,7 @@ fn base_cell<'a>(page: &'a [u8], h: &PageHeader, j: usize) -> Option<(&'a [u8], 
 
 /// Builds a sealed overflow run holding `value` at `page_number`.
 pub fn encode_overflow(value: &[u8], page_number: u64, txn_id: u64) -> Box<[u8]> {
-    let pages = super::overflow_run_pages(value.len());
-    let mut p = super::zeroed(pages);
-    PageHeader {
-        kind: PageKind::Overflow,
-        count: 0,
-        page_number,
-        txn_id,
-        run_pages: pages as u32,
-        aux: 0,
-    }
-    .write(&mut p);
-    p[HEADER_LEN..HEADER_LEN + value.len()].copy_from_slice(value);
-    super::seal(&mut p);
-    p
+    encode_run(PageKind::Overflow, value, page_number, txn_id)
 }
 
 #[cfg(test)]

@@ -346,6 +346,15 @@ mod tests {
         assert_eq!(r.get_if_resident(&key(99_999)).unwrap().unwrap(), None);
     }
 
+    /// Pages of `span` the kernel holds in memory (`mincore`).
+    fn resident_pages(span: &[u8]) -> usize {
+        crate::env::page_reads::resident_units(span, crate::page::PAGE_SIZE)
+            .unwrap()
+            .iter()
+            .filter(|r| **r)
+            .count()
+    }
+
     /// Residency bits that went stale (pages evicted after they were read, before a refresh
     /// saw it) made a read "if resident" fault the page back in on the caller's thread.
     #[test]
@@ -356,13 +365,7 @@ mod tests {
         let state = r.state_for_tests();
         let pages = state.mapping.len() / crate::page::PAGE_SIZE as u64;
         let span = state.mapping.span(0, pages).unwrap();
-        let resident = || {
-            crate::env::page_reads::resident_units(span, crate::page::PAGE_SIZE)
-                .unwrap()
-                .iter()
-                .filter(|r| **r)
-                .count()
-        };
+        let resident = || resident_pages(span);
         // Read, then a whole refresh pass with nothing evicted: the bits are trusted.
         assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
         assert!(r.get_if_resident(&key(7)).is_some());
@@ -412,13 +415,7 @@ mod tests {
         let state = r.state_for_tests();
         let pages = state.mapping.len() / crate::page::PAGE_SIZE as u64;
         let span = state.mapping.span(0, pages).unwrap();
-        let resident = || {
-            crate::env::page_reads::resident_units(span, crate::page::PAGE_SIZE)
-                .unwrap()
-                .iter()
-                .filter(|r| **r)
-                .count()
-        };
+        let resident = || resident_pages(span);
         assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
         assert!(r.get_if_resident(&key(7)).is_some());
         // Nothing evicted: a probe finds nothing, and the map is not evicting.
