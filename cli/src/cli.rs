@@ -113,8 +113,10 @@ skipped_reason); run it again once the readers closed. Indexes stay in step with
 compacted (damaged, or an I/O error: the storages before it are compacted, nothing is lost).";
 
 const BACKUP_LONG: &str = "Write a standalone copy of the database (or plain storage) SRC into DEST, a new or \
-empty directory outside SRC. SRC is opened read-only, so a running writer in another process blocks it (the \
-database is already open) and nothing in SRC is changed.\n\nThe copy is built from one consistent snapshot's \
+empty directory outside SRC. SRC is opened read-only (nothing in SRC is changed), beside a running writer in \
+another process too: the copy holds every commit durable when it starts. A database whose indexes hold buffered \
+entries is the exception: beside a live writer it is refused (back it up through that process, \
+`DatabaseHandle::backup`), and with no writer it is opened for writing to apply them first.\n\nThe copy is built from one consistent snapshot's \
 pages, every page verified on the way: the root as DEST, each branch as DEST/Indexes/NAME, each with a new \
 free-space map and no journal. It opens as a database and passes `check`.\n\nSalvage: a storage whose \
 free-space map is damaged (`check` names the page) refuses to open for writing, but its tree is still \
