@@ -1378,12 +1378,12 @@ pub fn compact(a: CompactArgs) -> CliResult {
         sum(|r| r.allocated_bytes_before),
         sum(|r| r.allocated_bytes_after),
     );
-    let name = |n: &str| {
-        if n.is_empty() {
-            "(root)".to_string()
-        } else {
-            n.to_string()
-        }
+    // Named as `check` and `stat` name them: `(storage)` for a plain storage.
+    let plain = is_plain_storage(&a.db);
+    let name = |n: &str| match (n.is_empty(), plain) {
+        (true, true) => PLAIN_STORAGE.to_string(),
+        (true, false) => ROOT.to_string(),
+        (false, _) => n.to_string(),
     };
     if a.json {
         let v = json!({

@@ -153,3 +153,31 @@ fn compact_keeps_indexes_in_step_and_is_skipped_beside_a_reader() {
     let out = cli::ok(&["stat", d]);
     assert!(out.contains("readers    none"), "{out}");
 }
+
+#[test]
+fn compact_names_a_plain_storage_as_check_and_stat_do() {
+    // Compaction of a plain storage printed it as `(root)`, where `check` and `stat` say
+    // `(storage)`.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plain");
+    {
+        let s = omnibus::Storage::open(&path, Options::default()).unwrap();
+        let mut w = s.begin_write().unwrap();
+        for i in 0..500u32 {
+            w.put(i.to_be_bytes(), [7u8; 300]).unwrap();
+        }
+        w.commit().unwrap();
+        s.close().unwrap();
+    }
+    let p = path.to_str().unwrap();
+    let o = cli::omnibus(&["compact", p]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("(storage)") && !out.contains("(root)"),
+        "{out}"
+    );
+    let o = cli::omnibus(&["compact", "--json", p]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["storages"][0]["storage"], "(storage)", "{v}");
+}
