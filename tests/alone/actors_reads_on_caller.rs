@@ -51,9 +51,14 @@ fn point_reads_run_on_the_callers_thread() {
         Some(b"value-7".to_vec())
     );
     let keys = [key(3), "absent".to_string(), key(3), key(199)];
-    // Warmed once more: a background flush since the writes moves their pages into the map,
-    // whose residency is unknown until read (such a read is sent to the pool, as it should).
+    // Warmed once more (a background flush since the writes moves their pages into the map,
+    // whose residency is unknown until read: such a read goes to the pool, as it should), then
+    // a pause, so the read below starts a new burst of the cooperative budget: ready calls
+    // within 10 µs of the last one share a burst that yields once it has run 10 µs, and on a
+    // loaded machine the get above alone could spend it, so the multi-get was not ready at its
+    // first poll.
     root.blocking_multi_get(&keys).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2));
     let first = block_on(async { poll_once(root.multi_get(&keys)).await });
     assert_eq!(
         first.expect("ready at first poll").unwrap(),
