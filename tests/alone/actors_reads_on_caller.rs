@@ -44,7 +44,9 @@ fn point_reads_run_on_the_callers_thread() {
         Some(b"value-0".to_vec())
     );
 
-    // Ready at the first poll: no message sent, nothing awaited.
+    // Ready at the first poll: no message sent, nothing awaited (after a pause: a new burst
+    // of the cooperative budget, as below).
+    std::thread::sleep(std::time::Duration::from_millis(2));
     let first = block_on(async { poll_once(root.get(key(7))).await });
     assert_eq!(
         first.expect("ready at first poll").unwrap(),
