@@ -238,6 +238,10 @@ pub(crate) struct Buffer {
     runs: Vec<Arc<Run>>,
     /// Entries in all runs together (a key in two runs counts twice until they merge).
     held: usize,
+    /// The oldest runs that a background apply is writing into the tree (design.md 16.1):
+    /// [`Buffer::push_run`] never merges a newer run into them, so that what was committed
+    /// after the apply began stays apart ([`Buffer::newer_than_frozen`]).
+    frozen: usize,
 }
 
 impl std::fmt::Debug for Buffer {
@@ -256,6 +260,39 @@ impl Buffer {
         Buffer {
             held: run.len(),
             runs: vec![run],
+            frozen: 0,
+        }
+    }
+
+    /// This buffer with every run it holds now frozen: a background apply writes them into
+    /// the tree while later commits add runs of their own above them.
+    pub fn freeze(&self) -> Buffer {
+        Buffer {
+            frozen: self.runs.len(),
+            ..self.clone()
+        }
+    }
+
+    /// This buffer with no run frozen (a background apply gave up).
+    pub fn thawed(&self) -> Buffer {
+        Buffer {
+            frozen: 0,
+            ..self.clone()
+        }
+    }
+
+    /// Runs frozen by a background apply ([`Buffer::freeze`]).
+    pub fn frozen_runs(&self) -> usize {
+        self.frozen
+    }
+
+    /// The runs above the frozen ones: what was committed since a background apply began.
+    pub fn newer_than_frozen(&self) -> Buffer {
+        let runs = self.runs[self.frozen.min(self.runs.len())..].to_vec();
+        Buffer {
+            held: runs.iter().map(|r| r.len()).sum(),
+            runs,
+            frozen: 0,
         }
     }
 
@@ -297,8 +334,8 @@ impl Buffer {
         let mut delta = run.entry_bytes() as i64;
         self.held += run.len();
         self.runs.push(Arc::new(run));
-        // Bounded: every merge removes a run.
-        while self.runs.len() >= 2 {
+        // Bounded: every merge removes a run. Frozen runs never merge.
+        while self.runs.len() >= self.frozen + 2 {
             let n = self.runs.len();
             if self.runs[n - 2].len() > MERGE_RATIO * self.runs[n - 1].len() {
                 break;

@@ -724,7 +724,13 @@ fn run_service() {
             if let Some(inner) = weak.upgrade() {
                 let live = !inner.closed.load(Ordering::Acquire) && inner.poisoned().is_none();
                 let aged = live && inner.buffer_aged();
-                if aged {
+                if live && inner.wants_background_apply() {
+                    // Off the committing threads: they go on committing meanwhile (design.md
+                    // 16.1).
+                    if let Err(e) = crate::txn::apply_in_background(&inner) {
+                        tracing::warn!(path = %inner.path.display(), error = %e, "applying the write buffer failed");
+                    }
+                } else if aged {
                     if let Err(e) = inner.apply_buffer(false) {
                         tracing::warn!(path = %inner.path.display(), error = %e, "applying the write buffer failed");
                     }

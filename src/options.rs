@@ -133,15 +133,20 @@ pub struct Options {
     /// in-memory buffer that every read merges over the B+tree, instead of copying a leaf per
     /// key; once the buffer holds more than this many bytes (each entry counted as its key,
     /// its value and 16 bytes), or its oldest entry is older than
-    /// [`Options::flush_max_age`], the committing writer applies all of it to the tree in one
-    /// page transaction, so each leaf is written once for the many entries pending on it
-    /// (design.md section 16), or, with [`crate::Storage::set_apply_step_pages`], the leaves
-    /// with the most entries pending first. A transaction of 4,096 operations or more, a range delete and
+    /// [`Options::flush_max_age`], all of it is applied to the tree in one page transaction,
+    /// so each leaf is written once for the many entries pending on it (design.md section 16):
+    /// with [`FlushMode::Background`] (the default) by the flush service's thread while
+    /// commits go on (a *background apply*, design.md 16.1; commits wait only while the
+    /// buffer holds more than twice its size, and for the apply's publication, which is one
+    /// record's hand-off), otherwise by the committing writer, or, with
+    /// [`crate::Storage::set_apply_step_pages`], in steps, the leaves with the most entries
+    /// pending first. A transaction of 4,096 operations or more, a range delete and
     /// compaction write the tree directly, applying the buffer with them. Flushes,
     /// `Storage::flush` and a clean close apply it too.
-    /// Reopening after a crash puts the journaled entries back into the buffer. The background
-    /// flush applies an aged buffer with the storage's writer when none is open: a
-    /// `try_begin_write` meanwhile fails with [`Error::WriteInProgress`]. Databases served by
+    /// Reopening after a crash puts the journaled entries back into the buffer. While a
+    /// background apply runs, `begin_write` gives a transaction that buffers its operations
+    /// (one at a time, as ever), and waits only while the buffer holds more than twice its
+    /// size; one that needs the tree (a range delete) makes the apply give up first. Databases served by
     /// the actor engine refuse a buffer ([`Error::InvalidOptions`]): there only indexes are
     /// buffered (`IndexDefinition::write_buffer_bytes`). [`crate::Storage::set_write_buffer_bytes`]
     /// changes the size of an open storage's buffer.

@@ -159,6 +159,30 @@ pub(crate) struct WriterState {
     pub maps: crate::txn::TxnMaps,
 }
 
+/// Who holds the writer (design.md 16.1). Normally a write transaction takes the writer's
+/// state (`state`) and gives it back at its end. A background apply of the write buffer
+/// *lends* it (`lent`) for as long as it writes the buffer into the tree: meanwhile at most one
+/// *logical-only* write transaction at a time may be open (`logical_open`), which buffers its
+/// operations and commits without the writer's state; the apply publishes only while none is
+/// open (`finishing` keeps a new one from beginning).
+#[derive(Debug, Default)]
+pub(crate) struct WriterSlot {
+    /// The writer's state while no transaction (and no background apply) holds it. Boxed: it
+    /// moves into each write transaction and back as a pointer.
+    state: Option<Box<WriterState>>,
+    /// `begin_write` calls waiting: a commit wakes one only when one waits
+    /// (`Condvar::notify_one` is a `futex` system call even with nobody waiting, one per serial
+    /// commit).
+    waiting: usize,
+    /// A background apply holds `state`.
+    lent: bool,
+    /// A logical-only write transaction is open (only while `lent`, or while such a
+    /// transaction takes the state back: `Inner::reclaim_writer`).
+    logical_open: bool,
+    /// The background apply waits to publish, or publishes: no logical-only transaction begins.
+    finishing: bool,
+}
+
 /// State owned by the flush (one flush at a time).
 #[derive(Debug)]
 pub(crate) struct FlushState {
@@ -256,6 +280,10 @@ pub struct StorageStats {
     /// Page commits since this open that were apply steps ([`Storage::set_apply_step_pages`]):
     /// part of the buffer applied, the rest carried. Starts at 0 at each open.
     pub apply_steps: u64,
+    /// Background applies of the write buffer published since this open (design.md 16.1): the
+    /// flush service wrote a full or aged buffer into the tree while commits went on. Starts
+    /// at 0 at each open.
+    pub background_applies: u64,
     /// This storage's journal records replayed into memory since open: at the open's recovery,
     /// and, for a read-only open, by each [`Storage::catch_up`] (or
     /// [`crate::Database::catch_up`]): the records after those it had replayed while the
@@ -315,12 +343,15 @@ pub(crate) struct Inner {
     pub current: ArcSwap<State>,
     pub registry: SnapshotRegistry,
     publish: Mutex<()>,
-    /// The writer's state while no transaction holds it, and how many `begin_write` calls wait
-    /// for it (a commit wakes one only when one waits: `Condvar::notify_one` is a `futex`
-    /// system call even with nobody waiting, one per serial commit). Boxed: it moves into
-    /// each write transaction and back as a pointer.
-    writer: Mutex<(Option<Box<WriterState>>, usize)>,
+    /// The writer's state while no transaction holds it, and who waits for it ([`WriterSlot`]).
+    writer: Mutex<WriterSlot>,
     writer_cv: Condvar,
+    /// Set by a logical-only write transaction that needs the writer's state back (a range
+    /// delete, a compaction move): the background apply holding it gives up at its next check
+    /// (`txn/write/background.rs`).
+    pub apply_cancel: AtomicBool,
+    /// Background applies published since open (design.md 16.1).
+    pub background_applies: AtomicU64,
     pub flush_state: Mutex<FlushState>,
     pub journal: Arc<Journal>,
     poisoned: Mutex<Option<String>>,
@@ -448,12 +479,12 @@ impl Storage {
     ///
     /// Errors: [`Error::ReadOnly`], [`Error::Poisoned`], [`Error::Closed`].
     pub fn begin_write(&self) -> Result<WriteTransaction> {
-        self.inner.begin_write(true)
+        self.inner.begin_write(true, true)
     }
 
     /// Starts the write transaction, or fails with [`Error::WriteInProgress`] when one is open.
     pub fn try_begin_write(&self) -> Result<WriteTransaction> {
-        self.inner.begin_write(false)
+        self.inner.begin_write(false, true)
     }
 
     /// Refreshes what the current map knows of its pages' residency in the page cache, 256 MiB
@@ -822,7 +853,7 @@ impl Storage {
                 report.skipped_for_readers = readers;
                 break;
             }
-            let mut w = self.begin_write()?;
+            let mut w = self.inner.begin_write(true, false)?;
             let Some(limit) = w.compaction_limit() else {
                 break;
             };
@@ -836,7 +867,7 @@ impl Storage {
             report.passes += 1;
         }
         note(&self.flush()?);
-        let mut w = self.begin_write()?;
+        let mut w = self.inner.begin_write(true, false)?;
         let shrink_txn = w.txn_id();
         let shrunk = w.shrink_tail()?;
         if shrunk.is_some() {
@@ -850,7 +881,7 @@ impl Storage {
             drop(w);
         }
         // Truncate, holding the writer: no commit grows the file while it is cut.
-        let w = self.begin_write()?;
+        let w = self.inner.begin_write(true, false)?;
         {
             let mut fs = lock(&self.inner.flush_state);
             let cur = self.inner.current.load_full();
@@ -1304,14 +1335,16 @@ impl Inner {
             current: ArcSwap::new(state.clone()),
             registry: SnapshotRegistry::default(),
             publish: Mutex::new(()),
-            writer: Mutex::new((
-                Some(Box::new(WriterState {
+            writer: Mutex::new(WriterSlot {
+                state: Some(Box::new(WriterState {
                     alloc,
                     maps: Default::default(),
                 })),
-                0,
-            )),
+                ..WriterSlot::default()
+            }),
             writer_cv: Condvar::new(),
+            apply_cancel: AtomicBool::new(false),
+            background_applies: AtomicU64::new(0),
             flush_state: Mutex::new(FlushState {
                 header_seq: hdr.sequence,
                 header_slot: slot,
@@ -1404,25 +1437,60 @@ impl Inner {
         *lock(&self.refused) = Some(damaged);
     }
 
-    fn begin_write(self: &Arc<Self>, wait: bool) -> Result<WriteTransaction> {
+    /// Begins a write transaction. `wait`: wait for an open one to end (else
+    /// [`Error::WriteInProgress`]). `logical_ok`: while a background apply holds the writer's
+    /// state, a buffered storage's transaction may begin *logical-only* (its operations
+    /// buffered; it takes the state back if it needs the tree: `reclaim_writer`); without it the
+    /// caller waits for the apply to end (even when not `wait`: an apply is bounded, and waits
+    /// for no transaction of the caller's unless a logical-only one is open, which makes this
+    /// fail with [`Error::WriteInProgress`] when not `wait`).
+    pub(crate) fn begin_write(
+        self: &Arc<Self>,
+        wait: bool,
+        logical_ok: bool,
+    ) -> Result<WriteTransaction> {
         self.check_writable()?;
         let mut g = lock(&self.writer);
+        // Bounded: each wait ends with a transaction's or an apply's end.
         let mut writer = loop {
-            if let Some(w) = g.0.take() {
-                break w;
+            if !g.logical_open {
+                if let Some(w) = g.state.take() {
+                    break w;
+                }
             }
-            if !wait {
+            if g.lent && !g.logical_open && !g.finishing && logical_ok && !self.buffer_backlogged()
+            {
+                g.logical_open = true;
+                drop(g);
+                if let Err(e) = self.check_writable() {
+                    self.return_logical();
+                    return Err(e);
+                }
+                let base = self.current.load_full();
+                return Ok(WriteTransaction::new_logical(self.clone(), base));
+            }
+            // Not waiting for a transaction: an apply without one open is still waited for.
+            let apply_alone = g.lent && !g.logical_open;
+            if !wait && !apply_alone {
                 return Err(Error::WriteInProgress);
             }
-            g.1 += 1;
+            g.waiting += 1;
             g = self.writer_cv.wait(g).unwrap_or_else(|e| e.into_inner());
-            g.1 -= 1;
+            g.waiting -= 1;
         };
         drop(g);
         if let Err(e) = self.check_writable() {
             self.return_writer(writer);
             return Err(e);
         }
+        self.release_freed(&mut writer);
+        let base = self.current.load_full();
+        Ok(WriteTransaction::new(self.clone(), writer, base))
+    }
+
+    /// Makes the pages freed by earlier transactions that no snapshot can read any more
+    /// reusable by the writer's allocator: at the start of each write transaction.
+    pub(crate) fn release_freed(&self, writer: &mut WriterState) {
         // Pages freed by transaction t are reused once no live snapshot predates t and a
         // durable header reaches t: until then t's journal record may name them as the base
         // of a page diff, which recovery reads from the data file (design.md invariant I9). Pages
@@ -1443,8 +1511,88 @@ impl Inner {
             }
             writer.alloc.release(oldest.min(flushed));
         }
-        let base = self.current.load_full();
-        Ok(WriteTransaction::new(self.clone(), writer, base))
+    }
+
+    /// True when the write buffer holds more than twice its size: a transaction begins only
+    /// once the background apply running ends (as an LSM-tree stalls writes behind its
+    /// flushes), so the buffer stays within about twice its size.
+    fn buffer_backlogged(&self) -> bool {
+        let limit = self.buffer_limit.load(Ordering::Relaxed);
+        self.current.load().buffer_bytes > limit.saturating_mul(2)
+    }
+
+    /// Ends a logical-only write transaction (committed or not).
+    pub(crate) fn return_logical(&self) {
+        let mut g = lock(&self.writer);
+        g.logical_open = false;
+        if g.waiting > 0 || g.lent {
+            self.writer_cv.notify_all();
+        }
+    }
+
+    /// Takes the writer's state back from the background apply for the open logical-only
+    /// transaction, which then holds it as any write transaction does: the apply gives up at
+    /// its next check (it publishes nothing while that transaction is open). Bounded by the
+    /// apply's checks (every few entries it writes).
+    pub(crate) fn reclaim_writer(&self) -> Box<WriterState> {
+        self.apply_cancel.store(true, Ordering::Release);
+        let mut g = lock(&self.writer);
+        debug_assert!(
+            g.logical_open,
+            "only the open logical-only transaction reclaims"
+        );
+        self.writer_cv.notify_all();
+        let mut w = loop {
+            if let Some(w) = g.state.take() {
+                break w;
+            }
+            g.waiting += 1;
+            g = self.writer_cv.wait(g).unwrap_or_else(|e| e.into_inner());
+            g.waiting -= 1;
+        };
+        g.logical_open = false;
+        drop(g);
+        self.apply_cancel.store(false, Ordering::Release);
+        self.release_freed(&mut w);
+        w
+    }
+
+    /// Lends the writer's state to a background apply, when no transaction holds it and the
+    /// storage is writable; `None` otherwise.
+    pub(crate) fn lend_writer(&self) -> Option<Box<WriterState>> {
+        if self.check_writable().is_err() {
+            return None;
+        }
+        let mut g = lock(&self.writer);
+        if g.logical_open || g.lent {
+            return None;
+        }
+        let mut w = g.state.take()?;
+        g.lent = true;
+        drop(g);
+        self.apply_cancel.store(false, Ordering::Release);
+        self.release_freed(&mut w);
+        Some(w)
+    }
+
+    /// The background apply is ready to publish: waits until no logical-only transaction is
+    /// open, and keeps a new one from beginning until the apply gives the writer's state back.
+    /// `false` when a logical-only transaction asked for the state back meanwhile
+    /// ([`Inner::reclaim_writer`]): the apply gives up.
+    pub(crate) fn begin_finishing(&self) -> bool {
+        let mut g = lock(&self.writer);
+        g.finishing = true;
+        // Bounded: the open logical-only transaction commits, aborts or reclaims.
+        while g.logical_open && !self.apply_cancel.load(Ordering::Acquire) {
+            g.waiting += 1;
+            g = self.writer_cv.wait(g).unwrap_or_else(|e| e.into_inner());
+            g.waiting -= 1;
+        }
+        if self.apply_cancel.load(Ordering::Acquire) {
+            g.finishing = false;
+            return false;
+        }
+        true
     }
 
     /// The oldest txn read by a reader in another process (its reader slot, design.md 6.5),
@@ -1463,10 +1611,16 @@ impl Inner {
         self.other_readers().map_or(txn, |r| r.min(txn))
     }
 
+    /// Gives the writer's state back at the end of a write transaction or a background apply.
     pub fn return_writer(&self, w: Box<WriterState>) {
         let mut g = lock(&self.writer);
-        g.0 = Some(w);
-        if g.1 > 0 {
+        g.state = Some(w);
+        if g.lent {
+            // A background apply ended: waiters of every kind may go on.
+            g.lent = false;
+            g.finishing = false;
+            self.writer_cv.notify_all();
+        } else if g.waiting > 0 {
             self.writer_cv.notify_one();
         }
     }
@@ -1511,7 +1665,7 @@ impl Inner {
         }
         // No write transaction may grow the file (or allocate past `next_page`) meanwhile.
         let writer = lock(&self.writer);
-        if writer.0.is_none() {
+        if writer.state.is_none() || writer.logical_open {
             return 0;
         }
         let cur = self.current.load_full();
@@ -1635,6 +1789,37 @@ impl Inner {
         self.current.store(next);
     }
 
+    /// Publishes the current state with every run of its buffer frozen, for a background apply
+    /// that holds the writer's state (`txn/write/background.rs`), and returns it: the same txn
+    /// and contents, so snapshots see no change.
+    pub fn freeze_buffer(&self) -> Arc<State> {
+        let _g = lock(&self.publish);
+        let cur = self.current.load_full();
+        let next = Arc::new(State {
+            buffer: cur.buffer.freeze(),
+            ..(*cur).clone()
+        });
+        self.registry.register(&next);
+        self.current.store(next.clone());
+        next
+    }
+
+    /// Publishes the current state with no run of its buffer frozen: a background apply gave
+    /// up.
+    pub fn thaw_buffer(&self) {
+        let _g = lock(&self.publish);
+        let cur = self.current.load_full();
+        if cur.buffer.frozen_runs() == 0 {
+            return;
+        }
+        let next = Arc::new(State {
+            buffer: cur.buffer.thawed(),
+            ..(*cur).clone()
+        });
+        self.registry.register(&next);
+        self.current.store(next);
+    }
+
     /// Publishes the state after a flush of everything up to `target`.
     pub fn publish_flush(&self, target: u64, mapping: Option<Arc<Mapping>>) {
         let _g = lock(&self.publish);
@@ -1720,7 +1905,7 @@ impl Inner {
         if self.current.load().buffer.is_empty() || self.opts.read_only {
             return Ok(());
         }
-        let mut t = match self.begin_write(wait) {
+        let mut t = match self.begin_write(wait, false) {
             Ok(t) => t,
             Err(Error::WriteInProgress) if !wait => return Ok(()),
             Err(e) => return Err(e),
@@ -1746,13 +1931,13 @@ impl Inner {
             if self.opts.read_only {
                 return Err(Error::ReadOnly);
             }
-            match self.begin_write(false) {
+            match self.begin_write(false, false) {
                 Ok(mut t) => {
                     t.apply_buffered()?;
                     t.commit()?;
                     // Holding the writer, no commit can buffer again before the state is
                     // taken.
-                    let hold = self.begin_write(false);
+                    let hold = self.begin_write(false, false);
                     let cur = self.current.load_full();
                     drop(hold);
                     if cur.buffer.is_empty() {
@@ -1788,7 +1973,34 @@ impl Inner {
         self.current.load().buffer_aged(self.opts.flush_max_age)
     }
 
+    /// True when the flush service applies this storage's write buffer in the background
+    /// (design.md 16.1): it has a buffer, flushes in the background, and takes no apply steps
+    /// (the engine's index storages step on their executors).
+    pub fn applies_in_background(&self) -> bool {
+        self.opts.flush_mode == FlushMode::Background
+            && self.buffer_limit.load(Ordering::Relaxed) > 0
+            && self.apply_step_pages.load(Ordering::Relaxed) == 0
+            && lock(&self.flusher).is_some()
+    }
+
+    /// True when a background apply should start: the buffer holds its size or more, or its
+    /// oldest entry is older than [`Options::flush_max_age`].
+    pub fn wants_background_apply(&self) -> bool {
+        if !self.applies_in_background() {
+            return false;
+        }
+        let state = self.current.load();
+        if state.buffer.is_empty() {
+            return false;
+        }
+        state.buffer_bytes >= self.buffer_limit.load(Ordering::Relaxed)
+            || state.buffer_aged(self.opts.flush_max_age)
+    }
+
     pub fn after_commit(&self) {
+        if self.wants_background_apply() {
+            (self.flush_hooks.signal)();
+        }
         if !self.needs_flush() {
             return;
         }
@@ -1836,6 +2048,7 @@ impl Inner {
             pages_journaled: self.pages_journaled.load(Ordering::Relaxed),
             pages_journaled_as_diffs: self.pages_journaled_as_diffs.load(Ordering::Relaxed),
             apply_steps: self.apply_steps.load(Ordering::Relaxed),
+            background_applies: self.background_applies.load(Ordering::Relaxed),
             flushes: self.flushes.load(Ordering::Relaxed),
             pages_flushed: self.pages_flushed.load(Ordering::Relaxed),
             journal: self.journal.stats(),

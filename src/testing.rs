@@ -52,3 +52,17 @@ pub mod executor_guard {
         blocking_calls_on_executors, first_blocking_call_on_executor,
     };
 }
+
+/// Runs a background apply of `storage`'s write buffer (docs/design.md 16.1) on the calling
+/// thread, as the flush service does, calling `between` once the frozen entries are in the tree
+/// and before the apply publishes: write transactions `between` begins are logical-only (or
+/// take the writer back), so a test decides exactly what commits while an apply runs.
+/// `Ok(true)` when the apply was published.
+///
+/// Errors: as [`crate::WriteTransaction::commit`].
+pub fn apply_in_background(
+    storage: &crate::Storage,
+    between: &mut dyn FnMut(),
+) -> crate::Result<bool> {
+    crate::txn::apply_in_background_with(&storage.inner, between)
+}

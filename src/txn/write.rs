@@ -57,6 +57,7 @@ use crate::storage::{Inner, WriterState};
 // and splits, deletion and merges, range deletion, reads, commit, and compaction's moves and
 // the shrink of the free tail (`Storage::compact`).
 mod alloc;
+mod background;
 mod commit;
 mod compact;
 mod delete;
@@ -66,6 +67,7 @@ mod packed;
 mod range_delete;
 mod reads;
 
+pub(crate) use background::{apply_in_background, apply_in_background_with};
 pub(crate) use commit::PreparedCommit;
 pub(crate) use logical::{LogicalOps, StepCarry};
 
@@ -210,6 +212,12 @@ pub struct WriteTransaction {
     step: Option<StepCarry>,
     /// Bytes the operations in `logical` count for in the buffer.
     logical_len: u64,
+    /// Begun *logical-only* while a background apply holds the writer's state (design.md
+    /// 16.1): `writer` is `None` until the transaction needs the tree and takes the state
+    /// back (`reclaim`); it holds the storage's one logical-only place until it ends.
+    logical_only: bool,
+    /// A background apply's transaction (`write/background.rs`).
+    background: bool,
 }
 
 impl std::fmt::Debug for WriteTransaction {
@@ -291,6 +299,60 @@ impl WriteTransaction {
             apply_settled: false,
             step: None,
             logical_len: 0,
+            logical_only: false,
+            background: false,
+        }
+    }
+
+    /// A logical-only write transaction (design.md 16.1): begun while a background apply holds
+    /// the writer's state, it buffers its operations; it takes the state back
+    /// ([`WriteTransaction::reclaim`]) before anything that writes the tree.
+    pub(crate) fn new_logical(inner: Arc<Inner>, base: Arc<State>) -> WriteTransaction {
+        let maps = TxnMaps::default();
+        WriteTransaction {
+            txn_id: base.txn_id + 1,
+            root: base.root,
+            entries: base.entries,
+            next_page: base.next_page,
+            dir_page: base.freedir,
+            inner,
+            writer: None,
+            base,
+            nodes: maps.nodes,
+            pages: maps.pages,
+            bases: maps.bases,
+            touched: maps.touched,
+            overflow: maps.overflow,
+            values: maps.values,
+            leaf_cells: page::node::LeafCells::default(),
+            spare: None,
+            fsm_loaded: false,
+            dir_dirty: false,
+            dir: maps.dir,
+            bitmaps: maps.bitmaps,
+            taken: maps.taken,
+            local_free: Extents::default(),
+            allocated: maps.allocated,
+            freed: Vec::new(),
+            failed: None,
+            changed: false,
+            durability: Durability::Immediate,
+            logical: Some(std::collections::BTreeMap::new()),
+            apply_settled: false,
+            step: None,
+            logical_len: 0,
+            logical_only: true,
+            background: false,
+        }
+    }
+
+    /// Takes the writer's state back from the background apply, in a logical-only transaction
+    /// about to write the tree (a no-op otherwise): the apply gives up, having published
+    /// nothing, so this transaction's base is still the storage's state.
+    fn reclaim(&mut self) {
+        if self.writer.is_none() && self.logical_only {
+            self.writer = Some(self.inner.reclaim_writer());
+            self.logical_only = false;
         }
     }
 
@@ -491,6 +553,8 @@ impl Drop for WriteTransaction {
             }
             self.keep_maps(&mut w);
             self.inner.return_writer(w);
+        } else if std::mem::take(&mut self.logical_only) {
+            self.inner.return_logical();
         }
     }
 }

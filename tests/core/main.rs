@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod background_apply;
 mod backup_inside_source;
 mod backup_while_writing;
 mod basic;

@@ -36,7 +36,7 @@ use points::{scratch_base, verify_snaps, Snap, Tally, Tracker};
 
 /// The workloads; every durable operation of each is a crash point, before and after, in every
 /// crash mode with and without losing unsynced directory entries.
-const WORKLOADS: [Workload; 9] = [
+const WORKLOADS: [Workload; 10] = [
     Workload {
         seed: 0x5EED_0001,
         ..PLAIN
@@ -87,6 +87,13 @@ const WORKLOADS: [Workload; 9] = [
         flush_on_close: false,
         ..PLAIN
     },
+    Workload {
+        seed: 0x5EED_000A,
+        buffer: true,
+        background: true,
+        flush_on_close: false,
+        ..PLAIN
+    },
 ];
 const PLAIN: Workload = Workload {
     seed: 0,
@@ -97,6 +104,7 @@ const PLAIN: Workload = Workload {
     pool: false,
     buffer: false,
     steps: false,
+    background: false,
 };
 /// Write transactions per workload (the storage is closed and reopened half way).
 const TXNS: usize = 36;
@@ -125,6 +133,10 @@ struct Workload {
     /// With `buffer`: applies in steps of 2 pages (`Storage::set_apply_step_pages`), so most
     /// applies are step records that carry the rest of the buffer.
     steps: bool,
+    /// With `buffer`: after about a third of the commits, a background apply (as the flush
+    /// service makes) with up to three one-put commits made while it holds the writer
+    /// (logical-only; its record carries them), published as an eventual commit.
+    background: bool,
 }
 
 fn workload_opts(env: Arc<dyn StorageEnv>, w: Workload) -> Options {
@@ -182,6 +194,8 @@ struct Outcome {
     buffered: u64,
     /// The most apply steps one open counted.
     steps: u64,
+    /// The most background applies one open counted.
+    background: u64,
     error: Option<String>,
 }
 
@@ -300,10 +314,34 @@ fn workload(
             continue;
         }
         commit(w, model, out)?;
+        if wl.background && rng.random_bool(0.35) {
+            let mut puts: Vec<(Vec<u8>, Vec<u8>)> = (0..rng.random_range(0..4))
+                .map(|_| (key(rng.random_range(0..400)), value(&mut rng)))
+                .collect();
+            let mut failed = None;
+            omnibus::testing::apply_in_background(&s, &mut || {
+                for (k, v) in puts.drain(..) {
+                    let mut model = acked(out);
+                    let r = s.begin_write().and_then(|mut w| {
+                        w.put(&k, &v)?;
+                        model.insert(k, v);
+                        commit(w, model, out)
+                    });
+                    if let Err(e) = r {
+                        failed = Some(e);
+                        return;
+                    }
+                }
+            })?;
+            if let Some(e) = failed {
+                return Err(e);
+            }
+        }
         let stats = s.stats();
         let mut o = out.lock().unwrap();
         o.buffered = o.buffered.max(stats.buffer_entries);
         o.steps = o.steps.max(stats.apply_steps);
+        o.background = o.background.max(stats.background_applies);
         drop(o);
         if !wl.inline_flush && rng.random_bool(0.2) {
             s.flush()?;
@@ -371,6 +409,12 @@ fn run_once(base: &Path, w: Workload) -> Vec<Snap<Expect>> {
         w.steps,
         "{w:?}: apply steps seen: {}",
         out.steps
+    );
+    assert_eq!(
+        out.background > 0,
+        w.background,
+        "{w:?}: background applies seen: {}",
+        out.background
     );
     let has = |what: &str| snaps.iter().any(|s| s.what == what);
     if w.bulk {

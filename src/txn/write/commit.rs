@@ -351,6 +351,25 @@ impl PreparedCommit {
         })
     }
 
+    /// Makes this prepared page commit (a background apply's, prepared as the txn after its
+    /// base) commit as txn `txn` instead, with `step`'s entries carried when commits came
+    /// since its base (`write/background.rs`). The record's body names no txn id, so only its
+    /// header's changes; its page images keep the txn id they were sealed with, the one the
+    /// apply began as (a page's txn id is informational: replay and checks go by the record's).
+    /// The record is kept out of the journal's commit latency histogram: no caller waits on it.
+    pub(super) fn restamp(&mut self, txn: u64, step: Option<super::logical::StepCarry>) {
+        self.txn.txn_id = txn;
+        if let Some(mut r) = self.record.take() {
+            r.txn_id = txn;
+            r.started = None;
+            if let Some(c) = &step {
+                r = crate::journal::record::step_record(r, c.carried.iter());
+            }
+            self.record = Some(r);
+        }
+        self.step = step;
+    }
+
     /// The transaction's durability ([`WriteTransaction::set_durability`]): how the record is
     /// to be handed to the journal ([`crate::journal::Journal::commit_with`]).
     pub fn durability(&self) -> Durability {
@@ -371,23 +390,31 @@ impl PreparedCommit {
             return Err(e);
         }
         let t = &mut self.txn;
-        let mut writer = t.writer.take().ok_or(Error::Closed)?;
         if let Some((ops, delta)) = self.logical.take() {
             // Nothing was allocated or freed: the operations join the buffer.
             t.inner.publish_logical(t.txn_id, ops, delta);
             t.taken.clear();
-            t.keep_maps(&mut writer);
-            t.inner.return_writer(writer);
+            match t.writer.take() {
+                Some(mut writer) => {
+                    t.keep_maps(&mut writer);
+                    t.inner.return_writer(writer);
+                }
+                None if std::mem::take(&mut t.logical_only) => t.inner.return_logical(),
+                None => return Err(Error::Closed),
+            }
             t.inner.after_commit();
             return Ok(());
         }
+        let mut writer = t.writer.take().ok_or(Error::Closed)?;
         t.inner
             .pages_journaled
             .fetch_add(self.journaled.0, Ordering::Relaxed);
         t.inner
             .pages_journaled_as_diffs
             .fetch_add(self.journaled.1, Ordering::Relaxed);
-        if self.step.is_some() {
+        if t.background {
+            t.inner.background_applies.fetch_add(1, Ordering::Relaxed);
+        } else if self.step.is_some() {
             t.inner.apply_steps.fetch_add(1, Ordering::Relaxed);
         }
         for (s, l) in t.local_free.iter() {

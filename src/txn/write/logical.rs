@@ -165,8 +165,20 @@ impl WriteTransaction {
     /// apply would copy as many pages as the leaves they land on in one transaction.
     fn must_apply_as(&self) -> Option<bool> {
         let ops = self.logical.as_ref()?;
+        // Logical-only (no writer's state): the background apply holding it takes the buffer.
+        self.writer.as_ref()?;
         if ops.len() >= DIRECT_OPS && self.step_pages().is_none() {
             return Some(true);
+        }
+        if self.inner.applies_in_background() {
+            // The flush service applies a full or aged buffer off this thread (design.md
+            // 16.1); the writer applies it only past twice its size (no apply came in time).
+            let limit = self
+                .inner
+                .buffer_limit
+                .load(std::sync::atomic::Ordering::Relaxed);
+            let held = self.base.buffer_bytes + self.logical_bytes();
+            return (held > limit.saturating_mul(2)).then_some(false);
         }
         (!self.fits_buffer() || self.base.buffer_aged(self.inner.opts.flush_max_age))
             .then_some(false)
@@ -257,6 +269,7 @@ impl WriteTransaction {
     /// afterwards.
     fn apply_step(&mut self, cap: usize) -> Result<()> {
         use crate::buffer::{RunBuilder, Sweep};
+        self.reclaim();
         // What the buffer would hold without the step (an upper bound: an operation on a key
         // already buffered counts twice): a step goes on past `cap` pages until what is left
         // is within the buffer's size, so the buffer never grows past it by more than one
@@ -346,6 +359,10 @@ impl WriteTransaction {
     /// Errors: as [`WriteTransaction::put`] and [`WriteTransaction::delete`] on the tree; the
     /// transaction is then failed.
     pub(crate) fn apply_buffered(&mut self) -> Result<()> {
+        if self.logical.is_none() {
+            return Ok(());
+        }
+        self.reclaim();
         let Some(ops) = self.logical.take() else {
             return Ok(());
         };
@@ -369,7 +386,7 @@ impl WriteTransaction {
     }
 
     /// Writes one pending entry into the tree: a put, or the delete of a key the tree holds.
-    fn apply_entry(&mut self, k: &[u8], v: Option<&[u8]>) -> Result<()> {
+    pub(super) fn apply_entry(&mut self, k: &[u8], v: Option<&[u8]>) -> Result<()> {
         match v {
             Some(v) => self.put_inner(k, v),
             None if self.get(k)?.is_some() => self.delete_inner(k).map(drop),
