@@ -10,5 +10,7 @@ pub(crate) use read::{
 };
 pub(crate) use write::check_put;
 pub use write::WriteTransaction;
-pub(crate) use write::{apply_in_background, apply_in_background_with, PreparedCommit, TxnMaps};
+pub(crate) use write::{apply_in_background, PreparedCommit, TxnMaps};
+#[cfg(feature = "testing")]
+pub(crate) use write::apply_in_background_with;
 pub(crate) use write::{LogicalOps, StepCarry};

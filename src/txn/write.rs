@@ -67,7 +67,9 @@ mod packed;
 mod range_delete;
 mod reads;
 
-pub(crate) use background::{apply_in_background, apply_in_background_with};
+pub(crate) use background::apply_in_background;
+#[cfg(feature = "testing")]
+pub(crate) use background::apply_in_background_with;
 pub(crate) use commit::PreparedCommit;
 pub(crate) use logical::{LogicalOps, StepCarry};
 
