@@ -1705,35 +1705,8 @@ impl DatabaseHandle {
     /// with the operation and path, `ENOSPC` among them: the partial copy is removed).
     pub async fn backup(&self, dest: impl AsRef<std::path::Path>) -> Result<BackupReport> {
         let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
-        // The copy is made of pages: each storage's actor first moves its write buffer into its
-        // tree, in its own transaction (no writer is taken from an actor). What is buffered
-        // again after that was committed after this call began; the copy takes such a storage
-        // as of its last page commit.
-        let mut handles = vec![self.inner.root.clone()];
-        handles.extend(
-            self.inner
-                .handles
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .values()
-                .cloned(),
-        );
-        // Every page commit from here to the copy applies the whole buffer (no apply steps),
-        // so each tree copied without its buffer is a committed state.
-        let _paused: Vec<_> = handles
-            .iter()
-            .map(|h| actor_interface::pause_apply_steps(&h.storage))
-            .collect();
-        for h in handles {
-            if actor_interface::buffer_due_in(&h.storage).is_none() {
-                continue;
-            }
-            let (tx, rx) = flume::bounded(1);
-            h.tx.send_async(storage_actor::apply_buffer_request(tx))
-                .await
-                .map_err(|_| Error::Closed)?;
-            rx.recv_async().await.map_err(|_| Error::Closed)??;
-        }
+        // No actor takes part: the copy takes no writer, and each storage's buffered entries
+        // go into its copy's journal (`Database::backup`).
         let db = self.inner.db.clone();
         let dest = dest.as_ref().to_path_buf();
         engine

@@ -188,14 +188,6 @@ pub(crate) fn defer_buffer_apply(txn: &mut WriteTransaction) {
     txn.defer_apply()
 }
 
-/// Keeps `storage`'s commits from applying in steps until the guard drops: every apply is
-/// whole, so its tree alone is a committed state ([`crate::state::State::tree_view`], a backup
-/// that copies trees without their buffers).
-#[inline]
-pub(crate) fn pause_apply_steps(storage: &Storage) -> crate::storage::StepsPaused {
-    storage.pause_apply_steps()
-}
-
 /// Moves the write buffer of `txn`'s storage into the tree within `txn`: one apply step where
 /// the storage applies in steps (an idle storage's aged buffer), the whole buffer where steps
 /// are off or paused (a backup's copy of pages).

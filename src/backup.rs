@@ -265,16 +265,20 @@ fn tree_pages(state: &State) -> Result<Vec<(u64, u64)>> {
 /// `state`'s keys less an index's applied record, when `index` (a storage whose snapshots hide
 /// it) and the state holds one: the keys a snapshot of it shows.
 fn visible_entries(state: &State, index: bool) -> Result<u64> {
+    // The buffer first: it holds the newest operation on a key (design.md 16).
     let record = index
-        && crate::btree::get(state, crate::txn::RESERVED_KEY)?
-            .is_some_and(crate::txn::is_index_record);
-    Ok(state.entries.saturating_sub(u64::from(record)))
+        && match state.buffer.get(crate::txn::RESERVED_KEY) {
+            Some(op) => op.is_some_and(crate::txn::is_index_record),
+            None => crate::btree::get(state, crate::txn::RESERVED_KEY)?
+                .is_some_and(crate::txn::is_index_record),
+        };
+    Ok(state.len().saturating_sub(u64::from(record)))
 }
 
 /// Writes the copy of `state` into `dir`; `index`: the storage is an index (its applied record
 /// is not counted in the report's entries).
 pub(crate) fn write_copy(
-    env: &dyn StorageEnv,
+    env: &Arc<dyn StorageEnv>,
     state: &State,
     dir: &Path,
     index: bool,
@@ -295,6 +299,12 @@ pub(crate) fn write_copy(
     let dir_page = tree_end;
     let next_page = tree_end + 1 + bitmaps;
     let txn = state.txn_id;
+    // A state with a write buffer (design.md 16): its tree is copied as the txn before the
+    // state's, and the buffered entries follow in the copy's journal as one logical record of
+    // the state's txn, which the copy's open replays into its buffer. No writer is needed.
+    let buffered = !state.buffer.is_empty();
+    let tree_txn = if buffered { txn - 1 } else { txn };
+    let storage_id = crate::layout::random_id();
 
     // Free bits: every page from 2 to the map that is not a tree page.
     let mut words = vec![0u64; bitmaps as usize * crate::freespace::WORDS];
@@ -380,13 +390,14 @@ pub(crate) fn write_copy(
     data.sync_data()?;
     let h = Header {
         sequence: 1,
-        storage_id: crate::layout::random_id(),
-        flushed_txn: txn,
+        storage_id,
+        flushed_txn: tree_txn,
         root: state.root,
         freedir: dir_page,
         next_page,
         entries: state.entries,
-        // The copy's `Journals/` is empty: no journal file started yet.
+        // No journal file stated: the copy's `Journals/` is empty, or holds the buffered
+        // entries' one file, which its open reads as a new storage's first file.
         journal_started: 0,
         journal_started_len: 0,
     };
@@ -397,6 +408,10 @@ pub(crate) fn write_copy(
     let journals = dir.join(JOURNALS_DIR);
     env.create_dir(&journals)?;
     env.sync_dir(&journals)?;
+    if buffered {
+        // Before the data file is in place: a copy cut short here never opens without them.
+        write_buffer_record(env, dir, storage_id, state)?;
+    }
     env.rename(&data_path, &dir.join(DATA_FILE))?;
     env.sync_dir(dir)?;
     Ok(BackupReport {
@@ -408,15 +423,41 @@ pub(crate) fn write_copy(
     })
 }
 
+/// Writes `state`'s buffered entries into a new journal in `dir/Journals` as one synced
+/// logical record (design.md 3.9) of txn `state.txn_id` for storage `storage_id`: each key once,
+/// with its newest operation (a delete stays a delete: the copied tree may hold the key).
+fn write_buffer_record(
+    env: &Arc<dyn StorageEnv>,
+    dir: &Path,
+    storage_id: u64,
+    state: &State,
+) -> Result<()> {
+    let cfg = crate::journal::JournalConfig {
+        file_size: 1 << 20,
+        prezero: crate::journal::Prezero::Ahead(1 << 20),
+        pool_files: 0,
+        eventual_sync: std::time::Duration::from_millis(100),
+        io: crate::JournalIo::Syscalls,
+        mark_idle: std::time::Duration::ZERO,
+    };
+    let journal = crate::journal::Journal::open(env.clone(), storage_id, dir, 1, cfg)?;
+    journal.register(storage_id, dir, "", &Default::default());
+    let entries: Vec<crate::buffer::Entry<'_>> = state.buffer.iter().collect();
+    let record =
+        crate::journal::record::logical_record(storage_id, state.txn_id, entries.iter().copied());
+    journal.commit_with(record, crate::options::Durability::Immediate)?;
+    Ok(())
+}
+
 /// Backs up `state` of one storage into `dest` (missing, or an empty directory); `index`: the
 /// storage is an index (its applied record is not counted).
 pub(crate) fn backup_storage(
-    env: &dyn StorageEnv,
+    env: &Arc<dyn StorageEnv>,
     state: &State,
     dest: &Path,
     index: bool,
 ) -> Result<BackupReport> {
-    let cleanup = Cleanup::prepare(env, dest)?;
+    let cleanup = Cleanup::prepare(&**env, dest)?;
     let r = write_copy(env, state, dest, index)?;
     cleanup.done()?;
     Ok(r)
@@ -427,12 +468,12 @@ pub(crate) fn backup_storage(
 /// in place: until it is, the copy is no database (its root has no data file, and the marker
 /// says why), so a kill never leaves a copy that opens with a branch missing.
 pub(crate) fn backup_database(
-    env: &dyn StorageEnv,
+    env: &Arc<dyn StorageEnv>,
     root: &State,
     branches: &[(String, Arc<State>)],
     dest: &Path,
 ) -> Result<BackupReport> {
-    let cleanup = Cleanup::prepare(env, dest)?;
+    let cleanup = Cleanup::prepare(&**env, dest)?;
     let indexes = dest.join(crate::layout::INDEXES_DIR);
     env.create_dir(&indexes)?;
     let mut report = BackupReport::default();

@@ -692,28 +692,27 @@ impl Database {
     /// [`Error::DestinationNotEmpty`]; [`Error::Closed`]; [`Error::Corruption`] for a
     /// damaged page; I/O errors with the operation and path (`ENOSPC`:
     /// [`Error::is_no_space`]); an `Io` error with `TimedOut` when a durable commit was not
-    /// published within 10 s (a stalled committer); for storages with buffered entries, which
-    /// the copy needs in their trees: [`Error::WriteInProgress`] when a write transaction on one
-    /// stayed open for 1 s, or writers buffered new entries each of 8 times the buffers were
-    /// applied; [`Error::ReadOnly`] when the database is open read-only. On any error, everything the backup wrote is removed again.
+    /// published within 10 s (a stalled committer). On any error, everything the backup wrote is
+    /// removed again. Storages with buffered entries are copied with them, as
+    /// [`Storage::backup`] copies them: no writer is taken, so a read-only database backs up
+    /// beside a writer in another process whatever its storages buffer.
     pub fn backup(&self, dest: impl AsRef<Path>) -> Result<crate::backup::BackupReport> {
-        self.backup_with(dest.as_ref(), true)
+        self.backup_at_one_point(dest.as_ref())
     }
 
     /// [`Database::backup`] for the actor runtime, which never takes a storage's writer (its
-    /// actors hold them) and has each actor apply its buffer first: a storage that buffered
-    /// again since is copied as of its last page commit ([`State::tree_view`]), a consistent
-    /// earlier state (an index copied so reconciles when it is next defined).
+    /// actors hold them): the same copy, which takes no writer either.
     pub(crate) fn backup_without_writers(
         &self,
         dest: &Path,
     ) -> Result<crate::backup::BackupReport> {
-        self.backup_with(dest, false)
+        self.backup_at_one_point(dest)
     }
 
-    /// [`Database::backup`]; `apply`: buffered entries go into the trees first (taking each
-    /// storage's writer), else buffered storages are copied as of their trees.
-    fn backup_with(&self, dest: &Path, apply: bool) -> Result<crate::backup::BackupReport> {
+    /// [`Database::backup`]: the states of every storage at one point of the shared journal
+    /// (or each its own, with separate journals), copied with their buffered entries
+    /// (`backup::write_copy`), taking no writer.
+    fn backup_at_one_point(&self, dest: &Path) -> Result<crate::backup::BackupReport> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
@@ -730,51 +729,15 @@ impl Database {
             }
             Ok((published_state(root, durable)?, states))
         };
-        // The copy is made of pages: buffered entries go into the trees first, and a point
-        // at which a writer buffered again is taken anew (bounded: 8 tries).
-        let mut tries = 0;
-        let mut held = None;
-        let (root_state, states) = loop {
-            if apply {
-                root.inner.apply_buffer_for_copy()?;
-                for (_, s) in &branches {
-                    s.inner.apply_buffer_for_copy()?;
-                }
+        let (root_state, states) = match &self.inner.journal {
+            Some(j) => {
+                // No group between its journal write and its last storage's publication.
+                let _groups = self.inner.groups.write().unwrap_or_else(|e| e.into_inner());
+                j.at_one_point(|d| take(Some(d)))?
             }
-            let (root_state, states) = match &self.inner.journal {
-                Some(j) => {
-                    // No group between its journal write and its last storage's publication.
-                    let _groups = self.inner.groups.write().unwrap_or_else(|e| e.into_inner());
-                    j.at_one_point(|d| take(Some(d)))?
-                }
-                None => take(None)?,
-            };
-            if !apply {
-                // A tree left mid-sweep by an apply step is no committed state by itself: the
-                // caller applies the buffers with steps paused first (`DatabaseHandle::backup`).
-                let views = states
-                    .iter()
-                    .map(|(n, s)| Ok((n.clone(), s.tree_view().ok_or(Error::WriteInProgress)?)))
-                    .collect::<Result<Vec<_>>>()?;
-                let root_view = root_state.tree_view().ok_or(Error::WriteInProgress)?;
-                // The views read the pages of the published states: those stay held (in the
-                // snapshot registry's sight) until the copy is written.
-                held = Some((root_state, states));
-                break (root_view, views);
-            }
-            let buffered =
-                !root_state.buffer.is_empty() || states.iter().any(|(_, st)| !st.buffer.is_empty());
-            if !buffered {
-                break (root_state, states);
-            }
-            tries += 1;
-            if tries == 8 {
-                return Err(Error::WriteInProgress);
-            }
+            None => take(None)?,
         };
-        let r = crate::backup::backup_database(&*self.inner.opts.env, &root_state, &states, dest);
-        drop(held);
-        r
+        crate::backup::backup_database(&self.inner.opts.env, &root_state, &states, dest)
     }
 
     /// A read-only database reads the state committed when it was opened, every storage at one

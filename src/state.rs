@@ -561,29 +561,6 @@ impl State {
         &self.mapping.path
     }
 
-    /// This state without its write buffer: the storage as of its last page commit
-    /// (`tree_txn`), a consistent earlier state (design.md invariant I13: a page commit that is
-    /// not an apply step holds every buffered entry before it). Itself when nothing is
-    /// buffered; `None` when the last page commit was an apply step that left entries buffered
-    /// (its tree alone is no committed state). The view is not registered as a snapshot: it
-    /// reads `self`'s pages only while `self` is held.
-    pub fn tree_view(self: &Arc<State>) -> Option<Arc<State>> {
-        if self.buffer.is_empty() {
-            return Some(self.clone());
-        }
-        if self.sweep.is_some() {
-            return None;
-        }
-        Some(Arc::new(State {
-            txn_id: self.tree_txn,
-            buffer: Default::default(),
-            buffer_bytes: 0,
-            len_delta: std::sync::OnceLock::from(0),
-            buffer_since: None,
-            ..(**self).clone()
-        }))
-    }
-
     /// How long until the buffer's oldest entry is `max_age` old (zero once it is; `None` with
     /// an empty buffer).
     pub fn buffer_due_in(&self, max_age: std::time::Duration) -> Option<std::time::Duration> {

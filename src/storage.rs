@@ -291,15 +291,6 @@ pub struct StorageStats {
     pub journal_records_replayed: u64,
 }
 
-/// A storage's apply steps paused while held ([`Storage::pause_apply_steps`]).
-pub(crate) struct StepsPaused(Arc<Inner>);
-
-impl Drop for StepsPaused {
-    fn drop(&mut self) {
-        self.0.steps_paused.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 pub(crate) struct Inner {
     /// An index storage kept by the actor runtime: its snapshots leave its applied record (the
     /// key `0x00`) out (design.md 10.1; [`Storage::hide_reserved_key`]).
@@ -313,9 +304,6 @@ pub(crate) struct Inner {
     /// Most pages an apply that a commit must make copies before it stops and leaves the rest
     /// buffered (an apply step); 0: the whole buffer at once ([`Storage::set_apply_step_pages`]).
     pub apply_step_pages: AtomicU64,
-    /// Callers that need every page commit to apply the whole buffer for now (a backup that
-    /// copies trees without their buffers): while non-zero, no apply steps.
-    pub steps_paused: AtomicU64,
     pub path: PathBuf,
     pub data_path: Arc<PathBuf>,
     pub journals_dir: PathBuf,
@@ -734,12 +722,6 @@ impl Storage {
         self.inner.apply_step_pages.load(Ordering::Relaxed)
     }
 
-    /// No apply steps until the guard drops ([`crate::actor_interface::pause_apply_steps`]).
-    pub(crate) fn pause_apply_steps(&self) -> StepsPaused {
-        self.inner.steps_paused.fetch_add(1, Ordering::AcqRel);
-        StepsPaused(self.inner.clone())
-    }
-
     /// [`Storage::flush`] without applying the write buffer first (the actor runtime's
     /// flushers: only a storage's actor takes its writer).
     pub(crate) fn flush_pages(&self) -> Result<FlushReport> {
@@ -760,20 +742,23 @@ impl Storage {
     /// [`Error::DestinationNotEmpty`] when `dest` exists and is not an empty
     /// directory; [`Error::Closed`]; [`Error::Corruption`] for a damaged page of the snapshot;
     /// I/O errors with the operation and path, `ENOSPC` among them
-    /// ([`Error::is_no_space`]); for a storage with buffered entries, which the copy needs in
-    /// the tree: [`Error::WriteInProgress`] when a write transaction stayed open for 1 s (one
-    /// the caller holds included: a backup never waits on the writer for longer),
-    /// [`Error::ReadOnly`] when the storage is open read-only.
-    /// On any error, everything the backup wrote is removed again.
+    /// ([`Error::is_no_space`]). On any error, everything the backup wrote is removed again.
+    ///
+    /// A storage with a write buffer ([`crate::Options::write_buffer_bytes`]) is copied with
+    /// it, taking no writer (so also read-only and beside a writer in another process): the
+    /// copy's tree is the snapshot's, and its buffered entries, each key once with its newest
+    /// operation, are one logical record in the copy's journal, which the copy's open puts
+    /// back into its buffer (design.md 12).
     pub fn backup(&self, dest: impl AsRef<Path>) -> Result<crate::backup::BackupReport> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        // The copy is made of pages: buffered entries go into the tree first.
-        let state = self.inner.apply_buffer_for_copy()?;
+        // The current state as published: buffered entries go into the copy's journal
+        // (`backup::write_copy`), so no writer is needed, in this process or another.
+        let state = self.inner.current.load_full();
         crate::backup::check_outside(&self.inner.path, dest.as_ref())?;
         let index = self.hides_reserved_key();
-        crate::backup::backup_storage(&*self.inner.env, &state, dest.as_ref(), index)
+        crate::backup::backup_storage(&self.inner.env, &state, dest.as_ref(), index)
     }
 
     /// Compacts the data file: moves the pages in use toward its start, then shrinks it.
@@ -1316,7 +1301,6 @@ impl Inner {
             buffer_limit: AtomicU64::new(opts.write_buffer_bytes),
             buffer_counted: AtomicU64::new(state.buffer_bytes),
             apply_step_pages: AtomicU64::new(0),
-            steps_paused: AtomicU64::new(0),
             write_mode: std::sync::OnceLock::new(),
             path,
             data_path,
@@ -1912,44 +1896,6 @@ impl Inner {
         };
         t.apply_buffered()?;
         t.commit()
-    }
-
-    /// Applies the write buffer for a backup, which copies pages, and returns a state without
-    /// buffered entries: tries for the writer without waiting on it (the caller may hold a
-    /// write transaction itself), every 10 ms for 1 s at most.
-    ///
-    /// Errors: [`Error::ReadOnly`] for a read-only storage with buffered entries (put back from
-    /// the journal: only a read-write open can apply them); [`Error::WriteInProgress`] when a
-    /// write transaction stayed open for 1 s; as [`WriteTransaction::commit`].
-    pub fn apply_buffer_for_copy(self: &Arc<Self>) -> Result<Arc<State>> {
-        // Bounded: 100 tries.
-        for _ in 0..100 {
-            let cur = self.current.load_full();
-            if cur.buffer.is_empty() {
-                return Ok(cur);
-            }
-            if self.opts.read_only {
-                return Err(Error::ReadOnly);
-            }
-            match self.begin_write(false, false) {
-                Ok(mut t) => {
-                    t.apply_buffered()?;
-                    t.commit()?;
-                    // Holding the writer, no commit can buffer again before the state is
-                    // taken.
-                    let hold = self.begin_write(false, false);
-                    let cur = self.current.load_full();
-                    drop(hold);
-                    if cur.buffer.is_empty() {
-                        return Ok(cur);
-                    }
-                }
-                Err(Error::WriteInProgress) => {}
-                Err(e) => return Err(e),
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        Err(Error::WriteInProgress)
     }
 
     /// How long until the write buffer's oldest entry is [`Options::flush_max_age`] old

@@ -1244,34 +1244,10 @@ pub fn backup(a: BackupArgs) -> CliResult {
         let s = open_plain(&a.db).map_err(|e| Fail::opening(e, &a.db))?;
         (s.backup(&a.dest).map_err(fail)?, Vec::new())
     } else {
-        let mut db = open_read(&a.db)?;
-        let report = match db.backup(&a.dest) {
-            // Buffered index entries: the copy is made of pages, so they are applied first,
-            // which takes the writer. With no writer running the database is opened for it.
-            Err(omnibus::Error::ReadOnly) => {
-                drop(db);
-                let opts = Options {
-                    create: false,
-                    ..Options::default()
-                };
-                db = match Database::open(&a.db, opts) {
-                    Ok(w) => w,
-                    Err(omnibus::Error::AlreadyOpen { .. }) => {
-                        return Err(Fail {
-                            code: 2,
-                            msg: format!(
-                                "backup of {} to {}: its index storages hold buffered entries, which a copy applies first, and a writer process holds the database: back it up through that process (`DatabaseHandle::backup`) or once it has closed",
-                                a.db.display(),
-                                a.dest.display()
-                            ),
-                        })
-                    }
-                    Err(e) => return Err(Fail::opening(e, &a.db)),
-                };
-                db.backup(&a.dest).map_err(fail)?
-            }
-            r => r.map_err(fail)?,
-        };
+        let db = open_read(&a.db)?;
+        // Buffered index entries go into the copy's journals: no writer is needed, beside a
+        // writer process or not.
+        let report = db.backup(&a.dest).map_err(fail)?;
         // The indexes `ingest --index` defined, for `check` on the copy (those copied).
         let copied = db.storages();
         let specs: Vec<String> = crate::index_spec::recorded(&a.db)

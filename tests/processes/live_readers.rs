@@ -340,6 +340,9 @@ const DB_BRANCHES: [&str; 3] = ["a", "b", "c"];
 /// frequent background flushes.
 fn db_writer_opts() -> Options {
     Options {
+        // Buffered storages: group parts are logical commits, the flush service applies each
+        // full buffer in the background, and the reader's backups copy what is buffered.
+        write_buffer_bytes: 32 << 10,
         flush_mode: FlushMode::Background,
         flush_scratch_bytes: 256 << 10,
         flush_max_age: Duration::from_millis(20),
@@ -444,6 +447,9 @@ fn a_read_only_database_beside_a_live_writer_reads_whole_groups_and_backs_up() {
     let (writer, acked) = start("db_writer_child_entry", DB_WRITER_DIR, &path);
     wait_for(&acked, 0, 5);
     let mut last = 0;
+    // Entries the backups' copies held buffered (the writer's storages buffer: their copies'
+    // journals carry what was buffered at the copy's point).
+    let mut copied_buffered = 0;
     for round in 0..30 {
         let before = acked.load(Ordering::SeqCst);
         let db = omnibus::Database::open(&path, read_only())
@@ -467,9 +473,11 @@ fn a_read_only_database_beside_a_live_writer_reads_whole_groups_and_backs_up() {
                 .chain(DB_BRANCHES.iter().map(|n| copy.storage(n).unwrap()))
             {
                 assert!(s.check().unwrap().is_ok(), "check of the backup");
+                copied_buffered += s.stats().buffer_entries;
             }
         }
     }
+    assert!(copied_buffered > 0, "no backup copied buffered entries");
     let last_acked = acked.load(Ordering::SeqCst);
     kill(writer);
     let db = omnibus::Database::open(&path, read_only()).unwrap();

@@ -186,13 +186,11 @@ impl WriteTransaction {
 
     /// The pages of an apply step when the storage applies in steps now: set
     /// ([`crate::Storage::set_apply_step_pages`]), with a buffer (a size of 0 turns buffering
-    /// off: the next commit applies it whole), and not paused (a backup under the engine).
+    /// off: the next commit applies it whole).
     fn step_pages(&self) -> Option<usize> {
-        use std::sync::atomic::Ordering::{Acquire, Relaxed};
+        use std::sync::atomic::Ordering::Relaxed;
         let cap = self.inner.apply_step_pages.load(Relaxed);
-        let on = cap > 0
-            && self.inner.buffer_limit.load(Relaxed) > 0
-            && self.inner.steps_paused.load(Acquire) == 0;
+        let on = cap > 0 && self.inner.buffer_limit.load(Relaxed) > 0;
         on.then(|| usize::try_from(cap).unwrap_or(usize::MAX))
     }
 
@@ -222,8 +220,8 @@ impl WriteTransaction {
     }
 
     /// The apply that [`WriteTransaction::must_apply`] asks for: a step when the storage
-    /// applies in steps ([`crate::Storage::set_apply_step_pages`]), none is paused and the
-    /// transaction is not one to write the tree directly; else the whole buffer.
+    /// applies in steps ([`crate::Storage::set_apply_step_pages`]) and the transaction is not
+    /// one to write the tree directly; else the whole buffer.
     ///
     /// Errors: as [`WriteTransaction::apply_buffered`].
     pub(super) fn apply_due(&mut self) -> Result<()> {
@@ -239,11 +237,11 @@ impl WriteTransaction {
 
     /// Applies the buffer now, whether or not committing must: one step
     /// ([`WriteTransaction::apply_step`] of the storage's step pages) where the storage applies
-    /// in steps and they are not paused, else the whole buffer. So a storage actor that applies
+    /// in steps, else the whole buffer. So a storage actor that applies
     /// the aged buffer of an idle storage drains it a step at a time, each bounded in pages
     /// (the whole buffer at once copied as many pages as the leaves it lands on: 100 idle
     /// index storages, each with a full buffer, took the page images to 2 GiB against a
-    /// 512 MiB budget), while a backup, which pauses steps first, gets the whole buffer applied.
+    /// 512 MiB budget).
     ///
     /// Errors: as [`WriteTransaction::apply_buffered`].
     pub(crate) fn apply_buffer_now(&mut self) -> Result<()> {
@@ -504,10 +502,9 @@ mod tests {
 
     /// Applying the buffer of an idle storage that applies in steps takes one step, bounded
     /// in pages, not the whole buffer (which copied a page per leaf the buffer reached: an
-    /// engine's idle indexes so took their page images far past the memory budget); with
-    /// steps paused (a backup) it applies the whole buffer.
+    /// engine's idle indexes so took their page images far past the memory budget).
     #[test]
-    fn applying_an_idle_buffer_takes_one_step_unless_steps_are_paused() {
+    fn applying_an_idle_buffer_takes_one_step() {
         let dir = tempfile::tempdir().unwrap();
         let s = stepping_storage(dir.path());
         // 100 entries spread over the tree's leaves: far from full.
@@ -530,22 +527,14 @@ mod tests {
             after.pages_journaled - before.pages_journaled < 20,
             "{before:?} {after:?}"
         );
-        let paused = s.pause_apply_steps();
-        let mut w = s.begin_write().unwrap();
-        w.apply_buffer_now().unwrap();
-        w.commit().unwrap();
-        drop(paused);
-        let st = s.stats();
-        assert_eq!(st.buffer_entries, 0, "{st:?}");
-        assert_eq!(st.apply_steps, after.apply_steps, "{st:?}");
         assert_eq!(s.begin_read().unwrap().len(), 20_100);
     }
 
-    /// A commit that must apply takes a step only while steps are on: a backup under the
-    /// engine pauses them (its copy of a tree left mid-sweep would lack the entries carried),
-    /// and a buffer turned off at run time is applied whole by the next commit, not carried.
+    /// A commit that must apply takes a step only while steps are on: with none set it applies
+    /// the whole buffer, and a buffer turned off at run time is applied whole by the next
+    /// commit, not carried.
     #[test]
-    fn paused_steps_and_a_buffer_turned_off_apply_the_whole_buffer() {
+    fn steps_off_and_a_buffer_turned_off_apply_the_whole_buffer() {
         let dir = tempfile::tempdir().unwrap();
         let o = Options {
             write_buffer_bytes: 16 << 10,
@@ -553,7 +542,6 @@ mod tests {
             ..Options::default()
         };
         let s = Storage::open(dir.path().join("s"), o).unwrap();
-        s.set_apply_step_pages(1);
         let mut w = s.begin_write().unwrap();
         for i in 0..3000u32 {
             w.put(format!("k{i:06}"), b"v").unwrap();
@@ -561,7 +549,6 @@ mod tests {
         w.commit().unwrap();
         s.flush().unwrap();
         let before = s.stats();
-        let paused = s.pause_apply_steps();
         for i in 0..400 {
             one_put(&s, i);
         }
@@ -571,7 +558,7 @@ mod tests {
             st.pages_journaled > before.pages_journaled,
             "the full buffer was applied: {st:?}"
         );
-        drop(paused);
+        s.set_apply_step_pages(1);
         for i in 400..800 {
             one_put(&s, i);
         }
