@@ -114,11 +114,10 @@ compacted (damaged, or an I/O error: the storages before it are compacted, nothi
 
 const BACKUP_LONG: &str = "Write a standalone copy of the database (or plain storage) SRC into DEST, a new or \
 empty directory outside SRC. SRC is opened read-only (nothing in SRC is changed), beside a running writer in \
-another process too: the copy holds every commit durable when it starts. A database whose indexes hold buffered \
-entries is the exception: beside a live writer it is refused (back it up through that process, \
-`DatabaseHandle::backup`), and with no writer it is opened for writing to apply them first.\n\nThe copy is built from one consistent snapshot's \
+another process too: the copy holds every commit durable when it starts, buffered index entries \
+included.\n\nThe copy is built from one consistent snapshot's \
 pages, every page verified on the way: the root as DEST, each branch as DEST/Indexes/NAME, each with a new \
-free-space map and no journal. It opens as a database and passes `check`.\n\nSalvage: a storage whose \
+free-space map (and, for a storage with buffered entries, a journal holding them). It opens as a database and passes `check`.\n\nSalvage: a storage whose \
 free-space map is damaged (`check` names the page) refuses to open for writing, but its tree is still \
 readable; its backup rebuilds the map from the tree (as LMDB's `mdb_copy -c`), and the copy is writable.\n\n\
 Exit code 0 when everything was copied; 2 on damage that stops the copy (nothing is left in DEST) or when a \
