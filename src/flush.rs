@@ -724,22 +724,26 @@ fn run_service() {
             if let Some(inner) = weak.upgrade() {
                 let live = !inner.closed.load(Ordering::Acquire) && inner.poisoned().is_none();
                 let aged = live && inner.buffer_aged();
-                if live && inner.wants_background_apply() {
+                // A storage whose record pins a journal file that is no longer current gets
+                // flushed; its buffered entries are applied first, else their records keep
+                // the file (a flush records the tree's txn only).
+                let pins = live && inner.journal.pins_old_file(inner.storage_id);
+                let pinned_buffer = pins && !inner.current.load().buffer.is_empty();
+                if live
+                    && (inner.wants_background_apply()
+                        || (pinned_buffer && inner.applies_in_background()))
+                {
                     // Off the committing threads: they go on committing meanwhile (design.md
                     // 16.1).
                     if let Err(e) = crate::txn::apply_in_background(&inner) {
                         tracing::warn!(path = %inner.path.display(), error = %e, "applying the write buffer failed");
                     }
-                } else if aged {
+                } else if aged || pinned_buffer {
                     if let Err(e) = inner.apply_buffer(false) {
                         tracing::warn!(path = %inner.path.display(), error = %e, "applying the write buffer failed");
                     }
                 }
-                if live
-                    && (aged
-                        || inner.needs_flush()
-                        || inner.journal.pins_old_file(inner.storage_id))
-                {
+                if live && (aged || inner.needs_flush() || pins) {
                     if let Err(e) = flush(&inner) {
                         tracing::warn!(path = %inner.path.display(), error = %e, "background flush failed");
                     }

@@ -312,6 +312,7 @@ fn replay_pages(
     state.freedir = meta.freedir;
     state.next_page = meta.next_page;
     state.entries = meta.entries;
+    state.len_delta = Default::default();
     Ok(())
 }
 
@@ -340,6 +341,9 @@ fn put_scratch(state: &mut State, p: u64, txn: u64, image: crate::page::SharedIm
 
 /// Puts the operations of a replayed logical record into `state`'s write buffer, newest last.
 fn put_buffered(state: &mut State, ops: &[(&[u8], Option<&[u8]>)]) {
+    // The count the state cached (a catch-up replays onto a state a reader counted) no longer
+    // holds: it is counted again when wanted.
+    state.len_delta = Default::default();
     let delta = state.buffer.push_unsorted(ops.to_vec());
     state.buffer_bytes = state.buffer_bytes.saturating_add_signed(delta);
     state

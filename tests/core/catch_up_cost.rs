@@ -139,3 +139,47 @@ fn a_read_only_database_catches_up_every_storage_to_one_point() {
     drop((root, a, b));
     writer.close().unwrap();
 }
+
+/// A catch-up onto a state whose count a reader had taken counted the buffered entries of that
+/// state only: after logical commits replayed onto it, `len` stayed at the count of the open
+/// (20 where 28 keys were read).
+#[test]
+fn a_caught_up_buffered_state_counts_its_new_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let writer = Storage::open(
+        &path,
+        Options {
+            flush_mode: FlushMode::Manual,
+            write_buffer_bytes: 1 << 20,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    commit(&writer, 0, 20);
+    let reader = Storage::open(
+        &path,
+        Options {
+            read_only: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(reader.begin_read().unwrap().len(), 20);
+    assert_eq!(
+        reader.stats().buffer_entries,
+        20,
+        "the commits are buffered"
+    );
+    commit(&writer, 20, 8);
+    // An overwrite and a delete: counted once and not at all.
+    let mut w = writer.begin_write().unwrap();
+    w.put("k0003", "again").unwrap();
+    assert!(w.delete("k0004").unwrap());
+    w.commit().unwrap();
+    reader.catch_up().unwrap();
+    let r = reader.begin_read().unwrap();
+    assert_eq!(r.len(), 27);
+    assert_eq!(r.iter().unwrap().count(), 27);
+    assert_eq!(r.get("k0003").unwrap(), Some(&b"again"[..]));
+}

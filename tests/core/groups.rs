@@ -286,7 +286,7 @@ fn refusals_are_typed() {
 
 #[test]
 fn a_backup_never_copies_part_of_a_group() {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let dir = tempfile::tempdir().unwrap();
     let db = Database::open(
         dir.path().join("db"),
@@ -299,10 +299,15 @@ fn a_backup_never_copies_part_of_a_group() {
     let root = db.root();
     let b = db.create_storage("b").unwrap();
     let done = AtomicBool::new(false);
+    let copied = AtomicUsize::new(0);
     let backups = std::thread::scope(|sc| {
         sc.spawn(|| {
-            // Eventual groups: published one storage after the other, before they are durable.
-            for i in 0..3000u64 {
+            // Eventual groups: published one storage after the other, before they are durable;
+            // until three backups were taken (buffered, a group costs a few microseconds).
+            for i in 0..500_000u64 {
+                if i >= 3000 && copied.load(Ordering::Acquire) >= 3 {
+                    break;
+                }
                 let mut g = db.begin_group(&[&root, &b]).unwrap();
                 g.set_durability(Durability::Eventual);
                 for s in [&root, &b] {
@@ -324,6 +329,7 @@ fn a_backup_never_copies_part_of_a_group() {
             let (kr, kb) = (keys(&copy.root()), keys(&copy.storage("b").unwrap()));
             assert_eq!(kr, kb, "backup {n} holds part of a group");
             n += 1;
+            copied.store(n, Ordering::Release);
         }
         n
     });
