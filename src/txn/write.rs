@@ -262,13 +262,35 @@ impl WriteTransaction {
         let freed = writer.alloc.run_list();
         // A storage opened without a buffer may still have one, put back from the journal at
         // open: its first commit applies it (write/logical.rs, `must_apply`).
-        let logical = (inner
+        let logical = inner
             .buffer_limit
             .load(std::sync::atomic::Ordering::Relaxed)
             > 0
-            || !base.buffer.is_empty())
-        .then(std::collections::BTreeMap::new);
+            || !base.buffer.is_empty();
         let maps = std::mem::take(&mut writer.maps);
+        WriteTransaction::from_parts(inner, Some(writer), base, maps, freed, logical)
+    }
+
+    /// A logical-only write transaction (design.md 16.1): begun while a background apply holds
+    /// the writer's state, it buffers its operations; it takes the state back
+    /// ([`WriteTransaction::reclaim`]) before anything that writes the tree.
+    pub(crate) fn new_logical(inner: Arc<Inner>, base: Arc<State>) -> WriteTransaction {
+        let maps = TxnMaps::default();
+        WriteTransaction::from_parts(inner, None, base, maps, Vec::new(), true)
+    }
+
+    /// A transaction on `base` with the writer's state `writer` (`None`: logical-only), the
+    /// page maps `maps` and the allocator's list of freed runs `freed`; `logical`: it keeps its
+    /// operations by key (a buffered storage).
+    fn from_parts(
+        inner: Arc<Inner>,
+        writer: Option<Box<WriterState>>,
+        base: Arc<State>,
+        maps: TxnMaps,
+        freed: Vec<(u64, u64)>,
+        logical: bool,
+    ) -> WriteTransaction {
+        let logical_only = writer.is_none();
         WriteTransaction {
             txn_id: base.txn_id + 1,
             root: base.root,
@@ -276,7 +298,7 @@ impl WriteTransaction {
             next_page: base.next_page,
             dir_page: base.freedir,
             inner,
-            writer: Some(writer),
+            writer,
             base,
             nodes: maps.nodes,
             pages: maps.pages,
@@ -297,53 +319,11 @@ impl WriteTransaction {
             failed: None,
             changed: false,
             durability: Durability::Immediate,
-            logical,
+            logical: (logical || logical_only).then(std::collections::BTreeMap::new),
             apply_settled: false,
             step: None,
             logical_len: 0,
-            logical_only: false,
-            background: false,
-        }
-    }
-
-    /// A logical-only write transaction (design.md 16.1): begun while a background apply holds
-    /// the writer's state, it buffers its operations; it takes the state back
-    /// ([`WriteTransaction::reclaim`]) before anything that writes the tree.
-    pub(crate) fn new_logical(inner: Arc<Inner>, base: Arc<State>) -> WriteTransaction {
-        let maps = TxnMaps::default();
-        WriteTransaction {
-            txn_id: base.txn_id + 1,
-            root: base.root,
-            entries: base.entries,
-            next_page: base.next_page,
-            dir_page: base.freedir,
-            inner,
-            writer: None,
-            base,
-            nodes: maps.nodes,
-            pages: maps.pages,
-            bases: maps.bases,
-            touched: maps.touched,
-            overflow: maps.overflow,
-            values: maps.values,
-            leaf_cells: page::node::LeafCells::default(),
-            spare: None,
-            fsm_loaded: false,
-            dir_dirty: false,
-            dir: maps.dir,
-            bitmaps: maps.bitmaps,
-            taken: maps.taken,
-            local_free: Extents::default(),
-            allocated: maps.allocated,
-            freed: Vec::new(),
-            failed: None,
-            changed: false,
-            durability: Durability::Immediate,
-            logical: Some(std::collections::BTreeMap::new()),
-            apply_settled: false,
-            step: None,
-            logical_len: 0,
-            logical_only: true,
+            logical_only,
             background: false,
         }
     }

@@ -3,7 +3,6 @@
 //! tree takes the writer back; the flush service applies full buffers while a thread commits.
 //! Every state is checked against a `BTreeMap` model, after reopening too.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -11,7 +10,7 @@ use omnibus::{Error, FlushMode, Options, Storage};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+use crate::common::model::Model;
 
 fn opts(buffer: u64) -> Options {
     Options {
@@ -27,15 +26,9 @@ fn key(i: u32) -> Vec<u8> {
     format!("key-{i:06}").into_bytes()
 }
 
+/// Every entry `s` reads now.
 fn content(s: &Storage) -> Model {
-    let r = s.begin_read().unwrap();
-    r.iter()
-        .unwrap()
-        .map(|e| {
-            let (k, v) = e.unwrap();
-            (k.to_vec(), v.to_vec())
-        })
-        .collect()
+    crate::common::model::content(s).unwrap()
 }
 
 /// 3,000 keys in the tree, then 400 one-put commits buffered (the buffer is far from full).
