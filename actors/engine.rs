@@ -671,8 +671,9 @@ impl Engine {
     /// Opens (or creates) the database at `path` and starts its actors. The storages are opened
     /// with [`FlushMode::Manual`]: the engine's flushers drive flushes.
     ///
-    /// Errors: [`Error::InvalidOptions`] for `Options::write_buffer_bytes` above 0: under the
-    /// engine the root and plain branches are not buffered (an apply outside a documents
+    /// Errors: [`Error::InvalidOptions`] for `Options::write_buffer_bytes` other than 0 and
+    /// its default (which the engine takes as none: the root and plain branches open without a
+    /// buffer): under the engine the root and plain branches are not buffered (an apply outside a documents
     /// commit would make every index reconcile at the next open), only index storages, each by
     /// its [`IndexDefinition::write_buffer_bytes`]; a database written with buffers through
     /// the library opens, and its storages' first commits apply what the journal put back.
@@ -682,17 +683,19 @@ impl Engine {
         path: impl AsRef<Path>,
         opts: Options,
     ) -> Result<DatabaseHandle> {
-        if opts.write_buffer_bytes > 0 {
+        let asked = opts.write_buffer_bytes;
+        if asked != 0 && asked != Options::default().write_buffer_bytes {
             return Err(Error::InvalidOptions(
                 "write_buffer_bytes: under the engine only index storages are buffered \
-                 (IndexDefinition::write_buffer_bytes); open with write_buffer_bytes: 0, \
-                 or through Database::open"
+                 (IndexDefinition::write_buffer_bytes); open with write_buffer_bytes: 0 or \
+                 the default, or through Database::open"
                     .into(),
             ));
         }
         let p = path.as_ref().to_path_buf();
         let o = Options {
             flush_mode: FlushMode::Manual,
+            write_buffer_bytes: 0,
             ..opts
         };
         let db = self

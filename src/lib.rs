@@ -191,7 +191,7 @@ pub use error::{Corruption, Error, GroupError, IndexFailure, Result};
 pub use group::{GroupTransaction, MAX_GROUP_BYTES, MAX_GROUP_STORAGES};
 pub use journal::{JournalStats, Prezero};
 pub use metrics::{HistogramSummary, Metrics};
-pub use options::{Durability, FlushMode, JournalMode, Options};
+pub use options::{Durability, FlushMode, JournalMode, Options, DEFAULT_WRITE_BUFFER_BYTES};
 pub use page::{live_image_bytes, peak_image_bytes, reset_peak_image_bytes};
 pub use storage::{CompactReport, FlushReport, ReaderInfo, Storage, StorageStats};
 pub use txn::{ReadTransaction, WriteTransaction};

@@ -1921,12 +1921,15 @@ impl Inner {
 
     /// True when the flush service applies this storage's write buffer in the background
     /// (design.md 16.1): it has a buffer, flushes in the background, and takes no apply steps
-    /// (the engine's index storages step on their executors).
+    /// (the engine's index storages step on their executors). Decided by the options alone:
+    /// the service may look at a storage before the open has recorded its membership, and an
+    /// apply made then as a write transaction of its own made a `flush` called meanwhile skip
+    /// the buffer (it does not wait for a transaction, but waits for a background apply). Where
+    /// the service's thread could not start, commits apply the buffer at twice its size.
     pub fn applies_in_background(&self) -> bool {
         self.opts.flush_mode == FlushMode::Background
             && self.buffer_limit.load(Ordering::Relaxed) > 0
             && self.apply_step_pages.load(Ordering::Relaxed) == 0
-            && lock(&self.flusher).is_some()
     }
 
     /// True when a background apply should start: the buffer holds its size or more, or its

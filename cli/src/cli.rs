@@ -114,7 +114,7 @@ compacted (damaged, or an I/O error: the storages before it are compacted, nothi
 
 const BACKUP_LONG: &str = "Write a standalone copy of the database (or plain storage) SRC into DEST, a new or \
 empty directory outside SRC. SRC is opened read-only (nothing in SRC is changed), beside a running writer in \
-another process too: the copy holds every commit durable when it starts, buffered index entries \
+another process too: the copy holds every commit durable when it starts, buffered entries \
 included.\n\nThe copy is built from one consistent snapshot's \
 pages, every page verified on the way: the root as DEST, each branch as DEST/Indexes/NAME, each with a new \
 free-space map (and, for a storage with buffered entries, a journal holding them). It opens as a database and passes `check`.\n\nSalvage: a storage whose \

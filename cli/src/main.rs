@@ -132,7 +132,7 @@ pub fn not_a_branch(path: &Path) -> CliResult {
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let db = parent.and_then(Path::parent).unwrap_or(Path::new("."));
     Err(Fail::input(format!(
-        "{}: this is the storage {name:?} of the database {}: use `--storage {name}` with the database's path (`backup` copies the whole database; a branch opened on its own cannot see the database's journal)",
+        "{}: this is the storage {name:?} of the database {}: use the database's path, with `--storage {name}` where the command takes it (`backup` has none: it copies the whole database; a branch opened on its own cannot see the database's journal)",
         path.display(),
         db.display()
     )))

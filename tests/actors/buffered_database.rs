@@ -1,5 +1,6 @@
 //! Write buffers and the actor engine: the engine refuses a database with
-//! `Options::write_buffer_bytes` (only index storages are buffered under it), and a database
+//! `Options::write_buffer_bytes` other than 0 and the default, which it takes as none (only
+//! index storages are buffered under it), and a database
 //! written with buffers through the library opens under it with its buffers put back from the
 //! journal; the storage actors' first commits apply them without a blocking call on an
 //! executor, and nothing is lost. A buffered index follows its documents exactly, its actor
@@ -24,7 +25,7 @@ fn the_engine_refuses_a_write_buffer() {
     let r = engine.blocking_open_database(
         dir.path().join("db"),
         Options {
-            write_buffer_bytes: 1 << 20,
+            write_buffer_bytes: 2 << 20,
             ..Options::default()
         },
     );
@@ -33,6 +34,19 @@ fn the_engine_refuses_a_write_buffer() {
         std::fs::read_dir(dir.path()).unwrap().next().is_none(),
         "a refused open leaves nothing behind"
     );
+    // The default buffer is taken as none: the root opens unbuffered, its commits journal
+    // pages.
+    let db = engine
+        .blocking_open_database(dir.path().join("db"), Options::default())
+        .unwrap();
+    db.root().blocking_put(b"k", b"v").unwrap();
+    let st = db.root().stats();
+    assert_eq!(
+        (st.buffer_entries, st.pages_journaled > 0),
+        (0, true),
+        "{st:?}"
+    );
+    drop(db);
     engine.shutdown().unwrap();
 }
 

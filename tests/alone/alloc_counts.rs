@@ -35,6 +35,8 @@ fn open(dir: &std::path::Path) -> Storage {
         dir,
         Options {
             flush_mode: FlushMode::Manual,
+            // Page commits: the counts are those of a commit that copies pages.
+            write_buffer_bytes: 0,
             ..Options::default()
         },
     )

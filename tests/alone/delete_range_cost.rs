@@ -20,7 +20,14 @@ fn key(i: u32) -> Vec<u8> {
 fn delete_range_copies_only_the_boundary_paths() {
     let _alone = crate::common::alone();
     let dir = tempfile::tempdir().unwrap();
-    let s = Storage::open(dir.path().join("s"), Options::default()).unwrap();
+    let s = Storage::open(
+        dir.path().join("s"),
+        Options {
+            write_buffer_bytes: 0,
+            ..Options::default()
+        },
+    )
+    .unwrap();
     let mut w = s.begin_write().unwrap();
     for i in 0..1500 {
         // Every 10th value is an overflow run.

@@ -25,6 +25,8 @@ use omnibus::{FlushMode, Options, Storage};
 fn opts() -> Options {
     Options {
         flush_mode: FlushMode::Manual,
+        // Page commits: their bitmap pages are what is journaled.
+        write_buffer_bytes: 0,
         ..Options::default()
     }
 }

@@ -23,6 +23,8 @@ fn catch_up_replays_only_the_records_written_since() {
         &path,
         Options {
             flush_mode: FlushMode::Manual,
+            // Page commits: one record each (a flush of a buffer adds its apply's records).
+            write_buffer_bytes: 0,
             ..Default::default()
         },
     )

@@ -15,6 +15,8 @@ fn opts() -> Options {
     Options {
         flush_mode: FlushMode::Manual,
         flush_on_close: false,
+        // Page commits: each commit frees and reuses pages.
+        write_buffer_bytes: 0,
         ..Options::default()
     }
 }

@@ -10,6 +10,8 @@ fn opts() -> Options {
         flush_mode: FlushMode::Manual,
         flush_on_close: false,
         journal_prezero: Prezero::Ahead(4 << 20),
+        // Page commits: the records counted are one per commit.
+        write_buffer_bytes: 0,
         ..Options::default()
     }
 }

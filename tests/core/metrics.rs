@@ -15,6 +15,8 @@ fn opts() -> Options {
     Options {
         flush_mode: FlushMode::Manual,
         journal_prezero: Prezero::Off,
+        // Page commits: the counts are those of commits that copy pages.
+        write_buffer_bytes: 0,
         ..Options::default()
     }
 }

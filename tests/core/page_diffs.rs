@@ -11,6 +11,8 @@ fn opts() -> Options {
     Options {
         flush_mode: FlushMode::Manual,
         flush_on_close: false,
+        // Page commits: their diffs are what is measured.
+        write_buffer_bytes: 0,
         ..Options::default()
     }
 }

@@ -36,7 +36,8 @@ use omnibus::{
     Error, FlushMode, FlushReport, GroupError, GroupTransaction, HiddenPages, HistogramSummary,
     IndexFailure, JournalIo, JournalMode, JournalStats, KeyRange, Metrics, Options, Prezero, Range,
     ReadTransaction, ReaderInfo, Result, Storage, StorageStats, WriteMode, WriteTransaction,
-    MAX_GROUP_BYTES, MAX_GROUP_STORAGES, MAX_KEY_LEN, MAX_VALUE_LEN, PAGE_SIZE,
+    DEFAULT_WRITE_BUFFER_BYTES, MAX_GROUP_BYTES, MAX_GROUP_STORAGES, MAX_KEY_LEN, MAX_VALUE_LEN,
+    PAGE_SIZE,
 };
 
 #[test]
@@ -120,6 +121,10 @@ fn every_intended_item_is_public() {
     assert_eq!(MAX_KEY_LEN, 1024);
     assert_eq!(MAX_VALUE_LEN, 128 << 20);
     assert_eq!(PAGE_SIZE, 8192);
+    assert_eq!(
+        Options::default().write_buffer_bytes,
+        DEFAULT_WRITE_BUFFER_BYTES
+    );
     assert_eq!(INDEX_APPLIED_KEY, &[0u8][..]);
     // Options are plain data a user builds, with the enums it takes.
     let o = Options {
@@ -183,7 +188,7 @@ fn no_internal_module_or_export_is_public() {
                 "pub use group::{GroupTransaction, MAX_GROUP_BYTES, MAX_GROUP_STORAGES};",
                 "pub use journal::{JournalStats, Prezero};",
                 "pub use metrics::{HistogramSummary, Metrics};",
-                "pub use options::{Durability, FlushMode, JournalMode, Options};",
+                "pub use options::{Durability, FlushMode, JournalMode, Options, DEFAULT_WRITE_BUFFER_BYTES};",
                 "pub use page::{live_image_bytes, peak_image_bytes, reset_peak_image_bytes};",
                 "pub use storage::{CompactReport, FlushReport, ReaderInfo, Storage, StorageStats};",
                 "pub use txn::{ReadTransaction, WriteTransaction};",

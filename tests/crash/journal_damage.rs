@@ -14,6 +14,8 @@ fn opts() -> Options {
     Options {
         flush_mode: FlushMode::Manual,
         flush_on_close: false,
+        // Page commits: the damage lands where a page record's bytes are.
+        write_buffer_bytes: 0,
         ..Options::default()
     }
 }

@@ -26,6 +26,8 @@ fn opts(mark_ms: u64) -> Options {
         flush_mode: FlushMode::Manual,
         flush_on_close: false,
         journal_mark_ms: mark_ms,
+        // Page commits: the damage lands where a page record's bytes are.
+        write_buffer_bytes: 0,
         ..Options::default()
     }
 }
