@@ -2018,6 +2018,14 @@ impl Inner {
     /// nothing to replay; committed data is safe in the journal either way). Without a flush,
     /// the queued eventual commits are made durable in the journal before the lock goes.
     fn shutdown(&self) {
+        // A background apply waiting to publish until an open logical-only transaction ends
+        // gives up: the thread holding that transaction may be this one, dropping the last
+        // handle with it open, while leaving the flush service waits for the apply.
+        {
+            let _g = lock(&self.writer);
+            self.apply_cancel.store(true, Ordering::Release);
+            self.writer_cv.notify_all();
+        }
         self.stop_flusher();
         if !self.opts.read_only
             && !self.opts.flush_on_close

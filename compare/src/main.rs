@@ -41,9 +41,9 @@ struct Args {
     /// overrides it).
     #[arg(long, default_value = "auto", value_parser = parse_journal_io)]
     journal_io: omnibus::JournalIo,
-    /// omnibus's write buffer in bytes (`Options::write_buffer_bytes`); 0: none (the
-    /// default).
-    #[arg(long, default_value_t = 0)]
+    /// omnibus's write buffer in bytes (`Options::write_buffer_bytes`); 0: none. Default:
+    /// the library's (`omnibus::DEFAULT_WRITE_BUFFER_BYTES`).
+    #[arg(long, default_value_t = omnibus::DEFAULT_WRITE_BUFFER_BYTES)]
     write_buffer_bytes: u64,
     /// omnibus's apply steps in pages (`Storage::set_apply_step_pages`); 0: whole applies.
     #[arg(long, default_value_t = 0)]

@@ -286,3 +286,41 @@ fn the_flush_service_applies_while_a_thread_commits() {
     assert_eq!(content(&s), model, "after the replay");
     assert!(s.check().unwrap().is_ok());
 }
+
+/// Dropping the last handle while a transaction begun during a background apply was still open
+/// hung for ever: the drop waited for the flush service, whose apply waited for that
+/// transaction to end. The apply now gives up.
+#[test]
+fn dropping_the_last_handle_beside_an_open_transaction_during_an_apply_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let p = path.clone();
+    std::thread::spawn(move || {
+        for round in 0..40u32 {
+            let s = Storage::open(
+                &p,
+                Options {
+                    write_buffer_bytes: 64 << 10,
+                    ..Options::default()
+                },
+            )
+            .unwrap();
+            // A full buffer: the flush service starts an apply.
+            for i in 0..(20 + round % 30) {
+                let mut w = s.begin_write().unwrap();
+                w.put(key(i), [1u8; 3000]).unwrap();
+                w.commit().unwrap();
+            }
+            let open = s.begin_write().unwrap();
+            drop(s);
+            drop(open);
+        }
+        done_tx.send(()).unwrap();
+    });
+    done.recv_timeout(std::time::Duration::from_secs(120))
+        .expect("dropping the last handle hung");
+    let s = Storage::open(&path, opts(0)).unwrap();
+    assert_eq!(s.begin_read().unwrap().len(), 49);
+    assert!(s.check().unwrap().is_ok());
+}
