@@ -1777,31 +1777,37 @@ impl Inner {
     /// that holds the writer's state (`txn/write/background.rs`), and returns it: the same txn
     /// and contents, so snapshots see no change.
     pub fn freeze_buffer(&self) -> Arc<State> {
-        let _g = lock(&self.publish);
-        let cur = self.current.load_full();
-        let next = Arc::new(State {
-            buffer: cur.buffer.freeze(),
-            ..(*cur).clone()
-        });
-        self.registry.register(&next);
-        self.current.store(next.clone());
-        next
+        self.republish(|cur| {
+            Some(State {
+                buffer: cur.buffer.freeze(),
+                ..cur.clone()
+            })
+        })
     }
 
     /// Publishes the current state with no run of its buffer frozen: a background apply gave
     /// up.
     pub fn thaw_buffer(&self) {
+        self.republish(|cur| {
+            (cur.buffer.frozen_runs() > 0).then(|| State {
+                buffer: cur.buffer.thawed(),
+                ..cur.clone()
+            })
+        });
+    }
+
+    /// Publishes `change` of the current state (the same txn, under the publish lock: no commit
+    /// comes between), or nothing when it returns `None`; returns the state current after.
+    fn republish(&self, change: impl FnOnce(&State) -> Option<State>) -> Arc<State> {
         let _g = lock(&self.publish);
         let cur = self.current.load_full();
-        if cur.buffer.frozen_runs() == 0 {
-            return;
-        }
-        let next = Arc::new(State {
-            buffer: cur.buffer.thawed(),
-            ..(*cur).clone()
-        });
+        let Some(next) = change(&cur) else {
+            return cur;
+        };
+        let next = Arc::new(next);
         self.registry.register(&next);
-        self.current.store(next);
+        self.current.store(next.clone());
+        next
     }
 
     /// Publishes the state after a flush of everything up to `target`.
@@ -1857,14 +1863,12 @@ impl Inner {
     /// Publishes the current state with `mapping` instead of its map (compaction truncated the
     /// data file: the new map covers the new length).
     pub fn publish_mapping(&self, mapping: Arc<Mapping>) {
-        let _g = lock(&self.publish);
-        let cur = self.current.load_full();
-        let next = Arc::new(State {
-            mapping,
-            ..(*cur).clone()
+        self.republish(|cur| {
+            Some(State {
+                mapping,
+                ..cur.clone()
+            })
         });
-        self.registry.register(&next);
-        self.current.store(next);
     }
 
     pub fn unflushed_bytes(&self) -> u64 {

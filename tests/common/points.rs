@@ -12,9 +12,12 @@ use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::path::Path;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use omnibus::env::testing::{CrashMode, CrashSnapshot, DurableEvent, DurableStep, OpInfo, OpKind};
+use omnibus::env::testing::{
+    CrashMode, CrashSnapshot, DurableEvent, DurableStep, HookedEnv, OpInfo, OpKind, PowerLossEnv,
+};
+use omnibus::env::{default_env, StorageEnv};
 
 /// The crash modes, in the order points rotate over them.
 pub const MODES: [CrashMode; 4] = [
@@ -354,5 +357,61 @@ impl Tracker {
             }
         }
         what
+    }
+}
+
+/// A power-loss environment over a directory, seen through a hooked one whose operations a
+/// [`Tracker`] names: the environment a crash suite runs its workload in, once.
+pub struct Recording {
+    pub pl: PowerLossEnv,
+    /// The environment to open storages with (the power-loss one, hooked).
+    pub env: Arc<dyn StorageEnv>,
+    pub tracker: Arc<Tracker>,
+}
+
+impl Recording {
+    pub fn new(dir: &Path) -> Recording {
+        let pl = PowerLossEnv::new(default_env(), dir);
+        let tracker = Arc::new(Tracker::default());
+        let h = HookedEnv::new(Arc::new(pl.clone()));
+        let t = tracker.clone();
+        h.set_hook(Box::new(move |op| {
+            t.hook(op);
+            None
+        }));
+        Recording {
+            pl,
+            env: Arc::new(h),
+            tracker,
+        }
+    }
+
+    /// From now on, snapshots the simulated disk before and after every durable operation,
+    /// each with what `expect` says a crash there must recover to; the snapshots gather in the
+    /// returned list until [`Recording::stop`].
+    pub fn record<E: Send + 'static>(
+        &self,
+        expect: impl Fn() -> E + Send + Sync + 'static,
+    ) -> Arc<Mutex<Vec<Snap<E>>>> {
+        let snaps: Arc<Mutex<Vec<Snap<E>>>> = Arc::default();
+        let (sn, t) = (snaps.clone(), self.tracker.clone());
+        self.pl
+            .set_durable_observer(Some(Arc::new(move |e: &DurableEvent<'_>| {
+                let what = t.what(e);
+                let expect = expect();
+                sn.lock().unwrap().push(Snap {
+                    snap: e.snapshot(),
+                    what,
+                    step: e.step,
+                    n: e.n,
+                    expect,
+                });
+            })));
+        snaps
+    }
+
+    /// Stops the snapshots [`Recording::record`] takes.
+    pub fn stop(&self) {
+        self.pl.set_durable_observer(None);
     }
 }

@@ -13,32 +13,39 @@ fn commit(s: &Storage, from: u32, n: u32) {
     }
 }
 
-#[test]
-fn catch_up_replays_only_the_records_written_since() {
-    // Regression: each catch-up replayed the whole unflushed journal again (20, 25, 28 records
-    // for 20, then 5, then 3 new commits).
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s");
+/// A writer of a new storage in `path` with a write buffer of `buffer` bytes and no background
+/// flush, after 20 commits (`k0000`..`k0019`), and a read-only open of it beside.
+fn writer_and_reader(path: &std::path::Path, buffer: u64) -> (Storage, Storage) {
     let writer = Storage::open(
-        &path,
+        path,
         Options {
             flush_mode: FlushMode::Manual,
-            // Page commits: one record each (a flush of a buffer adds its apply's records).
-            write_buffer_bytes: 0,
+            write_buffer_bytes: buffer,
             ..Default::default()
         },
     )
     .unwrap();
     commit(&writer, 0, 20);
-    let base = writer.stats().last_committed_txn;
     let reader = Storage::open(
-        &path,
+        path,
         Options {
             read_only: true,
             ..Default::default()
         },
     )
     .unwrap();
+    (writer, reader)
+}
+
+#[test]
+fn catch_up_replays_only_the_records_written_since() {
+    // Regression: each catch-up replayed the whole unflushed journal again (20, 25, 28 records
+    // for 20, then 5, then 3 new commits).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    // Page commits: one record each (a flush of a buffer adds its apply's records).
+    let (writer, reader) = writer_and_reader(&path, 0);
+    let base = writer.stats().last_committed_txn;
     let replayed = |r: &Storage| r.stats().journal_records_replayed;
     assert_eq!(
         replayed(&reader),
@@ -149,24 +156,7 @@ fn a_read_only_database_catches_up_every_storage_to_one_point() {
 fn a_caught_up_buffered_state_counts_its_new_entries() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
-    let writer = Storage::open(
-        &path,
-        Options {
-            flush_mode: FlushMode::Manual,
-            write_buffer_bytes: 1 << 20,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    commit(&writer, 0, 20);
-    let reader = Storage::open(
-        &path,
-        Options {
-            read_only: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let (writer, reader) = writer_and_reader(&path, 1 << 20);
     assert_eq!(reader.begin_read().unwrap().len(), 20);
     assert_eq!(
         reader.stats().buffer_entries,

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use omnibus::env::testing::{
-    dir_tree, CrashMode, CrashSnapshot, DurableEvent, DurableStep, HookedEnv, PowerLossEnv,
+    dir_tree, CrashMode, CrashSnapshot, DurableEvent, DurableStep, PowerLossEnv,
 };
 use omnibus::env::{default_env, StorageEnv};
 use omnibus::{FlushMode, Options, Prezero, Storage};
@@ -32,7 +32,7 @@ use rand::{Rng, SeedableRng};
 use crate::common::model;
 use crate::common::points;
 use model::{content, diff, Model};
-use points::{scratch_base, verify_snaps, Snap, Tally, Tracker};
+use points::{scratch_base, verify_snaps, Recording, Snap, Tally};
 
 /// The workloads; every durable operation of each is a crash point, before and after, in every
 /// crash mode with and without losing unsynced directory entries.
@@ -355,37 +355,20 @@ fn workload(
 /// exercises what it is meant to. Returns the snapshots.
 fn run_once(base: &Path, w: Workload) -> Vec<Snap<Expect>> {
     let dir = tempfile::tempdir_in(base).unwrap();
-    let pl = PowerLossEnv::new(default_env(), dir.path());
-    let tracker = Arc::new(Tracker::default());
-    let h = HookedEnv::new(Arc::new(pl.clone()));
-    let t = tracker.clone();
-    h.set_hook(Box::new(move |op| {
-        t.hook(op);
-        None
-    }));
+    let rec = Recording::new(dir.path());
     let out = Arc::new(Mutex::new(Outcome::default()));
-    let snaps: Arc<Mutex<Vec<Snap<Expect>>>> = Arc::default();
-    let (o, sn, t) = (out.clone(), snaps.clone(), tracker.clone());
-    pl.set_durable_observer(Some(Arc::new(move |e: &DurableEvent<'_>| {
-        let what = t.what(e);
-        let expect = {
-            let o = o.lock().unwrap();
-            Expect {
-                acked: o.acked.clone(),
-                inflight: o.inflight.clone(),
-            }
-        };
-        sn.lock().unwrap().push(Snap {
-            snap: e.snapshot(),
-            what,
-            step: e.step,
-            n: e.n,
-            expect,
-        });
-    })));
+    let o = out.clone();
+    let snaps = rec.record(move || {
+        let o = o.lock().unwrap();
+        Expect {
+            acked: o.acked.clone(),
+            inflight: o.inflight.clone(),
+        }
+    });
     let path = dir.path().join("s");
-    run_workload(Arc::new(h), &path, w, &out);
-    pl.set_durable_observer(None);
+    run_workload(rec.env.clone(), &path, w, &out);
+    rec.stop();
+    let tracker = rec.tracker.clone();
     let out = out.lock().unwrap();
     assert_eq!(out.error, None, "{w:?} fails without a crash");
     assert!(

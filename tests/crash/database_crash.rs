@@ -31,9 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use omnibus::env::testing::{
-    CrashMode, DurableEvent, DurableOp, HookedEnv, OpKind, PowerLossEnv, RecordingEnv,
-};
+use omnibus::env::testing::{CrashMode, DurableOp, HookedEnv, OpKind, PowerLossEnv, RecordingEnv};
 use omnibus::env::{default_env, EnvFile, EnvResult, OpenMode, StorageEnv};
 use omnibus::{Database, FlushMode, JournalMode, Options, Prezero, Storage, WriteTransaction};
 use rand::rngs::SmallRng;
@@ -42,7 +40,7 @@ use rand::{Rng, SeedableRng};
 use crate::common::model;
 use crate::common::points;
 use model::{content, diff, Model};
-use points::{verify_snaps, Snap, Tally, Tracker};
+use points::{verify_snaps, Recording, Snap, Tally};
 
 const MODES: [CrashMode; 4] = [
     CrashMode::DropUnsynced,
@@ -1118,32 +1116,14 @@ fn mixed_round(r: u64) -> Vec<Workload> {
 /// pool's too) with what each storage must recover to; checks the clean end of the run.
 fn run_once(base: &Path, w: &Workload) -> Vec<Snap<BTreeMap<String, Seen>>> {
     let dir = tempfile::tempdir_in(base).unwrap();
-    let pl = PowerLossEnv::new(default_env(), dir.path());
-    let tracker = Arc::new(Tracker::default());
-    let h = HookedEnv::new(Arc::new(pl.clone()));
-    let t = tracker.clone();
-    h.set_hook(Box::new(move |op| {
-        t.hook(op);
-        None
-    }));
+    let rec = Recording::new(dir.path());
     let out = Arc::new(Outcome::default());
-    type Snaps = Vec<Snap<BTreeMap<String, Seen>>>;
-    let snaps: Arc<Mutex<Snaps>> = Arc::default();
-    let (o, sn, t) = (out.clone(), snaps.clone(), tracker.clone());
-    pl.set_durable_observer(Some(Arc::new(move |e: &DurableEvent<'_>| {
-        let what = t.what(e);
-        let expect = o.stores.lock().unwrap().clone();
-        sn.lock().unwrap().push(Snap {
-            snap: e.snapshot(),
-            what,
-            step: e.step,
-            n: e.n,
-            expect,
-        });
-    })));
+    let o = out.clone();
+    let snaps = rec.record(move || o.stores.lock().unwrap().clone());
     let path = dir.path().join("db");
-    run_workload_into(Arc::new(h), &path, w, &out);
-    pl.set_durable_observer(None);
+    run_workload_into(rec.env.clone(), &path, w, &out);
+    rec.stop();
+    let tracker = rec.tracker.clone();
     assert_eq!(
         *out.error.lock().unwrap(),
         None,

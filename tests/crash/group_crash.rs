@@ -27,14 +27,13 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use omnibus::env::testing::{DurableEvent, HookedEnv, PowerLossEnv};
-use omnibus::env::{default_env, StorageEnv};
+use omnibus::env::StorageEnv;
 use omnibus::{Database, Error, FlushMode, Options, Prezero, Storage};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
-use crate::common::points::{self, verify_snaps, Snap, Tally, Tracker};
+use crate::common::points::{self, verify_snaps, Recording, Snap, Tally};
 
 const BRANCHES: usize = 20;
 const GROUPS: usize = 14;
@@ -221,31 +220,13 @@ fn verify(
 fn run_once(base: &Path, seed: u64, groups: &[Vec<usize>]) -> Vec<Snap<Expect>> {
     let dir = tempfile::tempdir_in(base).unwrap();
     let path = dir.path().join("db");
-    let pl = PowerLossEnv::new(default_env(), dir.path());
-    let tracker = Arc::new(Tracker::default());
-    let h = HookedEnv::new(Arc::new(pl.clone()));
-    let t = tracker.clone();
-    h.set_hook(Box::new(move |op| {
-        t.hook(op);
-        None
-    }));
-    let db = Database::open(&path, workload_opts(Arc::new(h))).unwrap();
+    let rec = Recording::new(dir.path());
+    let db = Database::open(&path, workload_opts(rec.env.clone())).unwrap();
     let ss = storages(&db);
     // The creations are done and durable: crash points from here on.
     let expect: Arc<Mutex<Expect>> = Arc::default();
-    let snaps: Arc<Mutex<Vec<Snap<Expect>>>> = Arc::default();
-    let (ex, sn, t) = (expect.clone(), snaps.clone(), tracker.clone());
-    pl.set_durable_observer(Some(Arc::new(move |e: &DurableEvent<'_>| {
-        let what = t.what(e);
-        let expect = *ex.lock().unwrap();
-        sn.lock().unwrap().push(Snap {
-            snap: e.snapshot(),
-            what,
-            step: e.step,
-            n: e.n,
-            expect,
-        });
-    })));
+    let ex = expect.clone();
+    let snaps = rec.record(move || *ex.lock().unwrap());
     let mut rng = SmallRng::seed_from_u64(seed ^ 0x9e37);
     for (i, members) in groups.iter().enumerate() {
         // Given in a random order: the group locks them in its own.
@@ -273,7 +254,7 @@ fn run_once(base: &Path, seed: u64, groups: &[Vec<usize>]) -> Vec<Snap<Expect>> 
             }
         }
     }
-    pl.set_durable_observer(None);
+    rec.stop();
     verify_clean(&path, &db, &ss, groups);
     drop(ss);
     drop(db);

@@ -9,14 +9,13 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use omnibus::env::testing::{DurableEvent, HookedEnv, PowerLossEnv};
-use omnibus::env::{default_env, StorageEnv};
+use omnibus::env::StorageEnv;
 use omnibus::{FlushMode, Options, Prezero, Storage};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::common::model::{content, diff, Model};
-use crate::common::points::{scratch_base, verify_snaps, Snap, Tally, Tracker};
+use crate::common::points::{scratch_base, verify_snaps, Recording, Tally};
 
 /// Write transactions in the workload (closed and reopened half way).
 const TXNS: usize = 60;
@@ -134,39 +133,21 @@ fn verify(dir: &Path, expects: &[&Expect], _index: usize) -> Result<bool, String
 fn mid_size_values_survive_a_crash_at_every_durable_operation() {
     let base = scratch_base("omnibus-packed-crash");
     let dir = tempfile::tempdir_in(base.path()).unwrap();
-    let pl = PowerLossEnv::new(default_env(), dir.path());
-    let tracker = Arc::new(Tracker::default());
-    let h = HookedEnv::new(Arc::new(pl.clone()));
-    let t = tracker.clone();
-    h.set_hook(Box::new(move |op| {
-        t.hook(op);
-        None
-    }));
+    let rec = Recording::new(dir.path());
     let out = Arc::new(Mutex::new(Outcome::default()));
-    let snaps: Arc<Mutex<Vec<Snap<Expect>>>> = Arc::default();
-    let (o, sn, t) = (out.clone(), snaps.clone(), tracker.clone());
-    pl.set_durable_observer(Some(Arc::new(move |e: &DurableEvent<'_>| {
-        let what = t.what(e);
-        let expect = {
-            let o = o.lock().unwrap();
-            Expect {
-                acked: o.acked.clone(),
-                inflight: o.inflight.clone(),
-            }
-        };
-        sn.lock().unwrap().push(Snap {
-            snap: e.snapshot(),
-            what,
-            step: e.step,
-            n: e.n,
-            expect,
-        });
-    })));
+    let o = out.clone();
+    let snaps = rec.record(move || {
+        let o = o.lock().unwrap();
+        Expect {
+            acked: o.acked.clone(),
+            inflight: o.inflight.clone(),
+        }
+    });
     let path = dir.path().join("s");
-    if let Err(e) = workload(Arc::new(h), &path, &out) {
+    if let Err(e) = workload(rec.env.clone(), &path, &out) {
         out.lock().unwrap().error = Some(e.to_string());
     }
-    pl.set_durable_observer(None);
+    rec.stop();
     let o = out.lock().unwrap();
     assert_eq!(o.error, None, "the workload fails without a crash");
     let s = Storage::open(&path, Options::default()).unwrap();

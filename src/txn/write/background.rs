@@ -56,23 +56,15 @@ pub(crate) fn apply_in_background_with(
     let prepared = match write_frozen(&mut t, &base) {
         // Sealed and encoded now, while commits go on: only the record's txn id waits.
         Ok(true) => t.prepare(),
-        Ok(false) => {
-            // Given up: nothing published; the writer's state goes back with the transaction.
-            inner.thaw_buffer();
-            drop(t);
-            return Ok(false);
-        }
+        // Given up: nothing published; the writer's state goes back with the transaction.
+        Ok(false) => Ok(None),
         Err(e) => Err(e),
     };
     let mut prepared = match prepared {
         Ok(Some(p)) => p,
-        Ok(None) => {
+        other => {
             inner.thaw_buffer();
-            return Ok(false);
-        }
-        Err(e) => {
-            inner.thaw_buffer();
-            return Err(e);
+            return other.map(|_| false);
         }
     };
     between();
