@@ -23,16 +23,7 @@ fn data_bytes(db: &Path) -> u64 {
 fn compact_shrinks_every_storage_and_keeps_the_data() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
-    let lines: Vec<String> = (0..3000)
-        .map(|i| {
-            format!(
-                r#"{{"id": {i}, "country": "C{}", "note": "{}"}}"#,
-                i % 7,
-                "x".repeat(300)
-            )
-        })
-        .collect();
-    cli::ingest_lines(&db, &lines, &["country"]);
+    ingest_countries(&db);
     // Delete most documents through the library (the index is then behind; ingest catches it up).
     {
         let _no_children = children::no_children_meanwhile();
@@ -91,16 +82,7 @@ fn compact_keeps_indexes_in_step_and_is_skipped_beside_a_reader() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
     let d = db.to_str().unwrap();
-    let lines: Vec<String> = (0..3000)
-        .map(|i| {
-            format!(
-                r#"{{"id": {i}, "country": "C{}", "note": "{}"}}"#,
-                i % 7,
-                "x".repeat(300)
-            )
-        })
-        .collect();
-    cli::ingest_lines(&db, &lines, &["country"]);
+    ingest_countries(&db);
     cli::ok(&["compact", d]);
     let out = cli::ok(&["check", d]);
     assert!(out.contains("index `country`: ok"), "{out}");
@@ -180,4 +162,18 @@ fn compact_names_a_plain_storage_as_check_and_stat_do() {
     let o = cli::omnibus(&["compact", "--json", p]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["storages"][0]["storage"], "(storage)", "{v}");
+}
+
+/// Ingests 3,000 documents of 7 countries (300-byte notes) into `db` with the index `country`.
+fn ingest_countries(db: &std::path::Path) {
+    let lines: Vec<String> = (0..3000)
+        .map(|i| {
+            format!(
+                r#"{{"id": {i}, "country": "C{}", "note": "{}"}}"#,
+                i % 7,
+                "x".repeat(300)
+            )
+        })
+        .collect();
+    cli::ingest_lines(db, &lines, &["country"]);
 }

@@ -60,11 +60,9 @@ fn assert_handle(h: &StorageHandle, n: u64, what: &str) {
     assert_eq!(back, n, "{what}: handle range backwards");
 }
 
-#[test]
-fn the_applied_record_is_in_no_view_of_an_index_storage() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("db");
-    let (engine, db) = open_engine(&path);
+/// Puts [`DOCS`] documents of three colors into `db`'s root and defines the index `by_color`
+/// over them (one entry per document), waiting until it is current; returns the root.
+fn documents_indexed(db: &omnibus::actors::DatabaseHandle) -> StorageHandle {
     let root = db.root();
     for i in 0..DOCS {
         root.blocking_put(format!("doc{i:03}"), format!("color=c{};n={i}", i % 3))
@@ -73,6 +71,15 @@ fn the_applied_record_is_in_no_view_of_an_index_storage() {
     db.blocking_define_index(IndexDefinition::new("by_color", map_color))
         .unwrap();
     db.blocking_wait_for_indexes().unwrap();
+    root
+}
+
+#[test]
+fn the_applied_record_is_in_no_view_of_an_index_storage() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let (engine, db) = open_engine(&path);
+    let root = documents_indexed(&db);
     let h = db.blocking_storage("by_color").unwrap();
     // One entry per document (one color each).
     assert_handle(&h, DOCS, "defined now");
@@ -118,14 +125,7 @@ fn a_database_opened_without_the_engine_hides_it_too() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     let (engine, db) = open_engine(&path);
-    let root = db.root();
-    for i in 0..DOCS {
-        root.blocking_put(format!("doc{i:03}"), format!("color=c{};n={i}", i % 3))
-            .unwrap();
-    }
-    db.blocking_define_index(IndexDefinition::new("by_color", map_color))
-        .unwrap();
-    db.blocking_wait_for_indexes().unwrap();
+    let root = documents_indexed(&db);
     drop((root, db));
     engine.shutdown().unwrap();
 
@@ -153,14 +153,7 @@ fn a_backup_counts_documents_and_entries_not_applied_records() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     let (engine, db) = open_engine(&path);
-    let root = db.root();
-    for i in 0..DOCS {
-        root.blocking_put(format!("doc{i:03}"), format!("color=c{};n={i}", i % 3))
-            .unwrap();
-    }
-    db.blocking_define_index(IndexDefinition::new("by_color", map_color))
-        .unwrap();
-    db.blocking_wait_for_indexes().unwrap();
+    let root = documents_indexed(&db);
     let through_engine = db.blocking_backup(dir.path().join("copy1")).unwrap();
     assert_eq!(through_engine.entries, 2 * DOCS, "DatabaseHandle::backup");
     drop((root, db));
