@@ -385,7 +385,7 @@ fn aged_apply() -> StorageMsg {
 
 /// A request for a transaction that moves the storage's write buffer into its tree (nothing
 /// to commit when the buffer is empty), answered on `reply`.
-pub(crate) fn apply_buffer_request(reply: flume::Sender<Result<()>>) -> StorageMsg {
+fn apply_buffer_request(reply: flume::Sender<Result<()>>) -> StorageMsg {
     StorageMsg::Apply {
         job: Box::new(actor_interface::apply_write_buffer),
         reply,
