@@ -403,7 +403,8 @@ pub struct Storage {
 
 /// Dropped with the last [`Storage`] clone: stops and joins the flusher and flushes, so the
 /// lock is released as soon as the last handle is gone (not whenever a background thread lets
-/// go of it).
+/// go of it), unless a write transaction is still open: it holds the storage, and the lock,
+/// until it ends (its commit then fails with `Closed`).
 #[derive(Debug)]
 struct LastHandle(Arc<Inner>);
 
