@@ -39,7 +39,7 @@ use super::index::{
     self, BuildSlots, IndexActor, IndexDefinition, IndexMode, IndexShared, IndexStats,
 };
 use super::index_check::{check_index, IndexCheckReport};
-use super::io_pool::IoPool;
+use super::io_pool::{CpuPriority, IoPool};
 use super::journal_writer::{self, JournalMsg};
 use super::messages::{GroupBatch, IndexMsg, ReadPath, RootFeed, StorageMsg, WriteBatch};
 use super::placement;
@@ -159,11 +159,12 @@ enum Queue {
 /// The switch costs one `io_uring_enter` (a few µs), 200 times a second at most.
 const PREEMPT_TIMER: Duration = Duration::from_millis(5);
 
-/// The CPU nice value of the thread that refreshes the maps' residency bits (the lowest): a
-/// refresh of a map whose pages this process has not mapped costs up to a few ms of CPU
-/// (`mincore` looks each page up in the page cache), and at the default priority it kept an
-/// application's tokio worker from its CPU for that long (`cargo bench --bench cold_reads`).
-const RESIDENCY_NICE: i32 = 19;
+/// The CPU priority of the thread that refreshes the maps' residency bits (the lowest: the
+/// `SCHED_IDLE` class): a refresh of a map whose pages this process has not mapped costs up to
+/// a few ms of CPU (`mincore` looks each page up in the page cache), and at the default
+/// priority it kept an application's tokio worker from its CPU for that long, at nice 19 for
+/// up to a slice of the scheduler's, 2 to 6 ms (`cargo bench --bench cold_reads`).
+const RESIDENCY_CPU: CpuPriority = CpuPriority::Idle;
 
 /// How often the keepalive thread (`omnibus-keepalive`) wakes every executor from outside.
 ///
@@ -228,7 +229,7 @@ struct EngineInner {
     readers: flume::Sender<ReadMsg>,
     journal_io: IoPool,
     background_io: IoPool,
-    /// The residency refreshes' thread (`omnibus-residency-0`, CPU nice [`RESIDENCY_NICE`]).
+    /// The residency refreshes' thread (`omnibus-residency-0`, CPU priority [`RESIDENCY_CPU`]).
     residency: IoPool,
     databases: Mutex<Vec<DatabaseHandle>>,
     down: std::sync::atomic::AtomicBool,
@@ -500,15 +501,20 @@ impl Engine {
                 "the actor runtime needs io_uring (its glommio executors run on it) and io_uring_setup failed: {e}; the core API (Storage, Database) works without it, from plain threads"
             )));
         }
-        let journal_io = IoPool::start("omnibus-journal-io", opts.critical_lane_threads, false, 0)?;
+        let journal_io = IoPool::start(
+            "omnibus-journal-io",
+            opts.critical_lane_threads,
+            false,
+            CpuPriority::Normal,
+        )?;
         let background_io = IoPool::start(
             "omnibus-flush-io",
             opts.background_lane_threads.unwrap_or(4 * cpus.len()),
             true,
-            0,
+            CpuPriority::Normal,
         )?;
         // One thread at the lowest CPU priority for the flushers' residency refreshes.
-        let residency = IoPool::start("omnibus-residency", 1, true, RESIDENCY_NICE)?;
+        let residency = IoPool::start("omnibus-residency", 1, true, RESIDENCY_CPU)?;
         let (rtx, rrx) = flume::bounded::<ReadMsg>(reader_pool::MAILBOX);
         // Each executor says it runs, with its thread id; one that dies first (a glommio panic)
         // drops its sender.

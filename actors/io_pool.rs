@@ -15,9 +15,11 @@
 //!   on each of its threads.
 //! - The *residency thread* (`omnibus-residency-0`, a pool of one) runs the flushers'
 //!   residency refreshes (`Storage::refresh_residency`, a `mincore` over 256 MiB of a map, up
-//!   to a few ms of CPU on pages the process has not mapped) at CPU nice 19, so that this
-//!   bookkeeping never takes a CPU from the application's threads (a tokio worker woken by its
-//!   timer preempts it at once) and runs on CPU time they leave idle.
+//!   to a few ms of CPU on pages the process has not mapped) in the `SCHED_IDLE` class (and at
+//!   CPU nice 19 where that class is refused), so that this bookkeeping never takes a CPU from
+//!   the application's threads (a tokio worker woken by its timer preempts it at once; at nice
+//!   19 alone it waited for the refresh's slice, up to 6 ms) and runs on CPU time they leave
+//!   idle.
 //!
 //! Not to be confused with the io_uring environment's *lanes* (`env/uring.rs`: the critical and
 //! the background lane, each a ring owned by one thread), which lie beneath this interface:
@@ -49,7 +51,17 @@ struct PoolInner {
 }
 
 use crate::actor_interface::set_thread_io_priority as set_io_priority;
-use crate::actor_interface::set_thread_nice;
+use crate::actor_interface::{set_thread_idle_class, set_thread_nice};
+
+/// The CPU priority of an [`IoPool`]'s threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CpuPriority {
+    /// The process's own.
+    Normal,
+    /// Only CPU time no other thread wants: `SCHED_IDLE`, and nice 19 (what is left where
+    /// that class is refused).
+    Idle,
+}
 
 fn wrap<T: Send + 'static>(
     f: impl FnOnce() -> Result<T> + Send + 'static,
@@ -67,8 +79,13 @@ fn wrap<T: Send + 'static>(
 
 impl IoPool {
     /// Starts `threads` threads named `name-N`; `low_priority` puts them in I/O class BE 7,
-    /// `nice` sets their CPU nice value (0: unchanged).
-    pub fn start(name: &str, threads: usize, low_priority: bool, nice: i32) -> Result<IoPool> {
+    /// `cpu` sets their CPU priority.
+    pub fn start(
+        name: &str,
+        threads: usize,
+        low_priority: bool,
+        cpu: CpuPriority,
+    ) -> Result<IoPool> {
         let (tx, rx) = flume::bounded::<Job>(1024);
         let mut hs = Vec::new();
         for i in 0..threads.max(1) {
@@ -81,9 +98,12 @@ impl IoPool {
                             tracing::warn!(error = %e, "ioprio_set failed; flushes run at normal I/O priority");
                         }
                     }
-                    if nice != 0 {
-                        if let Err(e) = set_thread_nice(nice) {
-                            tracing::warn!(error = %e, nice, "setpriority failed; the pool runs at the process's CPU priority");
+                    if cpu == CpuPriority::Idle {
+                        if let Err(e) = set_thread_nice(19) {
+                            tracing::warn!(error = %e, "setpriority failed; the pool runs at the process's CPU nice value");
+                        }
+                        if let Err(e) = set_thread_idle_class() {
+                            tracing::warn!(error = %e, "sched_setscheduler(SCHED_IDLE) failed; the pool runs at CPU nice 19");
                         }
                     }
                     while let Ok(job) = rx.recv() {

@@ -24,24 +24,32 @@ pub(crate) use crate::scratch::{Scratch, ScratchPage};
 const VERIFIED: u64 = 1;
 /// A page's bit in [`Mapping`]'s bitmap: known to be in the page cache.
 const RESIDENT: u64 = 2;
-/// Pages per word of [`Mapping`]'s bitmap (two bits each).
-const PAGES_PER_WORD: u64 = 32;
+/// A page's bit in [`Mapping`]'s bitmap: read through this map since it last came into the
+/// page cache (set with [`RESIDENT`] by a read, cleared only when the page is found gone).
+const READ: u64 = 4;
+/// Bits per page in [`Mapping`]'s bitmap ([`VERIFIED`], [`RESIDENT`], [`READ`], one unused).
+const BITS_PER_PAGE: u64 = 4;
+/// Pages per word of [`Mapping`]'s bitmap.
+const PAGES_PER_WORD: u64 = 64 / BITS_PER_PAGE;
 /// The [`RESIDENT`] bits of all the pages of a word.
-const RESIDENT_ALL: u64 = 0xAAAA_AAAA_AAAA_AAAA;
+const RESIDENT_ALL: u64 = 0x2222_2222_2222_2222;
+/// The [`READ`] bits of all the pages of a word.
+const READ_ALL: u64 = 0x4444_4444_4444_4444;
 
-/// A read-only map of the data file, with two bits per page: its checksum was verified, and it
-/// is known to be in the page cache.
+/// A read-only map of the data file, with bits per page: its checksum was verified, it is known
+/// to be in the page cache, and it was read through this map since it came there.
 pub(crate) struct Mapping {
     map: Option<Mmap>,
     /// The storage's end of file for readers (shared by all its mappings): lowered before the
     /// closing flush cuts the file's free tail, so no read touches a byte past the file's end.
     end: Arc<AtomicU64>,
     len: u64,
-    /// Two bits per page, [`PAGES_PER_WORD`] pages a word (one load answers both for a read):
-    /// [`VERIFIED`], and [`RESIDENT`]: read through the map since the last
-    /// [`Mapping::refresh_residency`], or found in the page cache by it. What
-    /// [`Mapping::page_if_resident`] trusts, so that an async caller's read never faults on a
-    /// page known cold.
+    /// [`BITS_PER_PAGE`] bits per page, [`PAGES_PER_WORD`] pages a word (one load answers all
+    /// for a read): [`VERIFIED`]; [`RESIDENT`]: read through the map since the last
+    /// [`Mapping::refresh_residency`], or found in the page cache by it, what
+    /// [`Mapping::page_if_resident`] trusts so that an async caller's read never faults on a
+    /// page known cold; and [`READ`]: read through the map while in the page cache, so that
+    /// its eviction says the cache is losing pages this map's readers use.
     bits: Box<[AtomicU64]>,
     /// Set by a [`Mapping::page_if_resident`] since the last refresh pass began: the bits are
     /// in use.
@@ -50,14 +58,26 @@ pub(crate) struct Mapping {
     refresh_cursor: AtomicU64,
     /// The word of the bitmap the next [`Mapping::probe_residency`] starts at.
     probe_cursor: AtomicU64,
-    /// Pages known resident were found evicted (by a refresh, a probe, or a check of
-    /// [`Mapping::page_if_resident`]) in the current or the last whole refresh pass: the bits
-    /// may be stale, so `page_if_resident` asks the kernel (`mincore`) before it touches a
-    /// page, and the map's read-around is off ([`Mapping::set_evicting`]). Cleared by a whole
-    /// pass that finds no eviction.
+    /// Pages this map's readers use were found evicted in the current or the last whole
+    /// refresh pass: by a refresh (a page with its [`READ`] bit), by a probe or by a check of
+    /// [`Mapping::page_if_resident`] (any page known resident). The bits may be stale, so
+    /// `page_if_resident` asks the kernel (`mincore`) before it touches a page, and the map's
+    /// read-around is off ([`Mapping::set_evicting`]). Cleared by a whole pass that finds no
+    /// such eviction. Pages a refresh found resident that no reader of this map touched (a
+    /// file's pages cached by earlier processes, neighbours read around a fault) may be paged
+    /// out by the host's proactive reclaim for as long as they stay idle: their evictions lose
+    /// their bits without making the map evicting, else a warm reader would pay a `mincore`
+    /// per page for as long as that reclaim goes on.
     evicting: AtomicBool,
     /// An eviction was found since the current refresh pass began.
     pass_evicted: AtomicBool,
+    /// A whole refresh pass ended that found no eviction: until then the bits are only a
+    /// first filter, as while [`Mapping::evicting`] (a map starts with no pass behind it: at a
+    /// cold start under a memory limit, pages read through it leave the page cache before a
+    /// refresh or a probe can notice, and a caller trusting their bits waited for the disk).
+    trusted: AtomicBool,
+    /// The first refresh pass ended (it runs whole in one call, not a window a call).
+    first_pass_done: AtomicBool,
     path: Arc<PathBuf>,
     /// The data file, for [`crate::btree::multi_get`]'s reads of pages not in memory (its
     /// `raw_fd` is the real file, as the map's).
@@ -121,6 +141,8 @@ impl Mapping {
             probe_cursor: AtomicU64::new(0),
             evicting: AtomicBool::new(false),
             pass_evicted: AtomicBool::new(false),
+            trusted: AtomicBool::new(false),
+            first_pass_done: AtomicBool::new(false),
             path,
             file: file.clone(),
             read_hints: Default::default(),
@@ -156,16 +178,16 @@ impl Mapping {
         &self.path
     }
 
-    /// Page `p`'s word of the bitmap and the shift of its two bits in it.
+    /// Page `p`'s word of the bitmap and the shift of its bits in it.
     fn slot(&self, p: u64) -> Option<(&AtomicU64, u32)> {
         let w = self.bits.get(usize::try_from(p / PAGES_PER_WORD).ok()?)?;
-        Some((w, ((p % PAGES_PER_WORD) * 2) as u32))
+        Some((w, ((p % PAGES_PER_WORD) * BITS_PER_PAGE) as u32))
     }
 
-    /// Page `p`'s bits ([`VERIFIED`], [`RESIDENT`]); none for a page past the map.
+    /// Page `p`'s bits ([`VERIFIED`], [`RESIDENT`], [`READ`]); none for a page past the map.
     fn page_bits(&self, p: u64) -> u64 {
         self.slot(p).map_or(0, |(w, sh)| {
-            (w.load(Ordering::Relaxed) >> sh) & (VERIFIED | RESIDENT)
+            (w.load(Ordering::Relaxed) >> sh) & (VERIFIED | RESIDENT | READ)
         })
     }
 
@@ -187,12 +209,13 @@ impl Mapping {
         self.page_bits(p) & RESIDENT != 0
     }
 
-    /// Sets the residency bits of pages `p..p + pages` (they were just read through the map).
+    /// Sets the residency and read bits of pages `p..p + pages` (they were just read through
+    /// the map).
     fn mark_resident(&self, p: u64, pages: u64) {
         for q in p..p.saturating_add(pages) {
-            // A load first: the bit is set on all but a page's first read.
-            if !self.known_resident(q) {
-                self.set_bits(q, RESIDENT);
+            // A load first: the bits are set on all but a page's first read.
+            if self.page_bits(q) & (RESIDENT | READ) != RESIDENT | READ {
+                self.set_bits(q, RESIDENT | READ);
             }
         }
     }
@@ -201,7 +224,8 @@ impl Mapping {
     /// be in the page cache (read through the map since the last
     /// [`Mapping::refresh_residency`] or found there by it): `None` otherwise, without touching
     /// the map past page `p`'s header. While the page cache evicts this file's pages (see
-    /// [`Mapping::evicting`]) the bits are only a first filter: every page of the run is also
+    /// [`Mapping::evicting`]), and until a first refresh pass over the map ended without
+    /// eviction, the bits are only a first filter: every page of the run is also
     /// asked about (`mincore`, one call a run) before it is touched, and one found evicted loses
     /// its bit; otherwise a page evicted since it was last known resident still faults (the bits
     /// are as fresh as the last refresh).
@@ -214,7 +238,7 @@ impl Mapping {
         if !self.known_resident(p) {
             return None;
         }
-        let verify = self.evicting.load(Ordering::Relaxed);
+        let verify = self.evicting.load(Ordering::Relaxed) || !self.trusted.load(Ordering::Relaxed);
         if verify && !self.still_resident(p, 1) {
             return None;
         }
@@ -262,7 +286,7 @@ impl Mapping {
         // its bit back at its next read through the map, or at the next refresh).
         for q in p..p.saturating_add(pages) {
             if let Some((w, sh)) = self.slot(q) {
-                w.fetch_and(!(RESIDENT << sh), Ordering::Relaxed);
+                w.fetch_and(!((RESIDENT | READ) << sh), Ordering::Relaxed);
             }
         }
         self.set_evicting(true);
@@ -296,16 +320,30 @@ impl Mapping {
     /// Sets the residency bits of the next [`RESIDENCY_WINDOW`] pages from the page cache (one
     /// `mincore` over them), in passes over the whole map: a pass starts only when
     /// [`Mapping::page_if_resident`] was used since the last one began (else nothing: no cost
-    /// for a storage nobody reads that way). Pages evicted since they were read lose their
-    /// bit; pages read in by anyone gain it. Each call costs about 0.1 ms (256 MiB of map); a
-    /// pass over `n` GiB takes `4n` calls.
+    /// for a storage nobody reads that way). Pages evicted since lose their bits, and the map
+    /// counts as evicting when one of them had been read through it ([`READ`]); pages read in
+    /// by anyone gain their residency bit. Each call costs about 0.1 ms (256 MiB of map); a
+    /// pass over `n` GiB takes `4n` calls, but for the map's first pass, which one call runs
+    /// whole: until a pass ends without eviction no bit is trusted alone
+    /// ([`Mapping::page_if_resident`] asks the kernel), and a map starts with none behind it.
     pub fn refresh_residency(&self) {
+        let windows = (self.len as usize / PAGE_SIZE) / RESIDENCY_WINDOW + 1;
+        for _ in 0..windows {
+            if !self.refresh_window() || self.first_pass_done.load(Ordering::Relaxed) {
+                return;
+            }
+        }
+    }
+
+    /// One window of [`Mapping::refresh_residency`]; whether it refreshed one and the pass
+    /// goes on.
+    fn refresh_window(&self) -> bool {
         let Some(map) = &self.map else {
-            return;
+            return false;
         };
         let start = self.refresh_cursor.load(Ordering::Relaxed);
         if start == 0 && !self.residency_wanted.swap(false, Ordering::Relaxed) {
-            return;
+            return false;
         }
         let end_page = (self.end.load(Ordering::Acquire) as usize).min(map.len()) / PAGE_SIZE;
         // Windows start on a word of the bitmap, so that each updates whole words.
@@ -315,26 +353,24 @@ impl Mapping {
         let next = if stop >= end_page { 0 } else { stop };
         self.refresh_cursor.store(next as u64, Ordering::Relaxed);
         if stop <= start {
-            return;
+            return false;
         }
         let span = &map[start * PAGE_SIZE..stop * PAGE_SIZE];
         let Some(units) = crate::env::page_reads::resident_units(span, PAGE_SIZE) else {
-            return;
+            return false;
         };
         for (i, chunk) in units.chunks(per).enumerate() {
-            let found = chunk
-                .iter()
-                .enumerate()
-                .fold(0u64, |w, (b, r)| w | (u64::from(*r) * RESIDENT) << (2 * b));
+            let found = resident_bits(chunk);
             if let Some(w) = self.bits.get(start / per + i) {
-                // The residency bits replaced, the verified ones kept.
+                // The residency bits replaced, the verified ones kept, the read bits of pages
+                // gone cleared.
                 let old = w
                     .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
-                        Some((old & !RESIDENT_ALL) | found)
+                        Some((old & !(RESIDENT_ALL | READ_ALL)) | found | (old & (found << 1)))
                     })
                     .unwrap_or_else(|old| old);
-                if old & RESIDENT_ALL & !found != 0 {
-                    // A page known resident was evicted.
+                if (old & READ_ALL) >> 1 & !found != 0 {
+                    // A page read through the map was evicted.
                     self.set_evicting(true);
                     self.pass_evicted.store(true, Ordering::Relaxed);
                 }
@@ -344,15 +380,24 @@ impl Mapping {
             // A whole pass ended: its verdict on eviction stands until the next one ends.
             let evicted = self.pass_evicted.swap(false, Ordering::Relaxed);
             self.set_evicting(evicted);
+            if !evicted {
+                self.trusted.store(true, Ordering::Relaxed);
+            }
+            self.first_pass_done.store(true, Ordering::Relaxed);
+            return false;
         }
+        true
     }
 
     /// Looks for pages evicted while their residency bits were set, a few at a time, between
     /// refreshes: the first word of the bitmap with pages known resident, among the next
     /// [`PROBE_SCAN`] words from a cursor of its own, is asked
-    /// about (one `mincore` of its 32 pages, 256 KiB of map); pages found gone lose their bit
-    /// and the map counts as evicting, as after a refresh that finds them
-    /// ([`Mapping::set_evicting`]). Nothing is done while the map
+    /// about (one `mincore` of its 16 pages, 128 KiB of map); pages found gone lose their bits
+    /// and the map counts as evicting ([`Mapping::set_evicting`]), whether or not they were
+    /// read through the map: a probe runs only when callers' reads find pages not in memory,
+    /// and at a cold start the neighbours read around a fault (which `mincore` then counts
+    /// resident, and a refresh marks) leave the cache before the pages read do, so a caller
+    /// must not trust them. Nothing is done while the map
     /// already counts as evicting (every read on a caller's thread then asks the kernel
     /// itself). Returns whether it found an eviction.
     ///
@@ -389,15 +434,11 @@ impl Mapping {
             let Some(units) = crate::env::page_reads::resident_units(span, PAGE_SIZE) else {
                 return false;
             };
-            let found = units
-                .iter()
-                .enumerate()
-                .fold(0u64, |m, (b, r)| m | (u64::from(*r) * RESIDENT) << (2 * b));
-            let gone = known & !found;
+            let gone = known & !resident_bits(&units);
             if gone == 0 {
                 return false;
             }
-            w.fetch_and(!gone, Ordering::Relaxed);
+            w.fetch_and(!(gone | gone << 1), Ordering::Relaxed);
             self.set_evicting(true);
             self.pass_evicted.store(true, Ordering::Relaxed);
             return true;
@@ -445,28 +486,37 @@ impl Mapping {
         let bits = self.page_bits(p);
         if bits & VERIFIED == 0 || force_verify {
             let h = check_image(image, p, &self.path)?;
-            self.set_bits(p, VERIFIED | RESIDENT);
+            self.set_bits(p, VERIFIED | RESIDENT | READ);
             // The checksum read the whole run.
             self.mark_resident(p + 1, (image.len() / PAGE_SIZE) as u64 - 1);
             return Ok((image, h));
         }
-        if bits & RESIDENT == 0 {
+        if bits & (RESIDENT | READ) != RESIDENT | READ {
             // The header was read: its page is in memory now.
-            self.set_bits(p, RESIDENT);
+            self.set_bits(p, RESIDENT | READ);
         }
         Ok((image, h))
     }
+}
+
+/// A word of [`Mapping`]'s bitmap with the [`RESIDENT`] bits of the pages `mincore` found in
+/// memory (`resident[b]` for the word's page `b`), no other bit.
+fn resident_bits(resident: &[bool]) -> u64 {
+    resident.iter().enumerate().fold(0u64, |w, (b, r)| {
+        w | (u64::from(*r) * RESIDENT) << (BITS_PER_PAGE * b as u64)
+    })
 }
 
 /// Pages whose residency one [`Mapping::refresh_residency`] call asks the page cache about
 /// (32,768: 256 MiB of map, one `mincore` of 65,536 bytes on 4 KiB pages).
 pub(crate) const RESIDENCY_WINDOW: usize = 32_768;
 
-/// Words of the residency bitmap (32 pages each) one [`Mapping::probe_residency`] looks at, at
-/// most, to find one with pages to check: 2,048 pages, 16 MiB of map, so that a reader pool
+/// Words of the residency bitmap ([`PAGES_PER_WORD`] pages each) one
+/// [`Mapping::probe_residency`] looks at, at most, to find one with pages to check: 2,048
+/// pages, 16 MiB of map, so that a reader pool
 /// answering thousands of cold reads a second sweeps a 4 GiB map in a fraction of a second
-/// while each probe asks the kernel about 32 pages at most.
-const PROBE_SCAN: u64 = 64;
+/// while each probe asks the kernel about 16 pages at most.
+const PROBE_SCAN: u64 = 128;
 
 /// Pages of the map one [`Mapping::probe_residency`] looks over, at most.
 #[cfg(test)]

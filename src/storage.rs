@@ -485,7 +485,7 @@ impl Storage {
     }
 
     /// Checks a few pages of the current map known resident against the page cache (one
-    /// `mincore` of 32 pages at most), so that an eviction is noticed between refreshes
+    /// `mincore` of 16 pages at most), so that an eviction is noticed between refreshes
     /// (`Mapping::probe_residency`). The actor engine's readers call it after a read that a
     /// caller's thread sent them for a page not known resident. Returns whether it found one.
     pub(crate) fn probe_residency(&self) -> bool {
