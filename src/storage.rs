@@ -2171,7 +2171,10 @@ impl Source<'_> {
     /// the durable header has not moved past what it replayed (a journal file released during
     /// the replay could hide records, but only records a newer header covers). An attempt
     /// that fails while a writer is live, the header moved, or a journal file was read short
-    /// is made again, up to [`LOAD_ATTEMPTS`]; the slot then states the replayed txn.
+    /// is made again, up to [`LOAD_ATTEMPTS`]; the slot then states the replayed txn. An
+    /// attempt that a flush passed goes on from where its replay ended
+    /// ([`Source::attempt_resumed`]): the next one reads only the records written since, not
+    /// the whole journal again.
     fn load(
         &self,
         len: u64,
@@ -2189,7 +2192,7 @@ impl Source<'_> {
                 path: self.data_path.to_path_buf(),
                 holder: "a read-write opener that flushed while it was read".into(),
             };
-            let l = self.attempt_pinned(len, &pin)?;
+            let l = self.attempt_pinned(len, &pin, None)?;
             let (now, _) = read_header(&**self.data, self.data_path)?;
             if at
                 .sequence
@@ -2201,6 +2204,8 @@ impl Source<'_> {
             return Ok(l);
         }
         let mut last = None;
+        // The replayed txn and the end of the records taken of the last attempt a flush passed.
+        let mut passed: Option<(u64, (u64, u64))> = None;
         for attempt in 0..LOAD_ATTEMPTS {
             // Every page pinned (an open), or every page the oldest state held here reads (a
             // catch-up: pages the newer state reads are in use there too, or freed later).
@@ -2209,10 +2214,11 @@ impl Source<'_> {
             let before = read_header(&**self.data, self.data_path)
                 .ok()
                 .map(|(h, _)| h.sequence);
-            let r = self.attempt_pinned(len, &pin).and_then(|l| {
+            let r = self.attempt_resumed(len, &pin, passed.take()).and_then(|l| {
                 // Accepted only when no durable header is past what was replayed.
                 let (now, _) = read_header(&**self.data, self.data_path)?;
                 if now.flushed_txn > l.2.txn_id {
+                    passed = Some((l.2.txn_id, l.3.end));
                     return Err(Error::AlreadyOpen {
                         path: self.data_path.to_path_buf(),
                         holder: format!(
@@ -2253,7 +2259,33 @@ impl Source<'_> {
 
     /// One attempt of [`Source::load`] without a slot.
     fn attempt(&self, len: u64) -> Result<Loaded> {
-        self.attempt_pinned(len, &|_| {})
+        self.attempt_pinned(len, &|_| {}, None)
+    }
+
+    /// One attempt of [`Source::load`] after one whose replay a flush passed: `passed` is that
+    /// replay's txn `x` and the `(journal number, offset)` where the records it took end. Every
+    /// record after `x` lies at or after that end (a storage's records are in txn order across
+    /// the files, and a file started since is numbered above every file listed then), and the
+    /// newest durable header is past `x`, so its state plus the records from that end on is
+    /// the newest committed state: only those records are read (as a catch-up reads them,
+    /// design.md 6.5). When that cannot be done (the header is not past `x`, the end's file was
+    /// released meanwhile, or that replay fails) the attempt reads the whole journal after the
+    /// header instead. `None`: a whole attempt.
+    fn attempt_resumed(
+        &self,
+        len: u64,
+        pin: &dyn Fn(u64),
+        passed: Option<(u64, (u64, u64))>,
+    ) -> Result<Loaded> {
+        if let Some((x, end)) = passed.filter(|(_, (file, _))| *file != 0) {
+            match self.attempt_pinned(len, pin, Some((x, end))) {
+                Ok(l) => return Ok(l),
+                Err(e) => {
+                    tracing::debug!(path = %self.data_path.display(), error = %e, "reading only the records after a passed replay failed: reading the journal again");
+                }
+            }
+        }
+        self.attempt_pinned(len, pin, None)
     }
 
     /// The newest header, read as an open does (a foreign data file next to journals is
@@ -2287,10 +2319,23 @@ impl Source<'_> {
     }
 
     /// One attempt: header, length check, map, replay. `pin` is told the header's flushed txn
-    /// before anything of the state is read.
-    fn attempt_pinned(&self, len: u64, pin: &dyn Fn(u64)) -> Result<Loaded> {
+    /// before anything of the state is read. `after`: `(x, end)` of a replay a flush passed
+    /// ([`Source::attempt_resumed`]): the journal is read from `end` on only, and the header
+    /// must be past `x` (else [`Error::AlreadyOpen`]).
+    fn attempt_pinned(
+        &self,
+        len: u64,
+        pin: &dyn Fn(u64),
+        after: Option<(u64, (u64, u64))>,
+    ) -> Result<Loaded> {
         let (env, data, data_path) = (self.env, self.data, self.data_path);
         let (hdr, slot) = Source::precheck(env, &**data, data_path, self.journals_dir, len)?;
+        if after.is_some_and(|(x, _)| hdr.flushed_txn < x) {
+            return Err(Error::AlreadyOpen {
+                path: data_path.to_path_buf(),
+                holder: "a read-write opener whose durable header is behind a replay".into(),
+            });
+        }
         pin(hdr.flushed_txn);
         let mapping = Arc::new(Mapping::new(
             data,
@@ -2325,7 +2370,7 @@ impl Source<'_> {
             &hdr,
             &mut state,
             cut,
-            None,
+            after.map(|(_, end)| end),
         )?;
         Ok((hdr, slot, state, files, len))
     }

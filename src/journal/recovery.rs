@@ -116,19 +116,27 @@ pub fn scan_from(
         .unwrap_or_else(|| Err(malformed()))
     })?;
     if len < durable.0 {
-        // A power loss never shortens what was synced: the file was cut (truncated, or copied
-        // short), and whatever batches were after the cut are lost.
-        return Err(Error::corruption(
-            path,
-            None,
-            Some(len),
-            format!(
-                "the journal file was cut short: it is {len} bytes, but the batch whose padding \
-                 is at offset {} was written when {} bytes of it were durable; records after \
-                 offset {pos} may be lost",
-                durable.1, durable.0
-            ),
-        ));
+        // Beside a live writer (a reader in another process) the file grows while it is read:
+        // the background zeroes ahead past `len`, and a batch written after that, still below
+        // `len`, records the new zeroed end. Every byte below a recorded durable length was in
+        // the file before its batch was written, so the file's length now, after the batch was
+        // read, tells a file that grew from one that was cut.
+        let now = file.len()?;
+        if now < durable.0 {
+            // A power loss never shortens what was synced: the file was cut (truncated, or
+            // copied short), and whatever batches were after the cut are lost.
+            return Err(Error::corruption(
+                path,
+                None,
+                Some(now),
+                format!(
+                    "the journal file was cut short: it is {now} bytes, but the batch whose \
+                     padding is at offset {} was written when {} bytes of it were durable; \
+                     records after offset {pos} may be lost",
+                    durable.1, durable.0
+                ),
+            ));
+        }
     }
     let mut hbuf = [0u8; RECORD_HEADER_LEN];
     if pos + RECORD_HEADER_LEN as u64 <= len && file.read_exact_at(&mut hbuf, pos).is_ok() {

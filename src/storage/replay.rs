@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use crate::env::StorageEnv;
+use crate::env::{OpenMode, StorageEnv};
 use crate::error::{Error, Result};
 use crate::journal::diff::apply_ranges;
 use crate::journal::record::{
@@ -221,7 +221,9 @@ pub(super) fn recover(
     }
     if from.is_none() {
         check_started(
+            env,
             dir,
+            borrowed,
             &lens,
             (hdr.journal_started, hdr.journal_started_len),
             &starts,
@@ -357,17 +359,22 @@ type OwnedRanges = Vec<(usize, Vec<u8>)>;
 /// Checks the start statements of the journal a storage owns (docs/design.md, 3.8 and
 /// section 6): `header` is its header's `(file, length)` (file 0: none), `starts` the
 /// `(file, length)` of the start records its journal wrote into the files scanned, `files` the
-/// path and length of every journal file found (own names and borrowed ones). Every file
+/// path and length of every journal file scanned (own names and borrowed ones). Every file
 /// numbered at or above the header's must exist when a statement names it, and be at least as
 /// long as stated: the header's length for its own file (newer than any start record about it),
 /// the longest start record's for later ones. Statements about files below the header's are
-/// ignored: those files may have been released since.
+/// ignored: those files may have been released since. A stated file that was not scanned is
+/// looked up again in `dir` (then among `borrowed`) before it is called missing
+/// ([`stated_file`]).
 ///
 /// Errors: [`Error::Corruption`] naming the missing or short file. A power loss cannot cause
 /// either: a statement is made only after its file's creation, zeros and directory entry are
-/// synced, and a file at or above the durable statement is never released.
+/// synced, and a file at or above the durable statement is never released. The I/O error of
+/// looking a file up again, other than its absence.
 fn check_started(
+    env: &dyn StorageEnv,
     dir: &Path,
+    borrowed: &[(u64, PathBuf)],
     files: &BTreeMap<u64, (PathBuf, u64)>,
     header: (u64, u64),
     starts: &[(u64, u64)],
@@ -383,7 +390,7 @@ fn check_started(
         *l = (*l).max(len);
     }
     for (no, len) in stated {
-        match files.get(&no) {
+        match stated_file(env, dir, borrowed, files, no)? {
             None => {
                 return Err(Error::corruption(
                     dir.join(crate::journal::file_name(no)),
@@ -395,11 +402,11 @@ fn check_started(
                     ),
                 ))
             }
-            Some((path, have)) if *have < len => {
+            Some((path, have)) if have < len => {
                 return Err(Error::corruption(
                     path,
                     None,
-                    Some(*have),
+                    Some(have),
                     format!(
                         "the journal file was cut short: it is {have} bytes, but it was started \
                          with {len} durable bytes; records in it may be lost"
@@ -410,4 +417,46 @@ fn check_started(
         }
     }
     Ok(())
+}
+
+/// The path and length of journal file `no` for [`check_started`]: as scanned (`files`), else
+/// looked up again by name, in `dir` first, then among `borrowed` names; `None` when no name of
+/// it exists now.
+///
+/// Why again: the files scanned were listed once, before the scan. Beside a live writer (a
+/// read-only open in another process, design.md 6.5) the writer may start the next file after
+/// that listing and write its start record into a file the reader then scans: the statement is
+/// read, the file was never listed. The record is written only once the new file's name and
+/// zeros are durable, so a file that truly lost every name is still missing when looked up
+/// again, and is reported as before.
+///
+/// Errors: the I/O error of opening a name that exists, or of reading its length.
+fn stated_file(
+    env: &dyn StorageEnv,
+    dir: &Path,
+    borrowed: &[(u64, PathBuf)],
+    files: &BTreeMap<u64, (PathBuf, u64)>,
+    no: u64,
+) -> Result<Option<(PathBuf, u64)>> {
+    if let Some((path, len)) = files.get(&no) {
+        return Ok(Some((path.clone(), *len)));
+    }
+    let names = std::iter::once(dir.join(crate::journal::file_name(no))).chain(
+        borrowed
+            .iter()
+            .filter(|(n, _)| *n == no)
+            .map(|(_, p)| p.clone()),
+    );
+    for path in names {
+        match env.open(&path, OpenMode::ReadOnly) {
+            Ok(f) => {
+                let len = f.len()?;
+                tracing::debug!(file = %path.display(), "a stated journal file started after the listing");
+                return Ok(Some((path, len)));
+            }
+            Err(e) if e.source.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(None)
 }

@@ -107,7 +107,35 @@ fn writer_child_entry() {
     let Ok(dir) = std::env::var(WRITER_DIR) else {
         return;
     };
-    let s = Storage::open(&dir, writer_opts()).expect("writer child: open");
+    run_writer(&dir, writer_opts());
+}
+
+/// Set in a rotating writer child's environment: the storage directory it writes.
+const ROTATING_WRITER_DIR: &str = "OMNIBUS_LIVE_READERS_ROTATING_WRITER_DIR";
+
+/// The writer of [`writer_opts`] with small journal files zeroed a window at a time: while a
+/// reader scans the current file, the background zeroes it further and the writer starts the
+/// next file, many times a second.
+fn rotating_writer_opts() -> Options {
+    Options {
+        journal_file_size: 8 << 20,
+        journal_prezero: omnibus::Prezero::Ahead(256 << 10),
+        ..writer_opts()
+    }
+}
+
+/// The writer child of [`rotating_writer_opts`], as [`writer_child_entry`].
+#[test]
+fn rotating_writer_child_entry() {
+    let Ok(dir) = std::env::var(ROTATING_WRITER_DIR) else {
+        return;
+    };
+    run_writer(&dir, rotating_writer_opts());
+}
+
+/// The writer children's body: see [`writer_child_entry`].
+fn run_writer(dir: &str, opts: Options) {
+    let s = Storage::open(dir, opts).expect("writer child: open");
     let mut t = s
         .begin_read()
         .unwrap()
@@ -240,6 +268,124 @@ fn readers_beside_a_live_writer_read_one_committed_state_while_pages_are_reused(
         assert_eq!(verify(&held, "the held snapshot at the end"), t);
     }
     kill(writer);
+}
+
+/// Counts, by cause, the attempts of read-only opens and catch-ups made again (the events
+/// `Source::load` logs at DEBUG: "reading beside a live writer: trying again").
+#[derive(Clone, Default)]
+struct Retries(Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>);
+
+/// The `error` field of an event.
+struct ErrorField(Option<String>, bool);
+
+impl tracing::field::Visit for ErrorField {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        match field.name() {
+            "error" => self.0 = Some(format!("{value:?}")),
+            "message" => self.1 = format!("{value:?}").contains("trying again"),
+            _ => {}
+        }
+    }
+}
+
+impl tracing::Subscriber for Retries {
+    fn register_callsite(
+        &self,
+        _: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::always()
+    }
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::DEBUG)
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut f = ErrorField(None, false);
+        event.record(&mut f);
+        if let ErrorField(Some(e), true) = f {
+            let cause = if e.contains("cut short") {
+                "a journal file cut short"
+            } else if e.contains("journal file is missing") {
+                "a journal file missing"
+            } else if e.contains("flushed past") {
+                "the header moved past the replay"
+            } else if e.contains("txn ids are not contiguous") {
+                "a gap in the txn ids"
+            } else {
+                &e
+            };
+            *self.0.lock().unwrap().entry(cause.into()).or_default() += 1;
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[test]
+fn readers_beside_a_writer_whose_journal_grows_and_rotates_under_them() {
+    // Stress beside `reader_beside_moving_journal` (tests/core), which forces each race: here
+    // a real writer process zeroes its current file further and starts the next one while
+    // read-only opens and catch-ups scan it; every one succeeds, and the attempts they made
+    // again are printed by cause.
+    let _no_children = children::no_children_meanwhile();
+    if std::env::var(ROTATING_WRITER_DIR).is_ok() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let (writer, acked) = start("rotating_writer_child_entry", ROTATING_WRITER_DIR, &path);
+    wait_for(&acked, 0, 5);
+    let retries = Retries::default();
+    // As `tests/core/metrics.rs` does: a second dispatcher makes callsites first reached by
+    // tests beside this one consult this subscriber too.
+    let _second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+    let (mut opens, mut catch_ups) = (0u64, 0u64);
+    let until = Instant::now() + Duration::from_secs(5);
+    tracing::subscriber::with_default(retries.clone(), || {
+        tracing::callsite::rebuild_interest_cache();
+        while Instant::now() < until {
+            let before = acked.load(Ordering::SeqCst);
+            let s = Storage::open(&path, read_only())
+                .unwrap_or_else(|e| panic!("open {opens} beside the writer: {e}"));
+            opens += 1;
+            let t = verify(&s.begin_read().unwrap(), "a new reader");
+            assert!(
+                t >= before,
+                "state {t}, {before} acknowledged before the open"
+            );
+            for _ in 0..3 {
+                let before = acked.load(Ordering::SeqCst);
+                s.catch_up()
+                    .unwrap_or_else(|e| panic!("catch-up {catch_ups} beside the writer: {e}"));
+                catch_ups += 1;
+                let now = verify(&s.begin_read().unwrap(), "a caught-up reader");
+                assert!(now >= before, "state {now}, {before} acknowledged before");
+            }
+        }
+    });
+    let journals = path.join(omnibus::testing::layout::JOURNALS_DIR);
+    let newest = std::fs::read_dir(&journals)
+        .unwrap()
+        .filter_map(|e| omnibus::testing::journal::parse_file_name(e.ok()?.file_name().to_str()?))
+        .max()
+        .unwrap_or(0);
+    kill(writer);
+    eprintln!(
+        "{opens} read-only opens and {catch_ups} catch-ups beside the writer (journal files 1 to \
+         {newest}); attempts made again: {:?}",
+        retries.0.lock().unwrap()
+    );
+    assert!(
+        newest >= 3,
+        "the writer started {newest} journal files only"
+    );
 }
 
 #[test]
