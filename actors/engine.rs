@@ -159,12 +159,13 @@ enum Queue {
 /// The switch costs one `io_uring_enter` (a few µs), 200 times a second at most.
 const PREEMPT_TIMER: Duration = Duration::from_millis(5);
 
-/// The CPU priority of the thread that refreshes the maps' residency bits (the lowest: the
-/// `SCHED_IDLE` class): a refresh of a map whose pages this process has not mapped costs up to
-/// a few ms of CPU (`mincore` looks each page up in the page cache), and at the default
-/// priority it kept an application's tokio worker from its CPU for that long, at nice 19 for
-/// up to a slice of the scheduler's, 2 to 6 ms (`cargo bench --bench cold_reads`).
-const RESIDENCY_CPU: CpuPriority = CpuPriority::Idle;
+/// The CPU priority of the thread that refreshes the maps' residency bits (nice 19, the
+/// lowest): a refresh of a map whose pages this process has not mapped costs up to a few ms of
+/// CPU (`mincore` looks each page up in the page cache), and at the default priority it kept
+/// an application's tokio worker from its CPU for that long (`cargo bench --bench
+/// cold_reads`). Not `SCHED_IDLE`: under an application that keeps every CPU busy a refresh
+/// pass would never end (and a map that counts as evicting never stops).
+const RESIDENCY_CPU: CpuPriority = CpuPriority::Lowest;
 
 /// How often the keepalive thread (`omnibus-keepalive`) wakes every executor from outside.
 ///

@@ -15,11 +15,12 @@
 //!   on each of its threads.
 //! - The *residency thread* (`omnibus-residency-0`, a pool of one) runs the flushers'
 //!   residency refreshes (`Storage::refresh_residency`, a `mincore` over 256 MiB of a map, up
-//!   to a few ms of CPU on pages the process has not mapped) in the `SCHED_IDLE` class (and at
-//!   CPU nice 19 where that class is refused), so that this bookkeeping never takes a CPU from
-//!   the application's threads (a tokio worker woken by its timer preempts it at once; at nice
-//!   19 alone it waited for the refresh's slice, up to 6 ms) and runs on CPU time they leave
-//!   idle.
+//!   to a few ms of CPU on pages the process has not mapped) at CPU nice 19, asking the kernel
+//!   in steps of 16 MiB with a `sched_yield` between them (`env/page_reads.rs`), so that this
+//!   bookkeeping takes a CPU from the application's threads for a step at most (a tokio
+//!   worker woken by its timer waited up to 6 ms for one call over 256 MiB) and still makes
+//!   progress on a machine they keep busy (in the `SCHED_IDLE` class a refresh pass never
+//!   ended while two tokio workers kept both CPUs busy).
 //!
 //! Not to be confused with the io_uring environment's *lanes* (`env/uring.rs`: the critical and
 //! the background lane, each a ring owned by one thread), which lie beneath this interface:
@@ -51,16 +52,15 @@ struct PoolInner {
 }
 
 use crate::actor_interface::set_thread_io_priority as set_io_priority;
-use crate::actor_interface::{set_thread_idle_class, set_thread_nice};
+use crate::actor_interface::set_thread_nice;
 
 /// The CPU priority of an [`IoPool`]'s threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum CpuPriority {
     /// The process's own.
     Normal,
-    /// Only CPU time no other thread wants: `SCHED_IDLE`, and nice 19 (what is left where
-    /// that class is refused).
-    Idle,
+    /// The lowest nice value, 19.
+    Lowest,
 }
 
 fn wrap<T: Send + 'static>(
@@ -98,12 +98,9 @@ impl IoPool {
                             tracing::warn!(error = %e, "ioprio_set failed; flushes run at normal I/O priority");
                         }
                     }
-                    if cpu == CpuPriority::Idle {
+                    if cpu == CpuPriority::Lowest {
                         if let Err(e) = set_thread_nice(19) {
                             tracing::warn!(error = %e, "setpriority failed; the pool runs at the process's CPU nice value");
-                        }
-                        if let Err(e) = set_thread_idle_class() {
-                            tracing::warn!(error = %e, "sched_setscheduler(SCHED_IDLE) failed; the pool runs at CPU nice 19");
                         }
                     }
                     while let Ok(job) = rx.recv() {

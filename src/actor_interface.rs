@@ -277,8 +277,6 @@ pub(crate) fn record_len(record: &OutRecord) -> u64 {
 pub(crate) use crate::env::mark_executor_thread;
 /// Whether the calling thread is an executor (a handle's blocking call there is refused).
 pub(crate) use crate::env::on_executor;
-/// Puts the calling thread in the `SCHED_IDLE` class (the residency refresh's thread).
-pub(crate) use crate::env::set_thread_idle_class;
 /// Puts the calling thread in I/O class best effort at a level (the background I/O pool: 7).
 pub(crate) use crate::env::set_thread_io_priority;
 /// Sets the calling thread's CPU nice value (the residency refresh's thread: 19).

@@ -71,13 +71,6 @@ pub(crate) struct Mapping {
     evicting: AtomicBool,
     /// An eviction was found since the current refresh pass began.
     pass_evicted: AtomicBool,
-    /// A whole refresh pass ended that found no eviction: until then the bits are only a
-    /// first filter, as while [`Mapping::evicting`] (a map starts with no pass behind it: at a
-    /// cold start under a memory limit, pages read through it leave the page cache before a
-    /// refresh or a probe can notice, and a caller trusting their bits waited for the disk).
-    trusted: AtomicBool,
-    /// The first refresh pass ended (it runs whole in one call, not a window a call).
-    first_pass_done: AtomicBool,
     path: Arc<PathBuf>,
     /// The data file, for [`crate::btree::multi_get`]'s reads of pages not in memory (its
     /// `raw_fd` is the real file, as the map's).
@@ -141,8 +134,6 @@ impl Mapping {
             probe_cursor: AtomicU64::new(0),
             evicting: AtomicBool::new(false),
             pass_evicted: AtomicBool::new(false),
-            trusted: AtomicBool::new(false),
-            first_pass_done: AtomicBool::new(false),
             path,
             file: file.clone(),
             read_hints: Default::default(),
@@ -224,8 +215,7 @@ impl Mapping {
     /// be in the page cache (read through the map since the last
     /// [`Mapping::refresh_residency`] or found there by it): `None` otherwise, without touching
     /// the map past page `p`'s header. While the page cache evicts this file's pages (see
-    /// [`Mapping::evicting`]), and until a first refresh pass over the map ended without
-    /// eviction, the bits are only a first filter: every page of the run is also
+    /// [`Mapping::evicting`]) the bits are only a first filter: every page of the run is also
     /// asked about (`mincore`, one call a run) before it is touched, and one found evicted loses
     /// its bit; otherwise a page evicted since it was last known resident still faults (the bits
     /// are as fresh as the last refresh).
@@ -238,7 +228,7 @@ impl Mapping {
         if !self.known_resident(p) {
             return None;
         }
-        let verify = self.evicting.load(Ordering::Relaxed) || !self.trusted.load(Ordering::Relaxed);
+        let verify = self.evicting.load(Ordering::Relaxed);
         if verify && !self.still_resident(p, 1) {
             return None;
         }
@@ -323,27 +313,14 @@ impl Mapping {
     /// for a storage nobody reads that way). Pages evicted since lose their bits, and the map
     /// counts as evicting when one of them had been read through it ([`READ`]); pages read in
     /// by anyone gain their residency bit. Each call costs about 0.1 ms (256 MiB of map); a
-    /// pass over `n` GiB takes `4n` calls, but for the map's first pass, which one call runs
-    /// whole: until a pass ends without eviction no bit is trusted alone
-    /// ([`Mapping::page_if_resident`] asks the kernel), and a map starts with none behind it.
+    /// pass over `n` GiB takes `4n` calls.
     pub fn refresh_residency(&self) {
-        let windows = (self.len as usize / PAGE_SIZE) / RESIDENCY_WINDOW + 1;
-        for _ in 0..windows {
-            if !self.refresh_window() || self.first_pass_done.load(Ordering::Relaxed) {
-                return;
-            }
-        }
-    }
-
-    /// One window of [`Mapping::refresh_residency`]; whether it refreshed one and the pass
-    /// goes on.
-    fn refresh_window(&self) -> bool {
         let Some(map) = &self.map else {
-            return false;
+            return;
         };
         let start = self.refresh_cursor.load(Ordering::Relaxed);
         if start == 0 && !self.residency_wanted.swap(false, Ordering::Relaxed) {
-            return false;
+            return;
         }
         let end_page = (self.end.load(Ordering::Acquire) as usize).min(map.len()) / PAGE_SIZE;
         // Windows start on a word of the bitmap, so that each updates whole words.
@@ -353,11 +330,11 @@ impl Mapping {
         let next = if stop >= end_page { 0 } else { stop };
         self.refresh_cursor.store(next as u64, Ordering::Relaxed);
         if stop <= start {
-            return false;
+            return;
         }
         let span = &map[start * PAGE_SIZE..stop * PAGE_SIZE];
         let Some(units) = crate::env::page_reads::resident_units(span, PAGE_SIZE) else {
-            return false;
+            return;
         };
         for (i, chunk) in units.chunks(per).enumerate() {
             let found = resident_bits(chunk);
@@ -380,13 +357,7 @@ impl Mapping {
             // A whole pass ended: its verdict on eviction stands until the next one ends.
             let evicted = self.pass_evicted.swap(false, Ordering::Relaxed);
             self.set_evicting(evicted);
-            if !evicted {
-                self.trusted.store(true, Ordering::Relaxed);
-            }
-            self.first_pass_done.store(true, Ordering::Relaxed);
-            return false;
         }
-        true
     }
 
     /// Looks for pages evicted while their residency bits were set, a few at a time, between

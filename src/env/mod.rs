@@ -486,25 +486,6 @@ fn choose_env(
     }
 }
 
-/// Puts the calling thread in the `SCHED_IDLE` scheduling class with
-/// `sched_setscheduler(0, SCHED_IDLE, {0})` (on Linux a policy belongs to a thread): it runs
-/// only on CPU time no other thread wants, and a thread of a normal class that wakes on its CPU
-/// preempts it at once (at nice 19 alone the kernel's fair scheduler still lets it finish its
-/// slice first: milliseconds). Used for the residency refresh, bookkeeping that must not keep
-/// the application's threads from a CPU. Entering `SCHED_IDLE` needs no privilege.
-///
-/// Errors: the OS error of `sched_setscheduler`.
-pub(crate) fn set_thread_idle_class() -> std::io::Result<()> {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: sched_setscheduler reads the one `sched_param` we pass, which outlives the call;
-    // pid 0 means the calling thread.
-    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// Sets the calling thread's CPU nice value to `nice` (-20 highest, 19 lowest) with
 /// `setpriority(PRIO_PROCESS, gettid(), nice)` (on Linux a nice value belongs to a thread):
 /// used for the residency refresh, background bookkeeping that must not take a CPU from the

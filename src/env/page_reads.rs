@@ -143,16 +143,17 @@ pub fn is_resident(span: &[u8]) -> bool {
 }
 
 /// OS pages one `mincore` call of [`resident_units`] asks about, at most (16 MiB on 4 KiB
-/// pages, the kernel's own step inside one call): a kernel built without preemption
-/// (`PREEMPT_NONE`, this machine's) gives the CPU to a waiting thread only when the caller
-/// returns to user space, and a call over pages this process has not mapped looks each up in
-/// the page cache (about 0.3 ms per 4,096 of them here): one call over a 256 MiB refresh
-/// window kept a CPU for 3 to 8 ms.
+/// pages, the kernel's own step inside one call), with a `sched_yield` between two calls: a
+/// kernel built without preemption (`PREEMPT_NONE`, the benchmarks' machine's) gives the CPU
+/// to a waiting thread only when the caller returns to user space, and the fair scheduler lets
+/// even a nice 19 thread finish its slice before a woken one runs; a call over pages this
+/// process has not mapped looks each up in the page cache (about 0.3 ms per 4,096 of them
+/// there): one call over a 256 MiB refresh window kept a CPU for 3 to 8 ms.
 const MINCORE_STEP: usize = 4096;
 
 /// Which `unit`-byte pieces of `span` (a whole read-only map, page aligned; `unit` a multiple of
 /// the OS page) are wholly in the page cache: one `mincore` per [`MINCORE_STEP`] OS pages of
-/// the span, then one bool per piece. `None` when a `mincore` failed (the caller then keeps
+/// the span (a yield of the CPU between two), then one bool per piece. `None` when a `mincore` failed (the caller then keeps
 /// what it knew).
 pub fn resident_units(span: &[u8], unit: usize) -> Option<Vec<bool>> {
     let ps = os_page();
@@ -166,6 +167,10 @@ pub fn resident_units(span: &[u8], unit: usize) -> Option<Vec<bool>> {
     let n = span.len().div_ceil(ps);
     let mut vec = vec![0u8; n];
     for (i, part) in vec.chunks_mut(MINCORE_STEP).enumerate() {
+        if i > 0 {
+            // A thread waiting for this CPU goes first.
+            std::thread::yield_now();
+        }
         let start = i * MINCORE_STEP * ps;
         let len = (part.len() * ps).min(span.len() - start);
         // SAFETY: `span` is page aligned and part of a live mapping (the caller's map outlives

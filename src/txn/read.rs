@@ -439,41 +439,6 @@ mod tests {
         assert!(!s.probe_residency());
     }
 
-    /// At a cold start under a memory limit, pages read through a new map left the page cache
-    /// before any refresh or probe noticed, and a read on a caller's thread trusted their bits
-    /// and waited for the disk: until a first refresh pass ends without eviction, each page is
-    /// asked about first.
-    #[test]
-    fn a_new_map_asks_the_kernel_until_a_refresh_pass_finds_no_eviction() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = reopened(&dir.path().join("s"));
-        let r = s.begin_read().unwrap();
-        let state = r.state_for_tests();
-        let pages = state.mapping.len() / crate::page::PAGE_SIZE as u64;
-        let span = state.mapping.span(0, pages).unwrap();
-        assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
-        assert!(!state.mapping.evicting(), "nothing found evicted yet");
-        // Evicted with the bits set and no refresh since: the read asks, touches nothing.
-        page_out(span);
-        let before = resident_pages(span);
-        assert!(r.get_if_resident(&key(7)).is_none());
-        assert_eq!(resident_pages(span), before, "a page was faulted in");
-        // The check found pages gone: the map counts as evicting for the pass under way.
-        assert!(state.mapping.evicting());
-        assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
-        s.refresh_residency();
-        assert!(state.mapping.evicting(), "the pass that found the eviction");
-        // A whole pass with no eviction: the bits are trusted alone (a page evicted since
-        // then faults back in, as documented).
-        assert!(r.get_if_resident(&key(7)).is_some());
-        s.refresh_residency();
-        assert!(!state.mapping.evicting());
-        page_out(span);
-        let before = resident_pages(span);
-        assert!(r.get_if_resident(&key(7)).is_some());
-        assert!(resident_pages(span) > before, "trusted bits read the path");
-    }
-
     /// A host's proactive reclaim paging out pages that a refresh had found in the page cache
     /// and no reader of the map touched kept the map counting as evicting, so that every warm
     /// read on a caller's thread asked the kernel about each page of its path: such evictions
