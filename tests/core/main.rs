@@ -45,6 +45,7 @@ mod public_api;
 mod punch_clustered_delete;
 mod range_model;
 mod range_syntax;
+mod readme_examples;
 mod sorted_fill;
 mod storage_not_found;
 mod write_modes;
