@@ -424,3 +424,50 @@ fn no_actor_handle_gives_out_the_writable_core() {
         .iter()
         .all(|n| n != "Storage"));
 }
+
+/// The library's own dependencies (`[dependencies]` of the root Cargo.toml) hold nothing of the
+/// command line (it is the `omnibus-cli` package), glommio and futures-lite only with the
+/// `actors` feature (optional), and hdrhistogram without its default features (its
+/// serialization: flate2, base64): a dependent that adds `omnibus` gets none of them.
+#[test]
+fn the_library_has_no_command_line_dependency() {
+    let manifest =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
+    let deps: Vec<(&str, &str)> = manifest
+        .lines()
+        .skip_while(|l| l.trim() != "[dependencies]")
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .filter_map(|l| l.split_once(" = "))
+        .filter(|(name, _)| !name.trim_start().starts_with('#'))
+        .map(|(name, spec)| (name.trim(), spec.trim()))
+        .collect();
+    assert!(deps.len() >= 10, "{deps:?}");
+    for (name, _) in &deps {
+        assert!(
+            ![
+                "clap",
+                "tokio",
+                "plotters",
+                "png",
+                "serde",
+                "serde_json",
+                "indicatif",
+                "tracing-subscriber",
+                "font8x8",
+                "tempfile",
+            ]
+            .contains(name),
+            "the library depends on {name}, which only the command line needs"
+        );
+    }
+    let spec = |n: &str| {
+        deps.iter()
+            .find(|(name, _)| *name == n)
+            .map(|(_, s)| *s)
+            .unwrap_or_else(|| panic!("no {n} in {deps:?}"))
+    };
+    assert!(spec("glommio").contains("optional = true"));
+    assert!(spec("futures-lite").contains("optional = true"));
+    assert!(spec("hdrhistogram").contains("default-features = false"));
+}
