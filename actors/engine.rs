@@ -347,16 +347,9 @@ struct IndexEntry {
 /// the engine running: once the last [`Engine`] clone is dropped (or shut down), its calls
 /// fail with [`Error::Closed`].
 ///
-/// Cancel safety of its async methods (what dropping the future before it is ready means):
-/// the work a method hands to the engine's background I/O pool or to an actor goes on to its
-/// end, and only its answer is lost. `storage` and `create_storage`: the storage is opened or
-/// created all the same, and the next call returns its handle. `flush` and `backup`: the flush
-/// or the copy completes (or fails) on the pool; a backup's destination is then whole or
-/// refused by every open, as for any backup. `drop_storage`: may stop halfway (its index actor
-/// stopped, the storage still there); calling it again finishes. `define_index`: dropped
-/// before it is ready, the index is not defined (the root drops its feed at its next commit),
-/// though its storage may have been created; defining it again works. `wait_for_indexes`,
-/// `wait_for_index` and `check_indexes`: nothing changes (a check on the pool runs to its end).
+/// Cancel safety (what dropping an async method's future before it is ready means): each
+/// method says it. In short, work a method has handed to the engine's background I/O pool or
+/// to an actor goes on to its end and only its answer is lost; waits and reads change nothing.
 ///
 /// From an application's own glommio executor (the engine's executors are its own; the
 /// application's tasks await the handles as any other future):
@@ -685,6 +678,12 @@ impl Engine {
     /// its [`IndexDefinition::write_buffer_bytes`]; a database written with buffers through
     /// the library opens, and its storages' first commits apply what the journal put back.
     /// The open's own errors.
+    ///
+    /// Cancel safety: the open (recovery included) is handed to the engine's background I/O
+    /// pool at the future's first poll. Dropped before that, nothing happens; dropped after,
+    /// the open still runs to its end and the database it opened is closed again when its
+    /// lost answer is dropped: until then another open of the path gets
+    /// [`Error::AlreadyOpen`].
     pub async fn open_database(
         &self,
         path: impl AsRef<Path>,
@@ -1065,6 +1064,9 @@ impl DatabaseHandle {
     ///
     /// Errors: the first storage's flush error (the storage is then poisoned); [`Error::Closed`]
     /// after shutdown.
+    ///
+    /// Cancel safety: the flush is handed to the pool at the first poll; dropped after that,
+    /// it still runs to its end (or its error), and only the report is lost.
     pub async fn flush(&self) -> Result<FlushReport> {
         let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
         let db = self.inner.db.clone();
@@ -1090,6 +1092,9 @@ impl DatabaseHandle {
     /// Errors: [`Error::StorageNotFound`] when the database has no storage `name` (create it
     /// with [`DatabaseHandle::create_storage`]); the other errors of [`Database::storage`];
     /// [`Error::Closed`] after shutdown.
+    ///
+    /// Cancel safety: dropping the future changes nothing (the storage is open in the database
+    /// already; the next call makes its handle).
     pub async fn storage(&self, name: &str) -> Result<StorageHandle> {
         if let Some(h) = self.cached(name) {
             // Ready without awaiting: charged to the thread's budget as a get is (`coop.rs`).
@@ -1116,6 +1121,10 @@ impl DatabaseHandle {
     /// [`DatabaseHandle::storage`] places it.
     ///
     /// Errors: as [`Database::create_storage`]; [`Error::Closed`] after shutdown.
+    ///
+    /// Cancel safety: the creation is handed to the pool at the first poll; dropped after
+    /// that, the storage is still created (durably), and the next `storage` or
+    /// `create_storage` call returns its handle.
     pub async fn create_storage(&self, name: &str) -> Result<StorageHandle> {
         if let Some(h) = self.cached(name) {
             return Ok(h);
@@ -1166,6 +1175,14 @@ impl DatabaseHandle {
 
     /// Drops branch storage `name` for good (see [`Database::drop_storage`]): its index actor
     /// (if it is an index) and its storage actor finish the queued work and stop first.
+    ///
+    /// Errors: those of [`Database::drop_storage`] ([`Error::NotAStorage`] when there is no
+    /// such storage); [`Error::Closed`] after shutdown.
+    ///
+    /// Cancel safety: dropped partway, the drop may have stopped the storage's actors (its
+    /// index undefined, its handles answering [`Error::Closed`]) and left the storage in the
+    /// database: [`DatabaseHandle::storage`] then gives a working handle again, and calling
+    /// `drop_storage` again finishes the drop. Once the pool has the removal, it completes.
     pub async fn drop_storage(&self, name: &str) -> Result<()> {
         let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
         self.stop_index(name).await;
@@ -1214,8 +1231,9 @@ impl DatabaseHandle {
     /// What it does not give: one snapshot across storages (each publishes its part in turn,
     /// as a core group), a per-operation result (use [`StorageHandle::write`] for one storage).
     ///
-    /// Cancel safety: dropped after the batches were sent to the root's actor, the group
-    /// commits (or fails) all the same; only the answer is lost.
+    /// Cancel safety: as [`StorageHandle::put`]: sent to the root's actor at the first poll
+    /// (a later one while its mailbox is full); dropped before that, nothing is written;
+    /// dropped after, the group commits (or fails) all the same and only the answer is lost.
     ///
     /// Errors: [`GroupError::SeparateJournals`] in separate-journal mode;
     /// [`GroupError::TooManyStorages`] past [`crate::MAX_GROUP_STORAGES`] storages (the
@@ -1362,6 +1380,13 @@ impl DatabaseHandle {
     /// [`GroupError::TooManyStorages`] past 255 synchronous indexes (each root commit is a group
     /// of the root and every one of them), and [`Error::InvalidOptions`] when the root was
     /// written outside the engine while it was being turned synchronous (define it again).
+    ///
+    /// Cancel safety: an asynchronous index is registered in the poll that returns `Ok`, so a
+    /// future dropped before it is ready leaves the index undefined (its branch storage may
+    /// have been created; a feed the root was given meanwhile is dropped at the root's next
+    /// commit). A [`crate::actors::IndexMode::Synchronous`] index dropped while it waits for
+    /// its build stays defined as an asynchronous index (fed, not part of the root's
+    /// commits). Either way, defining it again gives the definition asked for.
     pub async fn define_index(&self, def: IndexDefinition) -> Result<()> {
         Database::validate_storage_name(&def.name)?;
         let branch = self.create_storage(&def.name).await?;
@@ -1586,6 +1611,8 @@ impl DatabaseHandle {
     ///
     /// Errors: [`Error::IndexPoisoned`] when an index is poisoned (at once, or when it fails
     /// while waited for); [`Error::Closed`] when an index stops first (shutdown, dropped).
+    ///
+    /// Cancel safety: dropping the future changes nothing.
     pub async fn wait_for_indexes(&self) -> Result<()> {
         // Ready at once when every index is current (or none is defined): charged as a get.
         super::coop::consume(1).await;
@@ -1605,7 +1632,8 @@ impl DatabaseHandle {
 
     /// [`DatabaseHandle::wait_for_indexes`] for the index `name` alone: waits for a healthy
     /// index while another one is poisoned. Errors: as `wait_for_indexes` for that index, and
-    /// [`Error::InvalidOptions`] when no index of that name is defined.
+    /// [`Error::InvalidOptions`] when no index of that name is defined. Cancel safety: dropping
+    /// the future changes nothing.
     pub async fn wait_for_index(&self, name: &str) -> Result<()> {
         // Ready at once when every index is current (or none is defined): charged as a get.
         super::coop::consume(1).await;
@@ -1663,6 +1691,9 @@ impl DatabaseHandle {
     /// Errors: the first index that fails: [`Error::IndexPoisoned`] (poisoned index, or its map
     /// function panics during the check), [`Error::Closed`], read errors of either storage
     /// ([`Error::Corruption`]).
+    ///
+    /// Cancel safety: dropping the future changes nothing (a check running on the pool goes
+    /// on to its end, its report dropped).
     pub async fn check_indexes(&self, max_examples: usize) -> Result<Vec<IndexCheckReport>> {
         let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
         let list: Vec<(Arc<IndexShared>, Storage, IndexDefinition)> = self
@@ -1713,6 +1744,10 @@ impl DatabaseHandle {
     /// Errors: those of [`Database::backup`] ([`Error::DestinationNotEmpty`],
     /// [`Error::DestinationInsideSource`], [`Error::Closed`], [`Error::Corruption`], I/O errors
     /// with the operation and path, `ENOSPC` among them: the partial copy is removed).
+    ///
+    /// Cancel safety: the copy is handed to the pool at the first poll; dropped after that, it
+    /// still runs to its end, and only the report is lost: the destination is then a whole
+    /// backup, or (when the copy failed) one that every open refuses, as for any backup.
     pub async fn backup(&self, dest: impl AsRef<std::path::Path>) -> Result<BackupReport> {
         let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
         // No actor takes part: the copy takes no writer, and each storage's buffered entries

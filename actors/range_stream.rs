@@ -11,8 +11,10 @@
 //! (bounded memory whatever the range's size). Each next chunk starts just past the last key
 //! received (its bound excluded), forward or backward.
 //!
-//! Cancel safety: dropping the stream (or the future of its `next()`) at any point drops the
-//! chunk in flight; nothing else happens.
+//! Cancel safety: the chunk in flight is the stream's, not a `next()` future's: dropping that
+//! future loses nothing (the next call yields the entry it would have). Dropping the stream
+//! drops the chunk in flight and lets go of the snapshot (the reader pool drops its copy once
+//! it has read that chunk); nothing else happens.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -43,8 +45,9 @@ type Pending = Pin<Box<dyn Future<Output = Result<Entries>> + Send>>;
 /// memory). Each chunk is at most [`CHUNK_ENTRIES`] entries or about [`CHUNK_BYTES`] bytes,
 /// read by the pool (the caller's thread touches no page); the next chunk is requested as
 /// soon as one arrives, so at most one chunk is held and one is in flight, whatever the
-/// range's size. Dropping the stream (or a `next()` future) at any point drops the chunk in
-/// flight; nothing else happens.
+/// range's size. Dropping a `next()` future loses nothing: the chunk in flight stays with the
+/// stream, and the next call yields the entry that future would have. Dropping the stream
+/// drops the chunk in flight and lets go of the snapshot; nothing else happens.
 /// Each item is an entry or an error ([`Error::Corruption`] of a page, [`Error::Closed`] once
 /// the engine is gone), after which the stream ends. `Unpin` and `Send`.
 pub struct RangeStream {

@@ -682,6 +682,9 @@ impl StorageHandle {
     ///
     /// Errors: an I/O error writing or syncing the data file (the storage is then poisoned);
     /// [`Error::Poisoned`]; [`Error::Closed`] after shutdown.
+    ///
+    /// Cancel safety: the flush is handed to the pool at the first poll; dropped after that,
+    /// it still runs to its end (or its error), and only the report is lost.
     pub async fn flush(&self) -> Result<FlushReport> {
         let s = self.storage.clone();
         self.background
@@ -699,6 +702,9 @@ impl StorageHandle {
     /// background I/O pool, while writes go on.
     ///
     /// Errors: as [`crate::Storage::check`]; [`Error::Closed`] after shutdown.
+    ///
+    /// Cancel safety: dropping the future changes nothing (a check running on the pool goes
+    /// on to its end, its report dropped).
     pub async fn check(&self) -> Result<CheckReport> {
         let s = self.storage.clone();
         self.background.run(move || s.check()).await
@@ -922,8 +928,9 @@ impl StorageHandle {
     /// ([`RangeStream`]).
     ///
     /// Errors: [`Error::Closed`] when the storage is closed (now); later errors are items of the
-    /// stream (see [`RangeStream`]). Cancel safety: dropping the stream drops the chunk in
-    /// flight; nothing else happens.
+    /// stream (see [`RangeStream`]). Cancel safety: dropping the stream releases its snapshot
+    /// and drops the chunk in flight (the pool lets go of that chunk's copy of the snapshot
+    /// once it has read it); nothing else happens.
     pub fn range_stream<K, R: KeyRange<K>>(&self, bounds: R) -> Result<RangeStream> {
         self.stream(bounds, false)
     }
@@ -950,7 +957,7 @@ impl StorageHandle {
     /// by level for all keys, page-cache misses read together through the calling thread's ring).
     ///
     /// Errors: as [`StorageHandle::get`]; nothing is returned for the other keys when one
-    /// lookup fails.
+    /// lookup fails. Cancel safety: as [`StorageHandle::get`].
     pub async fn multi_get<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Vec<u8>>>> {
         if self.reads != ReadPath::Pool {
             coop::consume(keys.len()).await;

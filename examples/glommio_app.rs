@@ -1,5 +1,8 @@
 //! A glommio application embedding omnibus: its own executors (separate from the engine's)
 //! send messages to storage actors through `StorageHandle`'s async methods, then read back.
+//! The engine's actors run on the engine's executors, never on the application's: glommio
+//! cannot place a task on an executor from outside it, and the actors need executors set up
+//! as `Engine::start` sets them up (README, "Embedding").
 //!
 //! Run: `cargo run --release --example glommio_app -- [puts per executor]` (default 2,000).
 

@@ -4,7 +4,8 @@
 //! Run: `cargo run --release --example quickstart`. The storage lives in a fresh directory under
 //! the system's temporary directory and is removed at the end.
 //!
-//! The body of `main` is the quick start of `README.md`, line for line: change both together.
+//! The body of `main` is the quick start of `README.md`, line for line: change both together
+//! (`tests/core/readme_examples.rs` checks it).
 
 use omnibus::{Options, Result, Storage};
 
@@ -40,7 +41,8 @@ fn main() -> Result<()> {
         );
     }
 
-    // Dropping the last handle flushes and releases the LOCK; reopening recovers everything.
+    // Dropping the last handle flushes and releases the LOCK (once no write transaction is
+    // open either); reopening recovers everything.
     drop(r);
     drop(storage);
     let storage = Storage::open(&dir, Options::default())?;

@@ -117,17 +117,21 @@ fn cpus() -> usize {
     allowed().len()
 }
 
-/// The CPUs the clients of `engine` are pinned to: the allowed ones no executor runs on, or
-/// every allowed one when the executors take them all.
+/// The CPUs the clients of `engine` are pinned to ([`clients_beside`] the executors).
 fn client_cpus(engine: &Engine) -> Vec<usize> {
-    let all = allowed();
-    let free: Vec<usize> = all
+    clients_beside(allowed(), engine.executor_cpus())
+}
+
+/// The CPUs of `allowed` that no executor runs on (`executors`: each executor's CPU), or every
+/// allowed one when the executors take them all.
+fn clients_beside(allowed: Vec<usize>, executors: &[usize]) -> Vec<usize> {
+    let free: Vec<usize> = allowed
         .iter()
         .copied()
-        .filter(|c| !engine.executor_cpus().contains(c))
+        .filter(|c| !executors.contains(c))
         .collect();
     if free.is_empty() {
-        all
+        allowed
     } else {
         free
     }
@@ -750,6 +754,14 @@ mod tests {
         assert_eq!(&read_key(0), b"k00000000000");
         assert_eq!(&read_key(1234), b"k00000001234");
         assert!(read_key(9) < read_key(10));
+    }
+
+    #[test]
+    fn clients_take_the_cpus_no_executor_runs_on() {
+        assert_eq!(clients_beside(vec![4, 5, 6, 7], &[4, 5]), [6, 7]);
+        // Executors on every allowed CPU (or sharing them): clients on all of them.
+        assert_eq!(clients_beside(vec![4, 5], &[4, 5, 4]), [4, 5]);
+        assert_eq!(clients_beside(vec![0, 1, 2], &[2]), [0, 1]);
     }
 
     #[test]

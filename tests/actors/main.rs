@@ -12,6 +12,7 @@ mod actors_durability;
 mod actors_many_clients;
 mod actors_poison;
 mod buffered_database;
+mod cancel_safety;
 mod closed_database_files;
 mod documents_queue;
 mod engine_keepalive;

@@ -172,6 +172,60 @@ fn drop_storage_is_durable_and_names_are_checked() {
     let _ = Arc::new(db);
 }
 
+/// Branch names that are also names of the layout's files (`Indexes`, `Journals`, `LOCK`,
+/// `data.pages`) are ordinary names: `Indexes/` holds only branch directories, so the branch
+/// `Indexes` is `DB/Indexes/Indexes`, distinct from the root's `Indexes/` by its depth, and
+/// nothing of the root's layout is touched (design.md 1).
+#[test]
+fn branches_named_as_the_layout_s_files_collide_with_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let names = ["Indexes", "Journals", "LOCK", "data.pages"];
+    let put = |s: &Storage, v: &str| {
+        let mut w = s.begin_write().unwrap();
+        w.put(b"k", v).unwrap();
+        w.commit().unwrap();
+    };
+    {
+        let db = Database::open(&path, opts(JournalMode::Shared)).unwrap();
+        put(&db.root(), "root");
+        for n in names {
+            put(&db.create_storage(n).unwrap(), n);
+        }
+    }
+    let db = Database::open(&path, opts(JournalMode::Shared)).unwrap();
+    let mut sorted = names.map(String::from).to_vec();
+    sorted.sort();
+    assert_eq!(db.storages(), sorted);
+    assert_eq!(
+        db.root().begin_read().unwrap().get(b"k").unwrap(),
+        Some(&b"root"[..])
+    );
+    for n in names {
+        let s = db.storage(n).unwrap();
+        assert_eq!(s.path(), path.join("Indexes").join(n));
+        assert_eq!(
+            s.begin_read().unwrap().get(b"k").unwrap(),
+            Some(n.as_bytes())
+        );
+        assert!(s.check().unwrap().is_ok(), "{n}");
+    }
+    assert!(db.root().check().unwrap().is_ok());
+    assert!(Database::exists(&path));
+    // Dropping the branch `Indexes` leaves the root's `Indexes/` and the other branches.
+    db.drop_storage("Indexes").unwrap();
+    drop(db);
+    let db = Database::open(&path, opts(JournalMode::Shared)).unwrap();
+    assert_eq!(db.storages(), ["Journals", "LOCK", "data.pages"]);
+    assert!(path.join("Indexes").is_dir() && !path.join("Indexes/Indexes").exists());
+    let dirs: Vec<String> = Database::branch_dirs(&path)
+        .unwrap()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(dirs, ["Journals", "LOCK", "data.pages"]);
+}
+
 // Regression: an eventual commit still queued in the shared journal when its storage was
 // dropped was written after the storage's directory had been renamed away, its hard link into
 // that `Journals/` failed with ENOENT, and the journal was poisoned for every storage.

@@ -46,6 +46,7 @@ mod punch_clustered_delete;
 mod range_model;
 mod range_syntax;
 mod reader_beside_moving_journal;
+mod readme_examples;
 mod sorted_fill;
 mod storage_not_found;
 mod write_modes;

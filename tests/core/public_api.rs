@@ -302,3 +302,172 @@ fn small_public_helpers_work() {
     assert!(!why.is_empty());
     assert_ne!(mode, Some(WriteMode::Auto));
 }
+
+/// The public functions of the actor runtime's sources (`actors/`, every file): each one's
+/// file, its signature up to its body (whitespace folded), and whether it is only built with
+/// the `testing` feature (a `#[cfg(feature = "testing")]` among the attributes above it).
+fn actor_pub_fns() -> Vec<(PathBuf, String, bool)> {
+    fn walk(dir: &Path, files: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, files);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                files.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("actors"),
+        &mut files,
+    );
+    let mut out = Vec::new();
+    for file in files {
+        let src = std::fs::read_to_string(&file).unwrap();
+        let lines: Vec<&str> = src.lines().map(str::trim).collect();
+        for (i, l) in lines.iter().enumerate() {
+            if !(l.starts_with("pub fn ") || l.starts_with("pub async fn ")) {
+                continue;
+            }
+            let mut sig = String::new();
+            for l in &lines[i..] {
+                sig.push(' ');
+                sig.push_str(l.split('{').next().unwrap_or(""));
+                if l.contains('{') || l.ends_with(';') {
+                    break;
+                }
+            }
+            let testing = lines[..i]
+                .iter()
+                .rev()
+                .take_while(|l| l.starts_with("#[") || l.starts_with("///"))
+                .any(|l| *l == "#[cfg(feature = \"testing\")]");
+            out.push((
+                file.clone(),
+                sig.split_whitespace().collect::<Vec<_>>().join(" "),
+                testing,
+            ));
+        }
+    }
+    out
+}
+
+/// The names in the return type of signature `sig` (after the parameters' closing
+/// parenthesis, up to a `where`).
+fn return_type_names(sig: &str) -> Vec<String> {
+    let open = sig.find('(').unwrap();
+    let mut depth = 0;
+    let mut close = open;
+    for (i, c) in sig[open..].char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth == 0 {
+                    close = open + i;
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    let rest = &sig[close + 1..];
+    let Some(ret) = rest.trim_start().strip_prefix("->") else {
+        return Vec::new();
+    };
+    let ret = ret.split(" where ").next().unwrap_or(ret);
+    ret.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The actor runtime hands out no writable core `Storage` or `Database` (a write transaction
+/// taken through one made every request of that storage's actor fail with `WriteInProgress`,
+/// and root writes made through it skipped the index feed): no public function of `actors/`
+/// returns one, except the `testing` feature's escape hatch for tests that write around the
+/// engine on purpose.
+#[test]
+fn no_actor_handle_gives_out_the_writable_core() {
+    let fns = actor_pub_fns();
+    assert!(
+        fns.iter()
+            .any(|(_, s, _)| s.starts_with("pub async fn put")),
+        "the scan found the handles' methods: {fns:?}"
+    );
+    let mut hatches = Vec::new();
+    for (file, sig, testing) in &fns {
+        let names = return_type_names(sig);
+        if names.iter().any(|n| n == "Storage" || n == "Database") {
+            assert!(
+                *testing,
+                "{}: `{sig}` gives out the writable core",
+                file.display()
+            );
+            hatches.push(sig.clone());
+        }
+    }
+    assert_eq!(
+        hatches,
+        ["pub fn core_database_for_tests(&self) -> &Database"],
+        "the only escape hatch, behind the `testing` feature"
+    );
+    // The scan itself: a method that returned the core would be seen.
+    assert_eq!(
+        return_type_names(
+            "pub fn storage(&self, f: impl Fn(u8) -> u8) -> Result<Storage> where X: Y"
+        ),
+        ["Result", "Storage"]
+    );
+    assert!(return_type_names("pub fn stats(&self) -> StorageStats")
+        .iter()
+        .all(|n| n != "Storage"));
+}
+
+/// The library's own dependencies (`[dependencies]` of the root Cargo.toml) hold nothing of the
+/// command line (it is the `omnibus-cli` package), glommio and futures-lite only with the
+/// `actors` feature (optional), and hdrhistogram without its default features (its
+/// serialization: flate2, base64): a dependent that adds `omnibus` gets none of them.
+#[test]
+fn the_library_has_no_command_line_dependency() {
+    let manifest =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
+    let deps: Vec<(&str, &str)> = manifest
+        .lines()
+        .skip_while(|l| l.trim() != "[dependencies]")
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .filter_map(|l| l.split_once(" = "))
+        .filter(|(name, _)| !name.trim_start().starts_with('#'))
+        .map(|(name, spec)| (name.trim(), spec.trim()))
+        .collect();
+    assert!(deps.len() >= 10, "{deps:?}");
+    for (name, _) in &deps {
+        assert!(
+            ![
+                "clap",
+                "tokio",
+                "plotters",
+                "png",
+                "serde",
+                "serde_json",
+                "indicatif",
+                "tracing-subscriber",
+                "font8x8",
+                "tempfile",
+            ]
+            .contains(name),
+            "the library depends on {name}, which only the command line needs"
+        );
+    }
+    let spec = |n: &str| {
+        deps.iter()
+            .find(|(name, _)| *name == n)
+            .map(|(_, s)| *s)
+            .unwrap_or_else(|| panic!("no {n} in {deps:?}"))
+    };
+    assert!(spec("glommio").contains("optional = true"));
+    assert!(spec("futures-lite").contains("optional = true"));
+    assert!(spec("hdrhistogram").contains("default-features = false"));
+}

@@ -81,16 +81,15 @@ pub(crate) fn apply_in_background_with(
     r.map(|()| true)
 }
 
-/// Writes every entry of `base`'s (frozen) buffer into the tree. `Ok(false)` when a
-/// logical-only transaction asked for the writer's state back.
+/// Writes every entry of `base`'s (frozen) buffer into the tree, in an `apply write buffer`
+/// span (`background`: true) whose entries, pages and duration are recorded once every entry
+/// is in (an apply that gives up records none). `Ok(false)` when a logical-only transaction
+/// asked for the writer's state back.
 fn write_frozen(t: &mut WriteTransaction, base: &State) -> Result<bool> {
-    let span = tracing::debug_span!(
-        "apply write buffer",
-        storage = t.inner.storage_id,
-        background = true,
-        entries = base.buffer.len() as u64
-    );
+    let span = logical::apply_span(t.inner.storage_id, false, true);
     let _in = span.enter();
+    let started = (!span.is_disabled()).then(std::time::Instant::now);
+    let mut entries = 0u64;
     for (i, (k, v)) in base.buffer.iter().enumerate() {
         if i % CHECK_EVERY == 0
             && t.inner
@@ -101,6 +100,10 @@ fn write_frozen(t: &mut WriteTransaction, base: &State) -> Result<bool> {
         }
         let r = t.apply_entry(k, v);
         t.fail(r)?;
+        entries += 1;
+    }
+    if let Some(started) = started {
+        logical::record_apply(&span, entries, t.dirty_pages(), started);
     }
     Ok(true)
 }

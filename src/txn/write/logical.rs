@@ -301,7 +301,7 @@ impl WriteTransaction {
         });
         let mut taken = vec![false; runs.len()];
         let mut last: Option<usize> = None;
-        let span = apply_span(self.inner.storage_id, true);
+        let span = apply_span(self.inner.storage_id, true, false);
         let _in = span.enter();
         let started = (!span.is_disabled()).then(std::time::Instant::now);
         let mut entries = 0u64;
@@ -369,7 +369,7 @@ impl WriteTransaction {
             // The commit publishes a state with an empty buffer, even if nothing else changed.
             self.changed = true;
         }
-        let span = apply_span(self.inner.storage_id, false);
+        let span = apply_span(self.inner.storage_id, false, false);
         let _in = span.enter();
         let started = (!span.is_disabled()).then(std::time::Instant::now);
         let mut entries = 0u64;
@@ -401,13 +401,15 @@ impl WriteTransaction {
 }
 
 /// The span of a write-buffer apply (DEBUG: disabled, it costs one interest check; an apply
-/// runs at most once per buffer's worth of commits): `step` for an apply step, `entries`,
-/// `pages` and `us` recorded at its end by [`record_apply`].
-fn apply_span(storage: u64, step: bool) -> tracing::Span {
+/// runs at most once per buffer's worth of commits): `step` for an apply step, `background`
+/// for the flush service's apply beside commits (`background.rs`), `entries`, `pages` and `us`
+/// recorded at its end by [`record_apply`].
+pub(super) fn apply_span(storage: u64, step: bool, background: bool) -> tracing::Span {
     tracing::debug_span!(
         "apply write buffer",
         storage,
         step,
+        background,
         entries = tracing::field::Empty,
         pages = tracing::field::Empty,
         us = tracing::field::Empty,
@@ -415,7 +417,12 @@ fn apply_span(storage: u64, step: bool) -> tracing::Span {
 }
 
 /// Records an apply's entries applied, tree pages the transaction has copied and duration.
-fn record_apply(span: &tracing::Span, entries: u64, pages: usize, started: std::time::Instant) {
+pub(super) fn record_apply(
+    span: &tracing::Span,
+    entries: u64,
+    pages: usize,
+    started: std::time::Instant,
+) {
     span.record("entries", entries);
     span.record("pages", pages as u64);
     span.record(
