@@ -798,10 +798,12 @@ impl Database {
                     offset,
                     sequence,
                 };
-                let root_next = root.read_newer(Some(at(root_seq)))?;
+                let names_of =
+                    |storage: Option<String>| borrowed.get(&storage).map_or(&[][..], |v| &v[..]);
+                let root_next = root.read_newer(Some(at(root_seq)), names_of(None))?;
                 let mut next = Vec::with_capacity(all.len());
-                for ((_, s), seq) in all.iter().zip(seqs) {
-                    next.push(s.read_newer(Some(at(seq)))?);
+                for ((name, s), seq) in all.iter().zip(seqs) {
+                    next.push(s.read_newer(Some(at(seq)), names_of(Some(name.clone())))?);
                 }
                 Ok((root_next, next))
             })();

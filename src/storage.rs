@@ -563,7 +563,7 @@ impl Storage {
             ));
         }
         let _g = self.publish_lock();
-        let next = self.read_newer(None)?;
+        let next = self.read_newer(None, &self.inner.borrowed)?;
         Ok(self.publish_caught_up(next))
     }
 
@@ -580,9 +580,18 @@ impl Storage {
     /// (`Source::load_after`); otherwise the state is loaded again from the header, as an open
     /// does (design.md 6.5).
     ///
+    /// `borrowed`: the journal files (number, path) it reads through another name, its own
+    /// being missing, as they are now (a database's catch-up surveys them again at each point:
+    /// the names the open found are released by the writer in time, and reading them again
+    /// failed every later catch-up of the storage with the same missing file).
+    ///
     /// Errors: as a read-only [`Storage::open`]; with `at`, [`Error::AlreadyOpen`] when a
     /// writer moved the header meanwhile (the database takes a new point).
-    pub(crate) fn read_newer(&self, at: Option<OnePoint>) -> Result<CaughtUp> {
+    pub(crate) fn read_newer(
+        &self,
+        at: Option<OnePoint>,
+        borrowed: &[(u64, PathBuf)],
+    ) -> Result<CaughtUp> {
         let inner = &self.inner;
         let cur = inner.current.load_full();
         let floor = inner.registry.oldest_live().map(|s| s.txn_id);
@@ -591,7 +600,7 @@ impl Storage {
             data: &inner.data,
             data_path: &inner.data_path,
             journals_dir: &inner.journals_dir,
-            borrowed: &inner.borrowed,
+            borrowed,
             map_end: &inner.map_end,
             at,
         };

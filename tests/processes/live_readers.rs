@@ -506,7 +506,32 @@ fn db_writer_child_entry() {
     let Ok(dir) = std::env::var(DB_WRITER_DIR) else {
         return;
     };
-    let db = omnibus::Database::open(&dir, db_writer_opts()).expect("db writer child: open");
+    run_db_writer(&dir, db_writer_opts());
+}
+
+/// Where [`rotating_db_writer_child_entry`] writes.
+const ROTATING_DB_WRITER_DIR: &str = "OMNIBUS_LIVE_READERS_ROTATING_DB_WRITER_DIR";
+
+/// The database writer child with journal files of 64 KiB: the shared journal starts and
+/// releases files (and their names in the branches' `Journals/`) many times a second.
+#[test]
+fn rotating_db_writer_child_entry() {
+    let Ok(dir) = std::env::var(ROTATING_DB_WRITER_DIR) else {
+        return;
+    };
+    run_db_writer(
+        &dir,
+        Options {
+            journal_file_size: 64 << 10,
+            journal_prezero: omnibus::Prezero::Ahead(8 << 10),
+            ..db_writer_opts()
+        },
+    );
+}
+
+/// The database writer children's body: see [`db_writer_child_entry`].
+fn run_db_writer(dir: &str, opts: Options) {
+    let db = omnibus::Database::open(dir, opts).expect("db writer child: open");
     let branches: Vec<Storage> = DB_BRANCHES
         .iter()
         .map(|n| db.create_storage(n).expect("create a branch"))
@@ -628,6 +653,46 @@ fn a_read_only_database_beside_a_live_writer_reads_whole_groups_and_backs_up() {
     kill(writer);
     let db = omnibus::Database::open(&path, read_only()).unwrap();
     assert!(verify_db(&db, "after the writer was killed") >= last_acked);
+}
+
+/// A read-only database's catch-up read the journal files its open had found only under
+/// another storage's name by that name for ever: once the writer released such a file, that
+/// catch-up and every later one of the handle failed with the file not found.
+#[test]
+fn a_read_only_database_catches_up_beside_a_writer_whose_journal_files_come_and_go() {
+    let _no_children = children::no_children_meanwhile();
+    if std::env::var(ROTATING_DB_WRITER_DIR).is_ok() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let (writer, acked) = start(
+        "rotating_db_writer_child_entry",
+        ROTATING_DB_WRITER_DIR,
+        &path,
+    );
+    wait_for(&acked, 0, 5);
+    let mut catch_ups = 0;
+    for open in 0..20 {
+        let db = omnibus::Database::open(&path, read_only())
+            .unwrap_or_else(|e| panic!("open {open}: {e}"));
+        let mut last = verify_db(&db, "at the open");
+        for round in 0..20 {
+            let before = acked.load(Ordering::SeqCst);
+            db.catch_up()
+                .unwrap_or_else(|e| panic!("open {open}, catch-up {round}: {e}"));
+            catch_ups += 1;
+            let t = verify_db(&db, &format!("open {open}, catch-up {round}"));
+            assert!(
+                t >= before && t >= last,
+                "group {t} after {last}, {before} acknowledged"
+            );
+            last = t;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    assert_eq!(catch_ups, 400);
+    kill(writer);
 }
 
 #[test]
