@@ -32,9 +32,13 @@ pub(crate) type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// The reader pool's API.
 pub(crate) enum ReadMsg {
-    /// A point read; `cold`: sent by a read on a caller's thread ([`super::ReadPath::Caller`])
-    /// that met a page not known to be in memory, so the reader probes the map's residency
-    /// bits after answering (`actor_interface::probe_residency`).
+    /// A point read; `cold`: a read whose pages may not be in memory (one that a caller's
+    /// thread met a page not known resident for, with [`super::ReadPath::Caller`], or any
+    /// with [`super::ReadPath::Pool`]), so the reader probes the map's residency bits after
+    /// answering (`actor_interface::probe_residency`): a map read only through the pool
+    /// then also turns its read-around off while the page cache evicts its pages (without, on
+    /// a disk whose read-ahead is 8 MiB, each cold fault of a pool read under a memory limit
+    /// read 8 MiB around its page).
     Get {
         storage: Storage,
         key: Vec<u8>,
@@ -138,8 +142,9 @@ pub(crate) fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
 
 /// After answering a read that a caller's thread sent here because a page on its path was not
 /// known to be in memory: looks for pages of the storage's map that left the page cache while
-/// their residency bits were set (`Mapping::probe_residency`: one `mincore` of 32 pages at
-/// most, nothing while the map already counts as evicting). The caller's thread is not held
+/// their residency bits were set (`Mapping::probe_residency`: one `mincore` of 16 pages at
+/// most, nothing while the map already counts as evicting; it also asks for refresh passes
+/// over the map). The caller's thread is not held
 /// up: its answer is sent first. Without it, after a cold start the page cache filled and
 /// evicted pages whose bits were still set, and callers' threads faulted them back in (tokio
 /// workers blocked 1 to 55 ms per fault, `cargo bench --bench cold_reads`) until a refresh

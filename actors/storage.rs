@@ -877,7 +877,7 @@ impl StorageHandle {
         let m = ReadMsg::Get {
             storage: self.storage.clone(),
             key: key.to_vec(),
-            cold: self.reads == ReadPath::Caller,
+            cold: true,
             reply: tx,
         };
         self.readers
@@ -975,7 +975,7 @@ impl StorageHandle {
         let m = ReadMsg::MultiGet {
             storage: self.storage.clone(),
             keys: keys.iter().map(|k| k.as_ref().to_vec()).collect(),
-            cold: self.reads == ReadPath::Caller,
+            cold: true,
             reply: tx,
         };
         self.readers

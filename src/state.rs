@@ -378,6 +378,12 @@ impl Mapping {
     /// caller's thread sent it for a page not known resident: that is when the cache holds less
     /// than the readers want, and the probe runs on the reader's thread, never the caller's.
     pub fn probe_residency(&self) -> bool {
+        // A map the reader pool probes is read: refresh passes keep its bits and its
+        // evicting state (a map read only through the pool never had one, so it never left
+        // the read-around on that a disk's 8 MiB read-ahead makes cost 8 MiB per cold fault).
+        if !self.residency_wanted.load(Ordering::Relaxed) {
+            self.residency_wanted.store(true, Ordering::Relaxed);
+        }
         if self.evicting.load(Ordering::Relaxed) || self.map.is_none() {
             return false;
         }

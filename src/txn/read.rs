@@ -439,6 +439,25 @@ mod tests {
         assert!(!s.probe_residency());
     }
 
+    /// A map read only through the reader pool never had refresh passes (they started only
+    /// for maps read "if resident"), so its eviction was never found and its read-around
+    /// stayed on under a memory limit: a probe now asks for them.
+    #[test]
+    fn a_probe_asks_for_refresh_passes() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = reopened(&dir.path().join("s"));
+        let r = s.begin_read().unwrap();
+        let state = r.state_for_tests();
+        let pages = state.mapping.len() / crate::page::PAGE_SIZE as u64;
+        let span = state.mapping.span(0, pages).unwrap();
+        assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
+        assert!(!s.probe_residency(), "nothing evicted yet");
+        page_out(span);
+        s.refresh_residency();
+        assert!(state.mapping.evicting(), "no refresh pass ran");
+        assert!(random_advice(span));
+    }
+
     /// A host's proactive reclaim paging out pages that a refresh had found in the page cache
     /// and no reader of the map touched kept the map counting as evicting, so that every warm
     /// read on a caller's thread asked the kernel about each page of its path: such evictions
