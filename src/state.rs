@@ -408,10 +408,13 @@ impl Mapping {
             let Some(span) = self.span(p, pages).filter(|_| pages > 0) else {
                 return false;
             };
-            let Some(units) = crate::env::page_reads::resident_units(span, PAGE_SIZE) else {
+            let Some(mask) = crate::env::page_reads::resident_mask(span, PAGE_SIZE) else {
                 return false;
             };
-            let gone = known & !resident_bits(&units);
+            let found = (0..pages).fold(0u64, |w, b| {
+                w | ((((mask >> b) & 1) * RESIDENT) << (BITS_PER_PAGE * b))
+            });
+            let gone = known & !found;
             if gone == 0 {
                 return false;
             }

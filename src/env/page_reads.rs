@@ -142,6 +142,41 @@ pub fn is_resident(span: &[u8]) -> bool {
     r == 0 && vec.iter().all(|b| b & 1 == 1)
 }
 
+/// [`resident_units`] for a short span, with no allocation (a reader pool's probe after each
+/// read): bit `i` set when the span's `unit`-byte piece `i` is wholly in the page cache. `None`
+/// when the span is longer than 64 pieces or 512 OS pages, misaligned, or `mincore` failed.
+pub fn resident_mask(span: &[u8], unit: usize) -> Option<u64> {
+    let ps = os_page();
+    if span.is_empty()
+        || unit == 0
+        || !unit.is_multiple_of(ps)
+        || !(span.as_ptr() as usize).is_multiple_of(ps)
+    {
+        return None;
+    }
+    let n = span.len().div_ceil(ps);
+    let per = unit / ps;
+    let mut vec = [0u8; 512];
+    if n > vec.len() || n.div_ceil(per) > 64 {
+        return None;
+    }
+    // SAFETY: as in `resident_units`: `span` is page aligned and part of a live mapping, and
+    // `vec[..n]` has one byte per OS page of it.
+    let r = unsafe {
+        libc::mincore(
+            span.as_ptr() as *mut libc::c_void,
+            span.len(),
+            vec.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    Some(vec[..n].chunks(per).enumerate().fold(0, |m, (i, c)| {
+        m | (u64::from(c.iter().all(|b| b & 1 == 1)) << i)
+    }))
+}
+
 /// OS pages one `mincore` call of [`resident_units`] asks about, at most (16 MiB on 4 KiB
 /// pages, the kernel's own step inside one call), with a `sched_yield` between two calls: a
 /// kernel built without preemption (`PREEMPT_NONE`, the benchmarks' machine's) gives the CPU
@@ -724,6 +759,12 @@ mod tests {
         assert_eq!(units.len() as u64, pages);
         let found: Vec<u64> = (0..pages).filter(|p| units[*p as usize]).collect();
         assert_eq!(found, hot, "the pages read, and only those");
+        // The same answer without an allocation for a short span.
+        assert_eq!(
+            resident_mask(&map[..8 * PAGE_SIZE], PAGE_SIZE),
+            Some(1 << 3)
+        );
+        assert_eq!(resident_mask(&map, PAGE_SIZE), None, "longer than 64 pages");
     }
 
     #[test]
