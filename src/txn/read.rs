@@ -346,6 +346,12 @@ mod tests {
         assert_eq!(r.get_if_resident(&key(99_999)).unwrap().unwrap(), None);
     }
 
+    /// The number of pages of `state`'s map and the whole map's bytes (nothing touched).
+    fn whole_map(state: &crate::state::State) -> (u64, &[u8]) {
+        let pages = state.mapping.len() / crate::page::PAGE_SIZE as u64;
+        (pages, state.mapping.span(0, pages).unwrap())
+    }
+
     /// Pages of `span` the kernel holds in memory (`mincore`).
     fn resident_pages(span: &[u8]) -> usize {
         crate::env::page_reads::resident_units(span, crate::page::PAGE_SIZE)
@@ -363,8 +369,7 @@ mod tests {
         let s = reopened(&dir.path().join("s"));
         let r = s.begin_read().unwrap();
         let state = r.state_for_tests();
-        let pages = state.mapping.len() / crate::page::PAGE_SIZE as u64;
-        let span = state.mapping.span(0, pages).unwrap();
+        let (_, span) = whole_map(state);
         let resident = || resident_pages(span);
         // Read, then a whole refresh pass with nothing evicted: the bits are trusted.
         assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
@@ -413,8 +418,7 @@ mod tests {
         let s = reopened(&dir.path().join("s"));
         let r = s.begin_read().unwrap();
         let state = r.state_for_tests();
-        let pages = state.mapping.len() / crate::page::PAGE_SIZE as u64;
-        let span = state.mapping.span(0, pages).unwrap();
+        let (pages, span) = whole_map(state);
         let resident = || resident_pages(span);
         assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
         assert!(r.get_if_resident(&key(7)).is_some());
@@ -448,8 +452,7 @@ mod tests {
         let s = reopened(&dir.path().join("s"));
         let r = s.begin_read().unwrap();
         let state = r.state_for_tests();
-        let pages = state.mapping.len() / crate::page::PAGE_SIZE as u64;
-        let span = state.mapping.span(0, pages).unwrap();
+        let (_, span) = whole_map(state);
         assert_eq!(r.get(key(7)).unwrap(), Some(&[b'v'; 200][..]));
         assert!(!s.probe_residency(), "nothing evicted yet");
         page_out(span);
@@ -468,8 +471,7 @@ mod tests {
         let s = reopened(&dir.path().join("s"));
         let r = s.begin_read().unwrap();
         let state = r.state_for_tests();
-        let pages = state.mapping.len() / crate::page::PAGE_SIZE as u64;
-        let span = state.mapping.span(0, pages).unwrap();
+        let (pages, span) = whole_map(state);
         // The file in the page cache, read by someone else (bytes touched, not through the
         // map's reads): a refresh marks every page resident, none read.
         let touch = || {
