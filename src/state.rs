@@ -365,7 +365,8 @@ impl Mapping {
     /// [`PROBE_SCAN`] words from a cursor of its own, is asked
     /// about (one `mincore` of its 16 pages, 128 KiB of map); pages found gone lose their bits
     /// and the map counts as evicting ([`Mapping::set_evicting`]), whether or not they were
-    /// read through the map: a probe runs only when callers' reads find pages not in memory,
+    /// read through the map: a probe runs only after reads the reader pool answers (callers'
+    /// reads that found pages not in memory, or every read with the pool as the read path),
     /// and at a cold start the neighbours read around a fault (which `mincore` then counts
     /// resident, and a refresh marks) leave the cache before the pages read do, so a caller
     /// must not trust them. Nothing is done while the map
