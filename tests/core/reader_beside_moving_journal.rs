@@ -74,6 +74,33 @@ fn open_reader(
     (r, dances.load(Ordering::SeqCst))
 }
 
+/// A writer's options for these scenarios: flushes only when the test says, no durable marks
+/// and no write buffer, so that nothing but the test's commits writes to the journal.
+fn quiet() -> Options {
+    Options {
+        flush_mode: FlushMode::Manual,
+        journal_mark_ms: 0,
+        write_buffer_bytes: 0,
+        ..Options::default()
+    }
+}
+
+/// A writer at `path` with `opts` and `commits` commits made; the count of commits made.
+fn writer_with(path: &Path, opts: Options, commits: u64) -> (Storage, Arc<AtomicU64>) {
+    let writer = Storage::open(path, opts).unwrap();
+    let n = Arc::new(AtomicU64::new(0));
+    for _ in 0..commits {
+        commit(&writer, n.fetch_add(1, Ordering::SeqCst));
+    }
+    (writer, n)
+}
+
+/// The path of the newest journal file of the storage at `path`.
+fn newest_file(path: &Path) -> std::path::PathBuf {
+    let dir = path.join(omnibus::testing::layout::JOURNALS_DIR);
+    dir.join(omnibus::testing::journal::file_name(newest(&dir)))
+}
+
 /// Waits (bounded) until `f` holds.
 fn wait_until(what: &str, f: impl Fn() -> bool) {
     let until = Instant::now() + Duration::from_secs(30);
@@ -89,27 +116,15 @@ fn a_journal_file_zeroed_further_while_a_reader_scans_it_is_not_cut_short() {
     // length taken before that batch was written, and reported the file cut short.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
-    let writer = Storage::open(
+    let (writer, n) = writer_with(
         &path,
         Options {
-            flush_mode: FlushMode::Manual,
             journal_prezero: Prezero::Ahead(WINDOW),
-            // No durable marks: nothing but these commits writes to the journal.
-            journal_mark_ms: 0,
-            write_buffer_bytes: 0,
-            ..Options::default()
+            ..quiet()
         },
-    )
-    .unwrap();
-    let n = Arc::new(AtomicU64::new(0));
-    for _ in 0..4 {
-        commit(&writer, n.fetch_add(1, Ordering::SeqCst));
-    }
-    let journal = path.join(omnibus::testing::layout::JOURNALS_DIR).join(
-        omnibus::testing::journal::file_name(newest(
-            &path.join(omnibus::testing::layout::JOURNALS_DIR),
-        )),
+        4,
     );
+    let journal = newest_file(&path);
     let (w, count) = (writer.clone(), n.clone());
     // The background is idle whenever the reader takes the file's length: at the open, and
     // after each dance (it waits for the window it caused).
@@ -157,23 +172,16 @@ fn a_journal_file_cut_below_a_recorded_durable_length_is_still_damage_to_a_reade
     // a durable length its batches recorded is reported as before.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
-    let writer = Storage::open(
+    let (writer, _) = writer_with(
         &path,
         Options {
-            flush_mode: FlushMode::Manual,
             flush_on_close: false,
             journal_prezero: Prezero::Ahead(WINDOW),
-            journal_mark_ms: 0,
-            write_buffer_bytes: 0,
-            ..Options::default()
+            ..quiet()
         },
-    )
-    .unwrap();
-    let journal = path.join(omnibus::testing::layout::JOURNALS_DIR).join(
-        omnibus::testing::journal::file_name(newest(
-            &path.join(omnibus::testing::layout::JOURNALS_DIR),
-        )),
+        0,
     );
+    let journal = newest_file(&path);
     let zeroed = std::fs::metadata(&journal).unwrap().len();
     let mut i = 0;
     while writer.stats().journal.bytes + WINDOW / 2 <= zeroed {
@@ -211,23 +219,16 @@ fn a_journal_file_started_after_the_reader_listed_the_files_is_not_missing() {
     // listing, and the reader reported that file missing (every name of it deleted).
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
-    let writer = Storage::open(
+    let (writer, n) = writer_with(
         &path,
         Options {
-            flush_mode: FlushMode::Manual,
             // Small whole files: the reader's length of a file covers its start record.
             journal_file_size: 1 << 20,
             journal_prezero: Prezero::WholeFile,
-            journal_mark_ms: 0,
-            write_buffer_bytes: 0,
-            ..Options::default()
+            ..quiet()
         },
-    )
-    .unwrap();
-    let n = Arc::new(AtomicU64::new(0));
-    for _ in 0..4 {
-        commit(&writer, n.fetch_add(1, Ordering::SeqCst));
-    }
+        4,
+    );
     let (w, count) = (writer.clone(), n.clone());
     let dance = move || {
         // Commits until the writer starts the next file: its start record goes into the file
@@ -259,23 +260,16 @@ fn an_attempt_a_flush_passed_goes_on_from_where_its_replay_ended() {
     // the whole journal; a writer that flushed during every such read defeated all 50 attempts.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
-    let writer = Storage::open(
+    let (writer, n) = writer_with(
         &path,
         Options {
-            flush_mode: FlushMode::Manual,
             // No zeros ahead: the file ends at its last batch, so a batch written after the
             // reader took the length lies past it, unread, and the flush passes the replay.
             journal_prezero: Prezero::Off,
-            journal_mark_ms: 0,
-            write_buffer_bytes: 0,
-            ..Options::default()
+            ..quiet()
         },
-    )
-    .unwrap();
-    let n = Arc::new(AtomicU64::new(0));
-    for _ in 0..20 {
-        commit(&writer, n.fetch_add(1, Ordering::SeqCst));
-    }
+        20,
+    );
     let (w, count) = (writer.clone(), n.clone());
     let dance = move || {
         commit(&w, count.fetch_add(1, Ordering::SeqCst));
