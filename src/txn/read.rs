@@ -301,9 +301,22 @@ mod tests {
         format!("key-{i:05}").into_bytes()
     }
 
+    /// Pins the calling thread to the CPU it runs on. A page a thread faults in waits in that
+    /// CPU's batch of pages not yet on the kernel's LRU lists, and `MADV_PAGEOUT` drains only
+    /// the batch of the CPU it runs on: a test thread that moved to the other CPU between a
+    /// read and [`page_out`] left the pages it had just read in memory, and a check that they
+    /// were evicted failed now and then.
+    fn pin_to_this_cpu() {
+        let mut set = rustix::thread::CpuSet::new();
+        set.set(rustix::thread::sched_getcpu());
+        rustix::thread::sched_setaffinity(None, &set).expect("sched_setaffinity");
+    }
+
     /// A storage of 3,000 keys of 200 B at `path`, written, closed and opened again: its pages
-    /// are in the file only (no scratch table), none known resident.
+    /// are in the file only (no scratch table), none known resident. The calling thread is
+    /// pinned to its CPU ([`pin_to_this_cpu`]), so that [`page_out`] evicts what it read.
     fn reopened(path: &std::path::Path) -> Storage {
+        pin_to_this_cpu();
         {
             let s = Storage::open(path, Options::default()).unwrap();
             let mut w = s.begin_write().unwrap();
