@@ -1,5 +1,6 @@
 //! The engine's metrics ([`Engine::metrics`], [`DatabaseHandle::metrics`]): each database's
-//! core [`Metrics`], the depths of its actors' mailboxes, and the memory budget.
+//! core [`Metrics`], the depths of its actors' mailboxes (storage, journal writer and index
+//! actors), the reader pool's mailbox and the memory budget.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -24,6 +25,12 @@ pub struct DatabaseMetrics {
     /// Messages queued now for the shared journal writer's thread (0 with separate journals,
     /// whose writer actors are not counted): a gauge.
     pub journal_writer_mailbox_depth: u64,
+    /// Root commits queued now in the mailboxes of the database's index actors, summed (each
+    /// index has its own, [`super::EngineOptions::index_queue_capacity`] commits at most): a
+    /// gauge. How far behind the indexes are in time is in [`crate::actors::IndexStats`].
+    pub index_mailbox_depth: u64,
+    /// The deepest of those mailboxes now.
+    pub index_mailbox_max: u64,
 }
 
 /// The engine's metrics ([`Engine::metrics`]): every open database's, and the memory budget.
@@ -42,6 +49,9 @@ pub struct EngineMetrics {
     /// Transactions started over the budget since the engine started
     /// ([`Engine::memory_budget_overruns`]).
     pub memory_budget_overruns: u64,
+    /// Requests queued now in the reader pool's shared mailbox (range reads, and point reads
+    /// sent to the pool; 4,096 at most, then senders wait): a gauge.
+    pub reader_mailbox_depth: u64,
 }
 
 impl Engine {
@@ -60,6 +70,7 @@ impl Engine {
             live_buffer_bytes: live_buffer_bytes(),
             memory_budget_bytes: self.inner.opts.memory_budget_bytes,
             memory_budget_overruns: self.inner.pressure(0).overruns.load(Ordering::Relaxed),
+            reader_mailbox_depth: self.inner.readers.len() as u64,
         }
     }
 }
@@ -77,12 +88,26 @@ impl DatabaseHandle {
                 max = max.max(n);
             }
         }
+        let (mut index_depth, mut index_max) = (0u64, 0u64);
+        for e in self
+            .inner
+            .indexes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            let n = e.port.len() as u64;
+            index_depth += n;
+            index_max = index_max.max(n);
+        }
         DatabaseMetrics {
             path: self.inner.db.path().to_path_buf(),
             metrics: self.inner.db.metrics(),
             storage_mailbox_depth: depth,
             storage_mailbox_max: max,
             journal_writer_mailbox_depth: self.inner.journal.as_ref().map_or(0, |j| j.len() as u64),
+            index_mailbox_depth: index_depth,
+            index_mailbox_max: index_max,
         }
     }
 }
