@@ -4,7 +4,10 @@
 //! - `CallerAlways`: every handle `get` reads on the calling worker's thread, page faults
 //!   included (how handles read before reads could check residency);
 //! - `Caller` (the default): a get reads on the caller's thread only when every page on its
-//!   path is known to be in memory, else on the engine's reader pool.
+//!   path is known to be in memory, else on the engine's reader pool;
+//! - `Pool` (`--paths pool` only): every get is read on the engine's reader pool, never on a
+//!   worker: what the ticks show then is what the machine, the runtime and the engine's own
+//!   threads add, the floor for the other two rows.
 //!
 //! The storage (`--gib`, default 4) is written once, flushed, and dropped from the page cache
 //! (`fdatasync`, then `posix_fadvise(DONTNEED)` of its data file with nothing mapping it) before
@@ -24,7 +27,7 @@
 //! in a trace what the threads did then; the tokio workers are named `tokio-worker`.
 //!
 //! `cargo bench --bench cold_reads -- [--gib G] [--seconds S] [--dir D] [--cache-gib C]
-//! [--db PATH] [--only cold|warm] [--paths caller|both]` (`OMNIBUS_BENCH_QUICK=1`: 0.25 GiB, 3 s a case; `--db`
+//! [--db PATH] [--only cold|warm] [--paths caller|pool|both]` (`OMNIBUS_BENCH_QUICK=1`: 0.25 GiB, 3 s a case; `--db`
 //! keeps the database at PATH for the next run, which then skips the build).
 
 use std::os::unix::io::AsRawFd;
@@ -52,9 +55,11 @@ struct Args {
     db: Option<PathBuf>,
     /// Which cases run: `cold`, `warm` or both (`None`).
     only: Option<String>,
-    /// Only the `Caller` rows (`--paths caller`; a cold `CallerAlways` case can stall for
-    /// minutes).
-    caller_only: bool,
+    /// The read paths of the rows: `caller` (only `Caller`: a cold `CallerAlways` case can
+    /// stall for minutes), `pool` (only `Pool`: no read ever runs on a tokio worker, what the
+    /// ticks show then is the machine's and the runtime's share) or `both` (`CallerAlways`
+    /// and `Caller`, the default).
+    paths: &'static [ReadPath],
 }
 
 impl Args {
@@ -62,10 +67,8 @@ impl Args {
     fn paths(&self, skip: &str) -> &'static [ReadPath] {
         if self.only.as_deref() == Some(skip) {
             &[]
-        } else if self.caller_only {
-            &[ReadPath::Caller]
         } else {
-            &[ReadPath::CallerAlways, ReadPath::Caller]
+            self.paths
         }
     }
 }
@@ -81,7 +84,7 @@ fn args() -> Args {
         cache_gib: None,
         db: None,
         only: None,
-        caller_only: false,
+        paths: &[ReadPath::CallerAlways, ReadPath::Caller],
     };
     let v: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -94,7 +97,9 @@ fn args() -> Args {
             "--cache-gib" => a.cache_gib = Some(next.parse().expect("--cache-gib")),
             "--db" => a.db = Some(PathBuf::from(next)),
             "--only" if next == "cold" || next == "warm" => a.only = Some(next),
-            "--paths" if next == "caller" || next == "both" => a.caller_only = next == "caller",
+            "--paths" if next == "caller" => a.paths = &[ReadPath::Caller],
+            "--paths" if next == "pool" => a.paths = &[ReadPath::Pool],
+            "--paths" if next == "both" => a.paths = &[ReadPath::CallerAlways, ReadPath::Caller],
             "--bench" => {
                 i += 1;
                 continue;
