@@ -41,6 +41,7 @@ use super::index::{
 use super::index_check::{check_index, IndexCheckReport};
 use super::io_pool::{CpuPriority, IoPool};
 use super::journal_writer::{self, JournalMsg};
+use super::mailbox::{Closed, Mailbox};
 use super::messages::{GroupBatch, IndexMsg, ReadPath, RootFeed, StorageMsg, WriteBatch};
 use super::placement;
 use super::reader_pool::{self, ReadMsg};
@@ -227,7 +228,8 @@ struct EngineInner {
     /// Each executor's thread id, as its thread reported it.
     thread_ids: Vec<i32>,
     opts: EngineOptions,
-    readers: flume::Sender<ReadMsg>,
+    /// The reader pool's shared mailbox (closed by the last reader to end, `mailbox.rs`).
+    readers: Mailbox<ReadMsg>,
     journal_io: IoPool,
     background_io: IoPool,
     /// The residency refreshes' thread (`omnibus-residency-0`, CPU priority [`RESIDENCY_CPU`]).
@@ -510,6 +512,8 @@ impl Engine {
         // One thread at the lowest CPU priority for the flushers' residency refreshes.
         let residency = IoPool::start("omnibus-residency", 1, true, RESIDENCY_CPU)?;
         let (rtx, rrx) = flume::bounded::<ReadMsg>(reader_pool::MAILBOX);
+        let readers_closed = Closed::default();
+        let readers_live = Arc::new(std::sync::atomic::AtomicUsize::new(cpus.len()));
         // Each executor says it runs, with its thread id; one that dies first (a glommio panic)
         // drops its sender.
         let (up_tx, up_rx) = flume::bounded::<(usize, i32)>(cpus.len());
@@ -521,7 +525,11 @@ impl Engine {
         for (i, cpu) in cpus.iter().enumerate() {
             let (stx, srx) = flume::bounded::<(Queue, Spawn)>(1024);
             let (ftx, frx) = flume::bounded::<FlusherMsg>(1024);
-            let readers = rrx.clone();
+            let reader = reader_pool::Reader {
+                rx: rrx.clone(),
+                live: readers_live.clone(),
+                closed: readers_closed.clone(),
+            };
             let pool = background_io.clone();
             let refresher = residency.clone();
             let tick = opts.flush_tick;
@@ -549,7 +557,7 @@ impl Engine {
                         }
                     })
                     .detach();
-                    glommio::spawn_local(reader_pool::run(readers)).detach();
+                    glommio::spawn_local(reader_pool::run(reader)).detach();
                     glommio::spawn_local(flusher::run(frx, pool, refresher, tick, share, flag)).detach();
                     // The documents' queue: picked before the default queue whenever it has a
                     // task (it uses little CPU, so its virtual runtime stays the lowest), so a
@@ -618,7 +626,7 @@ impl Engine {
                 cpus,
                 thread_ids,
                 opts,
-                readers: rtx,
+                readers: Mailbox::new(rtx, readers_closed),
                 journal_io,
                 background_io,
                 residency,
@@ -838,8 +846,10 @@ impl EngineInner {
             }
         };
         let (tx, rx) = flume::bounded::<StorageMsg>(self.opts.mailbox_capacity.max(1));
+        let closed = Closed::default();
         let s = storage.clone();
         let links = storage_actor::Links {
+            closed: closed.clone(),
             journal,
             journal_io: self.journal_io.clone(),
             max_requests: self.opts.max_requests_per_txn.max(1),
@@ -858,7 +868,7 @@ impl EngineInner {
         Ok(StorageHandle {
             name: name.to_string(),
             storage,
-            tx,
+            tx: Mailbox::new(tx, closed),
             readers: self.readers.clone(),
             background: self.background_io.clone(),
             reads: self.opts.reads,
@@ -948,7 +958,7 @@ impl EngineInner {
             }
             let stop = |h: &StorageHandle| {
                 let (tx, rx) = flume::bounded(1);
-                if h.tx.send(StorageMsg::Stop { reply: tx }).is_ok() {
+                if h.tx.sender().send(StorageMsg::Stop { reply: tx }).is_ok() {
                     let _ = rx.recv();
                 }
             };
@@ -1005,7 +1015,7 @@ impl EngineInner {
             if e.flusher.send(FlusherMsg::Stop { reply: tx }).is_ok() {
                 let _ = rx.recv();
             }
-            let _ = self.readers.send(ReadMsg::Stop);
+            let _ = self.readers.sender().send(ReadMsg::Stop);
         }
         // Every actor has stopped: the index storages' buffers are the databases' to apply.
         self.buffered
@@ -1194,13 +1204,7 @@ impl DatabaseHandle {
             .remove(name);
         if let Some(h) = h {
             let (tx, rx) = flume::bounded(1);
-            if h.tx
-                .send_async(StorageMsg::Stop { reply: tx })
-                .await
-                .is_ok()
-            {
-                let _ = rx.recv_async().await;
-            }
+            let _ = h.tx.ask(StorageMsg::Stop { reply: tx }, rx).await;
             if let Some(f) = engine.flusher(stable_hash(name) % engine.n.max(1)) {
                 let _ = f
                     .send_async(FlusherMsg::Remove(h.storage.storage_id()))
@@ -1322,7 +1326,7 @@ impl DatabaseHandle {
                 }
                 parts.push(GroupBatch {
                     name: h.name.clone(),
-                    tx: h.tx.clone(),
+                    tx: h.tx.sender().clone(),
                     batch: b,
                 });
             }
@@ -1331,14 +1335,15 @@ impl DatabaseHandle {
         self.inner
             .root
             .tx
-            .send_async(StorageMsg::Group {
-                root,
-                parts,
-                reply: tx,
-            })
-            .await
-            .map_err(|_| Error::Closed)?;
-        rx.recv_async().await.map_err(|_| Error::Closed)?
+            .ask(
+                StorageMsg::Group {
+                    root,
+                    parts,
+                    reply: tx,
+                },
+                rx,
+            )
+            .await?
     }
 
     /// Blocking [`DatabaseHandle::write`].
@@ -1394,16 +1399,18 @@ impl DatabaseHandle {
         let engine = self.inner.engine.upgrade().ok_or(Error::Closed)?;
         let (port, rx) = flume::bounded(engine.opts.index_queue_capacity.max(1));
         let (tx, reply) = flume::bounded(1);
-        self.inner
+        let snapshot = self
+            .inner
             .root
             .tx
-            .send_async(StorageMsg::AddFeed {
-                port: port.clone(),
-                reply: tx,
-            })
-            .await
-            .map_err(|_| Error::Closed)?;
-        let snapshot = reply.recv_async().await.map_err(|_| Error::Closed)??;
+            .ask(
+                StorageMsg::AddFeed {
+                    port: port.clone(),
+                    reply: tx,
+                },
+                reply,
+            )
+            .await??;
         let sync = def.mode == IndexMode::Synchronous;
         if sync && self.inner.journal.is_none() {
             return Err(GroupError::SeparateJournals.into());
@@ -1435,14 +1442,15 @@ impl DatabaseHandle {
                 self.inner
                     .root
                     .tx
-                    .send_async(StorageMsg::AddSync {
-                        port,
-                        index: index::sync_index(&def, shared, &branch),
-                        reply: tx,
-                    })
-                    .await
-                    .map_err(|_| Error::Closed)?;
-                reply.recv_async().await.map_err(|_| Error::Closed)?
+                    .ask(
+                        StorageMsg::AddSync {
+                            port,
+                            index: index::sync_index(&def, shared, &branch),
+                            reply: tx,
+                        },
+                        reply,
+                    )
+                    .await?
             }
             .await;
             if let Err(e) = made {
@@ -1555,9 +1563,7 @@ impl DatabaseHandle {
                     name: name.to_string(),
                     reply: tx,
                 };
-                if self.inner.root.tx.send_async(msg).await.is_ok() {
-                    let _ = rx.recv_async().await;
-                }
+                let _ = self.inner.root.tx.ask(msg, rx).await;
             }
             let (tx, rx) = flume::bounded(1);
             // An actor that has ended answers no `Stop` sent after it did (see `index::run`).

@@ -41,6 +41,7 @@ mod index_check;
 mod index_key;
 mod io_pool;
 mod journal_writer;
+mod mailbox;
 mod messages;
 mod placement;
 mod range_stream;

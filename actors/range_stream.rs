@@ -24,6 +24,7 @@ use std::task::{Context, Poll};
 
 use futures_lite::Stream;
 
+use super::mailbox::Mailbox;
 use super::reader_pool::{Entries, ReadMsg};
 use crate::actor_interface::{Error, ReadTransaction, Result};
 
@@ -52,7 +53,7 @@ type Pending = Pin<Box<dyn Future<Output = Result<Entries>> + Send>>;
 /// the engine is gone), after which the stream ends. `Unpin` and `Send`.
 pub struct RangeStream {
     snap: ReadTransaction,
-    readers: flume::Sender<ReadMsg>,
+    readers: Mailbox<ReadMsg>,
     /// The part of the range not yet requested.
     start: Bound<Vec<u8>>,
     end: Bound<Vec<u8>>,
@@ -81,7 +82,7 @@ impl RangeStream {
     /// A stream over `start..end` of `snap`, read by the pool behind `readers`.
     pub(crate) fn new(
         snap: ReadTransaction,
-        readers: flume::Sender<ReadMsg>,
+        readers: Mailbox<ReadMsg>,
         start: Bound<Vec<u8>>,
         end: Bound<Vec<u8>>,
         reverse: bool,
@@ -118,19 +119,20 @@ impl RangeStream {
         };
         // Sent now where the mailbox has room, so the pool reads while the caller consumes
         // the chunk at hand (a future only runs once polled); else sent when next polled.
+        let readers = self.readers.clone();
         let unsent = match self.readers.try_send(m) {
             Ok(()) => None,
-            Err(flume::TrySendError::Full(m)) => Some((self.readers.clone(), m)),
+            Err(flume::TrySendError::Full(m)) => Some(m),
             Err(flume::TrySendError::Disconnected(_)) => {
                 self.pending = Some(Box::pin(async { Err(Error::Closed) }));
                 return;
             }
         };
         self.pending = Some(Box::pin(async move {
-            if let Some((readers, m)) = unsent {
-                readers.send_async(m).await.map_err(|_| Error::Closed)?;
+            match unsent {
+                Some(m) => readers.ask(m, rx).await?,
+                None => readers.answer(rx).await?,
             }
-            rx.recv_async().await.map_err(|_| Error::Closed)?
         }));
     }
 

@@ -17,11 +17,13 @@
 //! dropped after it: a reader never pins old pages for longer than one request). Invariant: reads take no lock (a snapshot is one
 //! atomic load), and a read sees every commit acknowledged before it was sent (the storage
 //! actor publishes a commit before answering its writers). Queue bound: [`MAILBOX`] requests,
-//! then senders wait. Failure: a corrupt page answers that request with
+//! then senders wait; the last reader to end closes it (`mailbox.rs`: reads queued after the
+//! pool's stops answer [`crate::Error::Closed`]). Failure: a corrupt page answers that request with
 //! [`crate::Error::Corruption`]; a panic in a read is caught and answered as an error.
 
 use std::ops::Bound;
 
+use super::mailbox::{self, Closed};
 use crate::actor_interface::{self, Error, ReadTransaction, Result, Storage};
 
 /// Capacity of the shared reader mailbox (messages).
@@ -153,8 +155,27 @@ fn probe(storage: &Storage) {
     let _ = guarded(|| Ok(actor_interface::probe_residency(storage)));
 }
 
+/// A reader's place in the pool, held by its loop: the last reader to end (stopped, or its
+/// task dropped with its executor) closes the shared mailbox (`mailbox.rs`), so reads queued
+/// after the pool's stops answer `Closed` instead of waiting for ever.
+pub(crate) struct Reader {
+    pub rx: flume::Receiver<ReadMsg>,
+    /// Readers not ended yet, shared by the pool.
+    pub live: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    pub closed: Closed,
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        if self.live.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+            mailbox::close(&self.closed, &self.rx);
+        }
+    }
+}
+
 /// A reader's loop.
-pub(crate) async fn run(rx: flume::Receiver<ReadMsg>) {
+pub(crate) async fn run(reader: Reader) {
+    let rx = &reader.rx;
     while let Ok(m) = rx.recv_async().await {
         match m {
             ReadMsg::Get {

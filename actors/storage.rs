@@ -27,7 +27,9 @@
 //! inside the transaction; once the commit is durable, its changes (txn id, key, old value,
 //! new value) go to every index feed, then the root's acknowledged txn id is stored, then the
 //! requests are answered.
-//! `AddFeed` and `Stop` are handled between transactions. Invariant: no request is answered,
+//! `AddFeed` and `Stop` are handled between transactions; at `Stop` the actor closes its
+//! mailbox (`mailbox.rs`): requests queued after the stop are dropped unanswered, and their
+//! askers, like later ones, get [`Error::Closed`]. Invariant: no request is answered,
 //! and no state published, before its transaction is durable (a transaction made only of
 //! [`Durability::Eventual`] batches: before its record is queued in the journal, which writes
 //! it in order before any later record); no change is fed before that either, and every root
@@ -60,6 +62,7 @@ use super::commit::{self, poison_on_panic, CommitLinks, Member};
 use super::coop;
 use super::io_pool::IoPool;
 use super::journal_writer::JournalMsg;
+use super::mailbox::{self, Closed, Mailbox};
 use super::messages::owned;
 use super::messages::{
     ApplyJob, DocumentChange, GroupBatch, IndexMsg, ReadPath, RootCommit, RootFeed, StorageMsg,
@@ -118,6 +121,8 @@ pub(crate) struct Links {
     /// The database's group lock, for a database's root with a shared journal: the root's
     /// actor leads the database's groups (`commit.rs`).
     pub group_lock: Option<Arc<std::sync::RwLock<()>>>,
+    /// The closed mark of this actor's mailbox, shared with its handles (`mailbox.rs`).
+    pub closed: Closed,
 }
 
 /// Most bytes of keys and values one transaction of a group-leading actor merges from its
@@ -147,6 +152,7 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
         feed,
         pressure,
         group_lock,
+        closed,
     } = links;
     let links = CommitLinks {
         journal,
@@ -290,6 +296,16 @@ pub(crate) async fn run(storage: Storage, rx: flume::Receiver<StorageMsg>, links
         }
         match control {
             Some(StorageMsg::Stop { reply }) => {
+                // What was queued after the stop is never carried out: its askers answer
+                // `Closed` now, and later ones at once (`mailbox.rs`), instead of waiting for
+                // ever on a mailbox the handles keep alive.
+                let dropped = mailbox::close(&closed, &rx);
+                if dropped > 0 {
+                    tracing::debug!(
+                        dropped,
+                        "requests queued after the storage actor's stop answered closed"
+                    );
+                }
                 let _ = reply.send(());
                 return;
             }
@@ -630,8 +646,10 @@ pub fn cold_reads() -> u64 {
 pub struct StorageHandle {
     pub(crate) name: String,
     pub(crate) storage: Storage,
-    pub(crate) tx: flume::Sender<StorageMsg>,
-    pub(crate) readers: flume::Sender<ReadMsg>,
+    /// The storage actor's mailbox (closed at the actor's `Stop`, `mailbox.rs`).
+    pub(crate) tx: Mailbox<StorageMsg>,
+    /// The reader pool's mailbox (closed once the pool has ended).
+    pub(crate) readers: Mailbox<ReadMsg>,
     /// The engine's background I/O pool (flushes and checks asked through the handle).
     pub(crate) background: IoPool,
     /// Where `get` and `multi_get` run (the engine's [`ReadPath`]).
@@ -731,10 +749,8 @@ impl StorageHandle {
         batch.validate()?;
         let (tx, rx) = flume::bounded(1);
         self.tx
-            .send_async(StorageMsg::Write { batch, reply: tx })
-            .await
-            .map_err(|_| Error::Closed)?;
-        rx.recv_async().await.map_err(|_| Error::Closed)?
+            .ask(StorageMsg::Write { batch, reply: tx }, rx)
+            .await?
     }
 
     /// Inserts or replaces `key`; returns once durable. Errors: the limits of
@@ -803,10 +819,9 @@ impl StorageHandle {
         let (tx, rx) = flume::bounded(1);
         let job = update::job(f, tx);
         self.tx
-            .send_async(StorageMsg::Update { job })
+            .ask(StorageMsg::Update { job }, rx)
             .await
-            .map_err(|_| E::from(Error::Closed))?;
-        rx.recv_async().await.map_err(|_| E::from(Error::Closed))?
+            .map_err(E::from)?
     }
 
     /// Sets `key` to `new` (`None`: removes it) if its value is `expected` now (`None`: the key
@@ -880,11 +895,7 @@ impl StorageHandle {
             cold: true,
             reply: tx,
         };
-        self.readers
-            .send_async(m)
-            .await
-            .map_err(|_| Error::Closed)?;
-        let r = rx.recv_async().await.map_err(|_| Error::Closed)?;
+        let r = self.readers.ask(m, rx).await?;
         // The task waited for the pool: its thread ran other work meanwhile.
         coop::reset();
         r
@@ -913,11 +924,7 @@ impl StorageHandle {
             reverse: false,
             reply: tx,
         };
-        self.readers
-            .send_async(m)
-            .await
-            .map_err(|_| Error::Closed)?;
-        rx.recv_async().await.map_err(|_| Error::Closed)?
+        self.readers.ask(m, rx).await?
     }
 
     /// Every entry with a key in `bounds` (as for [`StorageHandle::range`]), in key order, as a
@@ -978,11 +985,7 @@ impl StorageHandle {
             cold: true,
             reply: tx,
         };
-        self.readers
-            .send_async(m)
-            .await
-            .map_err(|_| Error::Closed)?;
-        let r = rx.recv_async().await.map_err(|_| Error::Closed)?;
+        let r = self.readers.ask(m, rx).await?;
         coop::reset();
         r
     }

@@ -234,10 +234,8 @@ pub(super) async fn write_ops(
         let (tx, rx) = flume::bounded(1);
         branch
             .tx
-            .send_async(StorageMsg::Apply { job, reply: tx })
-            .await
-            .map_err(|_| Error::Closed)?;
-        rx.recv_async().await.map_err(|_| Error::Closed)??;
+            .ask(StorageMsg::Apply { job, reply: tx }, rx)
+            .await??;
         let next = progress.0.load(std::sync::atomic::Ordering::Relaxed);
         pages += progress.1.load(std::sync::atomic::Ordering::Relaxed);
         if next >= ops.ops.len() || next <= from {

@@ -22,7 +22,7 @@ pub(crate) fn sync_index(
     let storage = branch.storage.clone();
     SyncIndex {
         name: def.name.clone(),
-        tx: branch.tx.clone(),
+        tx: branch.tx.sender().clone(),
         part: Box::new(move |changes, txn| {
             let mut ops = Ops::with_capacity(0, changes.len() * 2);
             let mut skipped = 0;

@@ -32,4 +32,5 @@ mod index_resume;
 mod index_wait;
 mod journal_marks;
 mod range_stream;
+mod shutdown_in_flight;
 mod update;
