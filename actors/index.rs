@@ -51,7 +51,8 @@
 //! transaction copied more than one page per 4 entries and halved after one that copied fewer
 //! than one per 8, within [`crate::actors::IndexDefinition::max_batch_interval`] (so a large index with
 //! scattered terms gets larger batches, each copied leaf serving more entries); a mailbox half
-//! full or a `wait_for_indexes` caller cuts the rest short.
+//! full, a `wait_for_indexes` caller or the index's stop (shutdown, a dropped index) cuts the
+//! rest short.
 //!
 //! Invariants: the applied record and the entries it covers commit together (a batch split in
 //! several transactions has no record until its last one), and every root
@@ -221,12 +222,18 @@ async fn follow(a: &IndexActor, mut applied: u64) -> std::result::Result<bool, I
         let first = rx.recv_async().await.ok();
         if let (Some(t), Some(IndexMsg::Commit(_))) = (last_start, &first) {
             // Accumulate until the interval since the last batch has passed, unless the
-            // mailbox is half full (the root must not wait for an index that is only resting)
-            // or a `wait_for_indexes` caller waits. Bounded: ends at the deadline.
+            // mailbox is half full (the root must not wait for an index that is only resting),
+            // a `wait_for_indexes` caller waits, or the index is being stopped (shutdown, a
+            // dropped index: its `Stop` waits behind these commits). Bounded: ends at the
+            // deadline.
             let deadline = t + rest;
             loop {
                 let now = Instant::now();
-                if now >= deadline || rx.len() + 1 >= half_full || shared.has_waiters() {
+                if now >= deadline
+                    || rx.len() + 1 >= half_full
+                    || shared.has_waiters()
+                    || shared.abandon.load(std::sync::atomic::Ordering::Acquire)
+                {
                     break;
                 }
                 glommio::timer::sleep((deadline - now).min(ACCUMULATE_POLL)).await;

@@ -144,8 +144,9 @@ impl IndexDefinition {
 
     /// Least time between the starts of two batches: changes accumulate meanwhile, giving
     /// fewer, larger index transactions for more lag. A batch starts early when the index's
-    /// mailbox is half full (so resting never holds up the documents) or when
-    /// `wait_for_indexes` waits on it. Default [`Self::DEFAULT_MIN_BATCH_INTERVAL`]; zero
+    /// mailbox is half full (so resting never holds up the documents), when
+    /// `wait_for_indexes` waits on it, or when the index is stopped (`Engine::shutdown`, the
+    /// engine dropped, `drop_index`: none waits for a rest). Default [`Self::DEFAULT_MIN_BATCH_INTERVAL`]; zero
     /// starts each batch as soon as changes are queued.
     ///
     /// The rest adapts between this and [`Self::max_batch_interval`]: after a batch whose
