@@ -115,6 +115,42 @@ fn os_page() -> usize {
     })
 }
 
+/// `mincore` of `span` into `out`, one byte per OS page of it: false when `span` is not OS-page
+/// aligned, `out` is too short, or the call failed. The one call of `mincore` for aligned
+/// spans ([`resident_mask`], [`resident_units`], [`all_resident`]); the bytes of `span` are not
+/// touched.
+fn mincore(span: &[u8], out: &mut [u8]) -> bool {
+    let ps = os_page();
+    if !(span.as_ptr() as usize).is_multiple_of(ps) || out.len() < span.len().div_ceil(ps) {
+        return false;
+    }
+    // SAFETY: `span` is OS-page aligned and part of a live mapping (a `&[u8]` of the caller's
+    // map, which outlives this call); `out` has a byte for each OS page of it, as mincore
+    // writes; mincore reads nothing through the address.
+    let r = unsafe {
+        libc::mincore(
+            span.as_ptr() as *mut libc::c_void,
+            span.len(),
+            out.as_mut_ptr(),
+        )
+    };
+    r == 0
+}
+
+/// The OS pages of `span` and the OS pages per `unit`-byte piece, when `span` is non-empty and
+/// OS-page aligned and `unit` a non-zero multiple of the OS page.
+fn pieces(span: &[u8], unit: usize) -> Option<(usize, usize)> {
+    let ps = os_page();
+    if span.is_empty()
+        || unit == 0
+        || !unit.is_multiple_of(ps)
+        || !(span.as_ptr() as usize).is_multiple_of(ps)
+    {
+        return None;
+    }
+    Some((span.len().div_ceil(ps), unit / ps))
+}
+
 /// True when every OS page of `span` (bytes of the read-only map of a data file) is in the
 /// page cache (`mincore`). The bytes are not touched. A failed `mincore` answers false (the
 /// span is then read, which is never wrong).
@@ -146,30 +182,9 @@ pub fn is_resident(span: &[u8]) -> bool {
 /// read): bit `i` set when the span's `unit`-byte piece `i` is wholly in the page cache. `None`
 /// when the span is longer than 64 pieces or 512 OS pages, misaligned, or `mincore` failed.
 pub fn resident_mask(span: &[u8], unit: usize) -> Option<u64> {
-    let ps = os_page();
-    if span.is_empty()
-        || unit == 0
-        || !unit.is_multiple_of(ps)
-        || !(span.as_ptr() as usize).is_multiple_of(ps)
-    {
-        return None;
-    }
-    let n = span.len().div_ceil(ps);
-    let per = unit / ps;
+    let (n, per) = pieces(span, unit)?;
     let mut vec = [0u8; 512];
-    if n > vec.len() || n.div_ceil(per) > 64 {
-        return None;
-    }
-    // SAFETY: as in `resident_units`: `span` is page aligned and part of a live mapping, and
-    // `vec[..n]` has one byte per OS page of it.
-    let r = unsafe {
-        libc::mincore(
-            span.as_ptr() as *mut libc::c_void,
-            span.len(),
-            vec.as_mut_ptr(),
-        )
-    };
-    if r != 0 {
+    if n > vec.len() || n.div_ceil(per) > 64 || !mincore(span, &mut vec) {
         return None;
     }
     Some(vec[..n].chunks(per).enumerate().fold(0, |m, (i, c)| {
@@ -191,38 +206,22 @@ const MINCORE_STEP: usize = 4096;
 /// the span (a yield of the CPU between two), then one bool per piece. `None` when a `mincore` failed (the caller then keeps
 /// what it knew).
 pub fn resident_units(span: &[u8], unit: usize) -> Option<Vec<bool>> {
-    let ps = os_page();
-    if span.is_empty()
-        || unit == 0
-        || !unit.is_multiple_of(ps)
-        || !(span.as_ptr() as usize).is_multiple_of(ps)
-    {
-        return None;
-    }
-    let n = span.len().div_ceil(ps);
+    let (n, per) = pieces(span, unit)?;
     let mut vec = vec![0u8; n];
-    for (i, part) in vec.chunks_mut(MINCORE_STEP).enumerate() {
+    let step = MINCORE_STEP * os_page();
+    for (i, (part, out)) in span
+        .chunks(step)
+        .zip(vec.chunks_mut(MINCORE_STEP))
+        .enumerate()
+    {
         if i > 0 {
             // A thread waiting for this CPU goes first.
             std::thread::yield_now();
         }
-        let start = i * MINCORE_STEP * ps;
-        let len = (part.len() * ps).min(span.len() - start);
-        // SAFETY: `span` is page aligned and part of a live mapping (the caller's map outlives
-        // this call); `start..start + len` lies within it and `part` has one byte per OS page
-        // of that range, as mincore writes; mincore reads nothing through the address.
-        let r = unsafe {
-            libc::mincore(
-                span.as_ptr().add(start) as *mut libc::c_void,
-                len,
-                part.as_mut_ptr(),
-            )
-        };
-        if r != 0 {
+        if !mincore(part, out) {
             return None;
         }
     }
-    let per = unit / ps;
     Some(
         vec.chunks(per)
             .map(|c| c.iter().all(|b| b & 1 == 1))
@@ -234,28 +233,16 @@ pub fn resident_units(span: &[u8], unit: usize) -> Option<Vec<bool>> {
 /// 64 OS pages into a buffer on the stack: no allocation). `None` when the span is empty or not
 /// page aligned, or `mincore` fails.
 pub fn all_resident(span: &[u8]) -> Option<bool> {
-    let ps = os_page();
-    if span.is_empty() || !(span.as_ptr() as usize).is_multiple_of(ps) {
-        return None;
-    }
+    pieces(span, os_page())?;
     let mut vec = [0u8; 64];
-    for chunk in span.chunks(64 * ps) {
-        let n = chunk.len().div_ceil(ps);
-        // SAFETY: `chunk` starts on an OS page (the span does, and chunks are whole OS pages)
-        // and lies in a live mapping (the caller's map outlives this call); `vec` has room for
-        // one byte per OS page of it (n <= 64), as mincore writes; mincore reads nothing through
-        // the address.
-        let r = unsafe {
-            libc::mincore(
-                chunk.as_ptr() as *mut libc::c_void,
-                chunk.len(),
-                vec.as_mut_ptr(),
-            )
-        };
-        if r != 0 {
+    for chunk in span.chunks(64 * os_page()) {
+        if !mincore(chunk, &mut vec) {
             return None;
         }
-        if vec[..n].iter().any(|b| b & 1 == 0) {
+        if vec[..chunk.len().div_ceil(os_page())]
+            .iter()
+            .any(|b| b & 1 == 0)
+        {
             return Some(false);
         }
     }
