@@ -11,15 +11,16 @@
 //! Protocol. The stopping side (the storage actor at its `Stop`, the engine once the reader
 //! pool has ended) first marks the mailbox closed ([`Closed::close`], sequentially
 //! consistent), then drops every message still queued ([`close`]), so their askers' replies are
-//! dropped and they answer [`Error::Closed`]. An asker ([`ask`]) sends, then looks at the mark:
-//! set, it takes an answer already there or answers `Closed`; clear, it waits. A message sent
+//! dropped and they answer [`Error::Closed`]. An asker ([`Mailbox::ask`]) sends, then looks
+//! at the mark: set, it takes an answer already there or answers `Closed`; clear, it waits. A message sent
 //! before the drain is dropped by it; one sent after it finds the mark set (the drain follows
 //! the mark, and the mailbox's lock orders the send and the drain), so no asker waits on a
 //! message nobody will take. Once the stopping side drops its last receiver, sends fail and
 //! answer `Closed` at once.
 //!
 //! Invariant: a stopping side calls [`close`] after its last answer and before it drops its
-//! receiver; every asker of a closable mailbox goes through [`ask`].
+//! receiver; every asker of a closable mailbox goes through [`Mailbox::ask`] (or
+//! [`Mailbox::try_send`] then [`Mailbox::answer`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -72,7 +73,7 @@ impl<M> Mailbox<M> {
         Mailbox { tx, closed }
     }
 
-    /// The sender, for messages whose answer is not waited for through [`ask`] (a stop sent
+    /// The sender, for messages whose answer is not waited for through [`Mailbox::ask`] (a stop sent
     /// by the engine, which then waits on the actor itself; a group's parts, which their
     /// leader's commit waits on).
     pub fn sender(&self) -> &flume::Sender<M> {
@@ -89,9 +90,14 @@ impl<M> Mailbox<M> {
         self.tx.len()
     }
 
-    /// [`ask`] through this mailbox.
+    /// Sends `msg` (which carries the sender of `reply`) and waits for its answer.
+    ///
+    /// Errors: [`Error::Closed`] when the mailbox is gone, or closed with the request
+    /// unanswered. Cancel safety: dropped before the send completed, nothing was sent; after,
+    /// the request may still be carried out, its answer lost.
     pub async fn ask<T>(&self, msg: M, reply: flume::Receiver<T>) -> Result<T> {
-        ask(&self.tx, &self.closed, msg, reply).await
+        self.tx.send_async(msg).await.map_err(|_| Error::Closed)?;
+        self.answer(reply).await
     }
 
     /// Sends `msg` now if there is room, as [`flume::Sender::try_send`]; the answer must be
@@ -100,36 +106,15 @@ impl<M> Mailbox<M> {
         self.tx.try_send(msg)
     }
 
-    /// Waits for the answer to a message already sent (by [`Mailbox::try_send`]), as [`ask`]
-    /// does after its send.
+    /// The answer on `reply` to a message already sent: taken now, or [`Error::Closed`], when
+    /// the mailbox is marked closed (answered before it closed, or never will be); else waited
+    /// for.
     pub async fn answer<T>(&self, reply: flume::Receiver<T>) -> Result<T> {
-        answer(&self.closed, reply).await
+        if self.closed.is_closed() {
+            return reply.try_recv().map_err(|_| Error::Closed);
+        }
+        reply.recv_async().await.map_err(|_| Error::Closed)
     }
-}
-
-/// Sends `msg` (which carries the sender of `reply`) to `tx` and waits for its answer.
-///
-/// Errors: [`Error::Closed`] when the mailbox is gone, or closed with the request unanswered.
-/// Cancel safety: dropped before the send completed, nothing was sent; after, the request may
-/// still be carried out, its answer lost.
-pub(crate) async fn ask<M, T>(
-    tx: &flume::Sender<M>,
-    closed: &Closed,
-    msg: M,
-    reply: flume::Receiver<T>,
-) -> Result<T> {
-    tx.send_async(msg).await.map_err(|_| Error::Closed)?;
-    answer(closed, reply).await
-}
-
-/// The answer on `reply` to a message sent: taken now, or [`Error::Closed`], when the mailbox
-/// is marked closed; else waited for.
-async fn answer<T>(closed: &Closed, reply: flume::Receiver<T>) -> Result<T> {
-    if closed.is_closed() {
-        // Answered before the mailbox closed, or never will be.
-        return reply.try_recv().map_err(|_| Error::Closed);
-    }
-    reply.recv_async().await.map_err(|_| Error::Closed)
 }
 
 #[cfg(test)]
@@ -143,6 +128,7 @@ mod tests {
     fn no_asker_waits_on_a_closed_mailbox() {
         let (tx, rx) = flume::bounded::<flume::Sender<u32>>(8);
         let closed = Closed::default();
+        let mailbox = Mailbox::new(tx.clone(), closed.clone());
         // Answered, then the mailbox closes: the answer is kept.
         let (rtx, rrx) = flume::bounded(1);
         tx.send(rtx).unwrap();
@@ -156,13 +142,13 @@ mod tests {
         assert!(block_on(rrx.recv_async()).is_err());
         // Sent after the drain (the receiver still alive): `ask` does not wait.
         let (rtx, rrx) = flume::bounded::<u32>(1);
-        let r = block_on(ask(&tx, &closed, rtx, rrx));
+        let r = block_on(mailbox.ask(rtx, rrx));
         assert!(matches!(r, Err(Error::Closed)), "{r:?}");
         // Receiver gone: the send fails.
         drop(rx);
         let (rtx, rrx) = flume::bounded::<u32>(1);
         assert!(matches!(
-            block_on(ask(&tx, &closed, rtx, rrx)),
+            block_on(mailbox.ask(rtx, rrx)),
             Err(Error::Closed)
         ));
     }
