@@ -79,27 +79,22 @@ impl DatabaseHandle {
     /// This database's metrics (see [`DatabaseMetrics`]): a snapshot taken with a few short
     /// locks, no message to any actor, no I/O.
     pub fn metrics(&self) -> DatabaseMetrics {
-        let (mut depth, mut max) = (0u64, 0u64);
-        {
+        let (depth, max) = {
             let handles = self.inner.handles.lock().unwrap_or_else(|e| e.into_inner());
-            for h in std::iter::once(&self.inner.root).chain(handles.values()) {
-                let n = h.tx.len() as u64;
-                depth += n;
-                max = max.max(n);
-            }
-        }
-        let (mut index_depth, mut index_max) = (0u64, 0u64);
-        for e in self
-            .inner
-            .indexes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-        {
-            let n = e.port.len() as u64;
-            index_depth += n;
-            index_max = index_max.max(n);
-        }
+            depths(
+                std::iter::once(&self.inner.root)
+                    .chain(handles.values())
+                    .map(|h| h.tx.len()),
+            )
+        };
+        let (index_depth, index_max) = depths(
+            self.inner
+                .indexes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .map(|e| e.port.len()),
+        );
         DatabaseMetrics {
             path: self.inner.db.path().to_path_buf(),
             metrics: self.inner.db.metrics(),
@@ -110,4 +105,9 @@ impl DatabaseHandle {
             index_mailbox_max: index_max,
         }
     }
+}
+
+/// The sum and the largest of some mailboxes' depths.
+fn depths(lens: impl Iterator<Item = usize>) -> (u64, u64) {
+    lens.fold((0, 0), |(sum, max), n| (sum + n as u64, max.max(n as u64)))
 }
