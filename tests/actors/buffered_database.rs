@@ -236,10 +236,13 @@ fn a_buffered_index_is_exact_applies_when_idle_and_backs_up_without_taking_write
     let c = Database::open(&copy, Options::default()).unwrap();
     assert_eq!(c.root().begin_read().unwrap().len(), 2000);
     let ci = c.storage("first").unwrap();
+    // The buffered entries came back from the copy's journal into its write buffer; its flush
+    // service may have applied that buffer already (on a loaded machine the check once came
+    // after the apply and found the buffer empty).
+    let st = ci.stats();
     assert!(
-        ci.stats().buffer_entries > 0,
-        "copied buffered: {:?}",
-        ci.stats()
+        st.journal_records_replayed >= 1 && (st.buffer_entries > 0 || st.background_applies > 0),
+        "copied buffered: {st:?}"
     );
     assert_eq!(index_entries(&ci), expected(2000, v1));
     assert!(ci.check().unwrap().is_ok());
