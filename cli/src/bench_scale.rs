@@ -629,9 +629,11 @@ pub fn run(a: ScaleArgs) -> CliResult {
         crate::bench_shop::writable_parent("--plot", p)?;
     }
     shop_measure::handle_interrupts();
+    let mut creating = shop_measure::creating();
     let work = work_dir(&a)?;
     let dir: PathBuf = std::fs::canonicalize(work.path()).unwrap_or_else(|_| work.path().into());
-    shop_measure::remove_on_interrupt(&dir);
+    creating.remove_on_interrupt(&dir);
+    drop(creating);
     let fs = fmt::fs_type(&dir);
     if fs == "tmpfs" && !a.allow_tmpfs {
         return Err(Fail::input(format!(

@@ -256,6 +256,8 @@ fn main() -> ExitCode {
         cli::Command::Bench(cli::BenchCommand::Shop(a)) => bench_shop::run(a),
         cli::Command::Bench(cli::BenchCommand::Scale(a)) => bench_scale::run(a),
     };
+    // A run interrupted by a signal ends with 128 + the signal, whatever it returned.
+    shop_measure::wait_for_interrupt_cleanup();
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {

@@ -165,16 +165,17 @@ impl Drop for Timeline {
 /// `fdatasync` pairs on a pre-allocated file (deleted afterwards).
 pub fn probe_synced_writes(dir: &Path, count: u32) -> CliResult<f64> {
     let path = dir.join(format!(".omnibus-probe-{}", std::process::id()));
-    // Regression: a SIGTERM while this probe ran
-    // left the file behind in the user's --dir.
-    remove_on_interrupt(&path);
     let r = (|| -> std::io::Result<f64> {
+        // Regression: a SIGTERM while this probe ran left the file behind in the user's --dir.
+        let mut creating = creating();
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .truncate(true)
             .read(true)
             .write(true)
             .open(&path)?;
+        creating.remove_on_interrupt(&path);
+        drop(creating);
         f.write_all(&vec![0u8; 4096 * 16])?;
         f.sync_all()?;
         let buf = [7u8; 4096];
@@ -291,6 +292,7 @@ impl SlowDisk {
             eprintln!("omnibus: removed cgroup {stale} left by a killed run");
         }
         let group = base.join(&name);
+        let creating = creating();
         std::fs::create_dir(&group).map_err(|e| {
             Fail::input(format!(
                 "--disk slow: creating cgroup {}: {e}",
@@ -303,7 +305,9 @@ impl SlowDisk {
             device,
             controller,
         };
-        cleanup().cgroup = Some((guard.group.clone(), guard.parent_procs.clone()));
+        let mut creating = creating;
+        creating.0.cgroup = Some((guard.group.clone(), guard.parent_procs.clone()));
+        drop(creating);
         std::fs::write(group.join(limit_file), &line).map_err(|e| {
             Fail::input(format!(
                 "--disk slow: writing {line:?} to {}: {e}",
@@ -352,10 +356,25 @@ fn cleanup() -> std::sync::MutexGuard<'static, Cleanup> {
     CLEANUP.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Registers `dir` (a directory, or a file) to be deleted if the run is interrupted (SIGINT,
-/// SIGTERM, SIGHUP).
-pub fn remove_on_interrupt(dir: &Path) {
-    cleanup().dirs.push(dir.to_path_buf());
+/// Holds off an interrupt's cleanup while the run creates something and registers it: made
+/// by [`creating`], the cleanup waits until it is dropped. Create and register while holding
+/// one, so that a signal never falls between the two (the cleanup would miss what is created
+/// after it looked). Regression: a TERM on a loaded machine, while a run created its database
+/// directory, left that directory behind.
+pub struct Creating(std::sync::MutexGuard<'static, Cleanup>);
+
+/// Starts creating something the cleanup must remove. If an interrupt is already being
+/// handled this blocks until the cleanup exits the process, so nothing more is created.
+pub fn creating() -> Creating {
+    Creating(cleanup())
+}
+
+impl Creating {
+    /// Registers `path` (a directory, or a file) to be deleted if the run is interrupted
+    /// (SIGINT, SIGTERM, SIGHUP).
+    pub fn remove_on_interrupt(&mut self, path: &Path) {
+        self.0.dirs.push(path.to_path_buf());
+    }
 }
 
 /// Makes SIGINT, SIGTERM and SIGHUP end the run cleanly: leave the slow-disk cgroup, delete
@@ -384,6 +403,7 @@ pub fn handle_interrupts() {
             if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
                 return;
             }
+            INTERRUPTED.store(true, Ordering::SeqCst);
             eprintln!("omnibus: interrupted (signal {sig}): cleaning up");
             let c = cleanup();
             if let Some((group, parent_procs)) = &c.cgroup {
@@ -394,6 +414,27 @@ pub fn handle_interrupts() {
             }
             std::process::exit(128 + sig);
         });
+}
+
+/// Set by the signal thread of [`handle_interrupts`] before it starts cleaning up.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// If an interrupt is being handled, blocks until its cleanup ends the process (it exits with
+/// 128 + the signal); returns at once otherwise. `main` calls it before it reports the
+/// command's result: the cleanup deletes the databases under a running engine, whose next
+/// file operation then fails. Regression: a TERM while a run opened its databases ended it
+/// with exit code 2 (the open's "No such file or directory", reported by the main thread while
+/// the signal thread was still deleting) instead of 128 + 15.
+pub fn wait_for_interrupt_cleanup() {
+    if !INTERRUPTED.load(Ordering::SeqCst) {
+        return;
+    }
+    // The signal thread holds the cleanup lock until it exits the process, which ends while
+    // this thread waits here.
+    let _held = cleanup();
+    loop {
+        std::thread::park();
+    }
 }
 
 /// Removes `path` (a directory with what it holds, or a file) while the engine's threads,

@@ -146,27 +146,49 @@ fn slow_disk_runs_throttled_or_refuses_clearly() {
 
 /// Regression: `bench shop` stopped with Ctrl-C or a TERM left its
 /// gigabyte of databases (and, with `--disk slow`, its cgroup) behind. It now removes them and
-/// exits with 128 + the signal; what a SIGKILL leaves is removed by the next run.
+/// exits with 128 + the signal; what a SIGKILL leaves is removed by the next run. A TERM while
+/// the run opened its databases ended it with exit code 2 (the open failed on the directory
+/// the cleanup was deleting), and one that fell between creating the database directory and
+/// registering it left that directory behind: the signal is sent at three moments.
 #[test]
 fn an_interrupted_run_removes_its_databases() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = children::spawn(
-        shop_command(dir.path(), &["--seconds", "60"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null()),
-    )
-    .unwrap();
-    // Wait (a minute at most) until the run's database directory exists.
-    let t = std::time::Instant::now();
-    while std::fs::read_dir(dir.path()).unwrap().next().is_none() {
-        assert!(t.elapsed().as_secs() < 60, "no database directory appeared");
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    // When the first file (the disk probe's) appears, when the database directory appears,
+    // and 300 ms after that.
+    for (db_dir, after_ms) in [(false, 0), (true, 0), (true, 300)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = children::spawn(
+            shop_command(dir.path(), &["--seconds", "60"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped()),
+        )
+        .unwrap();
+        let appeared = || {
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .flatten()
+                .any(|e| !db_dir || e.file_name().to_string_lossy().starts_with("omnibus-shop-"))
+        };
+        // Wait (a minute at most) until it appears.
+        let t = std::time::Instant::now();
+        while !appeared() {
+            assert!(t.elapsed().as_secs() < 60, "nothing appeared ({db_dir})");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(after_ms));
+        // SAFETY: kill(2) with a child's pid and a valid signal number.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+        let status = child.wait().unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(
+            status.code(),
+            Some(128 + libc::SIGTERM),
+            "{status:?} (database directory {db_dir}, after {after_ms} ms)\n{err}"
+        );
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(
+            left.is_empty(),
+            "left behind: {left:?} (database directory {db_dir}, after {after_ms} ms)"
+        );
     }
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    // SAFETY: kill(2) with a child's pid and a valid signal number.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
-    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
-    assert!(left.is_empty(), "left behind: {left:?}");
 }

@@ -221,10 +221,12 @@ pub(super) fn run_mode(
         mode.name(),
         std::process::id()
     ));
+    let mut creating = shop_measure::creating();
     std::fs::create_dir_all(&tmp).map_err(|e| Fail::io(format!("{}: {e}", tmp.display())))?;
     if !a.keep {
-        shop_measure::remove_on_interrupt(&tmp);
+        creating.remove_on_interrupt(&tmp);
     }
+    drop(creating);
     let r = run_mode_in(a, mode, &tmp, seconds);
     if a.keep {
         eprintln!("omnibus: kept {}", tmp.display());
@@ -503,6 +505,7 @@ pub(super) fn base_dir(a: &ShopArgs) -> CliResult<BaseDir> {
         b.prefix(&prefix);
         b
     };
+    let mut creating = shop_measure::creating();
     let (t, fallback) = match builder().tempdir_in(".") {
         Ok(t) => (t, false),
         Err(_) => {
@@ -519,8 +522,9 @@ pub(super) fn base_dir(a: &ShopArgs) -> CliResult<BaseDir> {
     // An absolute path for the messages and the report.
     let path = std::fs::canonicalize(t.path()).unwrap_or_else(|_| t.path().to_path_buf());
     if !a.keep {
-        shop_measure::remove_on_interrupt(&path);
+        creating.remove_on_interrupt(&path);
     }
+    drop(creating);
     Ok(BaseDir::Temp {
         dir: Some(t),
         path,
