@@ -60,6 +60,9 @@ fn buffers_left_in_the_journal_are_applied_by_the_actors() {
         Options {
             write_buffer_bytes: 64 << 20,
             flush_on_close: false,
+            // The entries must stay buffered however long the commits take: an aged buffer
+            // (5 s by default) is applied by the flush service.
+            flush_max_age: Duration::from_secs(3600),
             ..Options::default()
         },
     )
