@@ -18,9 +18,11 @@
 //! and closes, on its own thread).
 
 use std::cell::Cell;
-use std::io;
-use std::process::{Child, Command, ExitStatus, Output};
-use std::sync::{PoisonError, RwLock, RwLockWriteGuard};
+use std::io::{self, BufRead};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Output};
+use std::sync::{mpsc, PoisonError, RwLock, RwLockWriteGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 static GATE: RwLock<()> = RwLock::new(());
 
@@ -89,5 +91,53 @@ pub fn print_acks(rx: std::sync::mpsc::Receiver<String>) {
     for line in rx {
         writeln!(out, "{line}").unwrap();
         out.flush().unwrap();
+    }
+}
+
+/// A child test's complete output lines, read on a thread of their own.
+pub struct ChildLines {
+    running: mpsc::Receiver<()>,
+    reader: JoinHandle<Vec<String>>,
+}
+
+impl ChildLines {
+    /// Starts reading `stdout` (a child test binary's, run with `--nocapture`).
+    pub fn read(stdout: ChildStdout) -> ChildLines {
+        let (tx, running) = mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut r = io::BufReader::new(stdout);
+            let mut lines = Vec::new();
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match r.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => return lines,
+                    // Cut by the kill: not a line the child finished printing.
+                    Ok(_) if line.last() != Some(&b'\n') => return lines,
+                    Ok(_) => {}
+                }
+                let l = String::from_utf8_lossy(&line).trim_end().to_string();
+                if l.starts_with("running ") {
+                    let _ = tx.send(());
+                }
+                lines.push(l);
+            }
+        });
+        ChildLines { running, reader }
+    }
+
+    /// Waits until the child's test harness says it runs the test ("running 1 test"), a
+    /// minute at most: a kill's delay counts from then. Regression: on a loaded machine the
+    /// start of the test binary (loading it, the harness) took most of a 20-300 ms delay, and
+    /// too few rounds got to commit anything before their kill.
+    pub fn wait_until_running(&self) {
+        let r = self.running.recv_timeout(Duration::from_secs(60));
+        assert!(r.is_ok(), "the child test never started running");
+    }
+
+    /// Every complete line the child printed, once its stdout is closed (it exited or was
+    /// killed).
+    pub fn finish(self) -> Vec<String> {
+        self.reader.join().expect("reader thread")
     }
 }

@@ -12,7 +12,6 @@ pub mod points;
 pub mod requires;
 pub mod tree;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -39,7 +38,8 @@ pub fn test_name(module: &str, f: &str) -> String {
 }
 
 /// For the real-crash tests: starts `child_test` (its full name, see [`test_name`]) of the
-/// current test binary with `env_var` set to `dir`, lets it run for `run_for`, kills it with
+/// current test binary with `env_var` set to `dir`, lets it run for `run_for` (from when its
+/// harness starts the test, see [`children::ChildLines::wait_until_running`]), kills it with
 /// SIGKILL, and returns the `(storage index, key)` lines it printed (keys of 16 characters;
 /// other output is ignored). The child writes and prints `storage key` for each acknowledged
 /// write.
@@ -71,20 +71,18 @@ pub fn run_and_kill_with(
             .stderr(Stdio::null()),
     )
     .expect("spawn child");
-    let stdout = child.stdout.take().expect("child stdout");
-    let reader = std::thread::spawn(move || {
-        BufReader::new(stdout)
-            .lines()
-            .map_while(|l| l.ok())
-            .filter_map(|l| {
-                let (i, k) = l.split_once(' ')?;
-                Some((i.parse::<usize>().ok()?, k.to_string()))
-            })
-            .filter(|(_, k)| k.len() == 16)
-            .collect::<Vec<_>>()
-    });
+    let lines = children::ChildLines::read(child.stdout.take().expect("child stdout"));
+    lines.wait_until_running();
     std::thread::sleep(run_for);
     child.kill().expect("SIGKILL");
     child.wait().expect("reap child");
-    reader.join().expect("reader thread")
+    lines
+        .finish()
+        .into_iter()
+        .filter_map(|l| {
+            let (i, k) = l.split_once(' ')?;
+            Some((i.parse::<usize>().ok()?, k.to_string()))
+        })
+        .filter(|(_, k)| k.len() == 16)
+        .collect()
 }

@@ -135,6 +135,26 @@ fn sigkill_rounds_never_show_a_document_without_its_entries_or_part_of_a_group()
         )
         .unwrap();
         let docs = db.root().begin_read().unwrap();
+        // The child defines its indexes and creates its branches before it writes anything:
+        // a round killed before then (a loaded machine) has no documents to check.
+        let names = db.storages();
+        let all_there = definitions()
+            .iter()
+            .map(|d| d.name().to_string())
+            .chain(BRANCHES.iter().map(|n| n.to_string()))
+            .all(|n| names.contains(&n));
+        if !all_there {
+            assert!(
+                docs.is_empty(),
+                "round {round}: documents before the indexes"
+            );
+            assert!(
+                acked.is_empty(),
+                "round {round}: {} acknowledged",
+                acked.len()
+            );
+            continue;
+        }
         for def in definitions() {
             let index = db.storage(def.name()).unwrap().begin_read().unwrap();
             let r = check_index(&docs, &index, &def, 5).unwrap();

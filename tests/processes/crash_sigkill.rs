@@ -10,7 +10,7 @@
 //! directory, so recovery runs on what earlier recoveries and crashes left.
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -96,23 +96,13 @@ struct Printed {
     io: Option<String>,
 }
 
-fn read_child(stdout: impl std::io::Read) -> Printed {
-    let mut r = BufReader::new(stdout);
+fn read_child(lines: Vec<String>) -> Printed {
     let mut p = Printed {
         acked: Vec::new(),
         flushes: 0,
         io: None,
     };
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match r.read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => return p,
-            Ok(_) if line.last() != Some(&b'\n') => return p,
-            Ok(_) => {}
-        }
-        let l = String::from_utf8_lossy(&line);
-        let l = l.trim_end();
+    for l in &lines {
         if let Some(k) = l.strip_prefix("ACK ") {
             assert!(is_key(k), "child printed a malformed key line {l:?}");
             p.acked.push(k.to_string());
@@ -122,6 +112,7 @@ fn read_child(stdout: impl std::io::Read) -> Printed {
             p.flushes = p.flushes.max(n.parse().unwrap_or(0));
         }
     }
+    p
 }
 
 /// Reopens `path` and checks every acknowledged key, every stored key, and the structure.
@@ -201,8 +192,8 @@ fn sigkill_loses_no_acknowledged_commit() {
                 .stderr(Stdio::null()),
         )
         .expect("spawning the child");
-        let stdout = child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || read_child(stdout));
+        let lines = children::ChildLines::read(child.stdout.take().unwrap());
+        lines.wait_until_running();
         std::thread::sleep(Duration::from_millis(rng.random_range(20..=300)));
         // std's kill is SIGKILL on Unix.
         let exited = child.try_wait().unwrap();
@@ -216,7 +207,7 @@ fn sigkill_loses_no_acknowledged_commit() {
             !status.success(),
             "round {round}: killed child reports success"
         );
-        let printed = reader.join().unwrap();
+        let printed = read_child(lines.finish());
         if !printed.acked.is_empty() {
             rounds_with_commits += 1;
         }
