@@ -96,14 +96,15 @@ pub fn print_acks(rx: std::sync::mpsc::Receiver<String>) {
 
 /// A child test's complete output lines, read on a thread of their own.
 pub struct ChildLines {
-    running: mpsc::Receiver<()>,
+    /// Each line as it is read (for the waits).
+    seen: mpsc::Receiver<String>,
     reader: JoinHandle<Vec<String>>,
 }
 
 impl ChildLines {
     /// Starts reading `stdout` (a child test binary's, run with `--nocapture`).
     pub fn read(stdout: ChildStdout) -> ChildLines {
-        let (tx, running) = mpsc::channel();
+        let (tx, seen) = mpsc::channel();
         let reader = std::thread::spawn(move || {
             let mut r = io::BufReader::new(stdout);
             let mut lines = Vec::new();
@@ -117,22 +118,33 @@ impl ChildLines {
                     Ok(_) => {}
                 }
                 let l = String::from_utf8_lossy(&line).trim_end().to_string();
-                if l.starts_with("running ") {
-                    let _ = tx.send(());
-                }
+                let _ = tx.send(l.clone());
                 lines.push(l);
             }
         });
-        ChildLines { running, reader }
+        ChildLines { seen, reader }
     }
 
-    /// Waits until the child's test harness says it runs the test ("running 1 test"), a
-    /// minute at most: a kill's delay counts from then. Regression: on a loaded machine the
-    /// start of the test binary (loading it, the harness) took most of a 20-300 ms delay, and
-    /// too few rounds got to commit anything before their kill.
+    /// Waits until the child prints a line that starts with `prefix`, a minute at most (the
+    /// lines before it are still in [`ChildLines::finish`]'s).
+    pub fn wait_for(&self, prefix: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.seen.recv_timeout(left) {
+                Ok(l) if l.starts_with(prefix) => return,
+                Ok(_) => {}
+                Err(e) => panic!("the child never printed a line starting with {prefix:?}: {e}"),
+            }
+        }
+    }
+
+    /// Waits until the child's test harness says it runs the test ("running 1 test"): a
+    /// kill's delay counts from then. Regression: on a loaded machine the start of the test
+    /// binary (loading it, the harness) took most of a 20-300 ms delay, and too few rounds got
+    /// to commit anything before their kill.
     pub fn wait_until_running(&self) {
-        let r = self.running.recv_timeout(Duration::from_secs(60));
-        assert!(r.is_ok(), "the child test never started running");
+        self.wait_for("running ");
     }
 
     /// Every complete line the child printed, once its stdout is closed (it exited or was
