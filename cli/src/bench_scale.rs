@@ -589,10 +589,12 @@ fn work_dir(a: &ScaleArgs) -> CliResult<tempfile::TempDir> {
     if let Some(d) = &a.dir {
         std::fs::create_dir_all(d)
             .map_err(|e| Fail::input(format!("--dir {}: {e}", d.display())))?;
+        shop_measure::remove_stale_and_say(d);
         return b()
             .tempdir_in(d)
             .map_err(|e| Fail::io(format!("--dir {}: {e}", d.display())));
     }
+    shop_measure::remove_stale_and_say(std::path::Path::new("."));
     b().tempdir_in(".").or_else(|_| {
         let tmp = std::env::temp_dir();
         b().tempdir_in(&tmp).map_err(|e| {

@@ -154,8 +154,18 @@ fn init_logging(level: Option<cli::LogLevel>) {
             _ => EnvFilter::new("warn"),
         },
     };
+    // Once an interrupted benchmark deletes its databases under the running engine, what the
+    // engine's threads log about the missing files is dropped. Regression: a TERM during `bench
+    // shop` printed up to 250 lines of `storage poisoned ... No such file or directory`.
+    let writer = || -> Box<dyn std::io::Write> {
+        if shop_measure::interrupted() {
+            Box::new(std::io::sink())
+        } else {
+            Box::new(std::io::stderr())
+        }
+    };
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_env_filter(filter)
         .with_target(false)
         .without_time()

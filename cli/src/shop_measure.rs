@@ -378,16 +378,27 @@ impl Creating {
 }
 
 /// Makes SIGINT, SIGTERM and SIGHUP end the run cleanly: leave the slow-disk cgroup, delete
-/// the registered directories, exit with 128 + the signal. Call before any thread starts:
+/// the registered directories, exit with 128 + the signal (a signal ignored at start, as
+/// under `nohup`, stays ignored). Call before any thread starts:
 /// the signals are blocked in the calling thread, every thread started later inherits that,
 /// and one thread of its own waits for them (`sigwait`), so no signal handler runs anywhere.
 pub fn handle_interrupts() {
-    // SAFETY: sigset_t is plain data, initialized by sigemptyset before use; the calls get
-    // valid pointers to it and only change this thread's signal mask.
+    // SAFETY: sigset_t and sigaction are plain data (zeroed is valid; the set is initialized by
+    // sigemptyset before use); the calls get valid pointers to them, only read a signal's
+    // disposition (sigaction with a null new action) and change this thread's signal mask.
     let set = unsafe {
         let mut set = std::mem::MaybeUninit::<libc::sigset_t>::zeroed().assume_init();
         libc::sigemptyset(&mut set);
         for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            // A signal ignored when the run started (`nohup` ignores SIGHUP; a shell's
+            // background job, SIGINT) stays ignored, as Unix tools do. Regression: `nohup
+            // omnibus bench shop &` was interrupted, its results deleted, by a SIGHUP.
+            let mut old = std::mem::MaybeUninit::<libc::sigaction>::zeroed().assume_init();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction == libc::SIG_IGN
+            {
+                continue;
+            }
             libc::sigaddset(&mut set, sig);
         }
         if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
@@ -419,6 +430,12 @@ pub fn handle_interrupts() {
 /// Set by the signal thread of [`handle_interrupts`] before it starts cleaning up.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
+/// True once an interrupt's cleanup has started: the engine's threads, whose files it deletes,
+/// then fail, and `main`'s log writer drops what they log.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
 /// If an interrupt is being handled, blocks until its cleanup ends the process (it exits with
 /// 128 + the signal); returns at once otherwise. `main` calls it before it reports the
 /// command's result: the cleanup deletes the databases under a running engine, whose next
@@ -426,7 +443,7 @@ static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 /// with exit code 2 (the open's "No such file or directory", reported by the main thread while
 /// the signal thread was still deleting) instead of 128 + 15.
 pub fn wait_for_interrupt_cleanup() {
-    if !INTERRUPTED.load(Ordering::SeqCst) {
+    if !interrupted() {
         return;
     }
     // The signal thread holds the cleanup lock until it exits the process, which ends while
@@ -470,7 +487,9 @@ fn leave_cgroup(group: &Path, parent_procs: &Path) -> bool {
 fn pid_in(name: &str) -> Option<u32> {
     let rest = name
         .strip_prefix("omnibus-shop-")
-        .or_else(|| name.strip_prefix("omnibus-bench-"))?;
+        .or_else(|| name.strip_prefix("omnibus-bench-"))
+        .or_else(|| name.strip_prefix("omnibus-scale-"))
+        .or_else(|| name.strip_prefix(".omnibus-probe-"))?;
     let rest = rest
         .strip_prefix("shared-")
         .or_else(|| rest.strip_prefix("separate-"))
@@ -478,8 +497,10 @@ fn pid_in(name: &str) -> Option<u32> {
     rest.split('-').next()?.parse().ok()
 }
 
-/// Removes what runs killed with SIGKILL left in `dir`: directories named by this benchmark
-/// for a process that no longer exists. Returns the names removed.
+/// Removes what runs killed with SIGKILL left in `dir`: directories (and the disk probe's
+/// file) named by `bench shop` or `bench scale` for a process that no longer exists. Returns
+/// the names removed. Regression: a run killed during its disk probe left the probe's file in
+/// `--dir` for good, and `bench scale` never removed what a killed run left.
 pub fn remove_stale(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
     let Ok(rd) = std::fs::read_dir(dir) else {
@@ -494,6 +515,8 @@ pub fn remove_stale(dir: &Path) -> Vec<String> {
         let p = e.path();
         let gone = if name.starts_with("omnibus-bench-") {
             std::fs::remove_dir(&p).is_ok()
+        } else if name.starts_with(".omnibus-probe-") {
+            std::fs::remove_file(&p).is_ok()
         } else {
             std::fs::remove_dir_all(&p).is_ok()
         };
@@ -502,6 +525,16 @@ pub fn remove_stale(dir: &Path) -> Vec<String> {
         }
     }
     out
+}
+
+/// [`remove_stale`], saying on stderr what it removed.
+pub fn remove_stale_and_say(dir: &Path) {
+    for name in remove_stale(dir) {
+        eprintln!(
+            "omnibus: removed {} left by a killed run",
+            dir.join(name).display()
+        );
+    }
 }
 
 #[cfg(test)]
@@ -513,6 +546,8 @@ mod tests {
         assert_eq!(pid_in("omnibus-shop-123-aBc"), Some(123));
         assert_eq!(pid_in("omnibus-shop-shared-77-1796"), Some(77));
         assert_eq!(pid_in("omnibus-bench-9"), Some(9));
+        assert_eq!(pid_in("omnibus-scale-31-Xy"), Some(31));
+        assert_eq!(pid_in(".omnibus-probe-42"), Some(42));
         assert_eq!(pid_in("omnibus-shop-abc"), None);
         assert_eq!(pid_in("other-1"), None);
         let d = tempfile::tempdir().unwrap();
@@ -525,8 +560,22 @@ mod tests {
         std::fs::create_dir(&mine).unwrap();
         let keep = d.path().join("omnibus-shop-notapid");
         std::fs::create_dir(&keep).unwrap();
-        assert_eq!(remove_stale(d.path()), ["omnibus-shop-separate-4999999-1"]);
-        assert!(!dead.exists() && mine.exists() && keep.exists());
+        let probe = d.path().join(".omnibus-probe-4999998");
+        std::fs::write(&probe, [0u8; 64]).unwrap();
+        let scale = d.path().join("omnibus-scale-4999997-ab");
+        std::fs::create_dir_all(scale.join("db")).unwrap();
+        let mut removed = remove_stale(d.path());
+        removed.sort();
+        assert_eq!(
+            removed,
+            [
+                ".omnibus-probe-4999998",
+                "omnibus-scale-4999997-ab",
+                "omnibus-shop-separate-4999999-1"
+            ]
+        );
+        assert!(!dead.exists() && !probe.exists() && !scale.exists());
+        assert!(mine.exists() && keep.exists());
     }
 
     #[test]

@@ -190,5 +190,39 @@ fn an_interrupted_run_removes_its_databases() {
             left.is_empty(),
             "left behind: {left:?} (database directory {db_dir}, after {after_ms} ms)"
         );
+        // What the engine logs about the files the cleanup deletes under it is not shown.
+        assert!(
+            !err.contains("ERROR") && !err.contains("WARN"),
+            "database directory {db_dir}, after {after_ms} ms:\n{err}"
+        );
     }
+}
+
+/// Regression: `nohup omnibus bench shop &` was ended by a SIGHUP (exit 129, its databases and
+/// results deleted): a signal ignored when the run starts now stays ignored.
+#[test]
+fn a_hangup_ignored_at_start_stays_ignored() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = shop_command(dir.path(), &["--journal", "shared", "--docs", "3000"]);
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: signal(2) is async-signal-safe, as pre_exec requires; it sets SIGHUP's
+    // disposition in the child only, as `nohup` does before it runs a command.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = children::spawn(&mut cmd).unwrap();
+    let t = std::time::Instant::now();
+    while std::fs::read_dir(dir.path()).unwrap().next().is_none() {
+        assert!(t.elapsed().as_secs() < 60, "nothing appeared");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    // SAFETY: kill(2) with a child's pid and a valid signal number.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGHUP) }, 0);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
 }

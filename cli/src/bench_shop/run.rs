@@ -483,21 +483,13 @@ impl Drop for BaseDir {
 }
 
 pub(super) fn base_dir(a: &ShopArgs) -> CliResult<BaseDir> {
-    let stale = |d: &Path| {
-        for name in shop_measure::remove_stale(d) {
-            eprintln!(
-                "omnibus: removed {} left by a killed run",
-                d.join(name).display()
-            );
-        }
-    };
     if let Some(d) = &a.dir {
         std::fs::create_dir_all(d)
             .map_err(|e| Fail::input(format!("--dir {}: {e}", d.display())))?;
-        stale(d);
+        shop_measure::remove_stale_and_say(d);
         return Ok(BaseDir::Given(d.clone()));
     }
-    stale(Path::new("."));
+    shop_measure::remove_stale_and_say(Path::new("."));
     // The process id in the name lets a later run remove it if this one is killed.
     let prefix = format!("omnibus-shop-{}-", std::process::id());
     let builder = || {
