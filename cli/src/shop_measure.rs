@@ -2,6 +2,13 @@
 //! timeline of documents/s and anonymous memory sampled once a second, the data files' bytes,
 //! and the slow-disk profile (`--disk slow`: the process's writes throttled through the
 //! kernel's block layer, cgroup v1 `blkio` or v2 `io`), with a probe of synced writes/s.
+//!
+//! And how a benchmark (`bench shop`, `bench scale`) ends when interrupted: one thread waits
+//! for SIGINT, SIGTERM and SIGHUP ([`handle_interrupts`]), deletes what the run registered
+//! (created and registered together under [`creating`]), leaves the cgroup and exits with 128 +
+//! the signal; `main` waits for a cleanup in progress ([`wait_for_interrupt_cleanup`]) and its
+//! log writer drops what the engine logs meanwhile ([`interrupted`]). What a SIGKILLed run
+//! left, the next run removes ([`remove_stale`]).
 
 use std::io::Write;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -292,7 +299,7 @@ impl SlowDisk {
             eprintln!("omnibus: removed cgroup {stale} left by a killed run");
         }
         let group = base.join(&name);
-        let creating = creating();
+        let mut creating = creating();
         std::fs::create_dir(&group).map_err(|e| {
             Fail::input(format!(
                 "--disk slow: creating cgroup {}: {e}",
@@ -305,8 +312,7 @@ impl SlowDisk {
             device,
             controller,
         };
-        let mut creating = creating;
-        creating.0.cgroup = Some((guard.group.clone(), guard.parent_procs.clone()));
+        creating.leave_on_interrupt(&guard.group, &guard.parent_procs);
         drop(creating);
         std::fs::write(group.join(limit_file), &line).map_err(|e| {
             Fail::input(format!(
@@ -374,6 +380,12 @@ impl Creating {
     /// (SIGINT, SIGTERM, SIGHUP).
     pub fn remove_on_interrupt(&mut self, path: &Path) {
         self.0.dirs.push(path.to_path_buf());
+    }
+
+    /// Registers the slow-disk cgroup `group`: an interrupted run moves the process back to
+    /// the parent whose `cgroup.procs` is `parent_procs` and removes it.
+    fn leave_on_interrupt(&mut self, group: &Path, parent_procs: &Path) {
+        self.0.cgroup = Some((group.to_path_buf(), parent_procs.to_path_buf()));
     }
 }
 
